@@ -1,0 +1,10 @@
+"""Benchmarks: HumanEval, MBPP with its standard splits, ReCode partial-code prompts."""
+
+from quench.benchmarks.loading import load_benchmark, load_humaneval, load_mbpp, parse_tasks
+from quench.benchmarks.partial import partial_problem, split_body
+from quench.benchmarks.problem import Problem, read_problems, write_problems
+
+__all__ = [
+    "Problem", "load_benchmark", "load_humaneval", "load_mbpp", "parse_tasks",
+    "partial_problem", "split_body", "read_problems", "write_problems",
+]

@@ -1,0 +1,102 @@
+"""The `Problem` record shared by benchmarks, perturbations, generation and execution."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from quench.errors import InputFileError
+
+REQUIRED_FIELDS = ("task_id", "prompt", "test", "entry_point")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One HumanEval-format problem: complete `prompt + completion`, then run `test` and `check`."""
+
+    task_id: str
+    prompt: str  # signature + docstring (full) or + first half of the body (partial)
+    canonical_solution: str  # the reference continuation of `prompt`
+    test: str  # defines `check(candidate)`
+    entry_point: str  # the function `check` is called with
+    benchmark: str = ""  # "humaneval", "mbpp", or "" for user files
+    prompt_kind: str = "full"  # "full" or "partial" (ReCode's partial-code prompt)
+    extra: tuple[tuple[str, str], ...] = ()  # free metadata, e.g. (("perturbation", "tab_indent"),)
+
+    def program(self, completion: str) -> str:
+        """The program that checks `completion` (a continuation of the prompt)."""
+        return f"{self.prompt}{completion}\n\n{self.test}\n\ncheck({self.entry_point})\n"
+
+    def reference_program(self) -> str:
+        return self.program(self.canonical_solution)
+
+    def with_changes(self, **changes: object) -> "Problem":
+        return dataclasses.replace(self, **changes)
+
+    def meta(self, key: str, default: str = "") -> str:
+        return dict(self.extra).get(key, default)
+
+    def to_json(self) -> dict[str, object]:
+        row: dict[str, object] = dataclasses.asdict(self)
+        row["extra"] = dict(self.extra)
+        return row
+
+
+def problem_from_json(row: dict[str, object], benchmark: str = "") -> Problem:
+    """Build a `Problem` from a HumanEval-format dict; raise `ValueError` naming a missing field."""
+    missing = [f for f in REQUIRED_FIELDS if not isinstance(row.get(f), str)]
+    if missing:
+        raise ValueError(f"missing or non-string field(s): {', '.join(missing)}")
+    extra = row.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise ValueError("field 'extra' must be an object")
+    return Problem(
+        task_id=str(row["task_id"]),
+        prompt=str(row["prompt"]),
+        canonical_solution=str(row.get("canonical_solution") or ""),
+        test=str(row["test"]),
+        entry_point=str(row["entry_point"]),
+        benchmark=str(row.get("benchmark") or benchmark),
+        prompt_kind=str(row.get("prompt_kind") or "full"),
+        extra=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
+    )
+
+
+def iter_jsonl(path: Path, lines: Iterable[str] | None = None) -> Iterator[tuple[int, dict]]:
+    """Yield (line number, object) for each non-blank line; a malformed line raises `file:line`."""
+    source = lines if lines is not None else path.open(encoding="utf-8")
+    for number, line in enumerate(source, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputFileError(str(path), number, f"not valid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise InputFileError(str(path), number, "expected a JSON object")
+        yield number, row
+
+
+def read_problems(path: Path, benchmark: str = "", lines: Iterable[str] | None = None) -> list[Problem]:
+    """Read HumanEval-format problems; a malformed line fails with `file:line: reason`."""
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for number, row in iter_jsonl(path, lines):
+        try:
+            problem = problem_from_json(row, benchmark)
+        except ValueError as err:
+            raise InputFileError(str(path), number, str(err)) from None
+        if problem.task_id in seen:
+            raise InputFileError(str(path), number, f"duplicate task_id {problem.task_id!r}")
+        seen.add(problem.task_id)
+        problems.append(problem)
+    return problems
+
+
+def write_problems(path: Path, problems: Iterable[Problem]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for problem in problems:
+            out.write(json.dumps(problem.to_json()) + "\n")

@@ -1,0 +1,76 @@
+"""What callers hand to a generation backend and what they get back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Protocol
+
+# A hook the stopping rules use: (request, generated token ids so far, generated text so far) -> stop?
+StopHook = Callable[["GenerationRequest", list[int], str], bool]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings; temperature 0 means greedy."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0  # nucleus mass kept (1.0 = off)
+    top_k: int = 0  # 0 = off
+    max_new_tokens: int = 512
+    seed: int = 0  # row generators are seeded from (seed, request index, sample index)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt, already formatted and tokenized, to be sampled `n` times."""
+
+    key: str  # caller's id, e.g. "HumanEval/0"
+    prompt_ids: tuple[int, ...]
+    n: int = 1
+    stop_sequences: tuple[str, ...] = ()  # text stops; the stop text is cut from the output
+    sample_offset: int = 0  # index of the first sample (resume: samples 0..offset-1 exist)
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """One finished sample."""
+
+    key: str
+    sample_index: int
+    token_ids: tuple[int, ...]  # generated tokens, stop text included if a stop sequence hit
+    text: str  # decoded generated text, cut before the first stop sequence
+    finish_reason: str  # "eos", "stop", "length", "hook"
+    seconds: float = 0.0  # wall time attributed to this sample (for time budgets)
+    extra: dict[str, float] = field(default_factory=dict)  # backend stats (accepted length, ...)
+
+
+class Backend(Protocol):
+    """A generation backend: Hugging Face `generate` (reference) or quench's own engine."""
+
+    name: str
+
+    def generate(
+        self, requests: Iterable[GenerationRequest], sampling: SamplingParams
+    ) -> Iterator[GenerationResult]:
+        """Yield each sample as soon as it is finished (order not guaranteed)."""
+        ...
+
+
+def cut_at_stop(text: str, stop_sequences: Iterable[str]) -> tuple[str, bool]:
+    """Cut `text` before the earliest stop sequence; return (text, whether one was found)."""
+    cut = min((i for s in stop_sequences if s and (i := text.find(s)) >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
