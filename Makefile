@@ -1,0 +1,19 @@
+# The two commands of the README: `make demo` (set up + main job) and `make test` (set up + tests).
+VENV ?= .venv
+QUENCH = $(VENV)/bin/quench
+
+.PHONY: setup demo test test-fast
+
+setup: $(VENV)/.quench-installed
+
+$(VENV)/.quench-installed: pyproject.toml constraints-cpu.txt scripts/setup.sh
+	VENV=$(VENV) scripts/setup.sh
+
+demo: setup
+	$(QUENCH) run --limit 20 --out runs/demo
+
+test: setup
+	$(VENV)/bin/python -m pytest -q -ra
+
+test-fast: setup
+	$(VENV)/bin/python -m pytest -q -ra -m "not slow"

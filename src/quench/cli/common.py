@@ -1,0 +1,110 @@
+"""Flags and helpers shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+from pathlib import Path
+
+from quench.benchmarks import Problem, load_benchmark, parse_tasks
+from quench.errors import QuenchError
+from quench.generation import SamplingParams
+from quench.models import DEFAULT_PRESET
+
+log = logging.getLogger(__name__)
+
+# Stop sequences of the common harnesses for raw completions (design.md §2).
+COMPLETION_STOPS = {
+    "humaneval": ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#"),
+    "mbpp": ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ", '\n"""'),
+}
+
+
+def add_benchmark_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, or a HumanEval-format .jsonl file")
+    parser.add_argument("--split", default=None, help="MBPP split: test (default), validation, train, fewshot, all")
+    parser.add_argument("--tasks", default=None, help="task ids or numbers, e.g. '0,3,10-12'")
+    parser.add_argument("--limit", type=int, default=None, help="keep the first N problems")
+    parser.add_argument("--partial", action="store_true", help="ReCode partial-code prompts")
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=DEFAULT_PRESET, help="preset, HF model directory, or .gguf file")
+    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
+    parser.add_argument("--backend", default="hf", choices=["hf", "quench"])
+    parser.add_argument("--batch-size", type=int, default=8)
+
+
+def add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-n", "--samples", type=int, default=1, help="samples per problem")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--stop", action="append", default=None, help="a stop sequence (repeatable); default per benchmark")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def add_execution_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
+    parser.add_argument("--k", default="1,10,100", help="pass@k values, reported where n >= k")
+
+
+def problems_from_args(args: argparse.Namespace) -> list[Problem]:
+    return load_benchmark(args.benchmark, args.split, parse_tasks(args.tasks), args.limit, args.partial)
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    if args.samples < 1:
+        raise QuenchError(f"--samples must be at least 1, got {args.samples}")
+    try:
+        return SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens, args.seed)
+    except ValueError as err:
+        raise QuenchError(str(err)) from None
+
+
+def stops_from_args(args: argparse.Namespace, prompt_format: str) -> tuple[str, ...]:
+    if args.stop is not None:
+        return tuple(s.encode().decode("unicode_escape") for s in args.stop if s)
+    if prompt_format == "chat":
+        return ()  # chat answers end with the turn's end token
+    return COMPLETION_STOPS.get(args.benchmark, COMPLETION_STOPS["humaneval"])
+
+
+def parse_ks(spec: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(sorted({int(k) for k in spec.split(",") if k.strip()}))
+    except ValueError:
+        raise QuenchError(f"--k must be a comma-separated list of integers, got {spec!r}") from None
+    if not ks or min(ks) < 1:
+        raise QuenchError(f"--k values must be >= 1, got {spec!r}")
+    return ks
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(text).name or text).strip("-")
+
+
+def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
+    """Create the run directory, or check that a resumed run uses the same settings."""
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out / "config.json"
+    if config_path.exists() and not overwrite:
+        previous = json.loads(config_path.read_text())
+        changed = sorted(k for k in set(previous) | set(config) if previous.get(k) != config.get(k))
+        if changed:
+            raise QuenchError(
+                f"{out}: holds a run with other settings ({', '.join(changed)}); "
+                "use another --out, or --overwrite to start it again"
+            )
+        log.info("resuming the run in %s", out)
+        return
+    if overwrite:
+        for name in ("samples.jsonl", "results.jsonl", "summary.json"):
+            (out / name).unlink(missing_ok=True)
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,80 @@
+"""`quench generate`: sample completions for a benchmark into samples.jsonl (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from quench.benchmarks import Problem
+from quench.cli import common
+from quench.generation.backends import make_backend
+from quench.generation.samples import GenerateConfig, generate_samples, read_samples
+from quench.models import encode_prompt, load_model
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("generate", help="sample completions into samples.jsonl")
+    common.add_benchmark_args(parser)
+    common.add_model_args(parser)
+    common.add_sampling_args(parser)
+    add_output_args(parser)
+    parser.set_defaults(handler=run)
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<benchmark>-<model>-...)")
+    parser.add_argument("--overwrite", action="store_true", help="start the run in --out again from nothing")
+
+
+def default_out(args: argparse.Namespace) -> Path:
+    kind = "partial" if args.partial else "full"
+    return Path("runs") / f"{common.slug(args.benchmark)}-{kind}-{common.slug(args.model)}-n{args.samples}-t{args.temperature:g}"
+
+
+def run_config(args: argparse.Namespace, problems: list[Problem], prompt_format: str, stops: tuple[str, ...]) -> dict:
+    return {
+        "model": args.model, "dtype": args.dtype, "prompt_format": prompt_format, "backend": args.backend,
+        "benchmark": args.benchmark, "split": args.split, "partial": args.partial,
+        "tasks": [p.task_id for p in problems], "n": args.samples, "temperature": args.temperature,
+        "top_p": args.top_p, "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+        "stop": list(stops),
+    }
+
+
+def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
+    """Load the model, prepare the run directory, generate what is missing; print progress."""
+    sampling = common.sampling_from_args(args)
+    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
+    stops = common.stops_from_args(args, loaded.prompt_format)
+    common.prepare_run_dir(out, run_config(args, problems, loaded.prompt_format, stops), args.overwrite)
+    backend = make_backend(args.backend, loaded, args.batch_size)
+    config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format)
+    samples_path = out / "samples.jsonl"
+    already = len(read_samples(samples_path))
+    bar = tqdm(total=len(problems) * args.samples, initial=already, desc="generate", unit="sample", dynamic_ncols=True)
+    started, tokens = time.perf_counter(), 0
+
+    def on_sample(record: dict) -> None:
+        nonlocal tokens
+        tokens += record["num_tokens"]
+        bar.update(1)
+        bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):.0f}")
+
+    try:
+        samples = generate_samples(
+            problems, backend, lambda text: encode_prompt(loaded, text), config, samples_path, on_sample
+        )
+    finally:
+        bar.close()
+    return samples
+
+
+def run(args: argparse.Namespace) -> int:
+    problems = common.problems_from_args(args)
+    out = args.out or default_out(args)
+    samples = generate_into(args, problems, out)
+    print(f"{len(samples)} samples in {out / 'samples.jsonl'}")
+    return 0

@@ -1,0 +1,49 @@
+"""`quench` console entry point: one subcommand per module; errors become exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from quench import __version__
+from quench.errors import QuenchError
+
+SUBCOMMANDS = ("generate", "evaluate", "run", "perturb")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quench", description="Fast, robust evaluation of code LLMs.")
+    parser.add_argument("--version", action="version", version=f"quench {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"quench.cli.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"quench.cli.{name}":
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.handler(args)
+    except QuenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: what finished is saved; run the same command again to continue", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""Fork server: runs inside the sandbox and forks one child per program (stdlib only).
+
+The pool starts it as `python -s -P -c <this file> <config json>`, so it imports nothing of
+quench and nothing heavy: forking it costs about a millisecond, where starting Python costs ~30.
+Frames on stdin/stdout: a 4-byte big-endian length, then UTF-8 JSON.
+
+Per program: a fresh working directory, a new session (process group), rlimits, and in the
+"rlimits" mode a drop to the configured uid; at the end the group is killed, every descendant
+that escaped the group is found (the server is a child subreaper) and killed, and scratch files
+are wiped, so nothing a program leaves behind reaches the next one.
+
+Completion sentinel: after the program returns, the child writes a record to a private pipe
+that starts with a random per-run nonce. The nonce never appears in the program's text, argv,
+environment or output, so an early `sys.exit(0)` / `os._exit(0)` cannot pass for success; only
+code that deliberately searches its own process memory could forge it.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import struct
+import sys
+import time
+
+RESULT_FD = 3  # where the child's completion record goes
+SANDBOX_EXIT = 125  # the child could not set itself up
+DETAIL_CHARS = 300
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
+CLONE_NEWNET = 0x40000000
+OUTCOME_CODES = {b"P": "passed", b"F": "failed", b"M": "memory", b"S": "syntax_error", b"X": "crashed", b"E": "sandbox_error"}
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def read_exact(fd, size):
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def read_frame(fd):
+    header = read_exact(fd, 4)
+    if header is None:
+        return None
+    body = read_exact(fd, struct.unpack(">I", header)[0])
+    return None if body is None else json.loads(body)
+
+
+def write_frame(fd, message):
+    data = json.dumps(message).encode()
+    view = memoryview(struct.pack(">I", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def execute(program, nonce):
+    """Run the program in this (child) process and report through RESULT_FD; never returns.
+
+    Everything used after `exec` is bound to a local first: the program may replace builtins,
+    patch `os` or this module (`import __main__`), or install a trace function.
+    """
+    write, exit_, settrace, setprofile = os.write, os._exit, sys.settrace, sys.setprofile
+    type_, str_, isinstance_ = type, str, isinstance
+    system_exit, memory_error, syntax_error, base_exception = SystemExit, MemoryError, SyntaxError, BaseException
+    streams = (sys.stdout, sys.stderr)
+    passed_record, memory_record = nonce + b"P", nonce + b"M"
+
+    def describe(exc):
+        message = str_(exc.msg if isinstance_(exc, syntax_error) else exc)
+        text = type_(exc).__name__ + (": " + message[-DETAIL_CHARS:] if message else "")
+        line = exc.lineno if isinstance_(exc, syntax_error) else None
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<program>":
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        return text if line is None else text + " (line " + str_(line) + ")"
+
+    def report(code, exc):
+        settrace(None)
+        setprofile(None)
+        for stream in streams:
+            try:
+                stream.flush()
+            except base_exception:
+                pass
+        record = memory_record if code == b"M" else passed_record
+        if code not in (b"M", b"P"):
+            try:
+                record = nonce + code + describe(exc).encode("utf-8", "replace")
+            except base_exception:
+                record = nonce + code
+        try:
+            write(RESULT_FD, record)
+        finally:
+            exit_(0)
+
+    try:
+        code = compile(program, "<program>", "exec")
+    except memory_error as exc:
+        report(b"M", exc)
+    except (syntax_error, ValueError) as exc:  # ValueError: null bytes in the source
+        report(b"S", exc)
+    except base_exception as exc:
+        report(b"F", exc)
+    try:
+        exec(code, {"__name__": "__quench_program__", "__builtins__": __builtins__})
+    except system_exit as exc:
+        report(b"X", exc)
+    except memory_error as exc:
+        report(b"M", exc)
+    except base_exception as exc:
+        report(b"F", exc)
+    report(b"P", None)
+
+
+def setup_child(config, result_w, out_w, null_fd, workdir):
+    """In the forked child: own session, private fds, fresh cwd, rlimits, then drop privileges."""
+    os.setsid()
+    os.dup2(null_fd, 0)
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    os.dup2(result_w, RESULT_FD)
+    os.closerange(RESULT_FD + 1, 65536)  # protocol pipes and anything else the server holds
+    os.chdir(workdir)
+    os.environ["TMPDIR"] = workdir
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write raises OSError instead
+    megabyte = 1024 * 1024
+    limits = {
+        "RLIMIT_CPU": config["cpu_seconds"],
+        "RLIMIT_AS": config["memory_mb"] * megabyte,
+        "RLIMIT_FSIZE": config["file_size_mb"] * megabyte,
+        "RLIMIT_NPROC": config["max_processes"],
+        "RLIMIT_CORE": 0,
+    }
+    for name, value in limits.items():
+        hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU first, SIGKILL a second later
+        resource.setrlimit(getattr(resource, name), (value, hard))
+    uid = config["run_uid"]
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if config["mode"] == "rlimits":  # no pid namespace: die with the server at least
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class ForkServer:
+    def __init__(self, config, null_fd):
+        self.config = config
+        self.null_fd = null_fd
+        self.pid = os.getpid()
+        self.in_namespace = config["mode"] == "bwrap"
+        self.base = "/tmp" if self.in_namespace else f"/tmp/quench-sandbox-{self.pid}-{os.urandom(4).hex()}"
+        if not self.in_namespace:
+            os.mkdir(self.base, 0o711)
+        self.runs = 0
+
+    def run(self, program, announce):
+        """Run one program to its end or its deadline; return the result frame."""
+        self.runs += 1
+        workdir = os.path.join(self.base, f"run{self.runs}")
+        os.mkdir(workdir, 0o700)
+        if self.config["run_uid"] is not None:
+            os.chown(workdir, self.config["run_uid"], self.config["run_uid"])
+        nonce = os.urandom(16).hex().encode()
+        result_r, result_w = os.pipe()
+        out_r, out_w = os.pipe()
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                setup_child(self.config, result_w, out_w, self.null_fd, workdir)
+            except BaseException as exc:
+                try:
+                    os.write(RESULT_FD, nonce + b"E" + f"sandbox setup: {exc!r}".encode()[:500])
+                finally:
+                    os._exit(SANDBOX_EXIT)
+            execute(program, nonce)
+        os.close(result_w)
+        os.close(out_w)
+        announce(pid)
+        try:
+            status, timed_out, record, output = self.supervise(pid, result_r, out_r, start)
+        finally:
+            seconds = time.monotonic() - start
+            os.close(result_r)
+            os.close(out_r)
+            self.clean_up(pid, workdir)
+        outcome, detail = classify(record, nonce, status, timed_out, output, self.config)
+        return {"outcome": outcome, "detail": detail, "seconds": seconds}
+
+    def supervise(self, pid, result_r, out_r, start):
+        """Collect the record and an output tail until the child exits; kill it at the deadline."""
+        deadline = start + self.config["timeout_s"]
+        pidfd = os.pidfd_open(pid)
+        record, output, timed_out = bytearray(), bytearray(), False
+        keep = self.config["output_bytes"]
+        with selectors.DefaultSelector() as selector:
+            selector.register(pidfd, selectors.EVENT_READ, None)
+            selector.register(result_r, selectors.EVENT_READ, record)
+            selector.register(out_r, selectors.EVENT_READ, output)
+            exited = False
+            while not exited:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 and not timed_out:
+                    timed_out = True
+                    kill_group(pid)
+                for key, _ in selector.select(1.0 if timed_out else remaining):
+                    if key.data is None:
+                        exited = True
+                        continue
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fd)
+                    elif key.data is record:
+                        record += chunk[: 65536 - len(record)]
+                    else:
+                        output += chunk
+                        del output[:-keep]
+        os.close(pidfd)
+        os.set_blocking(result_r, False)
+        try:  # the record was written before the child exited, so it is in the pipe already
+            while chunk := os.read(result_r, 65536):
+                record += chunk[: 65536 - len(record)]
+        except BlockingIOError:
+            pass
+        _, status = os.waitpid(pid, 0)
+        return status, timed_out, bytes(record), bytes(output)
+
+    def clean_up(self, pid, workdir):
+        kill_group(pid)
+        if self.in_namespace:  # everything in this pid namespace except its init and us
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reap_descendants(self.pid)
+        if self.in_namespace:
+            for scratch in ("/tmp", "/dev/shm"):
+                for entry in os.listdir(scratch):
+                    force_remove(os.path.join(scratch, entry))
+        else:
+            force_remove(workdir)
+
+    def close(self):
+        reap_descendants(self.pid)
+        if not self.in_namespace:
+            force_remove(self.base)
+
+
+def kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def children_of(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except FileNotFoundError:  # kernel without CONFIG_PROC_CHILDREN: scan every process
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if entry.isdigit() and int(fields[1]) == pid:
+                found.append(int(entry))
+        return found
+
+
+def reap_descendants(self_pid, patience_s=5.0):
+    """Kill and reap every child; orphans of escaped daemons re-parent to us (subreaper)."""
+    give_up = time.monotonic() + patience_s
+    while time.monotonic() < give_up:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            return  # no children left at all
+        for child in children_of(self_pid):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.0005)
+
+
+def force_remove(path):
+    """Remove a file or tree even if a program made it unreadable."""
+
+    def fix(function, failed_path, exc_info):
+        for target in (os.path.dirname(failed_path), failed_path):
+            try:
+                os.chmod(target, 0o700)
+            except OSError:
+                pass
+        if os.path.isdir(failed_path) and not os.path.islink(failed_path):
+            shutil.rmtree(failed_path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(failed_path)
+            except OSError:
+                pass
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, onerror=fix)
+    elif os.path.lexists(path):
+        fix(None, path, None)
+
+
+def classify(record, nonce, status, timed_out, output, config):
+    """Outcome and detail from the child's record, else from how it ended."""
+    parts = record.split(nonce)
+    if len(parts) > 1 and parts[1][:1] in OUTCOME_CODES:
+        detail = parts[1][1:].decode("utf-8", "replace")
+        if parts[1][:1] == b"X":
+            detail += " before the tests finished"
+        return OUTCOME_CODES[parts[1][:1]], detail
+    tail = output.decode("utf-8", "replace").strip()[-DETAIL_CHARS:]
+    tail = f"; output: {tail}" if tail else ""
+    if timed_out:
+        return "timeout", f"no result within {config['timeout_s']:g} s (wall clock)"
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        if signum == signal.SIGXCPU:
+            return "timeout", f"CPU time limit of {config['cpu_seconds']} s exceeded"
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        kind = "memory" if "MemoryError" in tail else "crashed"
+        return kind, f"killed by {name}{tail}"
+    code = os.WEXITSTATUS(status)
+    if code == SANDBOX_EXIT:
+        return "sandbox_error", f"the sandboxed child could not be set up{tail}"
+    kind = "memory" if "MemoryError" in tail else "crashed"
+    return kind, f"exited with status {code} before the tests finished{tail}"
+
+
+def main(argv):
+    config = json.loads(argv[1])
+    proto_in, proto_out = os.dup(0), os.dup(1)  # the protocol moves off 0/1: children get /dev/null
+    null_fd = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null_fd, 0)
+    os.dup2(null_fd, 1)
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    network_isolated = config["mode"] == "bwrap"
+    if not network_isolated:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:  # the pool died before we got here
+            return
+        network_isolated = _libc.unshare(CLONE_NEWNET) == 0  # works only with CAP_SYS_ADMIN
+    server = ForkServer(config, null_fd)
+    write_frame(proto_out, {"ready": True, "network_isolated": network_isolated, "uid": os.getuid()})
+    announce = (lambda pid: write_frame(proto_out, {"started": pid})) if not server.in_namespace else (lambda pid: None)
+    try:
+        while (request := read_frame(proto_in)) is not None:
+            try:
+                result = server.run(request["program"], announce)
+            except Exception as exc:  # a harness failure must still answer, or the pool waits
+                result = {"outcome": "sandbox_error", "detail": f"fork server: {exc!r}", "seconds": 0.0}
+            write_frame(proto_out, result)
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,301 @@
+"""`SandboxPool`: N sandboxed fork-server workers that run programs in parallel.
+
+Each worker is one long-lived sandbox (see sandbox.py) around a small fork server (see
+forkserver.py) that forks one child per program, so the ~30 ms Python start-up is paid once per
+worker instead of once per program. Workers are started with subprocess, never by forking the
+caller, so the pool works from a process that has torch loaded. A worker that dies or stops
+answering is killed as a whole and restarted; the program it was running gets an outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
+
+from quench.errors import QuenchError
+from quench.execution.outcomes import ExecutionResult, Outcome
+from quench.execution.sandbox import WORKER_ENV, Isolation, SandboxLimits, choose_isolation, worker_command
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+START_TIMEOUT_S = 60.0  # a cold start on a loaded machine; normally ~50 ms
+GRACE_S = 5.0  # beyond timeout_s before an unanswering worker is presumed hung
+
+
+class _Worker:
+    """One fork-server process and its framed pipes."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.process: subprocess.Popen[bytes] | None = None
+        self.buffer = bytearray()
+        self.program_group: int | None = None  # "rlimits" mode: the running program's group
+        self.ready: dict[str, object] = {}
+
+    def start(self) -> None:
+        self.buffer.clear()
+        self.program_group = None
+        self.process = subprocess.Popen(
+            self.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=WORKER_ENV,
+            start_new_session=True,  # its own group: killing the worker kills all of it
+            cwd="/",
+        )
+
+    def wait_ready(self) -> None:
+        frames = self.read_until(time.monotonic() + START_TIMEOUT_S)
+        if not frames or not frames[0].get("ready"):
+            self.kill()
+            raise QuenchError(f"sandbox worker failed to start: {' '.join(self.command[:3])} ...")
+        self.ready = frames[0]
+
+    def fileno(self) -> int:
+        assert self.process is not None and self.process.stdout is not None
+        return self.process.stdout.fileno()
+
+    def send(self, program: str) -> bool:
+        """Write one request; False if the worker is gone."""
+        assert self.process is not None and self.process.stdin is not None
+        data = _encode({"program": program})
+        try:
+            self.process.stdin.write(data)
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def read_frames(self) -> list[dict[str, object]] | None:
+        """Frames readable now; None once the worker has closed its pipe (it died)."""
+        chunk = os.read(self.fileno(), 65536)
+        if not chunk:
+            return None
+        self.buffer += chunk
+        frames = []
+        while len(self.buffer) >= 4:
+            (size,) = struct.unpack(">I", self.buffer[:4])
+            if len(self.buffer) < 4 + size:
+                break
+            frames.append(_decode(bytes(self.buffer[4 : 4 + size])))
+            del self.buffer[: 4 + size]
+        for frame in frames:
+            if "started" in frame:
+                self.program_group = int(frame["started"])  # type: ignore[call-overload]
+        return [frame for frame in frames if "started" not in frame]
+
+    def read_until(self, deadline: float) -> list[dict[str, object]] | None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.fileno(), selectors.EVENT_READ)
+            while (remaining := deadline - time.monotonic()) > 0:
+                if selector.select(remaining):
+                    frames = self.read_frames()
+                    if frames is None or frames:
+                        return frames
+        return None
+
+    def kill(self) -> None:
+        """Kill the worker's whole process group and reap it."""
+        if self.process is None:
+            return
+        for group in (self.process.pid, self.program_group):
+            if group is not None:
+                try:
+                    os.killpg(group, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        self.process = None
+
+    def stop(self) -> None:
+        """Ask an idle worker to exit (it reaps its children first), then make sure it did."""
+        if self.process is None:
+            return
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            self.process.wait(timeout=2.0)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+@dataclass
+class _Job:
+    key: object
+    started: float
+    deadline: float
+
+
+class SandboxPool:
+    """Run untrusted programs, each in its own sandboxed process, across `workers` processes.
+
+    Use as a context manager; `isolation` is "auto" (bwrap if it works here), "bwrap" or "rlimits".
+    Not thread-safe: one consumer at a time.
+    """
+
+    def __init__(
+        self, workers: int | None = None, limits: SandboxLimits = SandboxLimits(), *, isolation: str = "auto"
+    ) -> None:
+        self.workers = workers or os.cpu_count() or 1
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.limits = limits
+        self.isolation: Isolation = choose_isolation(isolation)
+        self._command = worker_command(self.isolation, limits)
+        self._pool: list[_Worker] = []
+
+    @property
+    def network_isolated(self) -> bool:
+        """Whether programs have no network (always in "bwrap"; in "rlimits" only with CAP_SYS_ADMIN)."""
+        self.start()
+        return all(bool(worker.ready.get("network_isolated")) for worker in self._pool)
+
+    def __enter__(self) -> "SandboxPool":
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def start(self) -> None:
+        if self._pool:
+            return
+        workers = [_Worker(self._command) for _ in range(self.workers)]
+        try:
+            for worker in workers:  # start all first: their Python start-ups overlap
+                worker.start()
+            for worker in workers:
+                worker.wait_ready()
+        except BaseException:
+            for worker in workers:
+                worker.kill()
+            raise
+        self._pool = workers
+        log.info("sandbox pool: %d workers, isolation %s", len(workers), self.isolation)
+
+    def close(self) -> None:
+        """Stop every worker; no process of the pool is left afterwards."""
+        for worker in self._pool:
+            worker.stop()
+        self._pool = []
+
+    def run_many(self, programs: Sequence[str]) -> list[ExecutionResult]:
+        """Results in the order of `programs`."""
+        results: list[ExecutionResult | None] = [None] * len(programs)
+        for index, result in self.imap(enumerate(programs)):
+            results[index] = result
+        return [result for result in results if result is not None]
+
+    def imap(self, items: Iterable[tuple[K, str]]) -> Iterator[tuple[K, ExecutionResult]]:
+        """Yield `(key, result)` as programs finish (unordered)."""
+        self.start()
+        source = iter(items)
+        idle = list(self._pool)
+        busy: dict[_Worker, _Job] = {}
+        try:
+            while True:
+                while idle and (item := next(source, None)) is not None:
+                    key, program = item
+                    worker = idle.pop()
+                    if self._dispatch(worker, program):
+                        busy[worker] = self._job(key)
+                    else:
+                        idle.append(worker)
+                        yield key, ExecutionResult(Outcome.sandbox_error, "sandbox worker unavailable")
+                if not busy:
+                    return
+                for worker, result in self._collect(busy):
+                    job = busy.pop(worker)
+                    idle.append(worker)
+                    yield job.key, result  # type: ignore[misc]
+        finally:
+            for worker in busy:  # abandoned mid-program: never let it reach the next caller
+                self._restart(worker)
+
+    def _job(self, key: object) -> _Job:
+        now = time.monotonic()
+        return _Job(key, now, now + self.limits.timeout_s + GRACE_S)
+
+    def _dispatch(self, worker: _Worker, program: str) -> bool:
+        """Send a program, restarting the worker once if it had died while idle."""
+        if worker.send(program):
+            return True
+        return self._restart(worker) and worker.send(program)
+
+    def _collect(self, busy: dict[_Worker, _Job]) -> list[tuple[_Worker, ExecutionResult]]:
+        """Wait for at least one busy worker to answer, die or pass its deadline."""
+        finished: list[tuple[_Worker, ExecutionResult]] = []
+        with selectors.DefaultSelector() as selector:
+            for worker in busy:
+                selector.register(worker.fileno(), selectors.EVENT_READ, worker)
+            while not finished:
+                timeout = max(0.0, min(job.deadline for job in busy.values()) - time.monotonic())
+                for key, _ in selector.select(timeout):
+                    worker = key.data
+                    frames = worker.read_frames()
+                    if frames is None:
+                        finished.append((worker, self._worker_died(worker, busy[worker])))
+                    elif frames:
+                        finished.append((worker, _result(frames[0])))
+                now = time.monotonic()
+                done = {worker for worker, _ in finished}
+                for worker, job in busy.items():
+                    if worker not in done and now > job.deadline:
+                        self._restart(worker)
+                        detail = f"sandbox worker gave no answer within {self.limits.timeout_s + GRACE_S:g} s"
+                        finished.append((worker, ExecutionResult(Outcome.timeout, detail, now - job.started)))
+        return finished
+
+    def _worker_died(self, worker: _Worker, job: _Job) -> ExecutionResult:
+        seconds = time.monotonic() - job.started
+        self._restart(worker)
+        # Only a program can kill its fork server mid-run (e.g. os.kill(os.getppid(), 9)).
+        return ExecutionResult(Outcome.crashed, "the program killed its sandbox worker", seconds)
+
+    def _restart(self, worker: _Worker) -> bool:
+        worker.kill()
+        try:
+            worker.start()
+            worker.wait_ready()
+        except (OSError, QuenchError) as err:
+            log.error("could not restart a sandbox worker: %s", err)
+            return False
+        return True
+
+
+def _encode(message: dict[str, object]) -> bytes:
+    import json
+
+    data = json.dumps(message).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+def _decode(data: bytes) -> dict[str, object]:
+    import json
+
+    return dict(json.loads(data))
+
+
+def _result(frame: dict[str, object]) -> ExecutionResult:
+    try:
+        outcome = Outcome(str(frame["outcome"]))
+    except (KeyError, ValueError):
+        return ExecutionResult(Outcome.sandbox_error, f"malformed answer from the sandbox: {frame!r}"[:300])
+    return ExecutionResult(outcome, str(frame.get("detail", "")), float(frame.get("seconds", 0.0)))  # type: ignore[arg-type]

@@ -1,0 +1,95 @@
+"""The perturbation interface, its four categories, the registry, and seeded application."""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from typing import ClassVar, Iterable, TypeVar
+
+from quench.benchmarks import Problem
+from quench.errors import QuenchError
+
+DOCSTRING = "docstring"
+FUNCTION_NAME = "function_name"
+CODE_SYNTAX = "code_syntax"
+CODE_FORMAT = "code_format"
+CATEGORIES = (DOCSTRING, FUNCTION_NAME, CODE_SYNTAX, CODE_FORMAT)
+# ReCode's directory names for the same categories (dataset-release/perturbed_finalized/...).
+RECODE_CATEGORY = {DOCSTRING: "nlaugmenter", FUNCTION_NAME: "func_name", CODE_SYNTAX: "natgen", CODE_FORMAT: "format"}
+CATEGORY_ALIASES = {alias: name for name, alias in RECODE_CATEGORY.items()} | {c: c for c in CATEGORIES}
+
+
+class Perturbation(ABC):
+    """One ReCode transformation: `apply` returns the perturbed problem, or the same one unchanged."""
+
+    name: ClassVar[str]
+    category: ClassVar[str]
+    description: ClassVar[str]
+    randomized: ClassVar[bool] = True  # False: every seed gives the same variant
+    model_based: ClassVar[bool] = False  # needs a causal LM (slow; opt-in on the command line)
+
+    @abstractmethod
+    def apply(self, problem: Problem, rng: random.Random) -> Problem:
+        """The perturbed problem; `problem` itself when the transformation does not apply."""
+
+
+P = TypeVar("P", bound=type[Perturbation])
+REGISTRY: dict[str, type[Perturbation]] = {}
+
+
+def register(cls: P) -> P:
+    if cls.name in REGISTRY:
+        raise ValueError(f"perturbation {cls.name!r} registered twice")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load_all() -> None:
+    # Importing the modules fills the registry; done lazily to avoid import cycles.
+    from quench.perturbations import code_format, code_syntax, docstring, function_name, model_based  # noqa: F401
+
+
+def perturbation_class(name: str) -> type[Perturbation]:
+    _load_all()
+    if name not in REGISTRY:
+        raise QuenchError(f"unknown perturbation {name!r}; `quench perturb --list` shows them all")
+    return REGISTRY[name]
+
+
+def create(name: str, **kwargs: object) -> Perturbation:
+    """An instance by ReCode name; model-based ones accept `model=` (see `model_based`)."""
+    return perturbation_class(name)(**kwargs)
+
+
+def names(categories: Iterable[str] | None = None, include_model_based: bool = True) -> list[str]:
+    """Registered names in ReCode's order, filtered by category (ReCode aliases accepted)."""
+    _load_all()
+    wanted = None
+    if categories is not None:
+        wanted = set()
+        for category in categories:
+            if category not in CATEGORY_ALIASES:
+                raise QuenchError(f"unknown category {category!r}; choose from {', '.join(CATEGORIES)}")
+            wanted.add(CATEGORY_ALIASES[category])
+    return [
+        name for name, cls in REGISTRY.items()
+        if (wanted is None or cls.category in wanted) and (include_model_based or not cls.model_based)
+    ]
+
+
+def seeded_rng(name: str, task_id: str, seed: int) -> random.Random:
+    """One generator per (transformation, task, seed): results do not depend on order or subset."""
+    return random.Random(f"{name}/{task_id}/{seed}")
+
+
+def tag(problem: Problem, perturbation: Perturbation, seed: int) -> Problem:
+    extra = dict(problem.extra) | {
+        "perturbation": perturbation.name, "category": perturbation.category, "seed": str(seed),
+    }
+    return problem.with_changes(extra=tuple(sorted(extra.items())))
+
+
+def apply_seeded(perturbation: Perturbation, problem: Problem, seed: int) -> Problem:
+    """Apply with the (name, task, seed) generator and record the perturbation in `extra`."""
+    rng = seeded_rng(perturbation.name, problem.task_id, seed)
+    return tag(perturbation.apply(problem, rng), perturbation, seed)

@@ -1,0 +1,195 @@
+"""Docstring perturbations (ReCode's NL-Augmenter set): typos, case, whitespace, words, tense.
+
+Each edits only the docstring prose (after the opening quotes, before the first `>>>`), and only
+its unprotected words and in-line spaces (see `text.py`); the rest of the prompt stays
+byte-for-byte. BackTranslation (model-based) lives in `model_based.py`.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import abstractmethod
+
+from quench.benchmarks import Problem
+from quench.perturbations import tense
+from quench.perturbations.base import DOCSTRING, Perturbation, register
+from quench.perturbations.lexicon import lexicon
+from quench.perturbations.text import SPACE, WORD, Piece, docstring_text, join, match_case, segment
+from quench.perturbations.words import PROTECTED_VOCABULARY, STOPWORDS, butter_fingers, change_case, swap_characters
+
+QUOTES = ('"""', "'''")
+
+
+class DocstringPerturbation(Perturbation):
+    category = DOCSTRING
+
+    def apply(self, problem: Problem, rng: random.Random) -> Problem:
+        doc = docstring_text(problem)
+        if doc is None:
+            return problem
+        text = problem.prompt[doc.start:doc.end]
+        new = self.edit(segment(text, doc.identifiers), rng)
+        if new == text or any(q in new for q in QUOTES) or new.endswith("\\") or not new.strip():
+            return problem
+        return problem.with_changes(prompt=problem.prompt[:doc.start] + new + problem.prompt[doc.end:])
+
+    @abstractmethod
+    def edit(self, pieces: list[Piece], rng: random.Random) -> str:
+        """The new editable text."""
+
+
+class WordwiseDocstringPerturbation(DocstringPerturbation):
+    def edit(self, pieces: list[Piece], rng: random.Random) -> str:
+        out, previous = [], ""
+        for piece in pieces:
+            if piece.kind == WORD:
+                out.append(Piece(self.edit_word(piece.text, previous, rng), WORD))
+                previous = piece.text.lower()
+            else:
+                out.append(piece)
+                if piece.kind != SPACE:
+                    previous = ""
+        return join(out)
+
+    @abstractmethod
+    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+        """The replacement for one editable word (`previous`: the word before it, lower case)."""
+
+
+@register
+class ButterFingersPerturbation(WordwiseDocstringPerturbation):
+    name = "ButterFingersPerturbation"
+    description = "keyboard typos: each letter becomes a neighbouring key with p=0.05"
+
+    def __init__(self, prob: float = 0.05) -> None:
+        self.prob = prob
+
+    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+        return butter_fingers(word, rng, self.prob)
+
+
+@register
+class ChangeCharCase(WordwiseDocstringPerturbation):
+    name = "ChangeCharCase"
+    description = "each character upper-cased with p=0.35"
+
+    def __init__(self, prob: float = 0.35) -> None:
+        self.prob = prob
+
+    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+        return change_case(word, rng, self.prob)
+
+
+@register
+class SwapCharactersPerturbation(WordwiseDocstringPerturbation):
+    name = "SwapCharactersPerturbation"
+    description = "adjacent characters swapped with p=0.05"
+
+    def __init__(self, prob: float = 0.05) -> None:
+        self.prob = prob
+
+    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+        return swap_characters(word, rng, self.prob)
+
+
+def eligible(word: str) -> bool:
+    lower = word.lower()
+    return len(lower) > 2 and lower not in STOPWORDS
+
+
+@register
+class EnglishInflectionalVariation(WordwiseDocstringPerturbation):
+    name = "EnglishInflectionalVariation"
+    description = "nouns, verbs and adjectives replaced by a random inflection of the same lemma"
+
+    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+        if not eligible(word):
+            return word
+        reading = lexicon().analyse(word.lower(), previous)
+        if reading is None:
+            return word
+        return match_case(word, rng.choice(lexicon().inflections(reading.lemma, reading.pos)))
+
+
+def synonyms(word: str, previous: str) -> list[str]:
+    lower = word.lower()
+    if not eligible(word) or lower in PROTECTED_VOCABULARY:
+        return []
+    reading = lexicon().analyse(lower, previous)
+    return [s for s in lexicon().synonyms_of(reading) if s != lower] if reading else []
+
+
+@register
+class SynonymSubstitution(WordwiseDocstringPerturbation):
+    name = "SynonymSubstitution"
+    description = "words replaced by a WordNet synonym (most frequent sense, inflected alike) with p=0.5"
+
+    def __init__(self, prob: float = 0.5) -> None:
+        self.prob = prob
+
+    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+        options = synonyms(word, previous)
+        if options and rng.random() < self.prob:
+            return match_case(word, rng.choice(options))
+        return word
+
+
+@register
+class SynonymInsertion(WordwiseDocstringPerturbation):
+    name = "SynonymInsertion"
+    description = "a WordNet synonym inserted after words with p=0.5"
+
+    def __init__(self, prob: float = 0.5) -> None:
+        self.prob = prob
+
+    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+        options = synonyms(word, previous)
+        if options and rng.random() < self.prob:
+            return f"{word} {rng.choice(options)}"
+        return word
+
+
+@register
+class WhitespacePerturbation(DocstringPerturbation):
+    name = "WhitespacePerturbation"
+    description = "spaces between words removed with p=0.1, spaces added after letters with p=0.05"
+
+    def __init__(self, remove_prob: float = 0.1, add_prob: float = 0.05) -> None:
+        self.remove_prob = remove_prob
+        self.add_prob = add_prob
+
+    def edit(self, pieces: list[Piece], rng: random.Random) -> str:
+        out = []
+        for i, piece in enumerate(pieces):
+            if piece.kind == SPACE:
+                between_words = 0 < i < len(pieces) - 1 and pieces[i - 1].kind == WORD == pieces[i + 1].kind
+                if between_words and rng.random() < self.remove_prob:
+                    continue
+                out.append(piece.text)
+            elif piece.kind == WORD:
+                # Never after the last letter: a space there could touch a protected token.
+                out.append("".join(c + " " if j < len(piece.text) - 1 and rng.random() < self.add_prob else c
+                                   for j, c in enumerate(piece.text)))
+            else:
+                out.append(piece.text)
+        return "".join(out)
+
+
+@register
+class TenseTransformationPast(DocstringPerturbation):
+    name = "TenseTransformationPast"
+    description = "present-tense verbs put in the past (is -> was, returns -> returned)"
+    randomized = False
+
+    def edit(self, pieces: list[Piece], rng: random.Random) -> str:
+        return tense.transform(pieces, "past")
+
+
+@register
+class TenseTransformationFuture(DocstringPerturbation):
+    name = "TenseTransformationFuture"
+    description = "present-tense verbs put in the future (is -> will be, returns -> will return)"
+    randomized = False
+
+    def edit(self, pieces: list[Piece], rng: random.Random) -> str:
+        return tense.transform(pieces, "future")

@@ -1,0 +1,83 @@
+"""A small rule-based tense shifter for docstring prose (ReCode's TenseTransformation).
+
+Only finite present-tense verbs change: the copula and auxiliaries (`is`, `are`, `has`, `does`)
+and third-person verbs after a subject (`it returns`, `that contains`, `the list has`).
+Imperatives (`Return the sum`) and participles (`given`, `sorted`) stay as they are.
+"""
+
+from __future__ import annotations
+
+from quench.perturbations.lexicon import lexicon
+from quench.perturbations.text import FIXED, SPACE, WORD, Piece, match_case
+
+PAST = {"is": "was", "are": "were", "am": "was", "has": "had", "have": "had", "does": "did", "do": "did"}
+FUTURE = {"is": "will be", "are": "will be", "am": "will be", "was": "will be", "were": "will be",
+          "has": "will have", "have": "will have", "does": "will", "do": "will"}
+NEGATED_FUTURE = {"is": "will not be", "are": "will not be", "am": "will not be", "was": "will not be",
+                  "were": "will not be", "has": "will not have", "have": "will not have",
+                  "does": "will not", "do": "will not"}
+SUBJECTS = frozenset("it he she this that which who there what one".split())
+PLURAL_SUBJECTS = frozenset("they we you i".split())
+NEEDS_SUBJECT = frozenset({"has", "have", "does", "do"})
+
+
+def is_subject(previous: str, plural: bool) -> bool:
+    if previous == "<name>":
+        return True
+    if previous in (PLURAL_SUBJECTS if plural else SUBJECTS):
+        return True
+    reading = lexicon().analyse(previous) if previous else None
+    return reading is not None and reading.pos == "NOUN" and reading.tag == ("NNS" if plural else "NN")
+
+
+def shift_verb(word: str, previous: str, when: str) -> str | None:
+    """The shifted form of a present-tense verb, or None when `word` is not one here."""
+    lower = word.lower()
+    if lower in FUTURE or lower in PAST:
+        if lower in NEEDS_SUBJECT and not (is_subject(previous, plural=lower in ("have", "do"))):
+            return None
+        return (PAST if when == "past" else FUTURE).get(lower)
+    verb = next((a for a in lexicon().analyses(lower) if a.pos == "VERB" and a.tag == "VBZ"), None)
+    if verb is None or not is_subject(previous, plural=False):
+        return None
+    noun = next((a for a in lexicon().analyses(lower) if a.pos == "NOUN"), None)
+    if previous not in SUBJECTS and noun is not None and noun.count > verb.count:
+        return None  # `list numbers`: more likely a noun than a verb
+    if when == "past":
+        return lexicon().inflect(verb.lemma, "VERB", "VBD")
+    return f"will {verb.lemma}"
+
+
+def previous_word(piece: Piece) -> str:
+    """What a piece tells about the subject: a word, a protected name, or nothing."""
+    if piece.kind == WORD:
+        return piece.text.lower()
+    if piece.kind == FIXED and piece.text.strip("`'\"").replace("_", "").isalnum():
+        return "<name>"
+    return ""
+
+
+def transform(pieces: list[Piece], when: str) -> str:
+    out: list[str] = []
+    previous = ""
+    skip_not = False
+    for i, piece in enumerate(pieces):
+        if skip_not and piece.kind == WORD and piece.text.lower() == "not":
+            skip_not = False
+            out.pop()  # the space before `not`
+            continue
+        skip_not = False
+        if piece.kind == WORD:
+            shifted = shift_verb(piece.text, previous, when)
+            if shifted:
+                following = pieces[i + 2].text.lower() if i + 2 < len(pieces) and pieces[i + 1].kind == SPACE else ""
+                if when == "future" and following == "not":
+                    shifted = NEGATED_FUTURE[piece.text.lower()]
+                    skip_not = True
+                out.append(match_case(piece.text, shifted))
+                previous = piece.text.lower()
+                continue
+        out.append(piece.text)
+        if piece.kind != SPACE:
+            previous = previous_word(piece)
+    return "".join(out)
