@@ -9,6 +9,7 @@ answering is killed as a whole and restarted; the program it was running gets an
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import selectors
@@ -67,7 +68,8 @@ class _Worker:
 
     def send(self, program: str) -> bool:
         """Write one request; False if the worker is gone."""
-        assert self.process is not None and self.process.stdin is not None
+        if self.process is None or self.process.stdin is None:
+            return False
         data = _encode({"program": program})
         try:
             self.process.stdin.write(data)
@@ -89,9 +91,8 @@ class _Worker:
                 break
             frames.append(_decode(bytes(self.buffer[4 : 4 + size])))
             del self.buffer[: 4 + size]
-        for frame in frames:
-            if "started" in frame:
-                self.program_group = int(frame["started"])  # type: ignore[call-overload]
+        for frame in frames:  # "started" names the running program's group ("rlimits" mode only)
+            self.program_group = int(frame["started"]) if "started" in frame else None  # type: ignore[call-overload]
         return [frame for frame in frames if "started" not in frame]
 
     def read_until(self, deadline: float) -> list[dict[str, object]] | None:
@@ -105,9 +106,20 @@ class _Worker:
         return None
 
     def kill(self) -> None:
-        """Kill the worker's whole process group and reap it."""
+        """Kill the worker and everything under it, and reap it."""
         if self.process is None:
             return
+        # bwrap: the child is the namespace's init; killing it kills the namespace and lets
+        # bwrap exit and be reaped normally. "rlimits": the children are the running program.
+        for child in _children(self.process.pid):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
         for group in (self.process.pid, self.program_group):
             if group is not None:
                 try:
@@ -116,22 +128,28 @@ class _Worker:
                     pass
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None:
+            if pipe is not None and not pipe.closed:
                 try:
                     pipe.close()
                 except OSError:
                     pass
         self.process = None
 
-    def stop(self) -> None:
-        """Ask an idle worker to exit (it reaps its children first), then make sure it did."""
+    def request_exit(self) -> None:
+        """Close the request pipe: an idle fork server reaps its children and exits."""
+        if self.process is not None and self.process.stdin is not None:
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass
+
+    def stop(self, patience_s: float = 2.0) -> None:
+        """Wait for a requested exit, then make sure of it."""
         if self.process is None:
             return
         try:
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-            self.process.wait(timeout=2.0)
-        except (OSError, subprocess.TimeoutExpired):
+            self.process.wait(timeout=patience_s)
+        except subprocess.TimeoutExpired:
             pass
         self.kill()
 
@@ -167,6 +185,10 @@ class SandboxPool:
         self.start()
         return all(bool(worker.ready.get("network_isolated")) for worker in self._pool)
 
+    def worker_pids(self) -> list[int]:
+        """Host pids of the worker processes (the bwrap or fork-server processes), for monitoring."""
+        return [worker.process.pid for worker in self._pool if worker.process is not None]
+
     def __enter__(self) -> "SandboxPool":
         self.start()
         return self
@@ -192,6 +214,8 @@ class SandboxPool:
 
     def close(self) -> None:
         """Stop every worker; no process of the pool is left afterwards."""
+        for worker in self._pool:
+            worker.request_exit()
         for worker in self._pool:
             worker.stop()
         self._pool = []
@@ -280,16 +304,20 @@ class SandboxPool:
         return True
 
 
-def _encode(message: dict[str, object]) -> bytes:
-    import json
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+            return [int(child) for child in handle.read().split()]
+    except OSError:
+        return []
 
+
+def _encode(message: dict[str, object]) -> bytes:
     data = json.dumps(message).encode()
     return struct.pack(">I", len(data)) + data
 
 
 def _decode(data: bytes) -> dict[str, object]:
-    import json
-
     return dict(json.loads(data))
 
 

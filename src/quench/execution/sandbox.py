@@ -126,7 +126,7 @@ def python_dirs() -> list[str]:
 
 def bwrap_args(limits: SandboxLimits) -> list[str]:
     """bwrap options: nobody, new namespaces, read-only system and Python dirs, tmpfs scratch."""
-    args = ["bwrap", "--unshare-all", "--disable-userns", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+    args = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY), "--gid", str(NOBODY)]
     args += ["--die-with-parent", "--new-session"]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):

@@ -17,6 +17,16 @@ CATEGORIES = (DOCSTRING, FUNCTION_NAME, CODE_SYNTAX, CODE_FORMAT)
 # ReCode's directory names for the same categories (dataset-release/perturbed_finalized/...).
 RECODE_CATEGORY = {DOCSTRING: "nlaugmenter", FUNCTION_NAME: "func_name", CODE_SYNTAX: "natgen", CODE_FORMAT: "format"}
 CATEGORY_ALIASES = {alias: name for name, alias in RECODE_CATEGORY.items()} | {c: c for c in CATEGORIES}
+RECODE_ORDER = (
+    "BackTranslation", "ButterFingersPerturbation", "ChangeCharCase", "EnglishInflectionalVariation",
+    "SwapCharactersPerturbation", "SynonymInsertion", "SynonymSubstitution", "TenseTransformationPast",
+    "TenseTransformationFuture", "WhitespacePerturbation",
+    "FuncRenameCamelCase", "FuncRenameButterFinger", "FuncRenameSwapChar", "FuncRenameChangeChar",
+    "FuncRenameInflectionalVariation", "FuncRenameSynonymSub",
+    "DeadCodeInserter", "DeadCodeInserterLast", "ForWhileTransformer", "OperandSwap", "VarRenamerCB",
+    "VarRenamerNaive", "VarRenamerRN",
+    "tab_indent", "split_lines", "doc2comments", "new_lines", "new_line_aftercode", "new_line_afterdoc",
+)
 
 
 class Perturbation(ABC):
@@ -71,10 +81,12 @@ def names(categories: Iterable[str] | None = None, include_model_based: bool = T
             if category not in CATEGORY_ALIASES:
                 raise QuenchError(f"unknown category {category!r}; choose from {', '.join(CATEGORIES)}")
             wanted.add(CATEGORY_ALIASES[category])
-    return [
-        name for name, cls in REGISTRY.items()
-        if (wanted is None or cls.category in wanted) and (include_model_based or not cls.model_based)
-    ]
+    order = {name: i for i, name in enumerate(RECODE_ORDER)}
+    return sorted(
+        (name for name, cls in REGISTRY.items()
+         if (wanted is None or cls.category in wanted) and (include_model_based or not cls.model_based)),
+        key=lambda name: (order.get(name, len(order)), name),
+    )
 
 
 def seeded_rng(name: str, task_id: str, seed: int) -> random.Random:

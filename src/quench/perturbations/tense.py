@@ -38,7 +38,9 @@ def shift_verb(word: str, previous: str, when: str) -> str | None:
             return None
         return (PAST if when == "past" else FUTURE).get(lower)
     verb = next((a for a in lexicon().analyses(lower) if a.pos == "VERB" and a.tag == "VBZ"), None)
-    if verb is None or not is_subject(previous, plural=False):
+    if verb is None:
+        return plural_verb(lower, previous, when)
+    if not is_subject(previous, plural=False):
         return None
     noun = next((a for a in lexicon().analyses(lower) if a.pos == "NOUN"), None)
     if previous not in SUBJECTS and noun is not None and noun.count > verb.count:
@@ -46,6 +48,16 @@ def shift_verb(word: str, previous: str, when: str) -> str | None:
     if when == "past":
         return lexicon().inflect(verb.lemma, "VERB", "VBD")
     return f"will {verb.lemma}"
+
+
+def plural_verb(lower: str, previous: str, when: str) -> str | None:
+    """`the numbers differ` -> `differed` / `will differ`: a base-form verb after a plural subject."""
+    readings = lexicon().analyses(lower)
+    if not readings or readings[0].pos != "VERB" or readings[0].tag != "VB" or not is_subject(previous, plural=True):
+        return None
+    if when == "past":
+        return lexicon().inflect(readings[0].lemma, "VERB", "VBD")
+    return f"will {lower}"
 
 
 def previous_word(piece: Piece) -> str:

@@ -1,0 +1,83 @@
+"""A static KV cache whose rows have their own lengths (ragged), written at explicit positions.
+
+Each row of the batch is a slot. A slot's valid length is owned by the engine, not the cache: the
+model writes the keys/values of new tokens at positions `start[b] .. start[b] + S - 1` and attends
+to positions `<= start[b] + s`. Rolling back rejected draft tokens therefore costs nothing — the
+engine simply does not advance the row's length, and the stale entries are overwritten later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """The keys/values of one prompt, ready to be copied into any slot."""
+
+    keys: tuple[torch.Tensor, ...]  # per layer (H, P, D)
+    values: tuple[torch.Tensor, ...]  # per layer (H, P, D)
+    length: int  # P
+
+
+class KVCache:
+    """Per-layer key/value buffers of shape (B, H, T, D), allocated on the first write of a layer."""
+
+    def __init__(self, num_layers: int, batch: int, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.num_layers = num_layers
+        self.batch = batch
+        self.max_len = max_len
+        self.dtype = dtype
+        self.device = device
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self._rows = torch.arange(batch, device=device)[:, None]  # (B, 1) row index for writes
+
+    def allocate(self, layer: int, heads: int, head_dim: int, value_dim: int | None = None) -> None:
+        shape = (self.batch, heads, self.max_len, head_dim)
+        self.keys[layer] = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        vshape = (self.batch, heads, self.max_len, value_dim or head_dim)
+        self.values[layer] = torch.zeros(vshape, dtype=self.dtype, device=self.device)
+
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor) -> None:
+        """Store new keys/values (B, S, H, D) at `positions` (B, S) of every row."""
+        if self.keys[layer] is None:
+            self.allocate(layer, keys.shape[2], keys.shape[3], values.shape[3])
+        self.keys[layer][self._rows, :, positions] = keys.to(self.dtype)  # type: ignore[index]
+        self.values[layer][self._rows, :, positions] = values.to(self.dtype)  # type: ignore[index]
+
+    def window(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first `length` positions of every row: (B, H, length, D) views, no copy."""
+        return self.keys[layer][:, :, :length], self.values[layer][:, :, :length]  # type: ignore[index]
+
+    def snapshot(self, row: int, length: int) -> Prefix:
+        """The first `length` positions of one row, as views (valid until the row is overwritten)."""
+        keys = tuple(k[row, :, :length] for k in self.keys)  # type: ignore[index]
+        values = tuple(v[row, :, :length] for v in self.values)  # type: ignore[index]
+        return Prefix(keys, values, length)
+
+    def install(self, row: int, prefix: Prefix) -> None:
+        """Copy a prompt's keys/values into a slot (a row's first `prefix.length` positions)."""
+        for layer, (k, v) in enumerate(zip(prefix.keys, prefix.values)):
+            if self.keys[layer] is None:
+                self.allocate(layer, k.shape[0], k.shape[2], v.shape[2])
+            self.keys[layer][row, :, : prefix.length] = k  # type: ignore[index]
+            self.values[layer][row, :, : prefix.length] = v  # type: ignore[index]
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def attention_window(start: torch.Tensor, num_new: int, max_len: int, bucket: int = 64) -> int:
+    """Key positions the next forward must see, rounded up so shapes repeat (fewer recompiles)."""
+    return min(max_len, round_up(int(start.max()) + num_new, bucket))
+
+
+def causal_mask(start: torch.Tensor, num_new: int, window: int) -> torch.Tensor:
+    """Bool mask (B, 1, S, Tk): query s of row b sees key t iff t <= start[b] + s."""
+    query_pos = start[:, None] + torch.arange(num_new, device=start.device)  # (B, S)
+    key_pos = torch.arange(window, device=start.device)  # (Tk,)
+    return (key_pos[None, None, :] <= query_pos[:, :, None])[:, None]  # (B, 1, S, Tk)

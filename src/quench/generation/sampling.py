@@ -1,0 +1,54 @@
+"""Pure tensor functions that turn logits into probabilities and draw tokens with per-row generators.
+
+Every row of a batch owns a `torch.Generator`, so a row's random draws do not depend on which other
+rows share its batch (batch invariance), and a sample is reproducible from its seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from quench.generation.types import SamplingParams
+
+
+def row_generator(seed: int, request_index: int, sample_index: int) -> torch.Generator:
+    """A generator seeded from (seed, request index, sample index), independent of batch layout."""
+    digest = hashlib.blake2b(f"{seed}/{request_index}/{sample_index}".encode(), digest_size=8).digest()
+    generator = torch.Generator()
+    generator.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    return generator
+
+
+def logits_to_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """Temperature, then top-k, then top-p (as Hugging Face orders them): logits (..., V) -> probs (..., V)."""
+    logits = logits.float() / sampling.temperature
+    if 0 < sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]  # (..., 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        logits = _top_p_filter(logits, sampling.top_p)
+    return torch.softmax(logits, dim=-1)
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
+    sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass of strictly better tokens
+    drop_sorted = mass_before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row: probs (B, V) -> tokens (B,), row b drawn with generators[b]."""
+    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generators)])
+
+
+def next_tokens(logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]) -> torch.Tensor:
+    """Regular decoding: logits (B, V) -> tokens (B,), greedy (argmax) or sampled."""
+    if sampling.greedy:
+        return logits.argmax(dim=-1)
+    return sample_rows(logits_to_probs(logits, sampling), generators)

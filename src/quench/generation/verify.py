@@ -1,0 +1,111 @@
+"""Lossless verification of draft tokens against the target model (Leviathan et al. / Chen et al.).
+
+Glossary (as in vLLM's rejection sampler):
+- draft tokens: K tokens proposed per row; rows may propose fewer (ragged), padded with PLACEHOLDER.
+- accepted tokens: the longest prefix of the draft the target agrees with.
+- recovered token: at the first rejection, one token from norm(max(0, target_probs - draft_probs)).
+- bonus token: when a row's whole draft is accepted, one token from the target at the next position.
+- output = accepted + (recovered or bonus): between 1 and K + 1 tokens per row.
+
+Greedy verification accepts while the draft equals the target argmax, so the output is exactly what
+plain greedy decoding would produce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from quench.generation.sampling import sample_rows
+
+PLACEHOLDER = -1  # a missing draft / output token (ragged rows)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Per row: how many draft tokens were accepted, and the tokens to append."""
+
+    num_accepted: torch.Tensor  # (B,) in 0..K
+    tokens: torch.Tensor  # (B, K + 1): row b's output is tokens[b, : num_accepted[b] + 1], then PLACEHOLDER
+
+    def row(self, b: int) -> list[int]:
+        return self.tokens[b, : int(self.num_accepted[b]) + 1].tolist()
+
+
+def _accepted_prefix(accept: torch.Tensor) -> torch.Tensor:
+    """accept (B, K) bool -> length of the all-True prefix per row (B,)."""
+    return accept.long().cumprod(dim=1).sum(dim=1)
+
+
+def _assemble(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """Accepted drafts, then `last` (B,) at index num_accepted, then PLACEHOLDER: (B, K + 1)."""
+    batch, k = draft_tokens.shape
+    padded = torch.cat([draft_tokens, draft_tokens.new_full((batch, 1), PLACEHOLDER)], dim=1)  # (B, K + 1)
+    index = torch.arange(k + 1, device=draft_tokens.device)[None, :]  # (1, K + 1)
+    tokens = torch.where(index < num_accepted[:, None], padded, PLACEHOLDER)
+    return tokens.scatter(1, num_accepted[:, None], last[:, None])
+
+
+def verify_greedy(draft_tokens: torch.Tensor, target_tokens: torch.Tensor) -> Verdict:
+    """draft_tokens (B, K), target argmax tokens (B, K + 1) -> Verdict."""
+    k = draft_tokens.shape[1]
+    accept = (draft_tokens == target_tokens[:, :k]) & (draft_tokens != PLACEHOLDER)  # (B, K)
+    num_accepted = _accepted_prefix(accept)
+    last = target_tokens.gather(1, num_accepted[:, None]).squeeze(1)  # (B,) target's own next token
+    return Verdict(num_accepted, _assemble(draft_tokens, num_accepted, last))
+
+
+def verify_sampling(
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generators: list[torch.Generator],
+) -> Verdict:
+    """Speculative sampling; the output tokens follow target_probs exactly.
+
+    draft_tokens (B, K); draft_probs (B, K, V), or None for deterministic drafts (n-gram lookup:
+    probability 1 on the proposed token); target_probs (B, K + 1, V); one generator per row.
+    Row b draws exactly (its draft length) uniforms and one final token, whatever its batch.
+    """
+    batch, k = draft_tokens.shape
+    valid = draft_tokens != PLACEHOLDER  # (B, K)
+    safe = draft_tokens.clamp(min=0)[..., None]  # (B, K, 1)
+    target_p = target_probs[:, :k].gather(-1, safe).squeeze(-1)  # (B, K)
+    draft_p = draft_probs.gather(-1, safe).squeeze(-1) if draft_probs is not None else torch.ones_like(target_p)
+    uniforms = torch.ones(batch, k)
+    for b, generator in enumerate(generators):
+        num_draft = int(valid[b].sum())
+        uniforms[b, :num_draft] = torch.rand(num_draft, generator=generator)
+    accept = valid & (uniforms * draft_p < target_p)  # u < target / draft, without dividing by 0
+    num_accepted = _accepted_prefix(accept)
+    final_probs = _final_distribution(draft_tokens, draft_probs, target_probs, num_accepted, valid)
+    last = sample_rows(final_probs, generators)
+    return Verdict(num_accepted, _assemble(draft_tokens, num_accepted, last))
+
+
+def _final_distribution(
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    num_accepted: torch.Tensor,
+    valid: torch.Tensor,
+) -> torch.Tensor:
+    """(B, V): the recovered distribution at a rejection, the target's (bonus) after a full accept."""
+    batch = draft_tokens.shape[0]
+    rows = torch.arange(batch, device=draft_tokens.device)
+    target_at = target_probs[rows, num_accepted]  # (B, V)
+    k = draft_tokens.shape[1]
+    if k == 0:
+        return target_at
+    at = num_accepted.clamp(max=k - 1)
+    rejected = valid[rows, at] & (num_accepted < k)  # (B,) a draft token was rejected here
+    if draft_probs is not None:
+        draft_at = draft_probs[rows, at]  # (B, V)
+    else:
+        draft_at = torch.zeros_like(target_at).scatter(1, draft_tokens[rows, at].clamp(min=0)[:, None], 1.0)
+    residual = (target_at - draft_at).clamp(min=0)
+    mass = residual.sum(dim=-1, keepdim=True)  # (B, 1)
+    # A rejection with zero residual mass cannot happen in exact arithmetic; guard against rounding.
+    recovered = torch.where(mass > 0, residual / mass.clamp(min=1e-30), target_at)
+    return torch.where(rejected[:, None], recovered, target_at)

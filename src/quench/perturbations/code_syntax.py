@@ -1,0 +1,353 @@
+"""Code-syntax perturbations (ReCode's NatGen set) on the partial-code prompt, by text splicing.
+
+Unlike ReCode, nothing is re-formatted (no black): each transformation edits the few characters
+it changes. Dead code is built only from statements of the visible prompt, never from the hidden
+half of the solution. A renamed variable is renamed in the hidden rest too, so the perturbed
+prompt + rest is the reference solution again (checked by `validate`).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import keyword
+import random
+import string
+from abc import abstractmethod
+from dataclasses import dataclass
+
+from quench.benchmarks import Problem
+from quench.perturbations.base import CODE_SYNTAX, Perturbation, register
+from quench.perturbations.source import (
+    Edit, PartialProgram, Source, as_partial, body_indent_unit, docstring_node, find_function,
+    own_nodes, own_statements, parse, with_program,
+)
+from quench.perturbations.text import program_identifiers
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+SWAPPED = {ast.Lt: ">", ast.Gt: "<", ast.LtE: ">=", ast.GtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
+LOOSER_THAN_COMPARE = (ast.BoolOp, ast.Compare, ast.IfExp, ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom)
+DEAD_BODY_KINDS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.Assert, ast.Delete)
+NOT_IN_DEAD_CODE = (ast.Yield, ast.YieldFrom, ast.Await)
+# ReCode never renames these (type names and the like).
+TYPE_VARS = frozenset({"float", "list", "List", "int", "bool", "tuple", "str", "dict", "True", "False", "self", "cls"})
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """A partial program with its parse tree and the entry-point function."""
+
+    program: PartialProgram
+    source: Source
+    tree: ast.Module
+    function: FunctionNode
+    taken: frozenset[str]  # every identifier of the program, builtins and keywords
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.source.span(node)
+
+    def visible(self, node: ast.AST) -> bool:
+        return self.span(node)[1] <= self.program.split
+
+    def segment(self, node: ast.AST) -> str:
+        start, end = self.span(node)
+        return self.source.text[start:end]
+
+    def fresh(self, name: str) -> bool:
+        return name not in self.taken
+
+
+def analyse(program: PartialProgram, entry_point: str) -> Analysed | None:
+    tree = parse(program.text)
+    function = find_function(tree, entry_point) if tree else None
+    if tree is None or function is None:
+        return None
+    taken = frozenset(program_identifiers(tree) | set(dir(builtins)) | set(keyword.kwlist))
+    return Analysed(program, Source(program.text), tree, function, taken)
+
+
+class CodePerturbation(Perturbation):
+    """Works on the partial-code problem; returns it (prompt_kind "partial") perturbed or not."""
+
+    category = CODE_SYNTAX
+
+    def apply(self, problem: Problem, rng: random.Random) -> Problem:
+        partial, program = as_partial(problem)
+        analysed = analyse(program, partial.entry_point)
+        edits = self.edits(analysed, rng) if analysed else []
+        return with_program(partial, program.edited(edits)) if edits else partial
+
+    @abstractmethod
+    def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
+        """The text edits of this transformation (empty when it does not apply)."""
+
+
+def single_line(node: ast.AST) -> bool:
+    return node.lineno == node.end_lineno  # type: ignore[attr-defined]
+
+
+def dead_code_bodies(a: Analysed) -> list[ast.stmt]:
+    """Visible one-line simple statements of the entry point's own scope."""
+    out = []
+    for stmt in own_statements(a.function):
+        if not (isinstance(stmt, DEAD_BODY_KINDS) and single_line(stmt) and a.visible(stmt)):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue
+        if any(isinstance(n, NOT_IN_DEAD_CODE) for n in ast.walk(stmt)):
+            continue
+        out.append(stmt)
+    return out
+
+
+def insertion_points(a: Analysed) -> list[ast.stmt]:
+    """Statements that start a visible line and may have a statement inserted before them."""
+    out = []
+    for stmt in own_statements(a.function):
+        start = a.span(stmt)[0]
+        if start >= a.program.split or not a.source.starts_line(start) or stmt is a.function.body[0]:
+            continue
+        if a.source.text.startswith("elif", start) or getattr(stmt, "decorator_list", None):
+            continue
+        out.append(stmt)
+    return out
+
+
+def dead_block(body: str, indent: str, unit: str, a: Analysed, rng: random.Random) -> str:
+    """ReCode's dead-code templates: a statement under `for _i in range(0)`, `while False`, `if _i < _i`..."""
+    names = [f"_i_{d}" for d in range(10) if a.fresh(f"_i_{d}")] or ["_i_dead"]
+    var = rng.choice(names)
+    kind = rng.choice(["for", "while", "if"])
+    condition = rng.choice(["False", "<", ">"])
+    inner = f"{indent}{unit}{body}\n"
+    if kind == "for":
+        return f"{indent}for {var} in range(0):\n{inner}"
+    if condition == "False":
+        return f"{indent}{kind} False:\n{inner}"
+    return f"{indent}{var} = 0\n{indent}{kind} {var} {condition} {var}:\n{inner}"
+
+
+@register
+class DeadCodeInserter(CodePerturbation):
+    name = "DeadCodeInserter"
+    description = "a visible statement, wrapped in a never-run loop or if, inserted before a random statement"
+    last = False
+
+    def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
+        bodies, points = dead_code_bodies(a), insertion_points(a)
+        if not bodies or not points:
+            return []
+        body = a.segment(rng.choice(bodies))
+        point = points[-1] if self.last else rng.choice(points)
+        start = a.span(point)[0]
+        text = dead_block(body, a.source.indent_at(start), body_indent_unit(a.source, a.function), a, rng)
+        line_start = a.source.line_start(start)
+        return [Edit(line_start, line_start, text)]
+
+
+@register
+class DeadCodeInserterLast(DeadCodeInserter):
+    name = "DeadCodeInserterLast"
+    description = "dead code (as DeadCodeInserter) inserted before the last visible statement"
+    last = True
+
+
+def loop_body_nodes(loop: ast.For) -> list[ast.AST]:
+    """Nodes of the loop body that belong to this loop (not nested loops, functions or classes)."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = list(loop.body)
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if not isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def assigned_names(nodes: list[ast.AST]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+
+
+def range_bounds(call: ast.expr, a: Analysed) -> tuple[str, str, int] | None:
+    """(start, stop, step) of a `range(...)` call with a literal step, else None."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"):
+        return None
+    args = call.args
+    if call.keywords or not 1 <= len(args) <= 3 or any(isinstance(x, ast.Starred) for x in args):
+        return None
+    step = 1
+    if len(args) == 3:
+        literal = args[2]
+        negative = isinstance(literal, ast.UnaryOp) and isinstance(literal.op, ast.USub)
+        value = literal.operand if negative else literal  # type: ignore[attr-defined]
+        if not (isinstance(value, ast.Constant) and type(value.value) is int and value.value):
+            return None
+        step = -value.value if negative else value.value
+    start = a.segment(args[0]) if len(args) > 1 else "0"
+    return start, a.segment(args[1] if len(args) > 1 else args[0]), step
+
+
+def for_to_while(loop: ast.For, a: Analysed) -> list[Edit] | None:
+    """The edits turning one `for` loop into the equivalent `while` loop, or None."""
+    if loop.orelse or not isinstance(loop.target, ast.Name) or not single_line(loop.iter):
+        return None
+    start, end = a.span(loop)
+    first = a.span(loop.body[0])[0]
+    colon = a.source.text.find(":", a.span(loop.iter)[1])
+    if not a.source.starts_line(start) or not a.source.starts_line(first) or colon >= a.program.split:
+        return None
+    body = loop_body_nodes(loop)
+    if any(isinstance(n, ast.Continue) for n in body):
+        return None
+    var, indent = loop.target.id, a.source.indent_at(start)
+    body_indent = a.source.indent_at(first)
+    assigned = assigned_names(body)
+    bounds = range_bounds(loop.iter, a)
+    used = {n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)}
+    if var in assigned or used & assigned:
+        return None
+    after_body = a.source.line_end(end)
+    if bounds:
+        low, stop, step = bounds
+        header = f"{var} = {low}\n{indent}while {var} {'<' if step > 0 else '>'} {stop}:"
+        increment = f"\n{body_indent}{var} {'+=' if step > 0 else '-='} {abs(step)}"
+        return [Edit(start, colon + 1, header), Edit(after_body, after_body, increment)]
+    if not isinstance(loop.iter, (ast.Name, ast.Attribute, ast.Subscript)):
+        return None
+    mutated = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and
+                  a.segment(n.func.value) == a.segment(loop.iter) for node in body for n in ast.walk(node))
+    index = f"_{var}_i"
+    if mutated or not a.fresh(index):
+        return None
+    sequence = a.segment(loop.iter)
+    header = f"{index} = 0\n{indent}while {index} < len({sequence}):"
+    element = f"{body_indent}{var} = {sequence}[{index}]\n"
+    first_line = a.source.line_start(first)
+    return [Edit(start, colon + 1, header), Edit(first_line, first_line, element),
+            Edit(after_body, after_body, f"\n{body_indent}{index} += 1")]
+
+
+@register
+class ForWhileTransformer(CodePerturbation):
+    name = "ForWhileTransformer"
+    description = "a visible `for` loop rewritten as the equivalent `while` loop"
+
+    def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
+        loops = [n for n in own_nodes(a.function) if isinstance(n, ast.For)]
+        options = [e for e in (for_to_while(loop, a) for loop in sorted(loops, key=lambda n: n.lineno)) if e]
+        return rng.choice(options) if options else []
+
+
+def same_expression(a: Analysed, node: ast.expr) -> bool:
+    """The node's source text parses back to the node (guards against f-string positions)."""
+    try:
+        return ast.dump(ast.parse(a.segment(node).strip(), mode="eval").body) == ast.dump(node)
+    except SyntaxError:
+        return False
+
+
+def operand(a: Analysed, node: ast.expr) -> str:
+    text = a.segment(node)
+    return f"({text})" if isinstance(node, LOOSER_THAN_COMPARE) or (
+        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)) else text
+
+
+@register
+class OperandSwap(CodePerturbation):
+    name = "OperandSwap"
+    description = "the operands of a visible comparison swapped (a < b -> b > a)"
+
+    def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
+        compares = [
+            n for n in ast.walk(a.function)
+            if isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in SWAPPED
+            and single_line(n) and a.visible(n) and same_expression(a, n)
+        ]
+        if not compares:
+            return []
+        node = rng.choice(sorted(compares, key=lambda n: (n.lineno, n.col_offset)))
+        start, end = a.span(node)
+        swapped = f"{operand(a, node.comparators[0])} {SWAPPED[type(node.ops[0])]} {operand(a, node.left)}"
+        return [Edit(start, end, swapped)]
+
+
+def name_occurrences(a: Analysed, name: str) -> list[tuple[int, int]] | None:
+    """Every span where `name` is this function's variable, or None when renaming is unsafe."""
+    spans = []
+    for node in ast.walk(a.function):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return None
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            return None
+        if isinstance(node, ast.JoinedStr) and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
+            return None  # f-string positions are not reliable before Python 3.12
+        if isinstance(node, ast.Name) and node.id == name:
+            spans.append(a.span(node))
+        elif isinstance(node, ast.arg) and node.arg == name:
+            start = a.source.offset(node.lineno, node.col_offset)
+            spans.append((start, start + len(name)))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == a.function.name):
+            for kw in node.keywords:
+                if kw.arg == name:
+                    start = a.source.offset(kw.lineno, kw.col_offset)
+                    spans.append((start, start + len(name)))
+    return spans
+
+
+def variable_to_rename(a: Analysed) -> tuple[str, list[tuple[int, int]]] | None:
+    """ReCode's choice: the variable (parameter or local) that occurs most often in the visible prompt."""
+    args = a.function.args
+    params = [x.arg for x in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if x]
+    stored = [n.id for n in ast.walk(a.function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    best: tuple[int, int, str, list[tuple[int, int]]] | None = None
+    for name in dict.fromkeys(params + stored):
+        if name in TYPE_VARS or name == a.function.name or name == "_":
+            continue
+        spans = name_occurrences(a, name)
+        visible = [s for s in spans or [] if s[1] <= a.program.split]
+        if not spans or not visible:
+            continue
+        key = (-len(visible), min(s[0] for s in spans))
+        if best is None or key < best[:2]:
+            best = (*key, name, spans)
+    return (best[2], best[3]) if best else None
+
+
+def rename_edits(a: Analysed, new_name: str) -> list[Edit]:
+    chosen = variable_to_rename(a)
+    if chosen is None or not a.fresh(new_name):
+        return []
+    return [Edit(start, end, new_name) for start, end in chosen[1]]
+
+
+@register
+class VarRenamerNaive(CodePerturbation):
+    name = "VarRenamerNaive"
+    description = "the most frequent variable renamed to VAR_0 (prompt and hidden rest alike)"
+    randomized = False
+
+    def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
+        return rename_edits(a, next(f"VAR_{i}" for i in range(100) if a.fresh(f"VAR_{i}")))
+
+
+def random_name(length: int, rng: random.Random) -> str:
+    """ReCode's alpha-numeric name: a letter, then letters and (six times likelier) digits."""
+    first = rng.choice(string.ascii_letters)
+    return first + "".join(rng.choice(string.ascii_letters + string.digits * 6) for _ in range(length - 1))
+
+
+@register
+class VarRenamerRN(CodePerturbation):
+    name = "VarRenamerRN"
+    description = "the most frequent variable renamed to a random alpha-numeric name of the same length"
+
+    def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
+        chosen = variable_to_rename(a)
+        if chosen is None:
+            return []
+        for _ in range(20):
+            new = random_name(max(len(chosen[0]), 1), rng)
+            if a.fresh(new) and new != chosen[0]:
+                return rename_edits(a, new)
+        return []

@@ -1,0 +1,165 @@
+"""`perturb_problems`: every requested transformation x seed over a problem set, validated.
+
+The result keeps, per (transformation, seed), the variants that passed the meaning check
+(unchanged problems included: they are the nominal prompt and trivially valid), the rejected
+ones with a reason, and per-transformation shares of changed and valid variants.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from quench.benchmarks import Problem
+from quench.perturbations.base import Perturbation, apply_seeded, create, perturbation_class, tag
+from quench.perturbations.recode_format import file_name, recode_row, write_recode
+from quench.perturbations.validate import Runner, Verdict, is_changed, nominal, validate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    task_id: str
+    transform: str
+    seed: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class TransformStats:
+    name: str
+    category: str
+    variants: int  # problems x seeds
+    changed: int  # variants that differ from the nominal prompt
+    valid: int  # variants kept (unchanged ones count as valid)
+    seconds: float  # time spent perturbing (validation excluded)
+
+    @property
+    def share_changed(self) -> float:
+        return self.changed / self.variants if self.variants else 0.0
+
+    @property
+    def share_valid(self) -> float:
+        return self.valid / self.variants if self.variants else 0.0
+
+    @property
+    def share_changed_valid(self) -> float:
+        """Of the variants that changed, the share that passed the meaning check."""
+        return (self.valid - (self.variants - self.changed)) / self.changed if self.changed else 1.0
+
+
+@dataclass
+class PerturbationSet:
+    variants: dict[tuple[str, int], list[Problem]]  # valid variants per (transformation, seed)
+    stats: dict[str, TransformStats]
+    rejected: list[Rejection]
+    originals: dict[str, Problem] = field(default_factory=dict)  # by task_id
+    validated: bool = True
+    validation_seconds: float = 0.0
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "validated": self.validated,
+            "validation_seconds": round(self.validation_seconds, 2),
+            "transformations": {
+                name: {"category": s.category, "variants": s.variants, "changed": s.changed, "valid": s.valid,
+                       "share_changed": round(s.share_changed, 4), "share_valid": round(s.share_valid, 4),
+                       "perturb_seconds": round(s.seconds, 3)}
+                for name, s in self.stats.items()
+            },
+            "rejected": [r.__dict__ for r in self.rejected],
+        }
+
+
+def apply_all(perturbation: Perturbation, problems: Sequence[Problem], seeds: Sequence[int]) -> dict[int, list[Problem]]:
+    """Variants per seed; a transformation that ignores randomness is applied once."""
+    out: dict[int, list[Problem]] = {}
+    for seed in seeds:
+        if not perturbation.randomized and out:
+            first = next(iter(out.values()))
+            out[seed] = [tag(p, perturbation, seed) for p in first]
+        else:
+            out[seed] = [apply_seeded(perturbation, p, seed) for p in problems]
+    return out
+
+
+def perturb_problems(
+    problems: Sequence[Problem],
+    transforms: Sequence[str],
+    seeds: int | Sequence[int] = 5,
+    validate_variants: bool = True,
+    pool: Runner | None = None,
+    model: object | None = None,
+) -> PerturbationSet:
+    """Apply each transformation with each seed; keep the variants that keep their meaning.
+
+    `seeds`: a count (0..n-1) or explicit seeds. `pool`: anything with `run_many(programs)`
+    (a started `SandboxPool`); None starts one when needed. `model`: a `TextModel` for the
+    model-based transformations (default: `quench.models.load_model()`, loaded on first use).
+    """
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    produced: dict[str, dict[int, list[Problem]]] = {}
+    seconds: dict[str, float] = {}
+    for name in transforms:
+        cls = perturbation_class(name)
+        perturbation = create(name, model=model) if cls.model_based and model is not None else create(name)
+        start = time.perf_counter()
+        produced[name] = apply_all(perturbation, problems, seed_list)
+        seconds[name] = time.perf_counter() - start
+        log.info("%s: %d variants in %.2f s", name, len(problems) * len(seed_list), seconds[name])
+    triples = [(original, variant, perturbation_class(name).category)
+               for name, by_seed in produced.items() for variants in by_seed.values()
+               for original, variant in zip(problems, variants)]
+    start = time.perf_counter()
+    if validate_variants:
+        verdicts = validate(triples, pool)
+    else:
+        verdicts = [Verdict(True, is_changed(nominal(o, c), v)) for o, v, c in triples]
+    result = collect(produced, seconds, verdicts, problems)
+    result.validated = validate_variants
+    result.validation_seconds = time.perf_counter() - start if validate_variants else 0.0
+    return result
+
+
+def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, float],
+            verdicts: list[Verdict], problems: Sequence[Problem]) -> PerturbationSet:
+    verdict_iter = iter(verdicts)
+    variants: dict[tuple[str, int], list[Problem]] = {}
+    stats: dict[str, TransformStats] = {}
+    rejected: list[Rejection] = []
+    for name, by_seed in produced.items():
+        total = changed = valid = 0
+        for seed, problems_for_seed in by_seed.items():
+            kept = []
+            for variant in problems_for_seed:
+                verdict = next(verdict_iter)
+                total += 1
+                changed += verdict.changed
+                if verdict.valid:
+                    valid += 1
+                    kept.append(variant.with_changes(extra=variant.extra + (("changed", str(verdict.changed).lower()),)))
+                else:
+                    rejected.append(Rejection(variant.task_id, name, seed, verdict.reason))
+            variants[(name, seed)] = kept
+        stats[name] = TransformStats(name, perturbation_class(name).category, total, changed, valid, seconds[name])
+    return PerturbationSet(variants, stats, rejected, {p.task_id: p for p in problems})
+
+
+def write_set(result: PerturbationSet, out_dir: Path, benchmark: str) -> list[Path]:
+    """ReCode-named JSONL files, one per (transformation, seed), plus `summary.json`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for (name, seed), variants in result.variants.items():
+        path = out_dir / file_name(benchmark, name, seed)
+        category = perturbation_class(name).category
+        write_recode(path, (recode_row(result.originals[v.task_id], v, category, v.meta("changed") == "true")
+                            for v in variants))
+        paths.append(path)
+    summary = out_dir / "summary.json"
+    summary.write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
+    return [*paths, summary]

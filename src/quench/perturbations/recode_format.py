@@ -1,0 +1,119 @@
+"""ReCode's release format, both ways: `{benchmark}_{Transformation}_s{seed}.jsonl` files.
+
+ReCode's code-syntax ("natgen") and code-format sets hold partial-code prompts and a `partial`
+key (the unperturbed program with a split-marker line); natgen sets also start
+`canonical_solution` with that marker line, and their prompts end with a whitespace-only line.
+Reading undoes both so that `prompt + canonical_solution` is the program again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterable
+
+from quench.benchmarks import Problem, partial_problem
+from quench.benchmarks.problem import iter_jsonl, problem_from_json
+from quench.errors import InputFileError, QuenchError
+from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, RECODE_CATEGORY, REGISTRY, _load_all
+
+MARKER = "# print('@@this is the line to split##')"
+FILE_NAME = re.compile(r"^(?P<benchmark>[^_]+)_(?P<transform>.+)_s(?P<seed>\d+)\.jsonl$")
+TRAILING_BLANK_LINE = re.compile(r"\n[ \t]+\n?$")
+
+
+def file_name(benchmark: str, transform: str, seed: int) -> str:
+    return f"{benchmark}_{transform}_s{seed}.jsonl"
+
+
+def marked_program(original: Problem) -> str | None:
+    """ReCode's `partial`: the unperturbed program with the split marker, None without a split."""
+    partial = partial_problem(original)
+    if partial.prompt == original.prompt:
+        return None
+    rest = partial.canonical_solution
+    first = rest.split("\n", 1)[0]
+    indent = first[:len(first) - len(first.lstrip(" \t"))]
+    return f"{partial.prompt}{indent}{MARKER}\n{rest}"
+
+
+def recode_row(original: Problem, variant: Problem, category: str, changed: bool) -> dict[str, object]:
+    row: dict[str, object] = {
+        "task_id": variant.task_id, "prompt": variant.prompt, "entry_point": variant.entry_point,
+        "canonical_solution": variant.canonical_solution, "test": variant.test,
+    }
+    if category in (CODE_SYNTAX, CODE_FORMAT):
+        row["partial"] = marked_program(original)
+        if category == CODE_SYNTAX and row["partial"] is not None:
+            row["canonical_solution"] = f"{MARKER}\n{variant.canonical_solution}"
+    else:
+        row["seed"] = int(variant.meta("seed", "0"))
+        row["perturbed"] = changed
+    row.update(benchmark=variant.benchmark, prompt_kind=variant.prompt_kind, extra=dict(variant.extra))
+    return row
+
+
+def write_recode(path: Path, rows: Iterable[dict[str, object]]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+
+
+def category_of(transform: str, path: Path) -> str:
+    _load_all()
+    if transform in REGISTRY:
+        return REGISTRY[transform].category
+    by_dir = {v: k for k, v in RECODE_CATEGORY.items()}
+    return by_dir.get(path.parent.name, "")
+
+
+def problem_from_recode(row: dict, benchmark: str, transform: str, seed: str, category: str) -> Problem:
+    row = dict(row)
+    solution = str(row.get("canonical_solution") or "")
+    if MARKER in solution:
+        solution = "".join(line for line in solution.splitlines(keepends=True) if line.strip() != MARKER)
+        row["prompt"] = TRAILING_BLANK_LINE.sub("\n", str(row.get("prompt", "")))
+        row["canonical_solution"] = solution
+    if "prompt_kind" not in row:
+        row["prompt_kind"] = "partial" if "partial" in row else "full"
+    extra = {"perturbation": transform, "category": category, "seed": seed, "source": "recode"}
+    row["extra"] = extra | dict(row.get("extra") or {})
+    return problem_from_json(row, benchmark)
+
+
+def read_recode_file(path: Path) -> list[Problem]:
+    match = FILE_NAME.match(path.name)
+    if not match:
+        raise QuenchError(f"{path}: not a ReCode file name ({{benchmark}}_{{Transformation}}_s{{seed}}.jsonl)")
+    benchmark, transform, seed = match["benchmark"], match["transform"], match["seed"]
+    category = category_of(transform, path)
+    problems = []
+    for number, row in iter_jsonl(path):
+        try:
+            problems.append(problem_from_recode(row, benchmark, transform, seed, category))
+        except ValueError as err:
+            raise InputFileError(str(path), number, str(err)) from None
+    return problems
+
+
+def read_recode(path: Path) -> list[Problem]:
+    """Problems from one ReCode file or every ReCode file under a directory, tagged in `extra`."""
+    path = Path(path)
+    if path.is_file():
+        return read_recode_file(path)
+    if not path.is_dir():
+        raise QuenchError(f"{path}: no such file or directory")
+    files = sorted(p for p in path.rglob("*.jsonl") if FILE_NAME.match(p.name))
+    if not files:
+        raise QuenchError(f"{path}: no ReCode files ({{benchmark}}_{{Transformation}}_s{{seed}}.jsonl) in it")
+    return [problem for file in files for problem in read_recode_file(file)]
+
+
+def group_variants(problems: Iterable[Problem]) -> dict[tuple[str, int], list[Problem]]:
+    """Variants per (transformation, seed), as `perturb_problems` returns them."""
+    groups: dict[tuple[str, int], list[Problem]] = {}
+    for problem in problems:
+        key = (problem.meta("perturbation"), int(problem.meta("seed", "0")))
+        groups.setdefault(key, []).append(problem)
+    return groups

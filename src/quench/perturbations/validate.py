@@ -1,0 +1,123 @@
+"""The meaning check: a variant is kept only if it still means the same task.
+
+- docstring: only the docstring prose changed (everything else byte-identical) and it parses;
+- function name: the renamed reference passes the tests with the new `entry_point`;
+- code syntax / format: perturbed partial prompt + (consistently edited) rest passes the tests.
+Programs run in `quench.execution.SandboxPool`; identical programs run once. A variant whose
+nominal reference already fails cannot be checked and is rejected with that reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from quench.benchmarks import Problem, partial_problem
+from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME
+from quench.perturbations.text import docstring_text
+
+log = logging.getLogger(__name__)
+
+
+class Runner(Protocol):
+    def run_many(self, programs: Sequence[str]) -> list: ...  # list[ExecutionResult]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    valid: bool
+    changed: bool
+    reason: str = ""  # why a variant is not valid
+
+
+def nominal(original: Problem, category: str) -> Problem:
+    """What a variant is compared with: the partial-code problem for code categories."""
+    return partial_problem(original) if category in (CODE_SYNTAX, CODE_FORMAT) else original
+
+
+def is_changed(base: Problem, variant: Problem) -> bool:
+    return (base.prompt, base.canonical_solution, base.entry_point) != (
+        variant.prompt, variant.canonical_solution, variant.entry_point)
+
+
+def parses(problem: Problem) -> bool:
+    try:
+        ast.parse(problem.prompt + problem.canonical_solution)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def changed_region(old: str, new: str) -> tuple[int, int]:
+    """[start, end) of `old` that differs from `new` (common prefix and suffix removed)."""
+    prefix = 0
+    limit = min(len(old), len(new))
+    while prefix < limit and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
+        suffix += 1
+    return prefix, len(old) - suffix
+
+
+def check_docstring(base: Problem, variant: Problem) -> Verdict:
+    if (base.canonical_solution, base.test, base.entry_point) != (
+            variant.canonical_solution, variant.test, variant.entry_point):
+        return Verdict(False, True, "changed more than the docstring")
+    doc = docstring_text(base)
+    start, end = changed_region(base.prompt, variant.prompt)
+    if doc is None or start < doc.start or end > doc.end:
+        return Verdict(False, True, "edited outside the docstring prose")
+    if not parses(variant) or docstring_text(variant) is None:
+        return Verdict(False, True, "the docstring no longer parses")
+    return Verdict(True, True)
+
+
+def static_verdict(base: Problem, variant: Problem, category: str) -> Verdict | None:
+    """The verdict when no execution is needed, else None."""
+    if not is_changed(base, variant):
+        return Verdict(True, False)
+    if category == DOCSTRING:
+        return check_docstring(base, variant)
+    if variant.test != base.test:
+        return Verdict(False, True, "the test changed")
+    if category == FUNCTION_NAME and not variant.entry_point.isidentifier():
+        return Verdict(False, True, "the new name is not an identifier")
+    if not parses(variant):
+        return Verdict(False, True, "does not parse")
+    return None
+
+
+def validate(pairs: Sequence[tuple[Problem, Problem, str]], runner: Runner | None = None) -> list[Verdict]:
+    """Verdicts for (original, variant, category) triples; runs what needs running in one batch."""
+    verdicts: list[Verdict | None] = []
+    programs: dict[str, int] = {}
+    for original, variant, category in pairs:
+        verdict = static_verdict(nominal(original, category), variant, category)
+        verdicts.append(verdict)
+        if verdict is None:
+            programs.setdefault(original.reference_program(), len(programs))
+            programs.setdefault(variant.reference_program(), len(programs))
+    results = run(list(programs), runner) if programs else []
+    out = []
+    for (original, variant, _), verdict in zip(pairs, verdicts):
+        if verdict is None:
+            if not results[programs[original.reference_program()]].passed:
+                verdict = Verdict(False, True, "the nominal reference fails")
+            else:
+                result = results[programs[variant.reference_program()]]
+                verdict = Verdict(result.passed, True, "" if result.passed else f"reference {result.outcome.value}")
+        out.append(verdict)
+    return out
+
+
+def run(programs: list[str], runner: Runner | None) -> list:
+    if runner is not None:
+        return runner.run_many(programs)
+    from quench.execution import SandboxPool
+
+    log.info("validating: running %d programs", len(programs))
+    with SandboxPool() as pool:
+        return pool.run_many(programs)

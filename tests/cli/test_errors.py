@@ -1,0 +1,33 @@
+import json
+
+import pytest
+
+from quench.cli.main import main
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "--model", "no-such-model"], "unknown model 'no-such-model'"),
+    (["run", "--tasks", "999"], "unknown task id(s): HumanEval/999"),
+    (["run", "--benchmark", "mbpp", "--split", "dev"], "unknown MBPP split 'dev'"),
+    (["run", "--samples", "0"], "--samples must be at least 1"),
+    (["run", "--top-p", "0"], "top_p must be in (0, 1]"),
+    (["evaluate", "missing.jsonl"], "missing.jsonl: no such samples file"),
+])
+def test_bad_input_exits_2_naming_it(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_malformed_samples_line_is_named(capsys, tmp_path):
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps({"task_id": "HumanEval/0", "completion": "    return 1\n"}) + "\n{oops\n")
+    assert main(["evaluate", str(path)]) == 2
+    assert f"{path}:2: not valid JSON" in capsys.readouterr().err
+
+
+def test_unknown_task_in_samples_is_named(capsys, tmp_path):
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps({"task_id": "HumanEval/500", "completion": "    return 1\n"}) + "\n")
+    assert main(["evaluate", str(path)]) == 2
+    assert "unknown task id(s) for this benchmark: HumanEval/500" in capsys.readouterr().err

@@ -1,0 +1,31 @@
+"""Tiny real models and tokenizers built in the test process (no files, no downloads)."""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+CHARS = string.ascii_letters + string.digits + string.punctuation + " \n\t"
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer: ids 0-2 are special (<pad>, <s>, </s>), then one id per character."""
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({c: i + 3 for i, c in enumerate(CHARS)})
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+def tiny_llama(vocab_size: int = len(CHARS) + 3, seed: int = 0, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    return LlamaForCausalLM(config).to(dtype).eval()
