@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import logging
 import re
@@ -90,9 +91,24 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(text).name or text).strip("-")
 
 
+_held_locks: list = []  # run-directory locks, held until the process exits
+
+
+def lock_run_dir(out: Path) -> None:
+    """One process per run directory: a second one would write every sample twice."""
+    handle = (out / ".lock").open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise QuenchError(f"{out}: another quench process is writing this run directory") from None
+    _held_locks.append(handle)
+
+
 def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
-    """Create the run directory, or check that a resumed run uses the same settings."""
+    """Create and lock the run directory, or check that a resumed run uses the same settings."""
     out.mkdir(parents=True, exist_ok=True)
+    lock_run_dir(out)
     config_path = out / "config.json"
     if config_path.exists() and not overwrite:
         previous = json.loads(config_path.read_text())

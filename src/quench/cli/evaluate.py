@@ -74,5 +74,6 @@ def run(args: argparse.Namespace) -> int:
     problems = [p for p in common.problems_from_args(args) if p.task_id in wanted] or common.problems_from_args(args)
     out = args.out or args.samples.parent
     out.mkdir(parents=True, exist_ok=True)
+    common.lock_run_dir(out)
     print_summary(evaluate_into(samples, problems, out, args, str(args.samples)), out)
     return 0

@@ -23,7 +23,14 @@ from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from quench.errors import QuenchError
 from quench.execution.outcomes import ExecutionResult, Outcome
-from quench.execution.sandbox import WORKER_ENV, Isolation, SandboxLimits, choose_isolation, worker_command
+from quench.execution.sandbox import (
+    WORKER_ENV,
+    Isolation,
+    SandboxLimits,
+    choose_isolation,
+    run_uid,
+    worker_command,
+)
 
 log = logging.getLogger(__name__)
 
@@ -171,13 +178,18 @@ class SandboxPool:
     def __init__(
         self, workers: int | None = None, limits: SandboxLimits = SandboxLimits(), *, isolation: str = "auto"
     ) -> None:
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers if workers is not None else (os.cpu_count() or 1)
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.limits = limits
         self.isolation: Isolation = choose_isolation(isolation)
         self._command = worker_command(self.isolation, limits)
         self._pool: list[_Worker] = []
+
+    @property
+    def confined(self) -> bool:
+        """Whether programs run as a user that cannot touch our files or signal our processes."""
+        return self.isolation == "bwrap" or run_uid(self.isolation) is not None
 
     @property
     def network_isolated(self) -> bool:

@@ -143,6 +143,7 @@ def bwrap_args(limits: SandboxLimits) -> list[str]:
     return args + ["--chdir", "/tmp"]
 
 
+@functools.lru_cache(maxsize=2)
 def run_uid(isolation: Isolation) -> int | None:
     """The uid programs run as in "rlimits" mode: nobody when we are root and it can run Python."""
     if isolation != "rlimits" or os.geteuid() != 0:

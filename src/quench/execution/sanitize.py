@@ -81,11 +81,12 @@ def prompt_preamble(problem: Problem) -> str:
 
 
 def sanitize_chat(problem: Problem, text: str) -> Sanitized:
-    code = drop_test_code(longest_parsable_prefix(choose_block(text, problem.entry_point)))
+    block = choose_block(text, problem.entry_point)
+    code = drop_test_code(longest_parsable_prefix(block))
     if defines(code, problem.entry_point):
         return Sanitized(completion=code, solution=prompt_preamble(problem) + code)
     # An answer with the body only: treat it as a continuation of the prompt.
-    return sanitize_completion(problem, code)
+    return sanitize_completion(problem, block)
 
 
 def cut_at_top_level(completion: str) -> str:

@@ -76,7 +76,9 @@ class StopRules:
 
     def result(self, row: Row, reason: str, started: float) -> GenerationResult:
         now = time.perf_counter()
-        text, _ = cut_at_stop(self.decode(row.generated), row.request.stop_sequences)
+        # As the reference backend does: the EOS token is not part of the sample.
+        tokens = row.generated[:-1] if reason == "eos" else row.generated
+        text, _ = cut_at_stop(self.decode(tokens), row.request.stop_sequences)
         extra = {"finish_s": now - started, "steps": float(row.steps)}
         if row.drafted:
             extra["drafted"] = float(row.drafted)
@@ -86,7 +88,7 @@ class StopRules:
         return GenerationResult(
             key=row.request.key,
             sample_index=row.sample_index,
-            token_ids=tuple(row.generated),
+            token_ids=tuple(tokens),
             text=text,
             finish_reason=reason,
             seconds=now - row.started,
@@ -95,11 +97,12 @@ class StopRules:
 
 
 def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """The ids that end a sequence: the model's generation config (what `generate` uses), else the tokenizer's."""
+    """The ids that end a sequence: the model's generation config (what `generate` uses) and the tokenizer's."""
+    ids: set[int] = set()
     generation_config = getattr(model, "generation_config", None)
-    source = getattr(generation_config, "eos_token_id", None)
-    if source is None:
-        source = getattr(tokenizer, "eos_token_id", None)
-    if source is None:
-        return frozenset()
-    return frozenset([int(source)] if isinstance(source, int) else [int(i) for i in source])
+    for source in (getattr(generation_config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source is not None:
+            ids.update(int(i) for i in source)
+    return frozenset(ids)

@@ -135,7 +135,9 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM for generation. Nothing is ever downloaded."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # quench shows its own progress; the CLI owns the terminal
     if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
         raise QuenchError(f"unknown prompt format {prompt_format!r}; choose chat or completion")
     source, default_format = resolve_source(name_or_path)

@@ -48,8 +48,31 @@ def docstring_end(a: Analysed) -> int:
     return a.source.line_start(a.span(a.function.body[0])[0]) - 1
 
 
+def statement_depths(text: str) -> dict[int, int] | None:
+    """Block depth of every line that starts a logical line (1-based line numbers)."""
+    depths: dict[int, int] = {}
+    depth, line_start = 0, True
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.INDENT:
+                depth += 1
+            elif token.type == tokenize.DEDENT:
+                depth -= 1
+            elif token.type == tokenize.NEWLINE:
+                line_start = True
+            elif token.type not in (tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER) and line_start:
+                depths[token.start[0]] = depth
+                line_start = False
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return depths
+
+
 @register
 class TabIndent(CodePerturbation):
+    """Statement lines are re-indented by block depth, so mixed widths (4 then 6 spaces) stay
+    consistent; other lines (docstring, continuation, comments) have each unit replaced."""
+
     name = "tab_indent"
     category = CODE_FORMAT
     description = "indentation converted between spaces and tabs (prompt and hidden rest alike)"
@@ -58,15 +81,19 @@ class TabIndent(CodePerturbation):
     def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
         unit = body_indent_unit(a.source, a.function)
         old, new = ("\t", "    ") if "\t" in unit else (unit, "\t")
+        depths = statement_depths(a.source.text)
+        if depths is None:
+            return []
         strings = string_spans(a, include_docstrings=False)
         edits = []
-        for start in a.source.line_starts:
-            line_end = a.source.line_end(start)
-            line = a.source.text[start:line_end]
+        for number, start in enumerate(a.source.line_starts, start=1):
+            line = a.source.text[start:a.source.line_end(start)]
             indent = line[:len(line) - len(line.lstrip(" \t"))]
-            if not line.strip() or old not in indent or inside(start, strings):
+            if not line.strip() or not indent or inside(start, strings):
                 continue
-            edits.append(Edit(start, start + len(indent), indent.replace(old, new)))
+            replaced = new * depths[number] if number in depths else indent.replace(old, new)
+            if replaced != indent:
+                edits.append(Edit(start, start + len(indent), replaced))
         return edits
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import keyword
 import random
 import string
 from abc import abstractmethod
-from dataclasses import dataclass
 
 from quench.benchmarks import Problem
 from quench.perturbations.base import CODE_SYNTAX, Perturbation, register
@@ -33,15 +33,31 @@ NOT_IN_DEAD_CODE = (ast.Yield, ast.YieldFrom, ast.Await)
 TYPE_VARS = frozenset({"float", "list", "List", "int", "bool", "tuple", "str", "dict", "True", "False", "self", "cls"})
 
 
-@dataclass(frozen=True)
 class Analysed:
-    """A partial program with its parse tree and the entry-point function."""
+    """A partial program with its parse tree and the entry-point function; cached per program.
 
-    program: PartialProgram
-    source: Source
-    tree: ast.Module
-    function: FunctionNode
-    taken: frozenset[str]  # every identifier of the program, builtins and keywords
+    Shared by every code transformation and seed of one problem, so derived facts are computed
+    once (`cached_property`); nothing in it is ever mutated.
+    """
+
+    def __init__(self, program: PartialProgram, tree: ast.Module, function: FunctionNode) -> None:
+        self.program = program
+        self.source = Source(program.text)
+        self.tree = tree
+        self.function = function
+
+    @functools.cached_property
+    def taken(self) -> frozenset[str]:
+        """Every identifier of the program, builtins and keywords: names a new name must avoid."""
+        return frozenset(program_identifiers(self.tree) | set(dir(builtins)) | set(keyword.kwlist))
+
+    @functools.cached_property
+    def statements(self) -> list[ast.stmt]:
+        return own_statements(self.function)
+
+    @functools.cached_property
+    def rename_choice(self) -> tuple[str, list[tuple[int, int]]] | None:
+        return variable_to_rename(self)
 
     def span(self, node: ast.AST) -> tuple[int, int]:
         return self.source.span(node)
@@ -57,13 +73,13 @@ class Analysed:
         return name not in self.taken
 
 
+@functools.lru_cache(maxsize=2048)
 def analyse(program: PartialProgram, entry_point: str) -> Analysed | None:
     tree = parse(program.text)
     function = find_function(tree, entry_point) if tree else None
     if tree is None or function is None:
         return None
-    taken = frozenset(program_identifiers(tree) | set(dir(builtins)) | set(keyword.kwlist))
-    return Analysed(program, Source(program.text), tree, function, taken)
+    return Analysed(program, tree, function)
 
 
 class CodePerturbation(Perturbation):
@@ -89,7 +105,7 @@ def single_line(node: ast.AST) -> bool:
 def dead_code_bodies(a: Analysed) -> list[ast.stmt]:
     """Visible one-line simple statements of the entry point's own scope."""
     out = []
-    for stmt in own_statements(a.function):
+    for stmt in a.statements:
         if not (isinstance(stmt, DEAD_BODY_KINDS) and single_line(stmt) and a.visible(stmt)):
             continue
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
@@ -103,7 +119,7 @@ def dead_code_bodies(a: Analysed) -> list[ast.stmt]:
 def insertion_points(a: Analysed) -> list[ast.stmt]:
     """Statements that start a visible line and may have a statement inserted before them."""
     out = []
-    for stmt in own_statements(a.function):
+    for stmt in a.statements:
         start = a.span(stmt)[0]
         if start >= a.program.split or not a.source.starts_line(start) or stmt is a.function.body[0]:
             continue
@@ -272,26 +288,33 @@ class OperandSwap(CodePerturbation):
         return [Edit(start, end, swapped)]
 
 
-def name_occurrences(a: Analysed, name: str) -> list[tuple[int, int]] | None:
-    """Every span where `name` is this function's variable, or None when renaming is unsafe."""
-    spans = []
+def name_occurrences(a: Analysed) -> dict[str, list[tuple[int, int]] | None]:
+    """Per name, every span where it occurs in the function (None: renaming it is unsafe)."""
+    spans: dict[str, list[tuple[int, int]] | None] = {}
+
+    def add(name: str, span: tuple[int, int]) -> None:
+        found = spans.setdefault(name, [])
+        if found is not None:
+            found.append(span)
+
     for node in ast.walk(a.function):
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-            return None
-        if isinstance(node, ast.ExceptHandler) and node.name == name:
-            return None
-        if isinstance(node, ast.JoinedStr) and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
-            return None  # f-string positions are not reliable before Python 3.12
-        if isinstance(node, ast.Name) and node.id == name:
-            spans.append(a.span(node))
-        elif isinstance(node, ast.arg) and node.arg == name:
+        if isinstance(node, ast.Name):
+            add(node.id, a.span(node))
+        elif isinstance(node, ast.arg):
             start = a.source.offset(node.lineno, node.col_offset)
-            spans.append((start, start + len(name)))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == a.function.name):
-            for kw in node.keywords:
-                if kw.arg == name:
+            add(node.arg, (start, start + len(node.arg)))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            spans.update(dict.fromkeys(node.names))
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            spans[node.name] = None
+        elif isinstance(node, ast.JoinedStr):
+            # f-string positions are not reliable before Python 3.12
+            spans.update(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == a.function.name:
+            for kw in node.keywords:  # a recursive call passing a renamed parameter by keyword
+                if kw.arg:
                     start = a.source.offset(kw.lineno, kw.col_offset)
-                    spans.append((start, start + len(name)))
+                    add(kw.arg, (start, start + len(kw.arg)))
     return spans
 
 
@@ -300,13 +323,14 @@ def variable_to_rename(a: Analysed) -> tuple[str, list[tuple[int, int]]] | None:
     args = a.function.args
     params = [x.arg for x in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if x]
     stored = [n.id for n in ast.walk(a.function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    occurrences = name_occurrences(a)
     best: tuple[int, int, str, list[tuple[int, int]]] | None = None
     for name in dict.fromkeys(params + stored):
-        if name in TYPE_VARS or name == a.function.name or name == "_":
+        spans = occurrences.get(name)
+        if name in TYPE_VARS or name == a.function.name or name == "_" or not spans:
             continue
-        spans = name_occurrences(a, name)
-        visible = [s for s in spans or [] if s[1] <= a.program.split]
-        if not spans or not visible:
+        visible = [s for s in spans if s[1] <= a.program.split]
+        if not visible:
             continue
         key = (-len(visible), min(s[0] for s in spans))
         if best is None or key < best[:2]:
@@ -315,7 +339,7 @@ def variable_to_rename(a: Analysed) -> tuple[str, list[tuple[int, int]]] | None:
 
 
 def rename_edits(a: Analysed, new_name: str) -> list[Edit]:
-    chosen = variable_to_rename(a)
+    chosen = a.rename_choice
     if chosen is None or not a.fresh(new_name):
         return []
     return [Edit(start, end, new_name) for start, end in chosen[1]]
@@ -343,7 +367,7 @@ class VarRenamerRN(CodePerturbation):
     description = "the most frequent variable renamed to a random alpha-numeric name of the same length"
 
     def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
-        chosen = variable_to_rename(a)
+        chosen = a.rename_choice
         if chosen is None:
             return []
         for _ in range(20):

@@ -7,6 +7,8 @@ The name is replaced as a whole identifier everywhere in the prompt (signature, 
 
 from __future__ import annotations
 
+import builtins
+import functools
 import keyword
 import random
 import re
@@ -39,15 +41,26 @@ def join_like(words: list[str], original: str) -> str:
     return words[0] + "".join(w[:1].upper() + w[1:] for w in words[1:])
 
 
+@functools.lru_cache(maxsize=4096)
+def taken_names(text: str) -> frozenset[str] | None:
+    tree = parse(text)
+    return None if tree is None else frozenset(program_identifiers(tree) | set(dir(builtins)))
+
+
+@functools.lru_cache(maxsize=4096)
+def name_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w.]){re.escape(name)}(?!\w)")
+
+
 def rename(problem: Problem, new_name: str) -> Problem:
     """The problem with its entry point renamed everywhere it occurs as an identifier."""
     old = problem.entry_point
     if new_name == old or not IDENTIFIER.fullmatch(new_name) or keyword.iskeyword(new_name):
         return problem
-    tree = parse(problem.prompt + problem.canonical_solution)
-    if tree is None or new_name in program_identifiers(tree) or new_name in dir(__builtins__):
+    taken = taken_names(problem.prompt + problem.canonical_solution)
+    if taken is None or new_name in taken:
         return problem
-    pattern = re.compile(rf"(?<![\w.]){re.escape(old)}(?!\w)")
+    pattern = name_pattern(old)
     return problem.with_changes(
         prompt=pattern.sub(new_name, problem.prompt),
         canonical_solution=pattern.sub(new_name, problem.canonical_solution),

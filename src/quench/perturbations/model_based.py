@@ -17,7 +17,7 @@ import textwrap
 from typing import Any, Protocol, Sequence
 
 from quench.perturbations.base import register
-from quench.perturbations.code_syntax import Analysed, CodePerturbation, variable_to_rename
+from quench.perturbations.code_syntax import Analysed, CodePerturbation
 from quench.perturbations.docstring import QUOTES, DocstringPerturbation
 from quench.perturbations.source import Edit, docstring_node
 from quench.perturbations.text import FIXED, Piece, join
@@ -177,7 +177,7 @@ class VarRenamerCB(LazyModel, CodePerturbation):
         return [n for n in dict.fromkeys(names) if n != old and a.fresh(n)]
 
     def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
-        chosen = variable_to_rename(a)
+        chosen = a.rename_choice
         if chosen is None:
             return []
         old, spans = chosen

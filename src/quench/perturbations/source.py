@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import bisect
 import functools
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -21,10 +22,7 @@ class Source:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.line_starts = [0]
-        for index, char in enumerate(text):
-            if char == "\n":
-                self.line_starts.append(index + 1)
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.ascii = text.isascii()
 
     def offset(self, lineno: int, col_bytes: int) -> int:
@@ -91,8 +89,14 @@ class PartialProgram:
         return PartialProgram(text[:split], text[split:])
 
 
+@functools.lru_cache(maxsize=4096)
+def cached_partial(problem: Problem) -> Problem:
+    """`partial_problem`, computed once per problem (it tokenizes the body)."""
+    return partial_problem(problem)
+
+
 def as_partial(problem: Problem) -> tuple[Problem, PartialProgram]:
-    partial = partial_problem(problem)
+    partial = cached_partial(problem)
     return partial, PartialProgram(partial.prompt, partial.canonical_solution)
 
 
@@ -139,9 +143,8 @@ def own_statements(function: ast.AST) -> list[ast.stmt]:
     """Statements of the function's own scope in source order (docstring excluded)."""
     stmts = [n for n in own_nodes(function) if isinstance(n, ast.stmt)]
     stmts.sort(key=lambda n: (n.lineno, n.col_offset))
-    if stmts and isinstance(stmts[0], ast.Expr) and isinstance(getattr(stmts[0], "value", None), ast.Constant):
-        stmts = stmts[1:]
-    return stmts
+    doc = docstring_node(function)  # type: ignore[arg-type]
+    return [s for s in stmts if not (isinstance(s, ast.Expr) and s.value is doc)]
 
 
 def body_indent_unit(source: Source, function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:

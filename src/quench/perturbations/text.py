@@ -8,6 +8,7 @@ tokens (`cost[][]`, `x**2`, `O(n)`), numbers, escapes and example lines (`f(x) =
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 
@@ -61,6 +62,12 @@ PYTHON_WORDS = frozenset({"True", "False", "None", "int", "str", "float", "bool"
 
 def docstring_text(problem: Problem) -> DocText | None:
     """Where the entry point's docstring prose lies in the prompt, or None without a docstring."""
+    return find_docstring_text(problem.prompt, problem.canonical_solution, problem.entry_point)
+
+
+@functools.lru_cache(maxsize=4096)
+def find_docstring_text(prompt: str, solution: str, entry_point: str) -> DocText | None:
+    problem = Problem("", prompt, solution, "", entry_point)
     tree = parse(problem.prompt + problem.canonical_solution) or parse(problem.prompt)
     if tree is None:
         return None
@@ -118,6 +125,7 @@ def split_token(token: str, identifiers: frozenset[str]) -> list[Piece]:
     return [p for p in pieces if p.text]
 
 
+@functools.lru_cache(maxsize=4096)
 def segment(text: str, identifiers: frozenset[str]) -> list[Piece]:
     """Cut the editable docstring text into words, in-line spaces and fixed pieces."""
     protected = protected_ranges(text)

@@ -14,8 +14,9 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from quench.benchmarks import Problem, partial_problem
+from quench.benchmarks import Problem
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME
+from quench.perturbations.source import cached_partial
 from quench.perturbations.text import docstring_text
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class Verdict:
 
 def nominal(original: Problem, category: str) -> Problem:
     """What a variant is compared with: the partial-code problem for code categories."""
-    return partial_problem(original) if category in (CODE_SYNTAX, CODE_FORMAT) else original
+    return cached_partial(original) if category in (CODE_SYNTAX, CODE_FORMAT) else original
 
 
 def is_changed(base: Problem, variant: Problem) -> bool:

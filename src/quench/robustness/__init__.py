@@ -1,0 +1,33 @@
+"""ReCode robustness: worst-case metrics (RP/RD/RR at k) over perturbed prompts, and the report."""
+
+from quench.robustness.examples import Example
+from quench.robustness.metrics import (
+    BASELINE_OF_CATEGORY,
+    GroupMetrics,
+    Outcomes,
+    Regression,
+    RobustnessMetrics,
+    RobustnessRun,
+    VariantOutcomes,
+    outcomes_from_results,
+    regressions,
+    robustness_metrics,
+)
+from quench.robustness.report import load_examples, load_metrics, write_report
+
+__all__ = [
+    "BASELINE_OF_CATEGORY",
+    "Example",
+    "GroupMetrics",
+    "Outcomes",
+    "Regression",
+    "RobustnessMetrics",
+    "RobustnessRun",
+    "VariantOutcomes",
+    "load_examples",
+    "load_metrics",
+    "outcomes_from_results",
+    "regressions",
+    "robustness_metrics",
+    "write_report",
+]

@@ -1,0 +1,99 @@
+"""`quench perturb`: ReCode's transformations over a benchmark, validated, written in ReCode's format."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from quench.benchmarks import load_benchmark, parse_tasks
+from quench.errors import QuenchError
+from quench.execution import SandboxLimits, SandboxPool
+from quench.perturbations import base
+from quench.perturbations.pipeline import PerturbationSet, perturb_problems, write_set
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("perturb", help="ReCode perturbations of a benchmark (docstring, function name, code)")
+    parser.add_argument("--list", action="store_true", help="list the transformations and exit")
+    parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, or a HumanEval-format .jsonl file")
+    parser.add_argument("--split", default=None, help="MBPP split: test (default), validation, train, fewshot, all")
+    parser.add_argument("--tasks", default=None, help="task ids or numbers, e.g. '0,3,10-12'")
+    parser.add_argument("--limit", type=int, default=None, help="keep the first N problems")
+    parser.add_argument("--categories", default=None,
+                        help="comma-separated: docstring, function_name, code_syntax, code_format (default: all)")
+    parser.add_argument("--transforms", default=None, help="comma-separated ReCode names (default: all in the categories)")
+    parser.add_argument("--with-models", action="store_true",
+                        help="include the model-based BackTranslation and VarRenamerCB (slow on CPU)")
+    parser.add_argument("--model", default=None, help="model for those (default: the default preset)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds s0..s(N-1) per transformation (ReCode: 5)")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (required unless --list)")
+    parser.add_argument("--no-validate", action="store_true", help="skip the meaning check (keep every variant)")
+    parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per validation program")
+    parser.set_defaults(handler=run)
+
+
+def split_list(spec: str | None) -> list[str] | None:
+    return [s.strip() for s in spec.split(",") if s.strip()] if spec else None
+
+
+def chosen_transforms(args: argparse.Namespace) -> list[str]:
+    categories = split_list(args.categories)
+    wanted = split_list(args.transforms)
+    available = base.names(categories)
+    if wanted:
+        for name in wanted:
+            base.perturbation_class(name)  # unknown names fail here with a clear message
+        return [n for n in wanted if n in available] or wanted
+    return [n for n in available if args.with_models or not base.perturbation_class(n).model_based]
+
+
+def print_list() -> None:
+    for name in base.names():
+        cls = base.perturbation_class(name)
+        model = " [model]" if cls.model_based else ""
+        print(f"{name:33s} {cls.category:14s} {cls.description}{model}")
+
+
+def print_stats(result: PerturbationSet) -> None:
+    print(f"{'transformation':33s} {'category':14s} {'changed':>8s} {'valid':>7s} {'seconds':>8s}")
+    for stats in result.stats.values():
+        valid = f"{stats.share_valid:7.1%}" if result.validated else "      -"
+        print(f"{stats.name:33s} {stats.category:14s} {stats.share_changed:8.1%} {valid} {stats.seconds:8.2f}")
+    if result.rejected:
+        print(f"{len(result.rejected)} variants failed the meaning check and were left out (see summary.json)")
+
+
+def load_model(name: str | None) -> object | None:
+    if name is None:
+        return None
+    from quench.models import load_model as load
+    from quench.perturbations.model_based import HFTextModel
+
+    return HFTextModel(load(name))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        print_list()
+        return 0
+    if args.out is None:
+        raise QuenchError("--out DIR is required (or use --list)")
+    if args.seeds < 1:
+        raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
+    transforms = chosen_transforms(args)
+    if not transforms:
+        raise QuenchError("no transformation selected: check --categories and --transforms")
+    problems = load_benchmark(args.benchmark, args.split, parse_tasks(args.tasks), args.limit)
+    model = load_model(args.model) if any(base.perturbation_class(t).model_based for t in transforms) else None
+    if args.no_validate:
+        result = perturb_problems(problems, transforms, args.seeds, validate_variants=False, model=model)
+    else:
+        with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout)) as pool:
+            result = perturb_problems(problems, transforms, args.seeds, pool=pool, model=model)
+    benchmark = args.benchmark if args.benchmark in ("humaneval", "mbpp") else Path(args.benchmark).stem
+    paths = write_set(result, args.out, benchmark)
+    print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations")
+    print_stats(result)
+    print(f"wrote {len(paths) - 1} files and summary.json to {args.out}")
+    return 0

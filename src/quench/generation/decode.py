@@ -1,0 +1,182 @@
+"""The decode loop: draft, verify, commit, refill freed slots from the queue (continuous batching).
+
+Without a drafter every step is a regular decoding step (draft width 0). One loop serves both, so
+regular and speculative decoding share the stopping, refilling and bookkeeping code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from quench.generation.draft_length import DraftLengthPolicy
+from quench.generation.drafters import Draft, Drafter
+from quench.generation.kv_cache import KVCache
+from quench.generation.rows import Row, StopRules
+from quench.generation.sampling import logits_to_probs, next_tokens, row_generator
+from quench.generation.scheduler import PrefixStore, Runner, WorkItem, WorkQueue
+from quench.generation.types import GenerationResult, SamplingParams
+from quench.generation.verify import PLACEHOLDER, Verdict, verify_greedy, verify_sampling
+
+
+@dataclass
+class LoopStats:
+    """Totals over one `generate` call (for benchmarks and logs)."""
+
+    steps: int = 0  # target forward passes
+    row_steps: int = 0  # sum over steps of active rows
+    tokens: int = 0  # tokens emitted (including ones cut by stopping)
+    drafted: int = 0
+    accepted: int = 0
+    prefill_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_row_step(self) -> float:
+        """Mean tokens a row gains per target forward (1 for regular decoding)."""
+        return self.tokens / self.row_steps if self.row_steps else 0.0
+
+
+class DecodeLoop:
+    """One `generate` call: a fixed number of slots kept full from the work queue."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        cache: KVCache,
+        queue: WorkQueue,
+        stop: StopRules,
+        sampling: SamplingParams,
+        drafter: Drafter | None = None,
+        policy: DraftLengthPolicy | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self.runner = runner
+        self.cache = cache
+        self.queue = queue
+        self.stop = stop
+        self.sampling = sampling
+        self.drafter = drafter
+        self.policy = policy
+        self.deadline = deadline
+        self.prefixes = PrefixStore(runner)
+        self.slots: list[Row | None] = [None] * cache.batch
+        self.stats = LoopStats()
+        self.started = time.perf_counter()
+
+    def run(self) -> Iterator[GenerationResult]:
+        yield from self._admit()
+        while any(row is not None for row in self.slots):
+            if self.deadline is not None and time.perf_counter() >= self.deadline:
+                self.queue.closed = True  # unfinished rows are dropped: they did not make the budget
+                return
+            yield from self._step()
+            yield from self._admit()
+
+    def _finish(self, slot: int, reason: str) -> GenerationResult:
+        row = self.slots[slot]
+        assert row is not None
+        self.slots[slot] = None
+        return self.stop.result(row, reason, self.started)
+
+    def _admit(self) -> Iterator[GenerationResult]:
+        """Fill every free slot from the queue; a sample's first token comes from its prompt's prefill."""
+        while True:
+            items: list[tuple[int, WorkItem]] = []
+            for slot in (s for s, row in enumerate(self.slots) if row is None):
+                item = self.queue.pop()
+                if item is None:
+                    break
+                items.append((slot, item))
+            if not items:
+                return
+            yield from self._start_rows(items)
+
+    def _start_rows(self, items: Sequence[tuple[int, WorkItem]]) -> Iterator[GenerationResult]:
+        fresh = [item for _, item in items if item.request_index not in self.prefixes]
+        self.prefixes.ensure([item for _, item in items])
+        self.stats.prefill_tokens += sum(len(item.request.prompt_ids) for item in {i.request_index: i for i in fresh}.values())
+        logits = []
+        for slot, item in items:
+            prefix, prefix_logits = self.prefixes.get(item.request_index)
+            self.cache.install(slot, prefix)
+            generator = row_generator(self.sampling.seed, item.request_index, item.sample_index)
+            prompt = list(item.request.prompt_ids)
+            self.slots[slot] = Row(item.request_index, item.request, item.sample_index, generator, prompt, len(prompt))
+            logits.append(prefix_logits)
+        if self.drafter is not None:
+            self.drafter.admit(items)
+        for request_index in {item.request_index for _, item in items}:
+            if not self.queue.pending(request_index):
+                self.prefixes.release(request_index)
+                if self.drafter is not None:
+                    self.drafter.release(request_index)
+        rows = [self.slots[slot] for slot, _ in items]
+        first = next_tokens(torch.stack(logits), self.sampling, [row.generator for row in rows])  # (R,)
+        for (slot, _), row, token in zip(items, rows, first.tolist()):
+            reason = self.stop.append(row, token)
+            if reason is not None:
+                yield self._finish(slot, reason)
+
+    def _draft(self, active: list[int]) -> Draft | None:
+        if self.drafter is None or self.policy is None:
+            return None
+        k = self.policy.current
+        limits = [0] * len(self.slots)
+        for b in active:
+            row = self.slots[b]
+            limits[b] = max(0, min(k, self.stop.max_new_tokens - len(row.generated) - 1))
+        if max(limits) == 0:
+            return None
+        return self.drafter.propose(self.slots, limits, self.sampling)
+
+    def _step(self) -> Iterator[GenerationResult]:
+        active = [b for b, row in enumerate(self.slots) if row is not None]
+        draft = self._draft(active)
+        width = draft.width if draft is not None else 0
+        last = torch.tensor([row.last if row is not None else 0 for row in self.slots])  # (B,)
+        inputs = last[:, None]  # (B, 1 + width): pending token, then the drafts
+        if width:
+            inputs = torch.cat([inputs, draft.tokens[:, :width].clamp(min=0)], dim=1)
+        start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
+        logits = self.runner.forward(self.cache, inputs, start)[active]  # (A, 1 + width, V)
+        verdict = self._verify(logits, draft, width, active)
+        self.stats.steps += 1
+        yield from self._commit(verdict, draft, width, active)
+
+    def _verify(self, logits: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:
+        generators = [self.slots[b].generator for b in active]
+        if width == 0:
+            tokens = next_tokens(logits[:, 0], self.sampling, generators)  # (A,)
+            return Verdict(torch.zeros(len(active), dtype=torch.long), tokens[:, None])
+        draft_tokens = draft.tokens[active, :width]  # (A, K)
+        if self.sampling.greedy:
+            return verify_greedy(draft_tokens, logits.argmax(dim=-1))
+        draft_probs = draft.probs[active, :width] if draft.probs is not None else None
+        return verify_sampling(draft_tokens, draft_probs, logits_to_probs(logits, self.sampling), generators)
+
+    def _commit(self, verdict: Verdict, draft: Draft | None, width: int, active: list[int]) -> Iterator[GenerationResult]:
+        drafted = (draft.tokens[active, :width] != PLACEHOLDER).sum(dim=1) if width else torch.zeros(len(active))
+        if width and self.policy is not None:
+            self.policy.update(verdict.num_accepted, drafted > 0)
+        for j, b in enumerate(active):
+            row = self.slots[b]
+            new_tokens = verdict.row(j)
+            row.steps += 1
+            row.drafted += int(drafted[j])
+            row.accepted += len(new_tokens) - 1
+            self.stats.row_steps += 1
+            self.stats.drafted += int(drafted[j])
+            self.stats.accepted += len(new_tokens) - 1
+            self.stats.tokens += len(new_tokens)
+            for token in new_tokens:
+                reason = self.stop.append(row, token)
+                if reason is not None:
+                    yield self._finish(b, reason)
+                    break

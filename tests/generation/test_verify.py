@@ -1,0 +1,138 @@
+import math
+
+import pytest
+import torch
+
+from quench.generation import verify as verify_module
+from quench.generation.verify import PLACEHOLDER, verify_greedy, verify_sampling
+
+P = PLACEHOLDER
+
+
+def greedy(draft, target):
+    verdict = verify_greedy(torch.tensor(draft, dtype=torch.long), torch.tensor(target, dtype=torch.long))
+    return verdict.num_accepted.tolist(), verdict.tokens.tolist()
+
+
+def test_greedy_all_accepted_gets_the_bonus_token():
+    assert greedy([[1, 2, 3]], [[1, 2, 3, 4]]) == ([3], [[1, 2, 3, 4]])
+
+
+def test_greedy_early_mismatch_emits_the_target_token():
+    assert greedy([[1, 2, 3]], [[1, 5, 3, 4]]) == ([1], [[1, 5, P, P]])
+    assert greedy([[1, 2, 3]], [[7, 2, 3, 4]]) == ([0], [[7, P, P, P]])
+
+
+def test_greedy_ragged_rows_stop_at_their_own_draft_length():
+    draft = [[1, 2, 3], [4, P, P], [P, P, P], [1, 2, P]]
+    target = [[1, 2, 0, 9], [4, 5, 6, 7], [8, 8, 8, 8], [1, 2, 3, 4]]
+    accepted, tokens = greedy(draft, target)
+    assert accepted == [2, 1, 0, 2]
+    assert tokens == [[1, 2, 0, P], [4, 5, P, P], [8, P, P, P], [1, 2, 3, P]]
+
+
+def test_greedy_placeholder_never_matches_even_if_target_says_minus_one():
+    assert greedy([[P, P]], [[P, 3, 4]])[0] == [0]
+
+
+def test_greedy_empty_draft_is_regular_decoding():
+    assert greedy([[], []], [[5], [6]]) == ([0, 0], [[5], [6]])
+
+
+def generators(n, seed=0):
+    return [torch.Generator().manual_seed(seed * 100_003 + i) for i in range(n)]
+
+
+def test_sampling_accepts_a_draft_the_target_is_sure_of_and_adds_a_bonus():
+    target = torch.zeros(1, 3, 4)
+    target[0, 0, 2] = target[0, 1, 3] = target[0, 2, 1] = 1.0  # certain: 2, 3, then 1
+    verdict = verify_sampling(torch.tensor([[2, 3]]), None, target, generators(1))
+    assert verdict.num_accepted.tolist() == [2] and verdict.tokens.tolist() == [[2, 3, 1]]
+
+
+def test_sampling_rejects_a_draft_the_target_rules_out_and_recovers_from_the_residual():
+    target = torch.zeros(2, 3, 4)
+    target[:, :, 0] = 0.5
+    target[:, :, 1] = 0.5  # token 3 impossible everywhere
+    draft_probs = torch.zeros(2, 2, 4)
+    draft_probs[:, :, 3] = 0.6
+    draft_probs[:, :, 0] = 0.4  # residual max(0, target - draft) keeps only token 1
+    verdict = verify_sampling(torch.tensor([[3, 0], [P, P]]), draft_probs, target, generators(2))
+    assert verdict.num_accepted.tolist() == [0, 0]
+    assert verdict.tokens[0].tolist() == [1, P, P]  # recovered: the only token with residual mass
+    assert verdict.tokens[1, 0].item() in (0, 1) and verdict.tokens[1, 1:].tolist() == [P, P]  # empty draft
+
+
+def test_sampling_is_reproducible_from_the_generators():
+    target = torch.softmax(torch.randn(3, 4, 6), dim=-1)
+    draft = torch.softmax(torch.randn(3, 3, 6), dim=-1)
+    tokens = torch.tensor([[0, 1, 2], [3, 4, P], [5, P, P]])
+    first = verify_sampling(tokens, draft, target, generators(3, seed=4))
+    again = verify_sampling(tokens, draft, target, generators(3, seed=4))
+    assert torch.equal(first.tokens, again.tokens)
+
+
+# Chi-square test: the first output token of speculative sampling must follow the target distribution.
+VOCAB = 5
+TARGET = torch.tensor([0.40, 0.25, 0.15, 0.12, 0.08])
+DRAFT = torch.tensor([0.10, 0.15, 0.20, 0.25, 0.30])  # deliberately far from the target
+CRITICAL_DF4_P0001 = 18.467  # chi-square critical value, 4 degrees of freedom, p = 0.001
+
+
+def first_token_counts(sampler, samples=4000, k=3, seed=0):
+    gens = generators(samples, seed)
+    draft_probs = DRAFT.expand(samples, k, VOCAB)
+    draft_tokens = torch.stack([torch.multinomial(DRAFT, k, replacement=True, generator=g) for g in gens])  # (N, K)
+    target_probs = TARGET.expand(samples, k + 1, VOCAB)
+    verdict = sampler(draft_tokens, draft_probs, target_probs, gens)
+    return torch.bincount(verdict.tokens[:, 0], minlength=VOCAB).double()
+
+
+def chi_square(counts, probs):
+    expected = probs.double() * counts.sum()
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_speculative_sampling_follows_the_target_distribution():
+    for seed in range(2):
+        counts = first_token_counts(verify_sampling, seed=seed)
+        assert chi_square(counts, TARGET) < CRITICAL_DF4_P0001, counts
+
+
+def test_the_chi_square_test_rejects_a_wrong_sampler(monkeypatch):
+    # A classic bug: at a rejection, draw the recovered token from the target instead of the residual.
+    def target_instead_of_residual(draft_tokens, draft_probs, target_probs, num_accepted, valid):
+        return target_probs[torch.arange(len(num_accepted)), num_accepted]
+
+    monkeypatch.setattr(verify_module, "_final_distribution", target_instead_of_residual)
+    counts = first_token_counts(verify_sampling)
+    assert chi_square(counts, TARGET) > CRITICAL_DF4_P0001, counts
+
+
+def test_a_deterministic_draft_is_also_lossless():
+    # Prompt-lookup drafts have probability 1: accept x with target(x), else draw from target minus x.
+    counts = first_token_counts(lambda tokens, _, target, gens: verify_sampling(tokens, None, target, gens))
+    assert chi_square(counts, TARGET) < CRITICAL_DF4_P0001, counts
+
+
+def test_bonus_token_follows_the_target_distribution():
+    samples = 2000
+    gens = generators(samples, seed=9)
+    target = torch.stack([torch.eye(VOCAB)[2], TARGET]).expand(samples, 2, VOCAB)  # position 0 certain
+    verdict = verify_sampling(torch.full((samples, 1), 2), None, target, gens)
+    assert bool((verdict.num_accepted == 1).all())
+    counts = torch.bincount(verdict.tokens[:, 1], minlength=VOCAB).double()
+    assert chi_square(counts, TARGET) < CRITICAL_DF4_P0001
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_acceptance_rate_matches_the_theory(k):
+    # Leviathan et al.: P(accept) = sum_x min(target(x), draft(x)) per position.
+    samples = 3000
+    gens = generators(samples, seed=k)
+    draft_tokens = torch.stack([torch.multinomial(DRAFT, k, replacement=True, generator=g) for g in gens])
+    verdict = verify_sampling(draft_tokens, DRAFT.expand(samples, k, VOCAB), TARGET.expand(samples, k + 1, VOCAB), gens)
+    alpha = float(torch.minimum(TARGET, DRAFT).sum())
+    expected = sum(alpha**i for i in range(1, k + 1))  # E[accepted] = alpha + alpha^2 + ... + alpha^k
+    observed = float(verdict.num_accepted.double().mean())
+    assert math.isclose(observed, expected, rel_tol=0.08)

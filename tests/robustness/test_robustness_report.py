@@ -1,0 +1,147 @@
+"""The report files: written, self-contained HTML, decodable images, round-tripping JSON."""
+
+import base64
+import io
+import json
+from html.parser import HTMLParser
+
+import pytest
+from PIL import Image
+
+from quench.robustness import (
+    Example,
+    RobustnessRun,
+    VariantOutcomes,
+    load_examples,
+    load_metrics,
+    robustness_metrics,
+    write_report,
+)
+from quench.robustness.html import highlight_pair
+
+T, F = True, False
+
+PROMPT = '''def add(a, b):
+    """Return the sum of a and b; see http://example.com/add <b>docs</b>.
+    >>> add(1, 2)
+    3
+    """
+'''
+
+
+def small_run(samples: int = 1) -> RobustnessRun:
+    def outcomes(*passed):
+        return {f"T/{i}": (p,) * samples for i, p in enumerate(passed)}
+
+    return RobustnessRun(
+        nominal_full=outcomes(T, T, F),
+        nominal_partial=outcomes(T, F, F),
+        variants=(
+            VariantOutcomes("ButterFingersPerturbation", "docstring", 0, outcomes(F, T, F)),
+            VariantOutcomes("ButterFingersPerturbation", "docstring", 1, outcomes(T, T, T)),
+            VariantOutcomes("FuncRenameCamelCase", "function_name", 0, outcomes(T, T, F)),
+            VariantOutcomes("new_lines", "code_format", 0, {"T/0": (F,) * samples}),
+        ),
+    )
+
+
+EXAMPLES = [
+    Example("T/0", "ButterFingersPerturbation", "docstring", 0, PROMPT, PROMPT.replace("sum", "sim"),
+            "    return a + b\n", "    return a - b\n", "passed", "failed: AssertionError"),
+    Example("T/0", "new_lines", "code_format", 0, PROMPT + "    c = a\n", PROMPT + "\n    c = a\n",
+            "    return c + b\n", "    return b\n", "passed", "failed: NameError <c>"),
+]
+RUN_INFO = {"model": "tiny", "benchmark": "humaneval", "subset": "3 tasks", "seeds": [0, 1], "n": 1,
+            "wall_time_s": 1.5}
+
+
+class _Collector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.attrs = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += [(tag, name, value) for name, value in attrs]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    metrics = robustness_metrics(small_run())
+    return out, metrics, write_report(out, metrics, EXAMPLES, RUN_INFO)
+
+
+def test_every_report_file_is_written(report):
+    out, _, paths = report
+    names = {"metrics.json", "examples.jsonl", "report.md", "report.html", "categories_pass.png",
+             "categories_drop.png", "transformations_heatmap.png"}
+    assert {p.name for p in paths} == names
+    assert all(p.parent == out and p.stat().st_size > 0 for p in paths)
+
+
+def test_html_is_self_contained(report):
+    out, _, _ = report
+    html = (out / "report.html").read_text(encoding="utf-8")
+    collector = _Collector()
+    collector.feed(html)
+    assert not {"script", "link", "iframe", "object"} & set(collector.tags)
+    for tag, name, value in collector.attrs:
+        assert name != "href", (tag, value)
+        if name == "src":
+            assert value.startswith("data:image/png;base64,"), (tag, value[:60])
+    assert sum(tag == "img" for tag in collector.tags) == 3
+    # The URL and markup in the docstring are text, escaped, never a link or a tag.
+    assert "see http://example.com/add &lt;b&gt;docs&lt;/b&gt;" in html
+    assert "NameError &lt;c&gt;" in html
+
+
+def test_images_decode(report):
+    out, _, _ = report
+    html = (out / "report.html").read_text(encoding="utf-8")
+    collector = _Collector()
+    collector.feed(html)
+    embedded = [base64.b64decode(v.split(",", 1)[1]) for _, n, v in collector.attrs if n == "src"]
+    files = [p.read_bytes() for p in sorted(out.glob("*.png"))]
+    assert sorted(embedded) == sorted(files)
+    for png in files:
+        image = Image.open(io.BytesIO(png))
+        image.load()
+        assert image.format == "PNG" and image.width > 300 and image.height > 200
+
+
+def test_metrics_json_and_examples_round_trip(report):
+    out, metrics, _ = report
+    assert load_metrics(out / "metrics.json") == (metrics, RUN_INFO)
+    assert json.loads((out / "metrics.json").read_text())["metrics"]["ks"] == [1]
+    assert load_examples(out / "examples.jsonl") == EXAMPLES
+
+
+def test_markdown_tables(report):
+    out, _, _ = report
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    assert "| Category | Baseline | Transf. | Pass@1 | RP_s@1 | RD_s@1 | RR_s@1 |" in markdown
+    # Docstring: nominal T/0, T/1 pass; worst case over seeds loses T/0 → RP 33.33, RD 50.00;
+    # T/0 (pass → fail) and T/2 (fail → pass under seed 1) changed → RR 66.67; 6 of 6 variants valid.
+    assert "| Docstring | full | 1 | 66.67 | 33.33 | 50.00 | 66.67 | 33.33 / 33.33 | 6/6 | 6 |" in markdown
+    # new_lines: valid only for T/0 (1 of 3); it fails there: RP 0, RD 100 against the partial baseline.
+    assert "| new_lines | Code format | 1 | 33.33 | 0.00 | 100.00 | 33.33 | 33.33 / 0.00 | 1/3 | 1 |" in markdown
+    assert "![categories_pass.png](categories_pass.png)" in markdown
+    assert "-    \"\"\"Return the sum of a and b" in markdown  # the prompt diff
+
+
+def test_sampling_report_has_a_table_per_k_and_no_examples(tmp_path):
+    metrics = robustness_metrics(small_run(samples=2), ks=(1, 2))
+    write_report(tmp_path, metrics, [], RUN_INFO | {"n": 2})
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "## Categories (k=2)" in markdown and "## Transformations (k=2)" in markdown
+    assert "No sample passed nominally and failed under a perturbation." in markdown
+    assert load_metrics(tmp_path / "metrics.json")[0] == metrics
+
+
+def test_highlight_marks_changed_tokens_and_invisible_whitespace():
+    assert highlight_pair("a b c", "a x c") == ("a <del>b</del> c", "a <ins>x</ins> c")
+    assert highlight_pair("a\nb", "a\n\nb") == ("a\nb", 'a\n<ins><span class="mark">↵</span>\n</ins>b')
+    assert highlight_pair("    x", "\tx") == (
+        "<del>    </del>x", '<ins><span class="mark">→</span>\t</ins>x')
+    assert highlight_pair("<a>", "<b>") == ("&lt;<del>a</del>&gt;", "&lt;<ins>b</ins>&gt;")
