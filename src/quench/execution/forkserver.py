@@ -6,8 +6,10 @@ Frames on stdin/stdout: a 4-byte big-endian length, then UTF-8 JSON.
 
 Per program: a fresh working directory, a new session (process group), rlimits, and in the
 "rlimits" mode a drop to the configured uid; at the end the group is killed, every descendant
-that escaped the group is found (the server is a child subreaper) and killed, and scratch files
-are wiped, so nothing a program leaves behind reaches the next one.
+that escaped the group is found (the server is a child subreaper, and in "bwrap" mode the pid
+namespace's init) and killed, and scratch files are wiped, so nothing a program leaves behind
+reaches the next one. Programs are compiled here, before the fork, and forked children touch as
+little memory as they can: copy-on-write faults are most of the cost of a run.
 
 Completion sentinel: after the program returns, the child writes a record to a private pipe
 that starts with a random per-run nonce. The nonce never appears in the program's text, argv,
@@ -28,8 +30,9 @@ import sys
 import time
 
 RESULT_FD = 3  # where the child's completion record goes
-SANDBOX_EXIT = 125  # the child could not set itself up
+SANDBOX_EXIT = 125  # the child could not set itself up (same value in outcomes.py)
 DETAIL_CHARS = 300
+WATCH_INTERVAL_S = 0.05  # how often the process count is checked while a program runs
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 CLONE_NEWNET = 0x40000000
 # Imported once here so that children do not pay for them (typing alone costs ~10 ms per program).
@@ -37,7 +40,6 @@ PRELOAD = (
     "typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
     "operator", "copy", "hashlib", "random", "fractions", "decimal", "statistics", "datetime",
 )
-OUTCOME_CODES = {b"P": "passed", b"F": "failed", b"M": "memory", b"S": "syntax_error", b"X": "crashed", b"E": "sandbox_error"}
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -121,15 +123,15 @@ def execute(code, nonce):
 
 
 def compile_program(program):
-    """(code, None) or (None, (outcome, detail)); compiled in the server so no child pays for it."""
+    """(code, None) or (None, (kind, detail)); compiled in the server so no child pays for it."""
     try:
         return compile(program, "<program>", "exec"), None
     except MemoryError as exc:
-        return None, ("memory", describe(exc))
+        return None, ("M", describe(exc))
     except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
-        return None, ("syntax_error", describe(exc))
+        return None, ("S", describe(exc))
     except Exception as exc:  # e.g. RecursionError for absurdly nested code
-        return None, ("failed", describe(exc))
+        return None, ("F", describe(exc))
 
 
 def setup_child(config, result_w, out_w, null_fd, workdir):
@@ -164,7 +166,7 @@ def child_rlimits(config):
         (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU first, SIGKILL a second later
         (resource.RLIMIT_AS, config["memory_mb"] * megabyte, config["memory_mb"] * megabyte),
         (resource.RLIMIT_FSIZE, config["file_size_mb"] * megabyte, config["file_size_mb"] * megabyte),
-        (resource.RLIMIT_NPROC, config["max_processes"], config["max_processes"]),
+        (resource.RLIMIT_NPROC, config["nproc"], config["nproc"]),
         (resource.RLIMIT_CORE, 0, 0),
     ]
 
@@ -183,11 +185,11 @@ class ForkServer:
         self.poller = select.epoll()
 
     def run(self, program, announce):
-        """Run one program to its end or its deadline; return the result frame."""
+        """Run one program to its end or its deadline; return what happened (pool classifies it)."""
         start = time.monotonic()
         code, error = compile_program(program)
         if error is not None:
-            return {"outcome": error[0], "detail": error[1], "seconds": time.monotonic() - start}
+            return {"record": error[0], "detail": error[1], "seconds": time.monotonic() - start}
         os.mkdir(self.workdir, 0o700)
         if self.config["run_uid"] is not None:
             os.chown(self.workdir, self.config["run_uid"], self.config["run_uid"])
@@ -209,29 +211,38 @@ class ForkServer:
         os.close(out_w)
         announce(pid)
         try:
-            status, timed_out, record, output = self.supervise(pid, result_r, out_r, start)
+            status, stopped, record, output = self.supervise(pid, result_r, out_r, start)
         finally:
             seconds = time.monotonic() - start
             os.close(result_r)
             os.close(out_r)
             self.clean_up(pid)
-        outcome, detail = classify(record, nonce, status, timed_out, output, self.config)
-        return {"outcome": outcome, "detail": detail, "seconds": seconds}
+        kind, detail = parse_record(record, nonce)
+        tail = output.decode("utf-8", "replace").strip()[-DETAIL_CHARS:]
+        report = {"record": kind, "detail": detail, "status": status, "stopped": stopped, "output": tail}
+        return {**report, "seconds": seconds}
 
     def supervise(self, pid, result_r, out_r, start):
         """Collect the record and an output tail until the child exits; kill it at the deadline."""
         deadline = start + self.config["timeout_s"]
         pidfd = os.pidfd_open(pid)
-        record, output, timed_out, exited = bytearray(), bytearray(), False, False
-        keep = self.config["output_bytes"]
+        record, output, exited, stopped = bytearray(), bytearray(), False, None
+        keep, next_count = self.config["output_bytes"], start + WATCH_INTERVAL_S
         for fd in (pidfd, result_r, out_r):
             self.poller.register(fd, select.EPOLLIN)
         while not exited:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 and not timed_out:
-                timed_out = True
+            if stopped is None and remaining <= 0:
+                stopped = "timeout"
+            elif stopped is None and self.in_namespace and time.monotonic() >= next_count:
+                next_count = time.monotonic() + WATCH_INTERVAL_S
+                stopped = "processes" if self.too_many_processes() else None
+            if stopped is not None:
                 kill_group(pid)
-            for fd, _ in self.poller.poll(1.0 if timed_out else remaining):
+                if self.in_namespace:
+                    kill_namespace()
+            wait = 1.0 if stopped else min(remaining, WATCH_INTERVAL_S) if self.in_namespace else remaining
+            for fd, _ in self.poller.poll(wait):
                 if fd == pidfd:
                     exited = True
                     continue
@@ -251,15 +262,17 @@ class ForkServer:
         except BlockingIOError:
             pass
         _, status = os.waitpid(pid, 0)
-        return status, timed_out, bytes(record), bytes(output)
+        return status, stopped, bytes(record), bytes(output)
+
+    def too_many_processes(self):
+        """RLIMIT_NPROC does not bind in a user namespace mapped to root, so count them here."""
+        count = sum(1 for entry in os.listdir("/proc") if entry.isdigit()) - 1  # we are its init
+        return count > self.config["max_processes"]
 
     def clean_up(self, pid):
         kill_group(pid)
-        if self.in_namespace:  # everything in this pid namespace except its init and us
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if self.in_namespace:
+            kill_namespace()
         reap_descendants(self.pid)
         if self.in_namespace:
             for scratch in ("/tmp", "/dev/shm"):
@@ -281,21 +294,28 @@ def kill_group(pid):
         pass
 
 
+def kill_namespace():
+    """Kill every process of this pid namespace except us (its init)."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def children_of(pid):
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as handle:
             return [int(child) for child in handle.read().split()]
     except FileNotFoundError:  # kernel without CONFIG_PROC_CHILDREN: scan every process
-        found = []
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if entry.isdigit() and int(fields[1]) == pid:
-                found.append(int(entry))
-        return found
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and parent_of(entry) == pid]
+
+
+def parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def reap_descendants(self_pid, patience_s=5.0):
@@ -338,35 +358,12 @@ def force_remove(path):
         fix(None, path, None)
 
 
-def classify(record, nonce, status, timed_out, output, config):
-    """Outcome and detail from the child's record, else from how it ended."""
+def parse_record(record, nonce):
+    """(kind letter, detail) from the first record that carries this run's nonce, else (None, "")."""
     parts = record.split(nonce)
-    if len(parts) > 1 and parts[1][:1] in OUTCOME_CODES:
-        detail = parts[1][1:].decode("utf-8", "replace")
-        if parts[1][:1] == b"X":
-            detail += " before the tests finished"
-        if parts[1][:1] == b"M":
-            detail = f"{detail or 'MemoryError'} (address-space limit {config['memory_mb']} MB)"
-        return OUTCOME_CODES[parts[1][:1]], detail
-    tail = output.decode("utf-8", "replace").strip()[-DETAIL_CHARS:]
-    tail = f"; output: {tail}" if tail else ""
-    if timed_out:
-        return "timeout", f"no result within {config['timeout_s']:g} s (wall clock)"
-    if os.WIFSIGNALED(status):
-        signum = os.WTERMSIG(status)
-        if signum == signal.SIGXCPU:
-            return "timeout", f"CPU time limit of {config['cpu_seconds']} s exceeded"
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = f"signal {signum}"
-        kind = "memory" if "MemoryError" in tail else "crashed"
-        return kind, f"killed by {name}{tail}"
-    code = os.WEXITSTATUS(status)
-    if code == SANDBOX_EXIT:
-        return "sandbox_error", f"the sandboxed child could not be set up{tail}"
-    kind = "memory" if "MemoryError" in tail else "crashed"
-    return kind, f"exited with status {code} before the tests finished{tail}"
+    if len(parts) < 2 or not parts[1][:1]:
+        return None, ""
+    return parts[1][:1].decode("ascii", "replace"), parts[1][1:].decode("utf-8", "replace")
 
 
 def main(argv):
@@ -378,6 +375,8 @@ def main(argv):
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # inherited by every child, and cannot be undone
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited: an oversized write raises OSError
+    # As a namespace's init we receive only signals we handle: handle none, not even SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     network_isolated = config["mode"] == "bwrap"
     if not network_isolated:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -393,14 +392,16 @@ def main(argv):
     # Children's garbage collections would otherwise touch, and so copy, every page of the
     # server's heap: ~600 copy-on-write faults per program instead of ~170.
     gc.freeze()
-    write_frame(proto_out, {"ready": True, "network_isolated": network_isolated, "uid": os.getuid()})
+    scratch = None if server.in_namespace else server.base  # the pool removes it if it kills us
+    ready = {"ready": True, "network_isolated": network_isolated, "uid": os.getuid(), "scratch": scratch}
+    write_frame(proto_out, ready)
     announce = (lambda pid: write_frame(proto_out, {"started": pid})) if not server.in_namespace else (lambda pid: None)
     try:
         while (request := read_frame(proto_in)) is not None:
             try:
                 result = server.run(request["program"], announce)
             except Exception as exc:  # a harness failure must still answer, or the pool waits
-                result = {"outcome": "sandbox_error", "detail": f"fork server: {exc!r}", "seconds": 0.0}
+                result = {"record": "E", "detail": f"fork server: {exc!r}", "seconds": 0.0}
             write_frame(proto_out, result)
     finally:
         server.close()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Mapping
+
+from quench.execution.sandbox import SandboxLimits
 
 
 class Outcome(StrEnum):
@@ -32,3 +37,58 @@ class ExecutionResult:
 
     def to_json(self) -> dict[str, object]:
         return {"outcome": self.outcome.value, "detail": self.detail, "seconds": round(self.seconds, 4)}
+
+
+SANDBOX_EXIT = 125  # exit status of a child that could not set itself up (as in forkserver.py)
+RECORD_KINDS = {  # the letter after the nonce in a child's completion record
+    "P": Outcome.passed,
+    "F": Outcome.failed,
+    "M": Outcome.memory,
+    "S": Outcome.syntax_error,
+    "X": Outcome.crashed,  # SystemExit: sys.exit() / exit() before the end
+    "E": Outcome.sandbox_error,
+}
+
+
+def classify(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionResult:
+    """Turn a fork server's report into a result: the child's own record wins, else how it ended.
+
+    Report fields: record (kind letter or None), detail, status (wait status), stopped
+    ("timeout" / "processes" when the server killed it), output (tail), seconds.
+    """
+    kind, detail = report.get("record"), str(report.get("detail", ""))
+    seconds = float(report.get("seconds", 0.0))  # type: ignore[arg-type]
+    if isinstance(kind, str) and kind in RECORD_KINDS:
+        if kind == "X":
+            detail += " before the tests finished"
+        elif kind == "M":
+            detail = f"{detail or 'MemoryError'} (address-space limit {limits.memory_mb} MB)"
+        return ExecutionResult(RECORD_KINDS[kind], detail, seconds)
+    if report.get("stopped") == "timeout":
+        return ExecutionResult(Outcome.timeout, f"no result within {limits.timeout_s:g} s (wall clock)", seconds)
+    if report.get("stopped") == "processes":
+        return ExecutionResult(Outcome.crashed, f"more than {limits.max_processes} processes (fork bomb?)", seconds)
+    if not isinstance(report.get("status"), int):
+        return ExecutionResult(Outcome.sandbox_error, f"malformed report from the sandbox: {report!r}"[:300], seconds)
+    outcome, detail = _how_it_ended(int(report["status"]))  # type: ignore[call-overload]
+    output = str(report.get("output", ""))
+    if outcome is Outcome.crashed and "MemoryError" in output:
+        outcome = Outcome.memory
+    return ExecutionResult(outcome, detail + (f"; output: {output}" if output else ""), seconds)
+
+
+def _how_it_ended(status: int) -> tuple[Outcome, str]:
+    """A child that left no record: killed by a signal, or exited early."""
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        if signum == signal.SIGXCPU:
+            return Outcome.timeout, "CPU time limit exceeded"
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return Outcome.crashed, f"killed by {name}"
+    code = os.WEXITSTATUS(status)
+    if code == SANDBOX_EXIT:
+        return Outcome.sandbox_error, "the sandboxed child could not be set up"
+    return Outcome.crashed, f"exited with status {code} before the tests finished"

@@ -13,16 +13,17 @@ import json
 import logging
 import os
 import selectors
+import shutil
 import signal
 import struct
 import subprocess
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from quench.errors import QuenchError
-from quench.execution.outcomes import ExecutionResult, Outcome
+from quench.execution.outcomes import ExecutionResult, Outcome, classify
 from quench.execution.sandbox import (
     WORKER_ENV,
     Isolation,
@@ -37,13 +38,15 @@ log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 START_TIMEOUT_S = 60.0  # a cold start on a loaded machine; normally ~50 ms
 GRACE_S = 5.0  # beyond timeout_s before an unanswering worker is presumed hung
+SCRATCH_PREFIX = "/tmp/quench-sandbox-"  # "rlimits" mode: each fork server's scratch directory
 
 
 class _Worker:
     """One fork-server process and its framed pipes."""
 
-    def __init__(self, command: list[str]) -> None:
+    def __init__(self, command: list[str], namespaced: bool) -> None:
         self.command = command
+        self.namespaced = namespaced
         self.process: subprocess.Popen[bytes] | None = None
         self.buffer = bytearray()
         self.program_group: int | None = None  # "rlimits" mode: the running program's group
@@ -52,6 +55,7 @@ class _Worker:
     def start(self) -> None:
         self.buffer.clear()
         self.program_group = None
+        self.ready = {}
         self.process = subprocess.Popen(
             self.command,
             stdin=subprocess.PIPE,
@@ -116,24 +120,18 @@ class _Worker:
         """Kill the worker and everything under it, and reap it."""
         if self.process is None:
             return
-        # bwrap: the child is the namespace's init; killing it kills the namespace and lets
-        # bwrap exit and be reaped normally. "rlimits": the children are the running program.
-        for child in _children(self.process.pid):
-            try:
-                os.kill(child, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        # bwrap: its child is the fork server, the namespace's init; killing it kills the whole
+        # namespace and lets bwrap exit. "rlimits": the running child dies with the server.
+        targets = _children(self.process.pid) if self.namespaced else [self.process.pid]
+        for pid in targets:
+            _kill(pid, os.kill)
+        if self.program_group is not None:  # "rlimits": the program's own subprocesses
+            _kill(self.program_group, os.killpg)
         try:
-            self.process.wait(timeout=1.0)
+            self.process.wait(timeout=2.0)
         except subprocess.TimeoutExpired:
-            pass
-        for group in (self.process.pid, self.program_group):
-            if group is not None:
-                try:
-                    os.killpg(group, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        self.process.wait()
+            _kill(self.process.pid, os.killpg)
+            self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None and not pipe.closed:
                 try:
@@ -141,6 +139,9 @@ class _Worker:
                 except OSError:
                     pass
         self.process = None
+        scratch = self.ready.get("scratch")  # "rlimits": a killed server cannot remove its own
+        if isinstance(scratch, str) and scratch.startswith(SCRATCH_PREFIX):
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def request_exit(self) -> None:
         """Close the request pipe: an idle fork server reaps its children and exits."""
@@ -172,7 +173,9 @@ class SandboxPool:
     """Run untrusted programs, each in its own sandboxed process, across `workers` processes.
 
     Use as a context manager; `isolation` is "auto" (bwrap if it works here), "bwrap" or "rlimits".
-    Not thread-safe: one consumer at a time.
+    Not thread-safe: one consumer at a time. Workers die with the thread that started them
+    (parent-death signal), so start the pool in a thread that outlives its use; a worker found
+    dead while idle is restarted.
     """
 
     def __init__(
@@ -183,7 +186,7 @@ class SandboxPool:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.limits = limits
         self.isolation: Isolation = choose_isolation(isolation)
-        self._command = worker_command(self.isolation, limits)
+        self._command = worker_command(self.isolation, limits, self.workers)
         self._pool: list[_Worker] = []
 
     @property
@@ -211,7 +214,7 @@ class SandboxPool:
     def start(self) -> None:
         if self._pool:
             return
-        workers = [_Worker(self._command) for _ in range(self.workers)]
+        workers = [_Worker(self._command, self.isolation == "bwrap") for _ in range(self.workers)]
         try:
             for worker in workers:  # start all first: their Python start-ups overlap
                 worker.start()
@@ -289,7 +292,7 @@ class SandboxPool:
                     if frames is None:
                         finished.append((worker, self._worker_died(worker, busy[worker])))
                     elif frames:
-                        finished.append((worker, _result(frames[0])))
+                        finished.append((worker, classify(frames[0], self.limits)))
                 now = time.monotonic()
                 done = {worker for worker, _ in finished}
                 for worker, job in busy.items():
@@ -302,8 +305,9 @@ class SandboxPool:
     def _worker_died(self, worker: _Worker, job: _Job) -> ExecutionResult:
         seconds = time.monotonic() - job.started
         self._restart(worker)
-        # Only a program can kill its fork server mid-run (e.g. os.kill(os.getppid(), 9)).
-        return ExecutionResult(Outcome.crashed, "the program killed its sandbox worker", seconds)
+        # In "rlimits" mode a program can kill its fork server (os.kill(os.getppid(), 9));
+        # in "bwrap" mode only something outside the sandbox can.
+        return ExecutionResult(Outcome.crashed, "the sandbox worker died while running the program", seconds)
 
     def _restart(self, worker: _Worker) -> bool:
         worker.kill()
@@ -314,6 +318,13 @@ class SandboxPool:
             log.error("could not restart a sandbox worker: %s", err)
             return False
         return True
+
+
+def _kill(target: int, how: Callable[[int, int], None]) -> None:
+    try:
+        how(target, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _children(pid: int) -> list[int]:
@@ -331,11 +342,3 @@ def _encode(message: dict[str, object]) -> bytes:
 
 def _decode(data: bytes) -> dict[str, object]:
     return dict(json.loads(data))
-
-
-def _result(frame: dict[str, object]) -> ExecutionResult:
-    try:
-        outcome = Outcome(str(frame["outcome"]))
-    except (KeyError, ValueError):
-        return ExecutionResult(Outcome.sandbox_error, f"malformed answer from the sandbox: {frame!r}"[:300])
-    return ExecutionResult(outcome, str(frame.get("detail", "")), float(frame.get("seconds", 0.0)))  # type: ignore[arg-type]

@@ -3,9 +3,11 @@
 Two isolation modes (`Isolation`):
 - "bwrap": bubblewrap gives each worker its own user (nobody), pid, network, ipc and mount
   namespaces, read-only system and Python directories, and tmpfs scratch space that the fork
-  server wipes after every program.
+  server wipes after every program. The fork server is the pid namespace's init, so programs
+  cannot signal it, and everything left in the namespace is killed after each program.
 - "rlimits": no namespaces; the fork server sets rlimits, a new session and a fresh directory per
   program, and drops to `nobody` when it runs as root and the interpreter is readable by others.
+  Without that drop (e.g. Python under /root) programs run as root: it is not a sandbox then.
 Both modes keep rlimits and the per-program process group inside the worker (see forkserver.py).
 """
 
@@ -52,7 +54,10 @@ class SandboxLimits:
     timeout_s: float = 3.0  # wall clock; the whole process group is killed when it runs out
     memory_mb: int = 2048  # RLIMIT_AS (address space) of the program's processes
     file_size_mb: int = 16  # RLIMIT_FSIZE: largest file a program may write
-    max_processes: int = 64  # RLIMIT_NPROC: bounds fork bombs (not enforced for root in "rlimits")
+    # Per program. RLIMIT_NPROC (x workers: it counts the uid's processes and threads) binds
+    # neither root nor a user namespace mapped to root (bwrap run as root), so in "bwrap" mode
+    # the fork server also counts the processes in its namespace.
+    max_processes: int = 64
     output_bytes: int = 2048  # tail of stdout+stderr kept for a crash's detail; the rest is discarded
     scratch_mb: int = 256  # size of the tmpfs scratch space in "bwrap" mode
 
@@ -65,7 +70,7 @@ class SandboxLimits:
 
     @property
     def cpu_seconds(self) -> int:
-        """RLIMIT_CPU: a second above the wall limit, so the wall clock normally decides."""
+        """RLIMIT_CPU: 1-2 s above the wall limit, so the wall clock normally decides."""
         return int(self.timeout_s) + 2
 
 
@@ -127,7 +132,10 @@ def python_dirs() -> list[str]:
 def bwrap_args(limits: SandboxLimits) -> list[str]:
     """bwrap options: nobody, new namespaces, read-only system and Python dirs, tmpfs scratch."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY), "--gid", str(NOBODY)]
-    args += ["--die-with-parent", "--new-session"]
+    # --as-pid-1: the fork server is the namespace's init, so a program cannot kill or stop it
+    # (init ignores signals from inside its namespace), orphans come to it, and bwrap leaves no
+    # zombie behind (without it, bwrap's own init is left for the host's pid 1 to reap).
+    args += ["--die-with-parent", "--new-session", "--as-pid-1"]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -164,8 +172,15 @@ def _others_can_read(path: str) -> bool:
     return bool(current.stat().st_mode & stat.S_IROTH)
 
 
-def worker_command(isolation: Isolation, limits: SandboxLimits) -> list[str]:
+def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1) -> list[str]:
     """The command that starts one fork-server worker; its config travels as a JSON argument."""
-    config = {**asdict(limits), "cpu_seconds": limits.cpu_seconds, "mode": isolation, "run_uid": run_uid(isolation)}
+    config = {
+        **asdict(limits),
+        "cpu_seconds": limits.cpu_seconds,
+        # RLIMIT_NPROC counts every process and thread of the uid, and all workers share one.
+        "nproc": limits.max_processes * workers,
+        "mode": isolation,
+        "run_uid": run_uid(isolation),
+    }
     python = [python_executable(), "-s", "-P", "-c", FORKSERVER_SOURCE.read_text(encoding="utf-8"), json.dumps(config)]
     return (bwrap_args(limits) + python) if isolation == "bwrap" else python

@@ -56,7 +56,9 @@ def register(cls: P) -> P:
 
 def _load_all() -> None:
     # Importing the modules fills the registry; done lazily to avoid import cycles.
-    from quench.perturbations import code_format, code_syntax, docstring, function_name, model_based  # noqa: F401
+    from quench.perturbations import (  # noqa: F401
+        code_format, code_syntax, docstring, function_name, model_based, renaming,
+    )
 
 
 def perturbation_class(name: str) -> type[Perturbation]:

@@ -141,7 +141,7 @@ class SplitLines(CodePerturbation):
                 best = (length, start, gaps)
         if best is None:
             return []
-        gap = best[2][(len(best[2]) - 1) // 2]
+        gap = best[2][len(best[2]) // 2]
         indent = a.source.indent_at(best[1]) + body_indent_unit(a.source, a.function)
         return [Edit(gap[0], gap[1], f" \\\n{indent}")]
 

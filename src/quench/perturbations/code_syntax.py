@@ -2,8 +2,7 @@
 
 Unlike ReCode, nothing is re-formatted (no black): each transformation edits the few characters
 it changes. Dead code is built only from statements of the visible prompt, never from the hidden
-half of the solution. A renamed variable is renamed in the hidden rest too, so the perturbed
-prompt + rest is the reference solution again (checked by `validate`).
+half of the solution. The variable renamers are in `renaming.py`.
 """
 
 from __future__ import annotations
@@ -12,25 +11,24 @@ import ast
 import builtins
 import functools
 import keyword
+import logging
 import random
-import string
 from abc import abstractmethod
 
 from quench.benchmarks import Problem
 from quench.perturbations.base import CODE_SYNTAX, Perturbation, register
 from quench.perturbations.source import (
-    Edit, PartialProgram, Source, as_partial, body_indent_unit, docstring_node, find_function,
+    Edit, PartialProgram, Source, as_partial, body_indent_unit, find_function,
     own_nodes, own_statements, parse, with_program,
 )
 from quench.perturbations.text import program_identifiers
 
+log = logging.getLogger(__name__)
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 SWAPPED = {ast.Lt: ">", ast.Gt: "<", ast.LtE: ">=", ast.GtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 LOOSER_THAN_COMPARE = (ast.BoolOp, ast.Compare, ast.IfExp, ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom)
 DEAD_BODY_KINDS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.Assert, ast.Delete)
 NOT_IN_DEAD_CODE = (ast.Yield, ast.YieldFrom, ast.Await)
-# ReCode never renames these (type names and the like).
-TYPE_VARS = frozenset({"float", "list", "List", "int", "bool", "tuple", "str", "dict", "True", "False", "self", "cls"})
 
 
 class Analysed:
@@ -54,10 +52,6 @@ class Analysed:
     @functools.cached_property
     def statements(self) -> list[ast.stmt]:
         return own_statements(self.function)
-
-    @functools.cached_property
-    def rename_choice(self) -> tuple[str, list[tuple[int, int]]] | None:
-        return variable_to_rename(self)
 
     def span(self, node: ast.AST) -> tuple[int, int]:
         return self.source.span(node)
@@ -91,7 +85,13 @@ class CodePerturbation(Perturbation):
         partial, program = as_partial(problem)
         analysed = analyse(program, partial.entry_point)
         edits = self.edits(analysed, rng) if analysed else []
-        return with_program(partial, program.edited(edits)) if edits else partial
+        if not edits:
+            return partial
+        edited = program.edited(edits)
+        if parse(edited.text) is None:  # a bug in a transformation, never a variant to keep
+            log.warning("%s broke %s; left unchanged", self.name, problem.task_id)
+            return partial
+        return with_program(partial, edited)
 
     @abstractmethod
     def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
@@ -185,6 +185,10 @@ def assigned_names(nodes: list[ast.AST]) -> set[str]:
     return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
 
 
+def read_after(a: Analysed, name: str, offset: int) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name and a.span(n)[0] >= offset for n in ast.walk(a.function))
+
+
 def range_bounds(call: ast.expr, a: Analysed) -> tuple[str, str, int] | None:
     """(start, stop, step) of a `range(...)` call with a literal step, else None."""
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"):
@@ -225,6 +229,8 @@ def for_to_while(loop: ast.For, a: Analysed) -> list[Edit] | None:
         return None
     after_body = a.source.line_end(end)
     if bounds:
+        if read_after(a, var, end):
+            return None  # after a while loop the counter ends one step further than after range()
         low, stop, step = bounds
         header = f"{var} = {low}\n{indent}while {var} {'<' if step > 0 else '>'} {stop}:"
         increment = f"\n{body_indent}{var} {'+=' if step > 0 else '-='} {abs(step)}"
@@ -263,6 +269,10 @@ def same_expression(a: Analysed, node: ast.expr) -> bool:
         return False
 
 
+def is_name_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 def operand(a: Analysed, node: ast.expr) -> str:
     text = a.segment(node)
     return f"({text})" if isinstance(node, LOOSER_THAN_COMPARE) or (
@@ -285,93 +295,9 @@ class OperandSwap(CodePerturbation):
         node = rng.choice(sorted(compares, key=lambda n: (n.lineno, n.col_offset)))
         start, end = a.span(node)
         swapped = f"{operand(a, node.comparators[0])} {SWAPPED[type(node.ops[0])]} {operand(a, node.left)}"
+        text = a.source.text
+        if start and is_name_char(text[start - 1]) and is_name_char(swapped[0]):
+            swapped = " " + swapped  # `x=="a"or y` -> `"a" == x or y`: keep tokens apart
+        if end < len(text) and is_name_char(text[end]) and is_name_char(swapped[-1]):
+            swapped += " "
         return [Edit(start, end, swapped)]
-
-
-def name_occurrences(a: Analysed) -> dict[str, list[tuple[int, int]] | None]:
-    """Per name, every span where it occurs in the function (None: renaming it is unsafe)."""
-    spans: dict[str, list[tuple[int, int]] | None] = {}
-
-    def add(name: str, span: tuple[int, int]) -> None:
-        found = spans.setdefault(name, [])
-        if found is not None:
-            found.append(span)
-
-    for node in ast.walk(a.function):
-        if isinstance(node, ast.Name):
-            add(node.id, a.span(node))
-        elif isinstance(node, ast.arg):
-            start = a.source.offset(node.lineno, node.col_offset)
-            add(node.arg, (start, start + len(node.arg)))
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            spans.update(dict.fromkeys(node.names))
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            spans[node.name] = None
-        elif isinstance(node, ast.JoinedStr):
-            # f-string positions are not reliable before Python 3.12
-            spans.update(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == a.function.name:
-            for kw in node.keywords:  # a recursive call passing a renamed parameter by keyword
-                if kw.arg:
-                    start = a.source.offset(kw.lineno, kw.col_offset)
-                    add(kw.arg, (start, start + len(kw.arg)))
-    return spans
-
-
-def variable_to_rename(a: Analysed) -> tuple[str, list[tuple[int, int]]] | None:
-    """ReCode's choice: the variable (parameter or local) that occurs most often in the visible prompt."""
-    args = a.function.args
-    params = [x.arg for x in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if x]
-    stored = [n.id for n in ast.walk(a.function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-    occurrences = name_occurrences(a)
-    best: tuple[int, int, str, list[tuple[int, int]]] | None = None
-    for name in dict.fromkeys(params + stored):
-        spans = occurrences.get(name)
-        if name in TYPE_VARS or name == a.function.name or name == "_" or not spans:
-            continue
-        visible = [s for s in spans if s[1] <= a.program.split]
-        if not visible:
-            continue
-        key = (-len(visible), min(s[0] for s in spans))
-        if best is None or key < best[:2]:
-            best = (*key, name, spans)
-    return (best[2], best[3]) if best else None
-
-
-def rename_edits(a: Analysed, new_name: str) -> list[Edit]:
-    chosen = a.rename_choice
-    if chosen is None or not a.fresh(new_name):
-        return []
-    return [Edit(start, end, new_name) for start, end in chosen[1]]
-
-
-@register
-class VarRenamerNaive(CodePerturbation):
-    name = "VarRenamerNaive"
-    description = "the most frequent variable renamed to VAR_0 (prompt and hidden rest alike)"
-    randomized = False
-
-    def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
-        return rename_edits(a, next(f"VAR_{i}" for i in range(100) if a.fresh(f"VAR_{i}")))
-
-
-def random_name(length: int, rng: random.Random) -> str:
-    """ReCode's alpha-numeric name: a letter, then letters and (six times likelier) digits."""
-    first = rng.choice(string.ascii_letters)
-    return first + "".join(rng.choice(string.ascii_letters + string.digits * 6) for _ in range(length - 1))
-
-
-@register
-class VarRenamerRN(CodePerturbation):
-    name = "VarRenamerRN"
-    description = "the most frequent variable renamed to a random alpha-numeric name of the same length"
-
-    def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
-        chosen = a.rename_choice
-        if chosen is None:
-            return []
-        for _ in range(20):
-            new = random_name(max(len(chosen[0]), 1), rng)
-            if a.fresh(new) and new != chosen[0]:
-                return rename_edits(a, new)
-        return []

@@ -58,7 +58,8 @@ def rename(problem: Problem, new_name: str) -> Problem:
     if new_name == old or not IDENTIFIER.fullmatch(new_name) or keyword.iskeyword(new_name):
         return problem
     taken = taken_names(problem.prompt + problem.canonical_solution)
-    if taken is None or new_name in taken:
+    test_names = taken_names(problem.test) or frozenset()  # e.g. `check`, `candidate`
+    if taken is None or new_name in taken or new_name in test_names:
         return problem
     pattern = name_pattern(old)
     return problem.with_changes(

@@ -18,6 +18,7 @@ from typing import Any, Protocol, Sequence
 
 from quench.perturbations.base import register
 from quench.perturbations.code_syntax import Analysed, CodePerturbation
+from quench.perturbations.renaming import rename_choice
 from quench.perturbations.docstring import QUOTES, DocstringPerturbation
 from quench.perturbations.source import Edit, docstring_node
 from quench.perturbations.text import FIXED, Piece, join
@@ -177,7 +178,7 @@ class VarRenamerCB(LazyModel, CodePerturbation):
         return [n for n in dict.fromkeys(names) if n != old and a.fresh(n)]
 
     def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
-        chosen = a.rename_choice
+        chosen = rename_choice(a)
         if chosen is None:
             return []
         old, spans = chosen

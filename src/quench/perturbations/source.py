@@ -11,6 +11,7 @@ import ast
 import bisect
 import functools
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -110,7 +111,9 @@ def with_program(partial: Problem, program: PartialProgram) -> Problem:
 def parse(text: str) -> ast.Module | None:
     """Parsed module, shared by the transformations (ast trees are only read, never changed)."""
     try:
-        return ast.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes in benchmark code are not our business
+            return ast.parse(text)
     except (SyntaxError, ValueError):
         return None
 

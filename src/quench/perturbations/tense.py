@@ -78,7 +78,8 @@ def transform(pieces: list[Piece], when: str) -> str:
             skip_not = False
             out.pop()  # the space before `not`
             continue
-        skip_not = False
+        if piece.kind != SPACE:
+            skip_not = False
         if piece.kind == WORD:
             shifted = shift_verb(piece.text, previous, when)
             if shifted:

@@ -16,7 +16,7 @@ from quench.benchmarks import Problem
 from quench.perturbations.source import Source, docstring_node, find_function, parse
 
 WORD, SPACE, FIXED = "word", "space", "fixed"
-EXAMPLE_LINE = re.compile(r"==|!=|->|=>|>>>|<=|>=|\w\(")
+EXAMPLE_LINE = re.compile(r"==|!=|->|=>|>>>|<=|>=|^\s*[A-Za-z_][\w.]*\(")
 QUOTED = re.compile(r"(?<![A-Za-z])'[^'\n]*'(?![A-Za-z])|\"[^\"\n]*\"|`[^`\n]*`")
 ESCAPE = re.compile(r"\\.", re.DOTALL)
 TOKEN = re.compile(r"(\n[ \t]*)|([ \t]+)|(\S+)")

@@ -9,17 +9,17 @@ nominal reference already fails cannot be checked and is rejected with that reas
 
 from __future__ import annotations
 
-import ast
 import logging
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from quench.benchmarks import Problem
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME
-from quench.perturbations.source import cached_partial
+from quench.perturbations.source import cached_partial, parse
 from quench.perturbations.text import docstring_text
 
 log = logging.getLogger(__name__)
+VALIDATION_TIMEOUT_S = 10.0  # generous: a slow reference (MBPP/123 takes ~5 s) is not a broken one
 
 
 class Runner(Protocol):
@@ -44,11 +44,7 @@ def is_changed(base: Problem, variant: Problem) -> bool:
 
 
 def parses(problem: Problem) -> bool:
-    try:
-        ast.parse(problem.prompt + problem.canonical_solution)
-    except (SyntaxError, ValueError):
-        return False
-    return True
+    return parse(problem.prompt + problem.canonical_solution) is not None
 
 
 def changed_region(old: str, new: str) -> tuple[int, int]:
@@ -80,6 +76,8 @@ def static_verdict(base: Problem, variant: Problem, category: str) -> Verdict | 
     """The verdict when no execution is needed, else None."""
     if not is_changed(base, variant):
         return Verdict(True, False)
+    if not parses(base):
+        return Verdict(False, True, "the nominal program does not parse")
     if category == DOCSTRING:
         return check_docstring(base, variant)
     if variant.test != base.test:
@@ -117,8 +115,8 @@ def validate(pairs: Sequence[tuple[Problem, Problem, str]], runner: Runner | Non
 def run(programs: list[str], runner: Runner | None) -> list:
     if runner is not None:
         return runner.run_many(programs)
-    from quench.execution import SandboxPool
+    from quench.execution import SandboxLimits, SandboxPool
 
     log.info("validating: running %d programs", len(programs))
-    with SandboxPool() as pool:
+    with SandboxPool(limits=SandboxLimits(timeout_s=VALIDATION_TIMEOUT_S)) as pool:
         return pool.run_many(programs)

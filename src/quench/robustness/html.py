@@ -149,11 +149,11 @@ def render_html(
     parts += _metrics_sections(metrics)
     parts.append(
         '<p class="note">Percentages. RP, RD, RR: ReCode\'s Robust Pass, Drop and Relative, worst case over '
-        "the s seeds of a transformation (over every transformation × seed of a category). RR⁻ / RR⁺: the "
-        "part of RR from samples that passed nominally and failed perturbed / failed nominally and passed "
-        "perturbed. Valid variants: (problem, seed) variants that passed the meaning check; a problem "
-        "without one keeps its nominal result. Changed: valid variants whose prompt differs from the "
-        "nominal one.</p>"
+        "the s seeds of a transformation (over every transformation × seed of a category). RR = RR⁻ + RR⁺: "
+        "samples that passed nominally and failed under some variant / failed nominally and passed under "
+        "some variant (for k &gt; 1 the sum can exceed 100). Valid variants: (problem, seed) variants that "
+        "passed the meaning check; a problem without one keeps its nominal result. Changed: valid variants "
+        "whose prompt differs from the nominal one.</p>"
     )
     if plots:
         parts.append(f"<h2>Figures (k={metrics.ks[0]})</h2>")

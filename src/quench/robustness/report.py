@@ -82,8 +82,9 @@ def render_markdown(
         )
     lines += [
         "Percentages; worst case over the seeds of a transformation, over every transformation × seed of a "
-        "category. RR⁻ / RR⁺: the part of RR from samples that went pass → fail / fail → pass. Valid "
-        "variants passed the meaning check; a problem with none keeps its nominal result. "
+        "category. RR = RR⁻ + RR⁺: samples that went pass → fail / fail → pass under some variant (for k > 1 "
+        "the sum can exceed 100). Valid variants passed the meaning check; a problem with none keeps its "
+        "nominal result. "
         "Definitions: docs/robustness.md.",
         "",
     ]
@@ -101,7 +102,7 @@ def render_markdown(
 
 
 def write_report(
-    out_dir: Path, metrics: RobustnessMetrics, examples: Sequence[Example], run_info: Mapping[str, object]
+    out_dir: Path | str, metrics: RobustnessMetrics, examples: Sequence[Example], run_info: Mapping[str, object]
 ) -> list[Path]:
     """Write every report file into `out_dir` (created if needed); returns their paths."""
     out_dir = Path(out_dir)
@@ -125,7 +126,7 @@ def write_report(
     return written
 
 
-def load_metrics(path: Path) -> tuple[RobustnessMetrics, dict[str, object]]:
+def load_metrics(path: Path | str) -> tuple[RobustnessMetrics, dict[str, object]]:
     """Read a `metrics.json` written by `write_report`: the metrics and the run info."""
     try:
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -134,7 +135,7 @@ def load_metrics(path: Path) -> tuple[RobustnessMetrics, dict[str, object]]:
         raise QuenchError(f"{path}: not a robustness metrics file ({error})") from error
 
 
-def load_examples(path: Path) -> list[Example]:
+def load_examples(path: Path | str) -> list[Example]:
     """Read an `examples.jsonl` written by `write_report`."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     return [Example.from_json(json.loads(line)) for line in lines if line.strip()]

@@ -1,0 +1,68 @@
+"""Time and score every ReCode transformation on HumanEval (164) + MBPP (974), 5 seeds.
+
+Perturbation time (the 60 s budget) and validation time are measured separately; the two
+model-based transformations run on a small subset with the default model. Prints a markdown
+table of share changed / share valid per transformation (docs/perturbations.md quotes it).
+
+    python benchmarks/perturb.py [--seeds 5] [--no-validate] [--model-subset 8] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from quench.benchmarks import load_humaneval, load_mbpp
+from quench.perturbations import names, perturb_problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--no-validate", action="store_true")
+    parser.add_argument("--model-subset", type=int, default=8, help="HumanEval problems for the model-based ones (0: skip)")
+    parser.add_argument("--json", default=None, help="also write the numbers here")
+    args = parser.parse_args()
+
+    problems = load_humaneval() + load_mbpp("all")
+    transforms = names(include_model_based=False)
+    start = time.perf_counter()
+    result = perturb_problems(problems, transforms, args.seeds, validate_variants=not args.no_validate)
+    wall = time.perf_counter() - start
+    perturb_s = sum(s.seconds for s in result.stats.values())
+    print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations")
+    print(f"perturbation: {perturb_s:.1f} s; validation: {result.validation_seconds:.1f} s; wall: {wall:.1f} s\n")
+    print("| transformation | category | changed | valid | valid of changed | perturb s |")
+    print("|---|---|---:|---:|---:|---:|")
+    for s in result.stats.values():
+        print(f"| {s.name} | {s.category} | {s.share_changed:.1%} | {s.share_valid:.1%} | "
+              f"{s.share_changed_valid:.1%} | {s.seconds:.2f} |")
+    numbers = {"perturb_seconds": perturb_s, "validation_seconds": result.validation_seconds,
+               "summary": result.summary()}
+
+    if args.model_subset:
+        subset = load_humaneval()[:args.model_subset]
+        start = time.perf_counter()
+        from quench.perturbations.model_based import HFTextModel
+
+        model = HFTextModel.default()
+        load_s = time.perf_counter() - start
+        print(f"\nmodel-based, {len(subset)} HumanEval problems x 1 seed (model load {load_s:.1f} s):")
+        for name in names(include_model_based=True):
+            if name in transforms:
+                continue
+            small = perturb_problems(subset, [name], 1, validate_variants=not args.no_validate, model=model)
+            s = small.stats[name]
+            print(f"  {name}: {s.seconds / len(subset):.2f} s per problem, changed {s.share_changed:.0%}, "
+                  f"valid {s.share_valid:.0%}")
+            numbers[name] = {"seconds_per_problem": s.seconds / len(subset), "changed": s.share_changed,
+                             "valid": s.share_valid}
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(numbers, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

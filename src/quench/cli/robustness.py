@@ -1,0 +1,120 @@
+"""`quench robustness`: how robust is this model, and where does it break? (ReCode metrics)"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from quench.cli import common
+from quench.cli.generate import add_output_args
+from quench.errors import QuenchError
+from quench.execution import SandboxLimits, SandboxPool
+from quench.generation.backends import make_backend
+from quench.models import encode_prompt, format_prompt, load_model
+from quench.perturbations.base import CATEGORIES, names, perturbation_class
+from quench.robustness.pipeline import Progress, RobustnessConfig, run_robustness
+from quench.robustness.report import write_report
+
+# The embedded default: a HumanEval subset and transformation set that finish in about 10 minutes
+# on a 2-core CPU with the default model (see docs/benchmarks.md for the measured time).
+DEFAULT_TASKS = "0-19"
+DEFAULT_SEEDS = 5
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("robustness", help="perturb, generate, execute and report ReCode robustness")
+    common.add_benchmark_args(parser)
+    common.add_model_args(parser)
+    common.add_sampling_args(parser)
+    common.add_execution_args(parser)
+    add_output_args(parser)
+    parser.add_argument("--categories", default=",".join(CATEGORIES), help="comma-separated perturbation categories")
+    parser.add_argument("--transforms", default=None, help="comma-separated transformation names (default: all non-model ones of the categories)")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="s: variants per randomised transformation")
+    parser.add_argument("--perturbed-dir", type=Path, default=None, help="evaluate on ReCode's released perturbed sets")
+    parser.set_defaults(handler=run, k="1")
+
+
+def chosen_transforms(args: argparse.Namespace) -> tuple[str, ...]:
+    categories = [c.strip() for c in args.categories.split(",") if c.strip()]
+    if args.transforms:
+        wanted = [t.strip() for t in args.transforms.split(",") if t.strip()]
+        for name in wanted:
+            perturbation_class(name)  # raises QuenchError naming an unknown transformation
+        return tuple(wanted)
+    return tuple(names(categories, include_model_based=False))
+
+
+def apply_default_subset(args: argparse.Namespace) -> None:
+    if args.benchmark == "humaneval" and args.tasks is None and args.limit is None and args.perturbed_dir is None:
+        args.tasks = DEFAULT_TASKS
+        tqdm.write(f"note: no --tasks/--limit given: the default subset HumanEval/{DEFAULT_TASKS} "
+                   "(about 10 minutes here); pass --limit 164 for all of HumanEval")
+
+
+def default_out(args: argparse.Namespace) -> Path:
+    return Path("runs") / f"robustness-{common.slug(args.benchmark)}-{common.slug(args.model)}-n{args.samples}-t{args.temperature:g}"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seeds < 1:
+        raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
+    if args.partial:
+        raise QuenchError("--partial does not apply: robustness uses full and partial prompts itself")
+    apply_default_subset(args)
+    problems = common.problems_from_args(args)
+    transforms = chosen_transforms(args)
+    sampling = common.sampling_from_args(args)
+    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
+    stops = common.stops_from_args(args, loaded.prompt_format)
+    config = RobustnessConfig(transforms, args.seeds, args.samples, common.parse_ks(args.k), sampling, stops,
+                              loaded.prompt_format, args.perturbed_dir)
+    out = args.out or default_out(args)
+    settings = {"model": args.model, "dtype": args.dtype, "prompt_format": loaded.prompt_format,
+                "benchmark": args.benchmark, "split": args.split, "tasks": [p.task_id for p in problems],
+                "transforms": list(transforms), "seeds": args.seeds, "n": args.samples,
+                "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+                "max_new_tokens": args.max_new_tokens, "seed": args.seed, "stop": list(stops),
+                "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None}
+    common.prepare_run_dir(out, settings, args.overwrite)
+    backend = make_backend(args.backend, loaded, args.batch_size)
+    started = time.perf_counter()
+    bar = tqdm(total=0, desc="perturb", unit="step", dynamic_ncols=True)
+    tokens = 0
+
+    def on_sample(record: dict) -> None:
+        nonlocal tokens
+        tokens += record["num_tokens"]
+        bar.update(1)
+        bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):.0f}")
+
+    progress = Progress(total=lambda n: setattr(bar, "total", n) or bar.refresh(), sample=on_sample,
+                        execution=lambda record: bar.update(1), stage=bar.set_description)
+    with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout)) as pool:
+        if pool.isolation != "bwrap":
+            tqdm.write(f"note: bubblewrap is unavailable; programs run with {pool.isolation} only")
+        try:
+            outcome = run_robustness(problems, config, backend, lambda text: encode_prompt(loaded, text),
+                                     lambda text: format_prompt(loaded, text), pool, out, progress)
+        finally:
+            bar.close()
+    run_info = {**settings, "tasks": f"{len(problems)} problems: {problems[0].task_id} … {problems[-1].task_id}",
+                "backend": args.backend, "isolation": pool.isolation, **outcome.stats}
+    write_report(out, outcome.metrics, outcome.examples, run_info)
+    print_table(outcome, out)
+    return 0
+
+
+def print_table(outcome, out: Path) -> None:
+    k = outcome.metrics.ks[0]
+    nominal = outcome.metrics.nominal_pass
+    print(f"nominal pass@{k}: full prompt {nominal.get('full', {}).get(k, 0):.3f}, partial prompt {nominal.get('partial', {}).get(k, 0):.3f}")
+    print(f"{'category':<16}{'RP@' + str(k):>8}{'RD@' + str(k):>8}{'RR@' + str(k):>8}")
+    for group in outcome.metrics.categories:
+        drop = group.robust_drop[k]
+        print(f"{group.name:<16}{group.robust_pass[k]:>8.3f}{'n/a' if drop is None else f'{drop:.3f}':>8}{group.robust_relative[k]:>8.3f}")
+    print(f"{outcome.stats['distinct_prompts']} distinct prompts generated, {outcome.stats['distinct_programs']} distinct programs run, {outcome.stats['seconds']} s")
+    print(f"report: {out / 'report.html'} (also report.md, metrics.json)")

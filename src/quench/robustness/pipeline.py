@@ -1,0 +1,240 @@
+"""`quench robustness`: perturb, generate, execute, score, report — resumable at every step.
+
+Units of work are deduplicated twice: identical prompts (an unchanged variant, a deterministic
+transformation under several seeds) are generated once, keyed by a hash of the prompt; identical
+programs are executed once, keyed by a hash of the program. Both go to append-only JSONL files in
+the run directory, so a killed run started again does neither twice and ends with the same metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from quench.benchmarks import Problem, partial_problem
+from quench.benchmarks.problem import problem_from_json
+from quench.errors import QuenchError
+from quench.execution.evaluate import execute_pending
+from quench.execution.sanitize import program_for
+from quench.generation.samples import GenerateConfig, generate_samples, read_jsonl_records
+from quench.generation.types import Backend, SamplingParams
+from quench.perturbations.base import perturbation_class
+from quench.perturbations.pipeline import perturb_problems
+from quench.perturbations.recode_format import group_variants, read_recode
+from quench.robustness.examples import Example
+from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes, regressions, robustness_metrics
+
+log = logging.getLogger(__name__)
+
+NOMINAL_FULL = ("nominal", "full")
+NOMINAL_PARTIAL = ("nominal", "partial")
+VARIANTS_FILE = "variants.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+RESULTS_FILE = "executions.jsonl"
+
+
+@dataclass(frozen=True)
+class RobustnessConfig:
+    transforms: tuple[str, ...]  # ReCode names, already resolved from --categories/--transforms
+    seeds: int = 5  # s: variants per randomised transformation
+    n: int = 1  # samples per prompt (1 = greedy, ReCode's default)
+    ks: tuple[int, ...] = (1,)
+    sampling: SamplingParams = SamplingParams()
+    stop_sequences: tuple[str, ...] = ()
+    prompt_format: str = "chat"
+    perturbed_dir: Path | None = None  # ReCode's released sets instead of quench's own variants
+    examples_per_category: int = 3
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One prompt to evaluate: a nominal baseline or a (transformation, seed) variant of a task."""
+
+    problem: Problem
+    group: tuple[str, str]  # ("nominal", "full"|"partial") or (transformation, str(seed))
+    prompt_id: str  # hash of the prompt: identical prompts are generated once
+
+    @property
+    def task_id(self) -> str:
+        return self.problem.task_id
+
+
+@dataclass
+class Progress:
+    """Callbacks the CLI uses for its one progress bar."""
+
+    total: Callable[[int], None] = lambda n: None  # noqa: E731
+    sample: Callable[[dict], None] = lambda record: None  # noqa: E731
+    execution: Callable[[dict], None] = lambda record: None  # noqa: E731
+    stage: Callable[[str], None] = lambda name: None  # noqa: E731
+
+
+@dataclass
+class RobustnessOutcome:
+    metrics: RobustnessMetrics
+    run: RobustnessRun
+    examples: list[Example]
+    stats: dict[str, object] = field(default_factory=dict)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def variants_from_release(perturbed_dir: Path, problems: Sequence[Problem]) -> dict[tuple[str, int], list[Problem]]:
+    """ReCode's released variants for the selected tasks."""
+    wanted = {p.task_id for p in problems}
+    groups = group_variants(v for v in read_recode(perturbed_dir) if v.task_id in wanted)
+    if not groups:
+        raise QuenchError(f"{perturbed_dir}: no released variant of the selected tasks")
+    return groups
+
+
+def load_or_make_variants(
+    problems: Sequence[Problem], config: RobustnessConfig, pool, out: Path
+) -> dict[tuple[str, int], list[Problem]]:
+    """Valid variants per (transformation, seed), made once and kept in the run directory."""
+    path = out / VARIANTS_FILE
+    if path.is_file():
+        rows = read_jsonl_records(path, ("task_id", "prompt", "test", "entry_point"))
+        variants = group_variants(problem_from_json(row) for row in rows)
+        log.info("read %d variants from %s", len(rows), path)
+        return variants
+    if config.perturbed_dir is not None:
+        variants = variants_from_release(config.perturbed_dir, problems)
+        summary: dict[str, object] = {"source": str(config.perturbed_dir)}
+    else:
+        made = perturb_problems(problems, config.transforms, config.seeds, validate_variants=True, pool=pool)
+        variants, summary = made.variants, made.summary()
+    (out / "perturbations.json").write_text(json.dumps(summary, indent=2) + "\n")
+    staging = path.with_suffix(".tmp")
+    with staging.open("w", encoding="utf-8") as f:
+        for group in variants.values():
+            for variant in group:
+                f.write(json.dumps(variant.to_json()) + "\n")
+    staging.replace(path)  # atomic: a killed run remakes the file rather than reading half of it
+    return variants
+
+
+def build_units(problems: Sequence[Problem], variants: dict[tuple[str, int], list[Problem]], format_prompt: Callable[[str], str]) -> list[Unit]:
+    units = []
+
+    def add(problem: Problem, group: tuple[str, str]) -> None:
+        units.append(Unit(problem, group, digest(format_prompt(problem.prompt))))
+
+    for problem in problems:
+        add(problem, NOMINAL_FULL)
+        add(partial_problem(problem), NOMINAL_PARTIAL)
+    for (name, seed), group in sorted(variants.items()):
+        for variant in group:
+            add(variant, (name, str(seed)))
+    return units
+
+
+def unique_prompts(units: Sequence[Unit]) -> list[Problem]:
+    """One problem per distinct prompt, renamed to the prompt's id for the samples file."""
+    first: dict[str, Problem] = {}
+    for unit in units:
+        first.setdefault(unit.prompt_id, unit.problem.with_changes(task_id=unit.prompt_id))
+    return list(first.values())
+
+
+def execution_jobs(units: Sequence[Unit], samples: dict[tuple[str, int], dict], n: int) -> tuple[list[tuple[dict, str]], dict[tuple[int, int], str]]:
+    """Distinct programs to run, and which program each (unit, sample index) is."""
+    jobs: dict[str, str] = {}
+    program_of: dict[tuple[int, int], str] = {}
+    for u, unit in enumerate(units):
+        for index in range(n):
+            sample = samples[(unit.prompt_id, index)]
+            program = program_for(unit.problem, sample["completion"], sample.get("solution", ""))
+            program_id = digest(program)
+            jobs.setdefault(program_id, program)
+            program_of[(u, index)] = program_id
+    return [({"program_id": pid}, program) for pid, program in jobs.items()], program_of
+
+
+def collect_run(units: Sequence[Unit], program_of: dict[tuple[int, int], str], passed: dict[str, bool], n: int) -> RobustnessRun:
+    per_group: dict[tuple[str, str], dict[str, tuple[bool, ...]]] = {}
+    for u, unit in enumerate(units):
+        per_group.setdefault(unit.group, {})[unit.task_id] = tuple(passed[program_of[(u, i)]] for i in range(n))
+    nominal_prompt = {(unit.group[1], unit.task_id): unit.prompt_id for unit in units if unit.group[0] == "nominal"}
+    variants = []
+    for group, outcomes in sorted(per_group.items()):
+        if group[0] == "nominal":
+            continue
+        name, seed = group
+        category = perturbation_class(name).category
+        baseline = "partial" if category in ("code_syntax", "code_format") else "full"
+        unchanged = frozenset(
+            unit.task_id for unit in units
+            if unit.group == group and unit.prompt_id == nominal_prompt[(baseline, unit.task_id)]
+        )
+        variants.append(VariantOutcomes(name, category, int(seed), outcomes, unchanged))
+    return RobustnessRun(per_group.get(NOMINAL_FULL, {}), tuple(variants), per_group.get(NOMINAL_PARTIAL, {}))
+
+
+def make_examples(
+    run: RobustnessRun, units: Sequence[Unit], samples: dict[tuple[str, int], dict],
+    details: dict[tuple[str, str, str, int], str], per_category: int,
+) -> list[Example]:
+    by_group = {(unit.group, unit.task_id): unit for unit in units}
+    examples = []
+    for case in regressions(run, per_category=per_category):
+        baseline = NOMINAL_PARTIAL if case.category in ("code_syntax", "code_format") else NOMINAL_FULL
+        nominal, variant = by_group[(baseline, case.task_id)], by_group[((case.transformation, str(case.seed)), case.task_id)]
+        examples.append(Example(
+            task_id=case.task_id, transformation=case.transformation, category=case.category, seed=case.seed,
+            nominal_prompt=nominal.problem.prompt, perturbed_prompt=variant.problem.prompt,
+            nominal_completion=samples[(nominal.prompt_id, case.sample)]["raw"],
+            perturbed_completion=samples[(variant.prompt_id, case.sample)]["raw"],
+            nominal_detail=details[(*baseline, case.task_id, case.sample)],
+            perturbed_detail=details[(*variant.group, case.task_id, case.sample)],
+            sample=case.sample,
+        ))
+    return examples
+
+
+def run_robustness(
+    problems: Sequence[Problem],
+    config: RobustnessConfig,
+    backend: Backend,
+    encode: Callable[[str], tuple[int, ...]],
+    format_prompt: Callable[[str], str],
+    pool,
+    out: Path,
+    progress: Progress | None = None,
+) -> RobustnessOutcome:
+    """The whole job; every step resumes from what `out` already holds."""
+    progress = progress or Progress()
+    started = time.perf_counter()
+    progress.stage("perturb")
+    variants = load_or_make_variants(problems, config, pool, out)
+    units = build_units(problems, variants, format_prompt)
+    prompts = unique_prompts(units)
+    progress.total(len(prompts) * config.n)
+    progress.stage("generate")
+    generate_config = GenerateConfig(config.n, config.sampling, config.stop_sequences, config.prompt_format)
+    records = generate_samples(prompts, backend, encode, generate_config, out / SAMPLES_FILE, progress.sample)
+    samples = {(r["task_id"], r["sample_index"]): r for r in records}
+    jobs, program_of = execution_jobs(units, samples, config.n)
+    progress.total(len(prompts) * config.n + len(jobs))
+    progress.stage("execute")
+    results = execute_pending(jobs, ("program_id",), pool, out / RESULTS_FILE, progress.execution)
+    passed = {r["program_id"]: bool(r["passed"]) for r in results}
+    detail = {r["program_id"]: f'{r["outcome"]}: {r.get("detail", "")}'.strip(": ") for r in results}
+    run = collect_run(units, program_of, passed, config.n)
+    metrics = robustness_metrics(run, config.ks)
+    details = {(*units[u].group, units[u].task_id, i): detail[pid] for (u, i), pid in program_of.items()}
+    examples = make_examples(run, units, samples, details, config.examples_per_category)
+    stats = {
+        "units": len(units), "distinct_prompts": len(prompts), "samples": len(prompts) * config.n,
+        "programs": len(units) * config.n, "distinct_programs": len(jobs),
+        "generated_tokens": sum(r.get("num_tokens", 0) for r in records),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    return RobustnessOutcome(metrics, run, examples, stats)

@@ -1,0 +1,144 @@
+"""SandboxPool behaviour: ordering, keys, lifecycle, restarts, determinism, a torch-loaded caller."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sandbox_helpers import FAST, available, pool_processes, process_tree
+from quench.errors import QuenchError
+from quench.execution import ExecutionResult, Outcome, SandboxLimits, SandboxPool, choose_isolation
+
+PASS, FAIL, LOOP = "assert True", "assert False, 'no'", "while True:\n    pass"
+
+
+def test_run_many_keeps_the_order(pool: SandboxPool) -> None:
+    programs = [PASS, FAIL, "x = 1 +", PASS, "raise KeyError('k')"] * 3
+    outcomes = [result.outcome for result in pool.run_many(programs)]
+    expected = [Outcome.passed, Outcome.failed, Outcome.syntax_error, Outcome.passed, Outcome.failed] * 3
+    assert outcomes == expected
+    assert pool.run_many([]) == []
+
+
+def test_imap_yields_every_key_once(pool: SandboxPool) -> None:
+    items = [(("task", i), PASS if i % 2 else FAIL) for i in range(12)]
+    results = dict(pool.imap(items))
+    assert sorted(results) == sorted(key for key, _ in items)
+    assert all(result.passed == (key[1] % 2 == 1) for key, result in results.items())
+
+
+def test_results_do_not_depend_on_the_number_of_workers() -> None:
+    programs = [
+        "import sys\nassert sys.flags.hash_randomization == 0",  # PYTHONHASHSEED=0 in every worker
+        "assert list({'b', 'a', 'c'}) == sorted({'b', 'a', 'c'}, key=hash)",
+        PASS,
+        FAIL,
+    ] * 4
+    with SandboxPool(1, FAST) as one, SandboxPool(3, FAST) as three:
+        assert [r.outcome for r in one.run_many(programs)] == [r.outcome for r in three.run_many(programs)]
+
+
+def test_random_is_fresh_in_every_run(pool: SandboxPool) -> None:
+    results = pool.run_many(["import random\nraise ValueError(random.random())"] * 4)
+    assert len({result.detail for result in results}) == 4
+
+
+def test_abandoning_imap_leaves_no_program_running(pool: SandboxPool) -> None:
+    items = iter([("fast", PASS), ("slow", LOOP), ("slower", LOOP)])
+    start = time.monotonic()
+    for key, result in pool.imap(items):
+        assert (key, result.outcome) == ("fast", Outcome.passed)
+        break
+    assert time.monotonic() - start < pool.limits.timeout_s
+    per_worker = 2 if pool.isolation == "bwrap" else 1
+    assert len(pool_processes(pool)) == pool.workers * per_worker
+    assert pool.run_many([PASS])[0].passed
+
+
+def test_close_leaves_no_process() -> None:
+    pool = SandboxPool(2, FAST)
+    with pool:
+        pool.run_many([PASS, "import subprocess\nsubprocess.Popen(['sleep', '30'], start_new_session=True)"])
+        tree = pool_processes(pool)
+        assert len(tree) >= 2
+    assert [pid for pid in tree if os.path.exists(f"/proc/{pid}")] == []
+    assert pool.worker_pids() == []
+
+
+def test_no_scratch_directory_survives_a_killed_worker() -> None:
+    before = set(glob.glob("/tmp/quench-sandbox-*"))
+    with SandboxPool(1, FAST, isolation="rlimits") as pool:
+        assert pool.run_many(["import os\nos.kill(os.getppid(), 9)", PASS])[1].passed
+    assert set(glob.glob("/tmp/quench-sandbox-*")) <= before
+
+
+def test_a_closed_pool_starts_again_on_use() -> None:
+    pool = SandboxPool(1, FAST)
+    assert pool.run_many([PASS])[0].passed  # without `with`: starts lazily
+    pool.close()
+    assert pool.run_many([PASS])[0].passed
+    pool.close()
+
+
+def test_a_worker_killed_from_outside_is_replaced(pool: SandboxPool) -> None:
+    victim = pool.worker_pids()[0]
+    for pid in reversed(process_tree(victim)):
+        os.kill(pid, 9)
+    time.sleep(0.1)
+    results = pool.run_many([PASS] * 4)
+    assert all(result.outcome in (Outcome.passed, Outcome.crashed) for result in results)
+    assert all(result.passed for result in pool.run_many([PASS] * 4))
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "rlimits"])
+def test_isolation_is_recorded(mode: str) -> None:
+    if not available(mode):
+        pytest.skip("bubblewrap cannot create namespaces here")
+    with SandboxPool(1, FAST, isolation=mode) as pool:
+        assert pool.isolation == mode
+        assert pool.confined or mode == "rlimits"
+
+
+def test_isolation_choice() -> None:
+    assert choose_isolation("rlimits") == "rlimits"
+    assert choose_isolation("auto") in ("bwrap", "rlimits")
+    with pytest.raises(QuenchError, match="unknown isolation"):
+        choose_isolation("docker")
+
+
+@pytest.mark.parametrize(
+    "bad", [{"timeout_s": 0}, {"timeout_s": -1.0}, {"memory_mb": 0}, {"max_processes": 0}, {"output_bytes": 0}]
+)
+def test_limits_are_validated(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        SandboxLimits(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        SandboxPool(0)
+
+
+def test_result_json() -> None:
+    result = ExecutionResult(Outcome.failed, "AssertionError (line 3)", 0.123456)
+    assert result.to_json() == {"outcome": "failed", "detail": "AssertionError (line 3)", "seconds": 0.1235}
+    assert not result.passed and ExecutionResult(Outcome.passed).passed
+    assert Outcome("timeout") is Outcome.timeout and f"{Outcome.memory}" == "memory"
+
+
+@pytest.mark.slow  # importing torch takes a few seconds
+def test_usable_from_a_process_with_torch_loaded() -> None:
+    pytest.importorskip("torch")
+    script = (
+        "import torch\n"
+        "from quench.execution import SandboxPool, SandboxLimits\n"
+        "with SandboxPool(2, SandboxLimits(timeout_s=2)) as pool:\n"
+        "    results = pool.run_many(['assert True', 'assert False'] * 4)\n"
+        "assert [r.passed for r in results] == [True, False] * 4, results\n"
+        "print('ok', pool.isolation)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok")
