@@ -54,3 +54,14 @@ def test_default_preset_loads_as_llama_chat_model_from_a_clean_cache():
     # Same weights in bfloat16 and float32: the same predictions up to bfloat16 rounding.
     assert (a.argmax(-1) == b.argmax(-1)).float().mean() >= 0.9
     assert (a - b).abs().mean() < 0.3
+
+
+def test_checkpoint_metadata_sets_the_prompt_format(tmp_path):
+    from quench.models.loading import saved_prompt_format
+
+    assert saved_prompt_format(tmp_path) == "completion"
+    (tmp_path / "quench.json").write_text('{"prompt_format": "chat"}')
+    assert saved_prompt_format(tmp_path) == "chat"
+    (tmp_path / "quench.json").write_text('{"prompt_format": "poem"}')
+    with pytest.raises(QuenchError, match="unknown prompt_format 'poem'"):
+        saved_prompt_format(tmp_path)

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from quench.generation import native
 from quench.generation.kv_cache import KVCache, attention_window, causal_mask
+
+
+NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
 
 
 class Linear:
@@ -67,7 +71,9 @@ def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
 class LlamaRunner:
     """Runs a Llama model over a `KVCache`: `forward(cache, tokens, start)` -> float32 logits."""
 
-    def __init__(self, model: torch.nn.Module, prepack: bool = True, compile: bool = False) -> None:
+    def __init__(
+        self, model: torch.nn.Module, prepack: bool = True, compile: bool = False, native_attention: bool = True
+    ) -> None:
         config = model.config
         inner = model.model
         self.dtype = inner.embed_tokens.weight.dtype
@@ -84,6 +90,7 @@ class LlamaRunner:
         self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack)
         self.layers = [self._layer(layer, prepack) for layer in inner.layers]
         self._rope_tables(inner.rotary_emb, config.max_position_embeddings)
+        self.native = native_attention and self.device.type == "cpu" and native.available(self.dtype)
         self._forward = torch.compile(self._forward_impl, dynamic=True) if compile else self._forward_impl
 
     @torch.no_grad()
@@ -151,6 +158,10 @@ class LlamaRunner:
         for index, layer in enumerate(self.layers):
             h = self._rms_norm(x, layer.input_norm)
             qkv = layer.qkv(h).view(batch, num_new, self.heads + 2 * self.kv_heads, self.head_dim)
+            if self.native and num_new <= NATIVE_MAX_NEW:
+                attn = native.rope_attend(qkv, keys[index], values[index], self.cos, self.sin_signed, start, self.heads, self.scale)
+                x = self._mlp(x + layer.o(attn), layer)
+                continue
             qk = qkv[:, :, : self.heads + self.kv_heads]  # (B, S, H + Hkv, D)
             flipped = qk.unflatten(-1, (2, self.head_dim // 2)).flip(-2).flatten(-2)
             qk = qk * cos + flipped * sin  # RoPE
@@ -163,14 +174,15 @@ class LlamaRunner:
                 q, keys[index][:, :, :window], values[index][:, :, :window], attn_mask=mask, scale=self.scale
             )  # (B, Hkv, G S, D)
             attn = attn.view(batch, self.kv_heads, groups, num_new, self.head_dim).permute(0, 3, 1, 2, 4)
-            x = x + layer.o(attn.reshape(batch, num_new, self.heads * self.head_dim))
-            h = self._rms_norm(x, layer.post_norm)
-            gate_up = layer.gate_up(h)  # (B, S, 2 I)
-            inner = gate_up.shape[-1] // 2
-            x = x + layer.down(F.silu(gate_up[..., :inner]) * gate_up[..., inner:])
+            x = self._mlp(x + layer.o(attn.reshape(batch, num_new, self.heads * self.head_dim)), layer)
         if logits_at is not None:
             x = x[torch.arange(batch, device=x.device), logits_at]  # (B, Dm)
         return self.lm_head(self._rms_norm(x, self.final_norm)).float()
+
+    def _mlp(self, x: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
+        gate_up = layer.gate_up(self._rms_norm(x, layer.post_norm))  # (B, S, 2 I)
+        inner = gate_up.shape[-1] // 2
+        return x + layer.down(F.silu(gate_up[..., :inner]) * gate_up[..., inner:])
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)

@@ -24,6 +24,7 @@ from quench.models.presets import DEFAULT_PRESET, PRESETS, preset_gguf_parts
 log = logging.getLogger(__name__)
 
 PROMPT_FORMATS = ("chat", "completion")
+QUENCH_META = "quench.json"  # written into checkpoints by `quench train`: {"prompt_format": ...}
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -109,6 +110,20 @@ def cached_gguf_dir(parts: list[Path]) -> Path:
     return target
 
 
+def saved_prompt_format(model_dir: Path) -> str:
+    """The prompt format a quench checkpoint records in `quench.json`; raw completion otherwise."""
+    meta_path = model_dir / QUENCH_META
+    if not meta_path.is_file():
+        return "completion"
+    try:
+        prompt_format = json.loads(meta_path.read_text()).get("prompt_format", "completion")
+    except (json.JSONDecodeError, AttributeError):
+        raise QuenchError(f"{meta_path}: not a JSON object") from None
+    if prompt_format not in PROMPT_FORMATS:
+        raise QuenchError(f"{meta_path}: unknown prompt_format {prompt_format!r}")
+    return prompt_format
+
+
 def resolve_source(name_or_path: str) -> tuple[Path, str]:
     """(HF model directory, default prompt format) for a preset, a directory or a GGUF file."""
     if name_or_path in PRESETS:
@@ -120,7 +135,7 @@ def resolve_source(name_or_path: str) -> tuple[Path, str]:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise QuenchError(f"{path}: not a Hugging Face model directory (no config.json)")
-        return path, "completion"
+        return path, saved_prompt_format(path)
     raise QuenchError(
         f"unknown model {name_or_path!r}: give a preset ({', '.join(PRESETS)}), "
         "a Hugging Face model directory or a .gguf file"

@@ -9,6 +9,7 @@ too so that prompt + rest stays one consistently indented program.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import random
 import tokenize
@@ -29,7 +30,9 @@ def docstring_nodes(tree: ast.AST) -> set[int]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def string_spans(a: Analysed, include_docstrings: bool = True) -> list[tuple[int, int]]:
+    """Spans of every string literal (cached per analysed program)."""
     docs = docstring_nodes(a.tree)
     return [a.span(n) for n in ast.walk(a.tree)
             if isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes))
@@ -179,8 +182,20 @@ class Doc2Comments(CodePerturbation):
         return [Edit(a.source.line_start(start), line_end, "\n".join(out))]
 
 
+@functools.lru_cache(maxsize=4096)
+def line_ends(a: Analysed) -> list[int]:
+    """Visible newlines after the docstring where a blank line may go (not in strings or after `\\`)."""
+    text, strings = a.source.text, string_spans(a)
+    out = []
+    for offset in range(docstring_end(a), a.program.split):
+        if text[offset] == "\n" and not inside(offset, strings) and text[offset - 1] != "\\":
+            out.append(offset)
+    return out
+
+
 @register
 class NewLines(CodePerturbation):
+    blank_lines_only = True
     name = "new_lines"
     category = CODE_FORMAT
     description = "blank lines added after visible code lines with p=0.5"
@@ -189,11 +204,8 @@ class NewLines(CodePerturbation):
         self.prob = prob
 
     def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
-        text, strings = a.source.text, string_spans(a)
         edits = []
-        for offset in range(docstring_end(a), a.program.split):
-            if text[offset] != "\n" or inside(offset, strings) or text[offset - 1] == "\\":
-                continue
+        for offset in line_ends(a):
             if rng.random() < self.prob:
                 edits.append(Edit(offset + 1, offset + 1, "\n"))
         return edits
@@ -201,6 +213,7 @@ class NewLines(CodePerturbation):
 
 @register
 class NewLineAfterCode(CodePerturbation):
+    blank_lines_only = True
     name = "new_line_aftercode"
     category = CODE_FORMAT
     description = "a blank line added at the end of the prompt"
@@ -212,6 +225,7 @@ class NewLineAfterCode(CodePerturbation):
 
 @register
 class NewLineAfterDoc(CodePerturbation):
+    blank_lines_only = True
     name = "new_line_afterdoc"
     category = CODE_FORMAT
     description = "a blank line added right after the docstring"
@@ -222,4 +236,6 @@ class NewLineAfterDoc(CodePerturbation):
         if doc is None:
             return []
         end = a.span(doc)[1]
+        if a.source.text[end:a.source.line_end(end)].strip():
+            return []  # `"""doc"""; x = 1`: no line break there
         return [Edit(end, end, "\n")]

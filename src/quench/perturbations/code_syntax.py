@@ -53,6 +53,14 @@ class Analysed:
     def statements(self) -> list[ast.stmt]:
         return own_statements(self.function)
 
+    @functools.cached_property
+    def dead_code_bodies(self) -> list[ast.stmt]:
+        return dead_code_bodies(self)
+
+    @functools.cached_property
+    def insertion_points(self) -> list[ast.stmt]:
+        return insertion_points(self)
+
     def span(self, node: ast.AST) -> tuple[int, int]:
         return self.source.span(node)
 
@@ -80,6 +88,8 @@ class CodePerturbation(Perturbation):
     """Works on the partial-code problem; returns it (prompt_kind "partial") perturbed or not."""
 
     category = CODE_SYNTAX
+    # Edits that only add blank lines outside strings cannot break the program: no re-parse.
+    blank_lines_only = False
 
     def apply(self, problem: Problem, rng: random.Random) -> Problem:
         partial, program = as_partial(problem)
@@ -88,7 +98,7 @@ class CodePerturbation(Perturbation):
         if not edits:
             return partial
         edited = program.edited(edits)
-        if parse(edited.text) is None:  # a bug in a transformation, never a variant to keep
+        if not self.blank_lines_only and parse(edited.text) is None:  # a bug, never a variant to keep
             log.warning("%s broke %s; left unchanged", self.name, problem.task_id)
             return partial
         return with_program(partial, edited)
@@ -150,7 +160,7 @@ class DeadCodeInserter(CodePerturbation):
     last = False
 
     def edits(self, a: Analysed, rng: random.Random) -> list[Edit]:
-        bodies, points = dead_code_bodies(a), insertion_points(a)
+        bodies, points = a.dead_code_bodies, a.insertion_points
         if not bodies or not points:
             return []
         body = a.segment(rng.choice(bodies))

@@ -1,0 +1,195 @@
+"""Side-by-side generation throughput: Hugging Face `generate` vs quench regular vs quench n-gram speculative.
+
+    python benchmarks/generation.py --quick            # a short run (~3 minutes here)
+    python benchmarks/generation.py --json out.json    # batch 1, 4, 8, 16; greedy and sampling
+
+HumanEval prompts, chat template, the default model in bfloat16. Per configuration: aggregate
+tokens/s, ms per token per sequence (batch size / throughput: what one sequence waits per token
+while the batch is full), peak resident memory above the baseline, and for speculative decoding
+the acceptance rate and mean tokens gained per row per step. Greedy outputs are compared with
+Hugging Face's, and every divergence is checked for being a near-tie (top-2 logit gap of the
+reference at the first differing token). On a shared machine only the ratios within one run count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from quench.benchmarks import load_humaneval
+from quench.generation.engine import EngineConfig, QuenchBackend
+from quench.generation.hf_backend import HFBackend
+from quench.generation.types import GenerationRequest, SamplingParams
+from quench.models import load_model
+from quench.models.prompts import encode_prompt
+
+
+@dataclass
+class Measurement:
+    backend: str
+    mode: str
+    batch_size: int
+    sequences: int
+    tokens: int
+    seconds: float
+    tokens_per_s: float
+    ms_per_token_per_seq: float
+    peak_mb: float
+    acceptance_rate: float | None = None
+    tokens_per_row_step: float | None = None
+    greedy_match: str | None = None
+
+
+class PeakMemory:
+    """Peak resident set size above the starting point, sampled every 5 ms from /proc/self/statm."""
+
+    def __enter__(self) -> "PeakMemory":
+        self.base = self.peak = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._rss())
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    @property
+    def mb(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def build_requests(loaded, count: int, n: int) -> list[GenerationRequest]:
+    problems = load_humaneval()[:count]
+    return [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt), n=n) for p in problems]
+
+
+def measure(name, backend, requests, sampling, batch_size, mode):
+    with PeakMemory() as memory:
+        start = time.perf_counter()
+        results = list(backend.generate(requests, sampling))
+        seconds = time.perf_counter() - start
+    tokens = sum(len(r.token_ids) + (r.finish_reason == "eos") for r in results)  # EOS counts as generated
+    rate = tokens / seconds
+    stats = getattr(backend, "last_stats", None)
+    speculative = stats is not None and stats.drafted > 0
+    m = Measurement(
+        name, mode, batch_size, len(results), tokens, round(seconds, 2), round(rate, 1),
+        round(1000 * batch_size / rate, 1), round(memory.mb, 1),
+        round(stats.acceptance_rate, 3) if speculative else None,
+        round(stats.tokens_per_row_step, 2) if speculative else None,
+    )
+    return m, {(r.key, r.sample_index): r.token_ids for r in results}
+
+
+def near_tie_gaps(model, requests, reference, other) -> list[float]:
+    """For each differing greedy sample: the reference's top-2 logit gap at the first differing token."""
+    prompts = {r.key: r.prompt_ids for r in requests}
+    gaps = []
+    for key, ref_ids in reference.items():
+        ids = other.get(key)
+        if ids is None or ids == ref_ids:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(ref_ids, ids)) if a != b), min(len(ref_ids), len(ids)))
+        context = torch.tensor([list(prompts[key[0]]) + list(ref_ids[:at])])
+        with torch.inference_mode():
+            logits = model(context).logits[0, -1].float()
+        top2 = torch.topk(logits, 2).values
+        gaps.append(round(float(top2[0] - top2[1]), 4))
+    return gaps
+
+
+def run(args) -> list[Measurement]:
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    loaded = load_model(dtype="bfloat16")
+    model, tokenizer = loaded.model, loaded.tokenizer
+    rows: list[Measurement] = []
+    for batch_size in args.batch_sizes:
+        backends = {
+            "hf": HFBackend(model, tokenizer, batch_size),
+            "quench": QuenchBackend(model, tokenizer, EngineConfig(batch_size=batch_size)),
+            "quench-ngram": QuenchBackend(
+                model, tokenizer, EngineConfig(batch_size=batch_size, drafter="ngram", draft_tokens=args.draft_tokens)
+            ),
+        }
+        for mode in args.modes:
+            n = 1 if mode == "greedy" else args.samples
+            sequences = max(batch_size * args.waves, n)
+            requests = build_requests(loaded, -(-sequences // n), n)
+            sampling = SamplingParams(
+                temperature=0.0 if mode == "greedy" else args.temperature, max_new_tokens=args.max_new_tokens, seed=1
+            )
+            outputs = {}
+            for name, backend in backends.items():
+                m, outputs[name] = measure(name, backend, requests, sampling, batch_size, mode)
+                if mode == "greedy" and name != "hf":
+                    same = sum(outputs["hf"][k] == v for k, v in outputs[name].items())
+                    gaps = near_tie_gaps(model, requests, outputs["hf"], outputs[name])
+                    m.greedy_match = f"{same}/{len(outputs[name])}; gaps {gaps}"
+                rows.append(m)
+                print(format_row(m), flush=True)
+    return rows
+
+
+def format_row(m: Measurement) -> str:
+    spec = f" accept {m.acceptance_rate:.0%} tokens/row-step {m.tokens_per_row_step}" if m.acceptance_rate is not None else ""
+    match = f" match-hf {m.greedy_match}" if m.greedy_match else ""
+    return (
+        f"B={m.batch_size:<2} {m.mode:8} {m.backend:13} {m.tokens_per_s:7.1f} tok/s {m.ms_per_token_per_seq:7.1f} ms/tok/seq"
+        f" peak +{m.peak_mb:.0f} MB ({m.tokens} tokens, {m.seconds}s){spec}{match}"
+    )
+
+
+def markdown(rows: list[Measurement]) -> str:
+    lines = ["| batch | mode | backend | tokens/s | ms/token/seq | vs hf | peak MB | accept | tokens/row-step |", "|" + "---|" * 9]
+    hf = {(m.batch_size, m.mode): m.tokens_per_s for m in rows if m.backend == "hf"}
+    for m in rows:
+        ratio = m.tokens_per_s / hf[m.batch_size, m.mode] if (m.batch_size, m.mode) in hf else float("nan")
+        accept = f"{m.acceptance_rate:.0%}" if m.acceptance_rate is not None else ""
+        lines.append(
+            f"| {m.batch_size} | {m.mode} | {m.backend} | {m.tokens_per_s} | {m.ms_per_token_per_seq} | {ratio:.2f}x"
+            f" | {m.peak_mb:.0f} | {accept} | {m.tokens_per_row_step or ''} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="batch 1 and 8, 48 new tokens, one wave")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--modes", nargs="+", default=["greedy", "sampling"], choices=["greedy", "sampling"])
+    parser.add_argument("--max-new-tokens", type=int, default=192)
+    parser.add_argument("--waves", type=int, default=2, help="sequences per run = waves x batch size")
+    parser.add_argument("--samples", type=int, default=8, help="samples per prompt when sampling")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--draft-tokens", type=int, default=7, help="BASS's starting draft length")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--json", type=Path, help="also write the measurements here")
+    args = parser.parse_args()
+    if args.quick:
+        args.batch_sizes, args.max_new_tokens, args.waves = [1, 8], 48, 1
+    print(f"torch threads: {args.threads or torch.get_num_threads()}")
+    rows = run(args)
+    print()
+    print(markdown(rows))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(m) for m in rows], indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The robustness pipeline end to end on a tiny real model saved as a Hugging Face directory."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import char_tokenizer, tiny_llama
+
+TRANSFORMS = "ButterFingersPerturbation,FuncRenameCamelCase,tab_indent,new_line_afterdoc"
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiny-model")
+    tiny_llama().save_pretrained(path)
+    char_tokenizer().save_pretrained(path)
+    return path
+
+
+def robustness(model_dir: Path, out: Path) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "quench.cli.main", "robustness", "--model", str(model_dir), "--tasks", "0-3",
+            "--transforms", TRANSFORMS, "--seeds", "2", "--max-new-tokens", "24", "--batch-size", "2",
+            "--timeout", "5", "--out", str(out)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def records(path: Path, key: str) -> list:
+    return [json.loads(line)[key] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def metrics(out: Path) -> dict:
+    return json.loads((out / "metrics.json").read_text())["metrics"]
+
+
+@pytest.mark.slow
+def test_report_files_and_dedup(tiny_model_dir, tmp_path):
+    run = robustness(tiny_model_dir, tmp_path / "run")
+    output = run.communicate(timeout=600)[0].decode()
+    assert run.returncode == 0, output[-3000:]
+    out = tmp_path / "run"
+    for name in ("metrics.json", "report.md", "report.html", "examples.jsonl", "variants.jsonl",
+                 "categories_pass.png", "transformations_heatmap.png"):
+        assert (out / name).is_file(), name
+    variants = records(out / "variants.jsonl", "task_id")
+    prompts = records(out / "samples.jsonl", "task_id")
+    assert len(prompts) == len(set(prompts))  # each distinct prompt generated once
+    # 4 tasks x (full + partial + variants); unchanged variants and deterministic seeds share prompts.
+    assert len(prompts) < 4 * 2 + len(variants)
+    programs = records(out / "executions.jsonl", "program_id")
+    assert len(programs) == len(set(programs))
+    names = {g["name"] for g in metrics(out)["transformations"]}
+    assert names == set(TRANSFORMS.split(","))
+
+
+@pytest.mark.slow
+def test_sigkill_at_any_point_then_resume_gives_the_same_metrics(tiny_model_dir, tmp_path):
+    whole = robustness(tiny_model_dir, tmp_path / "whole")
+    assert whole.wait(timeout=600) == 0
+    reference = metrics(tmp_path / "whole")
+
+    out = tmp_path / "killed"
+    for files_needed in (("variants.jsonl",), ("samples.jsonl",), ("executions.jsonl",)):
+        run = robustness(tiny_model_dir, out)
+        deadline = time.time() + 300
+        while not all((out / f).exists() and (out / f).stat().st_size for f in files_needed) and run.poll() is None:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    final = robustness(tiny_model_dir, out)
+    assert final.wait(timeout=600) == 0, final.stdout.read().decode()[-3000:]
+    assert metrics(out) == reference
+    for name, key in (("samples.jsonl", "task_id"), ("executions.jsonl", "program_id")):
+        keys = records(out / name, key)
+        assert len(keys) == len(set(keys)) == len(records(tmp_path / "whole" / name, key))  # nothing twice, nothing lost
