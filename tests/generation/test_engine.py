@@ -70,12 +70,13 @@ def test_speculative_greedy_with_a_draft_model_equals_hf(tokenizer, dtype, k, dr
         assert stats.accepted < stats.drafted  # rejections happened, and the output is still exact
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("drafter", ["ngram", "model"])
-def test_speculative_greedy_with_bass_draft_length_equals_hf(tokenizer, drafter):
-    model = tiny_llama(dtype=torch.float64)
+def test_speculative_greedy_with_bass_draft_length_equals_hf(tokenizer, drafter, dtype):
+    model = tiny_llama(dtype=dtype)
     reqs = requests(tokenizer)
     out, _ = quench_outputs(
-        model, tokenizer, reqs, SamplingParams(max_new_tokens=40), tiny_llama(dtype=torch.float64, seed=1),
+        model, tokenizer, reqs, SamplingParams(max_new_tokens=40), tiny_llama(dtype=dtype, seed=1),
         batch_size=4, drafter=drafter, draft_length="bass",
     )
     for r in reqs:

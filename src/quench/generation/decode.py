@@ -142,10 +142,12 @@ class DecodeLoop:
         width = draft.width if draft is not None else 0
         last = torch.tensor([row.last if row is not None else 0 for row in self.slots])  # (B,)
         inputs = last[:, None]  # (B, 1 + width): pending token, then the drafts
+        counts = torch.tensor([int(row is not None) for row in self.slots])  # (B,) real tokens per row
         if width:
             inputs = torch.cat([inputs, draft.tokens[:, :width].clamp(min=0)], dim=1)
+            counts = counts + (draft.tokens[:, :width] != PLACEHOLDER).sum(dim=1)
         start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
-        logits = self.runner.forward(self.cache, inputs, start)[active]  # (A, 1 + width, V)
+        logits = self.runner.forward(self.cache, inputs, start, counts=counts)[active]  # (A, 1 + width, V)
         verdict = self._verify(logits, draft, width, active)
         self.stats.steps += 1
         yield from self._commit(verdict, draft, width, active)

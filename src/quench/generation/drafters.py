@@ -139,6 +139,7 @@ class ModelDrafter:
         logits = self._catch_up(rows)  # (B, V) logits for each row's first draft token
         scratch = torch.Generator()  # draws past a row's own limit must not advance its generator
         lengths = torch.tensor([len(row.tokens) if row is not None else 0 for row in rows])  # (B,)
+        live = torch.tensor([int(row is not None) for row in rows])  # (B,) empty slots feed nothing
         probs_steps: list[torch.Tensor] = []
         for i in range(k):
             if sampling.greedy:
@@ -150,7 +151,7 @@ class ModelDrafter:
                 probs_steps.append(probs)
             tokens[:, i] = step
             if i + 1 < k:
-                logits = self.runner.forward(self.cache, step[:, None], lengths + i)[:, 0]  # (B, V)
+                logits = self.runner.forward(self.cache, step[:, None], lengths + i, counts=live)[:, 0]  # (B, V)
         for b, row in enumerate(rows):
             self.base[b], self.fed[b] = (len(row.tokens), tokens[b, : k - 1].tolist()) if row is not None else (0, [])
             tokens[b, limits[b] :] = PLACEHOLDER
@@ -166,4 +167,5 @@ class ModelDrafter:
         for b, m in enumerate(missing):
             tokens[b, : len(m)] = torch.tensor(m, dtype=torch.long)
         last = torch.tensor([len(m) - 1 for m in missing])  # (B,)
-        return self.runner.forward(self.cache, tokens, start, logits_at=last)
+        counts = torch.tensor([len(m) if row is not None else 0 for m, row in zip(missing, rows)])  # (B,)
+        return self.runner.forward(self.cache, tokens, start, logits_at=last, counts=counts)

@@ -53,9 +53,17 @@ class HFRunner:
 
     @torch.inference_mode()
     def forward(
-        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, logits_at: torch.Tensor | None = None
+        self,
+        cache: KVCache,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        logits_at: torch.Tensor | None = None,
+        counts: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """tokens (B, S) fed at positions start[b] + s -> float32 logits (B, S, V), or (B, V) at logits_at."""
+        """tokens (B, S) fed at positions start[b] + s -> float32 logits (B, S, V), or (B, V) at logits_at.
+
+        Padding after counts[b] is computed like real tokens here (its keys land past the row's length).
+        """
         batch, num_new = tokens.shape
         window = attention_window(start, num_new, cache.max_len)
         positions = start[:, None] + torch.arange(num_new)  # (B, S)

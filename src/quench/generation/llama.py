@@ -127,13 +127,53 @@ class LlamaRunner:
 
     @torch.inference_mode()
     def forward(
-        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, logits_at: torch.Tensor | None = None
+        self,
+        cache: KVCache,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        logits_at: torch.Tensor | None = None,
+        counts: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Feed tokens (B, S) at positions start[b] + s; float32 logits (B, S, V), or (B, V) at `logits_at`."""
-        num_new = tokens.shape[1]
+        """Feed tokens (B, S) at positions start[b] + s; float32 logits (B, S, V), or (B, V) at `logits_at`.
+
+        counts (B,): only the first counts[b] tokens of row b are real (the rest is padding whose
+        logits are left at zero); the native path then skips the padding entirely.
+        """
+        batch, num_new = tokens.shape
+        if int(start.max()) + num_new > cache.max_len:
+            raise ValueError(f"a row would pass the cache length {cache.max_len}")
+        if self.native and num_new <= NATIVE_MAX_NEW:
+            if counts is None:
+                counts = torch.full((batch,), num_new, dtype=torch.long)
+            return self._forward_packed(cache, tokens, start, counts, logits_at)
         window = attention_window(start, num_new, cache.max_len)
         mask = causal_mask(start, num_new, window)  # (B, 1, S, Tk)
         return self._forward(cache.keys, cache.values, tokens, start, mask, logits_at)
+
+    def _forward_packed(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor, logits_at: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Only real tokens go through the matrix products: (N, Dm) with N = counts.sum()."""
+        batch, num_new = tokens.shape
+        real = torch.arange(num_new)[None, :] < counts[:, None]  # (B, S)
+        offsets = torch.zeros(batch + 1, dtype=torch.long)
+        torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
+        start = start.to(torch.long).contiguous()
+        x = F.embedding(tokens[real], self.embed)  # (N, Dm)
+        width = self.heads + 2 * self.kv_heads
+        for index, layer in enumerate(self.layers):
+            qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
+            attn = native.rope_attend(
+                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
+            )  # (N, H D)
+            x = self._mlp(x + layer.o(attn), layer)
+        if logits_at is not None:  # rows without tokens get some other row's logits; callers ignore them
+            at = (offsets[:-1] + logits_at).clamp(max=max(x.shape[0] - 1, 0))
+            return self.lm_head(self._rms_norm(x[at], self.final_norm)).float()  # (B, V)
+        logits = self.lm_head(self._rms_norm(x, self.final_norm)).float()  # (N, V)
+        out = logits.new_zeros(batch, num_new, logits.shape[-1])
+        out[real] = logits
+        return out  # (B, S, V)
 
     def _forward_impl(
         self,
@@ -158,10 +198,6 @@ class LlamaRunner:
         for index, layer in enumerate(self.layers):
             h = self._rms_norm(x, layer.input_norm)
             qkv = layer.qkv(h).view(batch, num_new, self.heads + 2 * self.kv_heads, self.head_dim)
-            if self.native and num_new <= NATIVE_MAX_NEW:
-                attn = native.rope_attend(qkv, keys[index], values[index], self.cos, self.sin_signed, start, self.heads, self.scale)
-                x = self._mlp(x + layer.o(attn), layer)
-                continue
             qk = qkv[:, :, : self.heads + self.kv_heads]  # (B, S, H + Hkv, D)
             flipped = qk.unflatten(-1, (2, self.head_dim // 2)).flip(-2).flatten(-2)
             qk = qk * cos + flipped * sin  # RoPE

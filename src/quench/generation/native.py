@@ -68,24 +68,30 @@ _ATTEND = _COMMON + r"""
 void rope_bf16(const bf16*, const bf16*, const bf16*, int, float*, bf16*);
 void rope_f32(const float*, const float*, const float*, int, float*, float*);
 
-/* qkv (B, S, H + 2 Hkv, D); caches (B, Hkv, T, D); cos, sin_signed (positions, D); out (B, S, H D).
-   Row b's token s sits at position start[b] + s and sees keys 0 .. start[b] + s. */
+/* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
+   its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
+   cos, sin_signed (positions, D); out (N, H D). */
 #define ATTEND(T, SUFFIX)                                                                          \
 int rope_attend_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,            \
-                         const int64_t* start, T* out, int B, int S, int H, int Hkv, int D,         \
-                         int Tmax, float scale) {                                                   \
-    int G = H / Hkv, M = S * G, width = H + 2 * Hkv;                                              \
-    int longest = 0;                                                                              \
-    for (int b = 0; b < B; b++) if (start[b] + S > longest) longest = start[b] + S;               \
-    float* q = malloc(sizeof(float) * M * D);                                                     \
-    float* scores = malloc(sizeof(float) * M * longest);                                          \
-    float* acc = malloc(sizeof(float) * M * D);                                                   \
+                         const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
+                         int Hkv, int D, int Tmax, float scale) {                                   \
+    int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
+    for (int b = 0; b < B; b++) {                                                                 \
+        int n = (int)(offsets[b + 1] - offsets[b]);                                               \
+        if (n > most) most = n;                                                                   \
+        if (n && start[b] + n > longest) longest = (int)(start[b] + n);                           \
+    }                                                                                             \
+    float* q = malloc(sizeof(float) * (most * G + 1) * D);                                        \
+    float* scores = malloc(sizeof(float) * ((int64_t)most * G * longest + 1));                    \
+    float* acc = malloc(sizeof(float) * (most * G + 1) * D);                                      \
     float* row = malloc(sizeof(float) * D);                                                       \
     if (!q || !scores || !acc || !row) { free(q); free(scores); free(acc); free(row); return 1; } \
     for (int b = 0; b < B; b++) {                                                                 \
+        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;          \
+        if (S == 0) continue;                                                                     \
         for (int s = 0; s < S; s++) {                                                             \
             int64_t pos = start[b] + s;                                                           \
-            const T* tok = qkv + ((int64_t)b * S + s) * width * D;                                \
+            const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
             for (int j = 0; j < Hkv; j++) {                                                       \
                 int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                          \
                 rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row, kc + at); \
@@ -95,12 +101,11 @@ int rope_attend_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_
         for (int j = 0; j < Hkv; j++) {                                                           \
             for (int s = 0; s < S; s++) {                                                         \
                 int64_t pos = start[b] + s;                                                       \
-                const T* tok = qkv + ((int64_t)b * S + s) * width * D;                            \
+                const T* tok = qkv + (offsets[b] + s) * width * D;                                \
                 for (int g = 0; g < G; g++)                                                       \
                     rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,  \
                                   q + (s * G + g) * D, 0);                                       \
             }                                                                                     \
-            int keys = start[b] + S;                                                              \
             const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
             const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
             for (int t = 0; t < keys; t++) {                                                      \
@@ -108,11 +113,11 @@ int rope_attend_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_
                 for (int m = 0; m < M; m++) {                                                     \
                     float dot = 0.0f;                                                             \
                     for (int d = 0; d < D; d++) dot += q[m * D + d] * row[d];                    \
-                    scores[m * keys + t] = (t <= start[b] + m / G) ? dot * scale : -INFINITY;    \
+                    scores[(int64_t)m * keys + t] = (t <= start[b] + m / G) ? dot * scale : -INFINITY; \
                 }                                                                                 \
             }                                                                                     \
             for (int m = 0; m < M; m++) {                                                         \
-                float* sc = scores + m * keys, top = -INFINITY, total = 0.0f;                    \
+                float* sc = scores + (int64_t)m * keys, top = -INFINITY, total = 0.0f;           \
                 for (int t = 0; t < keys; t++) top = sc[t] > top ? sc[t] : top;                   \
                 for (int t = 0; t < keys; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }     \
                 for (int t = 0; t < keys; t++) sc[t] /= total;                                    \
@@ -121,13 +126,13 @@ int rope_attend_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_
             for (int t = 0; t < keys; t++) {                                                      \
                 for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);      \
                 for (int m = 0; m < M; m++) {                                                     \
-                    float p = scores[m * keys + t];                                               \
+                    float p = scores[(int64_t)m * keys + t];                                      \
                     for (int d = 0; d < D; d++) acc[m * D + d] += p * row[d];                     \
                 }                                                                                 \
             }                                                                                     \
             for (int s = 0; s < S; s++)                                                           \
                 for (int g = 0; g < G; g++) {                                                     \
-                    T* o = out + ((int64_t)b * S + s) * H * D + (j * G + g) * D;                  \
+                    T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                      \
                     for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);  \
                 }                                                                                 \
         }                                                                                         \
@@ -180,7 +185,7 @@ def _library() -> ctypes.CDLL | None:
     for name in ("rope_attend_bf16", "rope_attend_f32"):
         function = getattr(library, name)
         function.restype = ctypes.c_int
-        function.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int] * 6 + [ctypes.c_float]
+        function.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5 + [ctypes.c_float]
     return library
 
 
@@ -195,22 +200,25 @@ def rope_attend(
     cos: torch.Tensor,
     sin_signed: torch.Tensor,
     start: torch.Tensor,
+    offsets: torch.Tensor,
     heads: int,
     scale: float,
 ) -> torch.Tensor:
-    """qkv (B, S, H + 2 Hkv, D) -> attention output (B, S, H D); writes the new keys/values (B, Hkv, T, D)."""
-    batch, num_new, _, head_dim = qkv.shape
-    kv_heads, max_len = keys.shape[1], keys.shape[2]
+    """Packed rows: qkv (N, H + 2 Hkv, D), row b's tokens at offsets[b]:offsets[b + 1] (B + 1,),
+    fed at positions start[b] + s (B,). Writes their keys/values into the caches (B, Hkv, T, D)
+    and returns the attention output (N, H D)."""
+    tokens, _, head_dim = qkv.shape
+    batch, kv_heads, max_len = keys.shape[0], keys.shape[1], keys.shape[2]
     assert qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous() and cos.is_contiguous()
     assert qkv.dtype == keys.dtype == values.dtype == cos.dtype == sin_signed.dtype
-    start = start.to(torch.int64).contiguous()
-    out = torch.empty(batch, num_new, heads * head_dim, dtype=qkv.dtype)
+    assert start.dtype == offsets.dtype == torch.int64 and start.is_contiguous() and offsets.is_contiguous()
+    out = torch.empty(tokens, heads * head_dim, dtype=qkv.dtype)
     library = _library()
     assert library is not None
     function = library.rope_attend_bf16 if qkv.dtype == torch.bfloat16 else library.rope_attend_f32
     status = function(
         qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
-        out.data_ptr(), batch, num_new, heads, kv_heads, head_dim, max_len, scale,
+        offsets.data_ptr(), out.data_ptr(), batch, heads, kv_heads, head_dim, max_len, scale,
     )
     if status != 0:
         raise MemoryError("native attention could not allocate its buffers")

@@ -19,9 +19,17 @@ class Runner(Protocol):
     def new_cache(self, batch: int, max_len: int) -> KVCache: ...
 
     def forward(
-        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, logits_at: torch.Tensor | None = None
+        self,
+        cache: KVCache,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        logits_at: torch.Tensor | None = None,
+        counts: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """tokens (B, S) fed at positions start[b] + s -> float32 logits (B, S, V), or (B, V) at logits_at."""
+        """tokens (B, S) fed at positions start[b] + s -> float32 logits (B, S, V), or (B, V) at logits_at.
+
+        counts (B,), optional: row b's real tokens are its first counts[b]; a runner may skip the rest.
+        """
         ...
 
 

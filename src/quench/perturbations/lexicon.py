@@ -68,7 +68,8 @@ class Lexicon:
             return None
         prefer = "NOUN" if previous in DETERMINERS else "VERB" if previous in TO_VERB else ""
         if prefer:
-            preferred = [a for a in readings if a.pos == prefer]
+            # Only a plausible reading: `a given matrix` must not make `given` the noun (1 vs 780).
+            preferred = [a for a in readings if a.pos == prefer and a.count * 10 >= readings[0].count]
             if preferred:
                 return preferred[0]
         return readings[0]

@@ -20,6 +20,8 @@ returns returned value values key keys character characters char chars digit dig
 indices tuple tuples dictionary set sets function functions input output true false none find
 write check count length even odd prime positive negative zero float decimal binary vowel vowels
 letter letters maximum minimum max min sort sorted order word words line lines print item items
+given according occurrence occurrences ascending descending natural total common unique consecutive
+adjacent first last second product difference remove add upper lower case position matrix divisor
 """.split())
 KEYBOARD_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 

@@ -1,0 +1,116 @@
+"""`quench guard build-data | train | info`: GenGuard's training data, training, and a look at a guard file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from quench.benchmarks import load_mbpp
+from quench.cli import common
+from quench.errors import QuenchError
+from quench.generation.backends import make_backend
+from quench.models import encode_prompt, load_model
+from quench.stopping.dataset import ANSWERS, GuardDataset, generate_answers, label_answers
+from quench.stopping.loading import read_guard
+from quench.stopping.policy import GuardPolicy
+from quench.stopping.train import TrainConfig, train_guard
+
+TRAIN_SPLITS = ("train", "validation")  # MBPP's; never "test", never HumanEval
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("guard", help="GenGuard early stopping: build training data, train, inspect")
+    verbs = parser.add_subparsers(dest="guard_command", required=True)
+
+    build = verbs.add_parser("build-data", help="generate on MBPP train/validation prompts, label tokens, save hidden states")
+    build.add_argument("--out", type=Path, required=True, help="dataset directory (resumes an unfinished build)")
+    build.add_argument("--splits", default="train,validation", help="MBPP splits (train, validation)")
+    build.add_argument("--limit", type=int, default=None, help="first N problems of each split")
+    build.add_argument("--max-new-tokens", type=int, default=300)
+    common.add_model_args(build)
+    build.set_defaults(handler=run_build)
+
+    train = verbs.add_parser("train", help="train a guard on a dataset from build-data")
+    train.add_argument("--data", type=Path, required=True, help="dataset directory")
+    train.add_argument("--out", type=Path, required=True, help="guard file to write (.safetensors)")
+    train.add_argument("--kind", default="linear", choices=["linear", "mlp"])
+    train.add_argument("--mlp-hidden", type=int, default=64)
+    train.add_argument("--epochs", type=int, default=30)
+    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--val-fraction", type=float, default=0.2, help="held-out answers if the data has no validation split")
+    train.add_argument("--seed", type=int, default=0)
+    add_policy_args(train)
+    train.set_defaults(handler=run_train)
+
+    info = verbs.add_parser("info", help="print what a guard file was trained for and its validation figures")
+    info.add_argument("path", type=Path)
+    info.set_defaults(handler=run_info)
+
+
+def add_policy_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", default="lines", choices=["lines", "consecutive"], help="line voting or N stop votes in a row")
+    parser.add_argument("--consecutive", type=int, default=3, help="N for --policy consecutive")
+    parser.add_argument("--max-empty-lines", type=int, default=3, help="stop after more empty lines in a row (0 = off)")
+    parser.add_argument("--threshold", type=float, default=0.5, help="stop probability at which a token votes stop")
+
+
+def policy_from_args(args: argparse.Namespace) -> GuardPolicy:
+    try:
+        return GuardPolicy(args.policy, args.consecutive, args.max_empty_lines, args.threshold)
+    except ValueError as err:
+        raise QuenchError(str(err)) from None
+
+
+def run_build(args: argparse.Namespace) -> int:
+    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    bad = [s for s in splits if s not in TRAIN_SPLITS]
+    if bad or not splits:
+        raise QuenchError(f"--splits: choose from {', '.join(TRAIN_SPLITS)} (test data must stay unseen), got {args.splits!r}")
+    if args.max_new_tokens < 1:
+        raise QuenchError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    problems = [(split, p) for split in splits for p in load_mbpp(split)[: args.limit]]
+    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
+    args.out.mkdir(parents=True, exist_ok=True)
+    common.lock_run_dir(args.out)
+    backend = make_backend(args.backend, loaded, args.batch_size)
+    encode = lambda text: encode_prompt(loaded, text)  # noqa: E731
+    bar = tqdm(total=len(problems), desc="generate", unit="answer", dynamic_ncols=True)
+    started = time.perf_counter()
+    answers = generate_answers(problems, backend, encode, args.max_new_tokens, args.out / ANSWERS, lambda _: bar.update(1))
+    bar.close()
+    print(f"{len(answers)} answers in {time.perf_counter() - started:.0f}s; labelling and collecting hidden states")
+    meta = {
+        "model": args.model, "prompt_format": loaded.prompt_format, "dtype": str(loaded.dtype).removeprefix("torch."),
+        "max_new_tokens": args.max_new_tokens, "description": f"mbpp {'+'.join(splits)}",
+    }
+    data = label_answers(answers, {p.task_id: p for _, p in problems}, loaded.tokenizer, loaded.model, encode,
+                         loaded.prompt_format, meta)
+    data.save(args.out)
+    stop = float(data.labels.float().mean())
+    print(f"{len(data.records)} answers labelled ({data.meta['skipped']} skipped), {len(data.labels)} tokens, "
+          f"{stop:.0%} 'stop', hidden size {data.hidden_size} -> {args.out}")
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    data = GuardDataset.load(args.data)
+    config = TrainConfig(args.kind, args.mlp_hidden, args.epochs, lr=args.lr, val_fraction=args.val_fraction, seed=args.seed)
+    guard, metrics = train_guard(data, config, policy_from_args(args))
+    guard.save(args.out)
+    print(f"validation: {metrics.tokens} tokens ({metrics.stop_share:.0%} stop): precision {metrics.precision:.3f}, "
+          f"recall {metrics.recall:.3f}, accuracy {metrics.accuracy:.3f}")
+    print(f"policy on {metrics.answers} answers: {metrics.stopped} stopped after the code, {metrics.early} too early, "
+          f"{metrics.never} never; {metrics.generated_share:.0%} of the tokens generated, "
+          f"{metrics.excess_kept:.1f} excess tokens kept per stop")
+    print(f"guard ({args.out.stat().st_size} bytes) -> {args.out}")
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    guard = read_guard(args.path)
+    print(json.dumps({"info": guard.info.__dict__, "policy": guard.policy.__dict__}, indent=2, default=str))
+    return 0
