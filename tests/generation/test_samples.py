@@ -49,5 +49,5 @@ def test_resume_after_torn_and_missing_lines_equals_uninterrupted_run(tmp_path, 
 def test_malformed_samples_file_is_named_with_its_line(tmp_path):
     path = tmp_path / "samples.jsonl"
     path.write_text(json.dumps({"task_id": "HumanEval/0", "completion": ""}) + "\n[1, 2]\n")
-    with pytest.raises(InputFileError, match=r"samples.jsonl:2: missing field"):
+    with pytest.raises(InputFileError, match=r"samples.jsonl:2: expected a JSON object"):
         read_samples(path)

@@ -85,7 +85,7 @@ def test_hook_interleaved_rows_of_one_request() -> None:
             if name not in stopped and end <= len(text) and hook(request, [], text[:end]):
                 stopped[name] = end
     assert a[: stopped["a"]].endswith("\np")
-    assert b[: stopped["b"]].endswith("\n`")
+    assert b[: stopped["b"]].endswith("\n```")
     assert hook.cut(request, a) == "```python\ndef f(x):\n    return 1\n"
 
 

@@ -67,8 +67,11 @@ def problem_from_json(row: dict[str, object], benchmark: str = "") -> Problem:
 
 def iter_jsonl(path: Path, lines: Iterable[str] | None = None) -> Iterator[tuple[int, dict]]:
     """Yield (line number, object) for each non-blank line; a malformed line raises `file:line`."""
-    source = lines if lines is not None else path.open(encoding="utf-8")
-    for number, line in enumerate(source, start=1):
+    if lines is None:
+        with path.open(encoding="utf-8") as source:
+            yield from iter_jsonl(path, source)
+        return
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from quench.benchmarks.problem import Problem
+from quench.benchmarks.problem import Problem, iter_jsonl
 from quench.errors import InputFileError
 from quench.execution.sanitize import sanitize
 from quench.generation.types import Backend, GenerationRequest, GenerationResult, SamplingParams
@@ -51,18 +51,11 @@ def read_jsonl_records(path: Path, required: tuple[str, ...]) -> list[dict]:
     if not path.exists():
         return []
     records = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputFileError(str(path), number, f"not valid JSON ({err.msg})") from None
-            missing = [k for k in required if k not in row] if isinstance(row, dict) else list(required)
-            if missing:
-                raise InputFileError(str(path), number, f"missing field(s): {', '.join(missing)}")
-            records.append(row)
+    for number, row in iter_jsonl(path):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise InputFileError(str(path), number, f"missing field(s): {', '.join(missing)}")
+        records.append(row)
     return records
 
 

@@ -152,7 +152,8 @@ class BackTranslation(LazyModel, DocstringPerturbation):
     def edit(self, pieces: list[Piece], rng: random.Random) -> str:
         original = join(pieces)
         prose = " ".join(original.split())
-        reply = self.model.generate(PARAPHRASE_REQUEST.format(text=prose), self.max_new_tokens, rng.randrange(2**31))
+        budget = min(self.max_new_tokens, len(prose) // 2 + 32)  # ~4 characters a token, 2x headroom
+        reply = self.model.generate(PARAPHRASE_REQUEST.format(text=prose), budget, rng.randrange(2**31))
         paraphrase = clean_paraphrase(reply)
         kept = all(token in paraphrase for token in protected_tokens(pieces))
         sane = 0.5 <= len(paraphrase) / max(len(prose), 1) <= 2.0 and not any(q in paraphrase for q in QUOTES)

@@ -51,7 +51,7 @@ class SequenceMatcher:
         base = self.fed - len(self.tail)
         hits = [i for s in self.stops if (i := window.find(s)) >= 0]
         self.fed += len(new_text)
-        self.tail = window[len(window) - self.overlap :] if self.overlap else ""
+        self.tail = window[max(0, len(window) - self.overlap) :]
         return base + min(hits) if hits else None
 
 
