@@ -1,4 +1,5 @@
 import ast
+import warnings
 
 from quench.benchmarks import Problem, load_humaneval, load_mbpp, partial_problem, split_body
 
@@ -25,7 +26,9 @@ def test_one_line_body_has_no_split():
 
 def parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # old escape sequences in the benchmarks' own code
+            ast.parse(code)
     except SyntaxError:
         return False
     return True
