@@ -24,7 +24,7 @@ def synthetic(answers: int = 40, length: int = 30, seed: int = 0) -> GuardDatase
     direction = torch.randn(D, generator=generator)
     hidden, labels, sequence, position, shape, records = [], [], [], [], [], []
     for a in range(answers):
-        end = int(torch.randint(5, length - 5, (1,), generator=generator))
+        end = 3 * int(torch.randint(2, length // 3 - 1, (1,), generator=generator))  # at a line start
         row_labels = (torch.arange(length) >= end).to(torch.uint8)
         noise = torch.randn(length, D, generator=generator)
         hidden.append(10.0 + 3.0 * (noise + 2.0 * (row_labels.float()[:, None] * 2 - 1) * direction))

@@ -105,6 +105,12 @@ def lock_run_dir(out: Path) -> None:
     _held_locks.append(handle)
 
 
+def release_run_dirs() -> None:
+    """Unlock the run directories this process holds (the command is over)."""
+    while _held_locks:
+        _held_locks.pop().close()
+
+
 def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
     """Create and lock the run directory, or check that a resumed run uses the same settings."""
     out.mkdir(parents=True, exist_ok=True)

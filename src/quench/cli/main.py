@@ -8,6 +8,7 @@ import logging
 import sys
 
 from quench import __version__
+from quench.cli.common import release_run_dirs
 from quench.errors import QuenchError
 
 SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb")
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: what finished is saved; run the same command again to continue", file=sys.stderr)
         return 130
+    finally:
+        release_run_dirs()
 
 
 if __name__ == "__main__":

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+import json
+
+from tqdm import tqdm
+
 from quench.cli import common
 from quench.cli.evaluate import evaluate_into, print_summary
-from quench.cli.generate import add_output_args, default_out, generate_into
+from quench.cli.generate import add_output_args, default_out, generate_into, run_config
+from quench.errors import QuenchError
+from quench.execution.evaluate import read_results
+from quench.generation.backends import make_backend
+from quench.generation.budget_run import generate_within_budget, pass_first_and_all
+from quench.models import encode_prompt, load_model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,13 +25,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common.add_sampling_args(parser)
     common.add_execution_args(parser)
     add_output_args(parser)
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="sample each prompt until SECONDS are spent; report Pass@First and Pass@All (BASS)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.time_budget is not None:
+        return run_with_budget(args)
     problems = common.problems_from_args(args)
     out = args.out or default_out(args)
     samples = generate_into(args, problems, out)
     summary = evaluate_into(samples, problems, out, args, str(out / "samples.jsonl"))
     print_summary(summary, out)
+    return 0
+
+
+def run_with_budget(args: argparse.Namespace) -> int:
+    """BASS's time-budget evaluation: as many samples per prompt as the budget allows."""
+    if args.time_budget <= 0:
+        raise QuenchError(f"--time-budget must be positive, got {args.time_budget}")
+    if args.temperature <= 0:
+        raise QuenchError("--time-budget needs --temperature > 0: greedy decoding gives the same sample every time")
+    if args.backend != "quench":
+        raise QuenchError("--time-budget needs --backend quench (the engine keeps the batch busy with new samples)")
+    problems = common.problems_from_args(args)
+    out = args.out or default_out(args).with_name(default_out(args).name + f"-budget{args.time_budget:g}")
+    sampling = common.sampling_from_args(args)
+    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
+    stops = common.stops_from_args(args, loaded.prompt_format)
+    settings = {**run_config(args, problems, loaded.prompt_format, stops), "time_budget": args.time_budget}
+    common.prepare_run_dir(out, settings, args.overwrite)
+    backend = make_backend(args.backend, loaded, args.batch_size)
+    bar = tqdm(total=len(problems), desc="budget", unit="problem", dynamic_ncols=True)
+    try:
+        samples = generate_within_budget(problems, backend, lambda text: encode_prompt(loaded, text), sampling, stops,
+                                         loaded.prompt_format, args.time_budget, out / "samples.jsonl",
+                                         on_problem=lambda batch: bar.update(1))
+    finally:
+        bar.close()
+    args.k = "1"
+    summary = evaluate_into(samples, problems, out, args, str(out / "samples.jsonl"))
+    results = read_results(out / "results.jsonl")
+    rates = pass_first_and_all(samples, results)
+    (out / "summary.json").write_text(json.dumps({**summary.to_json(), **rates}, indent=2) + "\n")
+    print(f"{len(problems)} problems, {args.time_budget:g} s each: Pass@First {rates['pass@first']:.4f}, "
+          f"Pass@All {rates['pass@all']:.4f}, {rates['mean_samples']:.1f} samples per problem")
     return 0

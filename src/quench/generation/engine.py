@@ -32,7 +32,7 @@ class EngineConfig:
     draft_tokens: int = 7  # the fixed length, or where BASS starts (the paper uses 7)
     max_draft_tokens: int = 32  # BASS's upper bound
     ngram_max: int = 3  # prompt lookup: longest suffix n-gram tried
-    ngram_min: int = 1  # ... and the shortest
+    ngram_min: int = 2  # ... and the shortest (1-token matches: ~22% accepted vs ~39% from 2+ on HumanEval)
     dtype: str = "auto"  # "auto" keeps the model's dtype; else the model is converted in place
     fast_path: bool = True  # hand-written forward for Llama-family models; False = generic HF path
     prepack: bool = True  # pre-pack weights for oneDNN (CPU, bf16/fp32) on the fast path

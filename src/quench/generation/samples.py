@@ -74,7 +74,11 @@ class JsonlAppender:
         self.file = path.open("a", encoding="utf-8")
 
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
+        self.write_many([record])
+
+    def write_many(self, records: list[dict]) -> None:
+        """One write call: after a kill, either all of these lines are on disk or only a torn tail."""
+        self.file.write("".join(json.dumps(r) + "\n" for r in records))
         self.file.flush()
 
     def close(self) -> None:

@@ -23,9 +23,8 @@ from quench.perturbations.docstring import QUOTES, DocstringPerturbation
 from quench.perturbations.source import Edit, docstring_node
 from quench.perturbations.text import FIXED, Piece, join
 
-STOCK_NAMES = ("result", "res", "ans", "output", "value", "item", "idx", "count", "total", "num", "lst",
-               "arr", "text", "word", "char", "temp", "key", "elem", "current", "data", "values", "size",
-               "left", "right", "start", "end", "seen", "stack", "prev", "x", "y", "i", "j", "k", "n", "s")
+# Common names the model's own proposals are pooled with (kept short: each one is a forward pass).
+STOCK_NAMES = ("result", "res", "value", "item", "idx", "count", "total", "num", "lst", "arr", "s", "x")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PARAPHRASE_REQUEST = (
     "Rewrite the following programming task in different words. Keep its meaning and keep every "
@@ -169,7 +168,7 @@ class VarRenamerCB(LazyModel, CodePerturbation):
     model_based = True
     randomized = False
 
-    def __init__(self, model: TextModel | None = None, proposals: int = 20) -> None:
+    def __init__(self, model: TextModel | None = None, proposals: int = 12) -> None:
         LazyModel.__init__(self, model)
         self.proposals = proposals
 

@@ -4,7 +4,7 @@ Rule (version "sanitized-end-v1"): the required code is the code quench's saniti
 chat answer that is the top-level imports, definitions and assignments of the code block that
 defines the entry point (else the first block); in a raw completion, the continuation up to the
 first top-level statement, trimmed until prompt + completion parses. The required code ends at the
-end of the line of the last kept statement. A token that starts before that point is "continue"
+end of the line of the last kept statement (trailing blank lines are excess). A token that starts before that point is "continue"
 (0); every later token — blank lines, test code, the closing fence, prose — is "stop" (1).
 
 Answers whose end cannot be told are left out (`None`): no code block or no entry point, or an
@@ -70,7 +70,9 @@ def _completion_end(problem: Problem, text: str, finished: bool) -> int | None:
     cut = cut_at_top_level(text) if problem.prompt.endswith("\n") or not text else text
     if len(cut) == len(text) and not finished:
         return None  # no top-level statement yet: the body may go on
-    return len(longest_parsable_prefix(cut, problem.prompt))
+    kept = longest_parsable_prefix(cut, problem.prompt)
+    code = kept.rstrip()
+    return len(code) + 1 if kept[len(code) : len(code) + 1] == "\n" else len(code)  # trailing blank lines are excess
 
 
 def token_starts(tokenizer: Any, token_ids: Sequence[int]) -> list[int]:

@@ -1,0 +1,45 @@
+"""Joining a Ray cluster and sizing a fleet from its resources."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import ray
+
+from quench.errors import QuenchError
+
+log = logging.getLogger(__name__)
+
+
+def connect(address: str = "auto") -> None:
+    """Join the cluster at `address`; "auto": the one this machine is part of, else a new local one.
+
+    An address is what `ray start --head` prints (HOST:6379). Worker output stays in the nodes'
+    Ray logs (/tmp/ray/session_latest/logs): the terminal belongs to the CLI.
+    """
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=None if address == "auto" else address, log_to_driver=False, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise QuenchError(f"--ray {address}: cannot join the Ray cluster: {err}") from None
+    log.info("joined Ray cluster: %s", ray.cluster_resources())
+
+
+def fleet_size(requested: int | None, cpus_per_actor: float, gpus_per_actor: float) -> int:
+    """`requested`, else as many actors as the cluster has CPUs (or GPUs) for, at least one."""
+    if requested is not None:
+        return requested
+    resources = ray.cluster_resources()
+    if gpus_per_actor > 0:
+        count = math.floor(resources.get("GPU", 0.0) / gpus_per_actor + 1e-9)
+        if count < 1:
+            raise QuenchError(f"the Ray cluster has no GPU for actors that need {gpus_per_actor:g} each")
+    else:
+        count = math.floor(resources.get("CPU", 0.0) / cpus_per_actor + 1e-9)
+    return max(1, count)
+
+
+def node_id() -> str:
+    return ray.get_runtime_context().get_node_id()

@@ -1,0 +1,135 @@
+"""`RayPool`: `SandboxPool`'s interface over Ray actors, each holding a warm local SandboxPool.
+
+An actor per group of CPUs keeps a sandbox pool of that many fork-server workers running on its
+node, so a program pays neither Python's start-up nor Ray's per-task overhead alone: programs
+travel in chunks. Keys never leave the driver; a result is yielded once per key even if its
+chunk ran twice because an actor or node was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from types import TracebackType
+from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
+
+import ray
+
+from quench.distributed.chunks import balanced_size, batched
+from quench.distributed.cluster import fleet_size, node_id
+from quench.distributed.config import RayOptions
+from quench.distributed.dispatch import DispatchStats, Fleet, dispatch
+from quench.execution import ExecutionResult, SandboxLimits, SandboxPool
+from quench.execution.pool import GRACE_S
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+DEFAULT_CHUNK = 8  # programs per Ray call (see docs/ray.md for the measurement)
+Numbered = tuple[int, str]  # (driver-side item number, program)
+
+
+@ray.remote(max_restarts=0)
+class ExecutionWorker:
+    """A local SandboxPool on one node, started once and reused for every chunk."""
+
+    def __init__(self, workers: int, limits: SandboxLimits, isolation: str) -> None:
+        self.pool = SandboxPool(workers, limits, isolation=isolation)
+        self.pool.start()
+
+    def ready(self) -> dict[str, object]:
+        return {"node": node_id(), "pid": os.getpid(), "isolation": self.pool.isolation, "confined": self.pool.confined}
+
+    def run(self, chunk: list[Numbered]) -> list[tuple[int, ExecutionResult]]:
+        return list(self.pool.imap(chunk))
+
+    def __del__(self) -> None:
+        self.pool.close()
+
+
+class RayPool:
+    """Run untrusted programs in sandboxes on Ray nodes; same interface as `SandboxPool`.
+
+    `workers`: sandbox workers in the whole cluster (None: one per CPU the cluster has), in actors
+    of `options.cpus_per_actor` workers each.
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        limits: SandboxLimits = SandboxLimits(),
+        *,
+        isolation: str = "auto",
+        options: RayOptions = RayOptions(),
+    ) -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.limits = limits
+        self.options = options
+        self._requested_isolation = isolation
+        self._per_actor = max(1, int(options.cpus_per_actor))
+        count = options.num_actors or (math.ceil(workers / self._per_actor) if workers else None)
+        self.fleet = Fleet(self._new_actor, fleet_size(count, options.cpus_per_actor, 0.0), options)
+        self.workers = self.fleet.size * self._per_actor
+
+    @property
+    def stats(self) -> DispatchStats:
+        return self.fleet.stats
+
+    def _new_actor(self):  # -> ray ActorHandle
+        return ExecutionWorker.options(num_cpus=self.options.cpus_per_actor, scheduling_strategy="SPREAD").remote(
+            self._per_actor, self.limits, self._requested_isolation
+        )
+
+    @property
+    def isolation(self) -> str:
+        """The weakest isolation among the actors' pools ("rlimits" if any node lacks bwrap)."""
+        self.start()
+        modes = {str(member.info.get("isolation")) for member in self.fleet.ready}
+        return "rlimits" if "rlimits" in modes or not modes else "bwrap"
+
+    @property
+    def confined(self) -> bool:
+        self.start()
+        return all(bool(member.info.get("confined")) for member in self.fleet.ready)
+
+    def start(self) -> None:
+        if not self.fleet.ready:
+            self.fleet.wait_ready()
+
+    def close(self) -> None:
+        self.fleet.close()
+
+    def __enter__(self) -> "RayPool":
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def run_many(self, programs: Sequence[str]) -> list[ExecutionResult]:
+        """Results in the order of `programs`."""
+        results: list[ExecutionResult | None] = [None] * len(programs)
+        for index, result in self.imap(enumerate(programs)):
+            results[index] = result
+        return [result for result in results if result is not None]
+
+    def imap(self, items: Iterable[tuple[K, str]]) -> Iterator[tuple[K, ExecutionResult]]:
+        """Yield `(key, result)` as chunks finish (unordered)."""
+        self.start()
+        keyed = list(items)
+        size = balanced_size(len(keyed), self.fleet.size, self.options.chunk_size or DEFAULT_CHUNK, self.options.inflight_per_actor)
+        chunks = batched(((number, program) for number, (_, program) in enumerate(keyed)), size)
+        per_program = self.limits.timeout_s + GRACE_S
+        done: set[int] = set()
+        for _, results in dispatch(
+            self.fleet, chunks, lambda actor, chunk: actor.run.remote(chunk),
+            lambda chunk: 60.0 + per_program * math.ceil(len(chunk) / self._per_actor),
+        ):
+            for number, result in results:
+                if number in done:
+                    self.stats.duplicates_dropped += 1
+                    continue
+                done.add(number)
+                yield keyed[number][0], result
