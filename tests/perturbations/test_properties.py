@@ -3,7 +3,6 @@ variant that passes validation really passes its tests in the sandbox."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -42,7 +41,6 @@ def test_every_variant_parses_and_edits_stay_in_place(index: int, name: str, see
             assert variant.prompt.startswith(head)
 
 
-@pytest.mark.slow
 def test_valid_variants_pass_in_the_sandbox() -> None:
     """On a sample of real problems: what validation keeps, the sandbox passes (re-run independently)."""
     from quench.execution import SandboxPool

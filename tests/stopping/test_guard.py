@@ -18,33 +18,10 @@ from quench.stopping.train import TrainConfig, fold_standardization, train_guard
 D = 16
 
 
-def synthetic(answers: int = 40, length: int = 30, seed: int = 0) -> GuardDataset:
-    """Answers whose tokens are "stop" from a random point on; a shifted, scaled direction tells them apart."""
-    generator = torch.Generator().manual_seed(seed)
-    direction = torch.randn(D, generator=generator)
-    hidden, labels, sequence, position, shape, records = [], [], [], [], [], []
-    for a in range(answers):
-        end = 3 * int(torch.randint(2, length // 3 - 1, (1,), generator=generator))  # at a line start
-        row_labels = (torch.arange(length) >= end).to(torch.uint8)
-        noise = torch.randn(length, D, generator=generator)
-        hidden.append(10.0 + 3.0 * (noise + 2.0 * (row_labels.float()[:, None] * 2 - 1) * direction))
-        labels.append(row_labels)
-        sequence.append(torch.full((length,), a, dtype=torch.int32))
-        position.append(torch.arange(length, dtype=torch.int32))
-        newline = (torch.arange(length) % 3 == 2).to(torch.uint8)  # every third token ends a line
-        shape.append(torch.stack([newline, 1 - newline, torch.ones(length, dtype=torch.uint8)], dim=1))
-        split = "validation" if a % 4 == 0 else "train"
-        records.append({"task_id": f"T/{a}", "split": split, "num_tokens": length, "excess_token": end})
-    return GuardDataset(
-        torch.cat(hidden).to(torch.bfloat16), torch.cat(labels), torch.cat(sequence), torch.cat(position),
-        torch.cat(shape), records, {"model": "synthetic", "description": "synthetic"},
-    )
-
-
 @pytest.fixture(scope="module")
-def trained() -> tuple[GenGuard, object]:
+def trained(make_synthetic) -> tuple[GenGuard, object]:
     torch.set_num_threads(1)
-    return train_guard(synthetic(), TrainConfig(epochs=15, batch_size=128, lr=1e-2))
+    return train_guard(make_synthetic(), TrainConfig(epochs=15, batch_size=128, lr=1e-2))
 
 
 def test_training_reaches_high_accuracy(trained) -> None:
@@ -55,8 +32,8 @@ def test_training_reaches_high_accuracy(trained) -> None:
     assert guard.info.hidden_size == D and guard.info.metrics["accuracy"] == pytest.approx(metrics.accuracy)
 
 
-def test_mlp_trains_too() -> None:
-    guard, metrics = train_guard(synthetic(answers=20), TrainConfig(kind="mlp", mlp_hidden=8, epochs=10, batch_size=64))
+def test_mlp_trains_too(make_synthetic) -> None:
+    guard, metrics = train_guard(make_synthetic(answers=20), TrainConfig(kind="mlp", mlp_hidden=8, epochs=10, batch_size=64))
     assert metrics.accuracy > 0.9 and guard.info.kind == "mlp"
 
 
@@ -122,8 +99,8 @@ def test_shipped_guard_for_the_default_model() -> None:
     assert guard.hidden_size == 576 and guard.info.model == DEFAULT_PRESET
 
 
-def test_dataset_round_trip_and_errors(tmp_path: Path) -> None:
-    data = synthetic(answers=3, length=12)
+def test_dataset_round_trip_and_errors(tmp_path: Path, make_synthetic) -> None:
+    data = make_synthetic(answers=3, length=12)
     data.save(tmp_path / "d")
     back = GuardDataset.load(tmp_path / "d")
     assert torch.equal(back.hidden, data.hidden) and back.records == data.records

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from quench.benchmarks import Problem
 from quench.stopping.labels import CONTINUE, STOP, excess_start, token_labels, token_starts
-from tests.helpers import char_tokenizer
+from helpers import char_tokenizer
 
 PROBLEM = Problem(
     task_id="T/0", prompt='def f(x):\n    """Return x."""\n', canonical_solution="    return x\n",

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from quench.benchmarks import Problem
-from training_helpers import tiny_problems
+sys.path.insert(0, str(Path(__file__).parent))  # training_helpers.py
+from training_helpers import tiny_problems  # noqa: E402
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from quench.cli import common
 from quench.errors import QuenchError
 from quench.generation.backends import make_backend
 from quench.models import encode_prompt, load_model
-from quench.stopping.dataset import ANSWERS, GuardDataset, generate_answers, label_answers
+from quench.stopping.dataset import ANSWERS, GuardDataset, generate_answers, label_answers, read_answers
 from quench.stopping.loading import read_guard
 from quench.stopping.policy import GuardPolicy
 from quench.stopping.train import TrainConfig, train_guard
@@ -78,7 +78,9 @@ def run_build(args: argparse.Namespace) -> int:
     common.lock_run_dir(args.out)
     backend = make_backend(args.backend, loaded, args.batch_size)
     encode = lambda text: encode_prompt(loaded, text)  # noqa: E731
-    bar = tqdm(total=len(problems), desc="generate", unit="answer", dynamic_ncols=True)
+    wanted = {p.task_id for _, p in problems}
+    already = sum(r["task_id"] in wanted for r in read_answers(args.out / ANSWERS))
+    bar = tqdm(total=len(problems), initial=already, desc="generate", unit="answer", dynamic_ncols=True)
     started = time.perf_counter()
     answers = generate_answers(problems, backend, encode, args.max_new_tokens, args.out / ANSWERS, lambda _: bar.update(1))
     bar.close()

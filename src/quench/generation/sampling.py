@@ -43,8 +43,15 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
-    """One token per row: probs (B, V) -> tokens (B,), row b drawn with generators[b]."""
-    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generators)])
+    """One token per row by inverse-CDF sampling: probs (B, V) -> tokens (B,), row b's uniform from generators[b].
+
+    (`torch.multinomial` costs ~3 ms per row over a 49k vocabulary on CPU; this costs one cumsum.)
+    """
+    cdf = torch.cumsum(probs.double(), dim=-1)  # (B, V)
+    uniforms = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])  # (B,)
+    targets = uniforms[:, None] * cdf[:, -1:]  # (B, 1)
+    tokens = torch.searchsorted(cdf, targets, right=True).squeeze(1)  # first index whose cdf exceeds the target
+    return tokens.clamp(max=probs.shape[-1] - 1)
 
 
 def next_tokens(logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]) -> torch.Tensor:

@@ -89,7 +89,7 @@ def generate_answers(
     on_answer: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Greedy answers for (split, problem) pairs, no stop sequences; appended to `path`, resumed from it."""
-    done = {r["task_id"]: r for r in _read_jsonl(path)}
+    done = {r["task_id"]: r for r in read_answers(path)}
     path.write_text("".join(json.dumps(r) + "\n" for r in done.values()))  # drops a line cut by a kill
     todo = [(split, p) for split, p in problems if p.task_id not in done]
     split_of = {p.task_id: split for split, p in todo}
@@ -169,7 +169,8 @@ def shape_of_row(row: Sequence[int]) -> TokenShape:
     return TokenShape(int(row[0]), bool(row[1]), bool(row[2]))
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_answers(path: Path) -> list[dict]:
+    """The answers saved so far (a line cut by a kill ends the list)."""
     if not path.is_file():
         return []
     records = []

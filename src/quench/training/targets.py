@@ -10,6 +10,7 @@ augmentation leaves the perturbed characters of the echo out of the loss.
 from __future__ import annotations
 
 import difflib
+import keyword
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -48,31 +49,57 @@ def words(text: str) -> list[str]:
     return WORD.findall(text)
 
 
-def diff_words(old: str, new: str) -> list[tuple[str, int, int, int, int]]:
-    """difflib opcodes over the words of `old` and `new` (indices are word indices)."""
-    return difflib.SequenceMatcher(None, words(old), words(new), autojunk=False).get_opcodes()
+@dataclass(frozen=True)
+class Change:
+    """A replaced or inserted run of the variant: old words, new words, its character span."""
+
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    span: tuple[int, int]  # in the variant
+
+
+def changes(nominal: str, variant: str) -> list[Change]:
+    """Line diff first (inserted lines stay whole lines), then a word diff inside replaced lines."""
+    old_lines, new_lines = nominal.splitlines(keepends=True), variant.splitlines(keepends=True)
+    line_starts = [0]
+    for line in new_lines:
+        line_starts.append(line_starts[-1] + len(line))
+    out = []
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "insert":
+            out.append(Change((), tuple(new_lines[j1:j2]), (line_starts[j1], line_starts[j2])))
+        elif tag == "replace":
+            out.extend(word_changes("".join(old_lines[i1:i2]), "".join(new_lines[j1:j2]), line_starts[j1]))
+    return out
+
+
+def word_changes(old: str, new: str, offset: int) -> list[Change]:
+    old_words, new_words = words(old), words(new)
+    starts = [offset]
+    for w in new_words:
+        starts.append(starts[-1] + len(w))
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_words, new_words, autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            out.append(Change(tuple(old_words[i1:i2]), tuple(new_words[j1:j2]), (starts[j1], starts[j2])))
+    return out
 
 
 def perturbed_spans(nominal: str, variant: str) -> list[tuple[int, int]]:
-    """Character spans of `variant` that are not in `nominal` (inserted or replaced words)."""
-    variant_words = words(variant)
-    starts = [0]
-    for w in variant_words:
-        starts.append(starts[-1] + len(w))
-    spans = []
-    for tag, _, _, j1, j2 in diff_words(nominal, variant):
-        if tag in ("replace", "insert") and j2 > j1:
-            spans.append((starts[j1], starts[j2]))
-    return spans
+    """Character spans of `variant` that are not in `nominal` (inserted or replaced text)."""
+    return [c.span for c in changes(nominal, variant) if c.span[1] > c.span[0]]
 
 
 def renamed_identifiers(nominal: str, variant: str) -> frozenset[str]:
-    """Identifiers on either side of replaced words: the old and new names of a renaming."""
-    old_words, new_words = words(nominal), words(variant)
+    """Old and new names where one identifier replaces another (a renaming, not a rewrite)."""
     names: set[str] = set()
-    for tag, i1, i2, j1, j2 in diff_words(nominal, variant):
-        if tag == "replace":
-            names.update(w for w in old_words[i1:i2] + new_words[j1:j2] if IDENTIFIER.fullmatch(w))
+    for change in changes(nominal, variant):
+        if len(change.old) != len(change.new):
+            continue
+        for old, new in zip(change.old, change.new):
+            if all(IDENTIFIER.fullmatch(w) and not keyword.iskeyword(w) for w in (old, new)):
+                names.update((old, new))
     return frozenset(names)
 
 

@@ -1,0 +1,45 @@
+"""`quench guard`: train and info on a small dataset directory; bad input exits 2 with a clear message."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from quench.cli import guard as guard_cli
+from quench.errors import QuenchError
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="quench")
+    guard_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+def test_train_and_info(tmp_path: Path, capsys, make_synthetic) -> None:
+    make_synthetic(answers=16, length=18).save(tmp_path / "data")
+    out = tmp_path / "g.safetensors"
+    assert run(["guard", "train", "--data", str(tmp_path / "data"), "--out", str(out), "--epochs", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "precision" in printed and "recall" in printed and out.is_file()
+    assert run(["guard", "info", str(out)]) == 0
+    assert '"hidden_size": 16' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["guard", "build-data", "--out", "x", "--splits", "test"], "test data must stay unseen"),
+    (["guard", "build-data", "--out", "x", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    (["guard", "train", "--data", "nowhere", "--out", "g.safetensors"], "not a guard dataset"),
+    (["guard", "info", "missing.safetensors"], "guard file not found"),
+])
+def test_bad_input(argv: list[str], message: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(QuenchError, match=message):
+        run(argv)
+
+
+def test_bad_policy(tmp_path: Path, make_synthetic) -> None:
+    make_synthetic(answers=4, length=12).save(tmp_path / "data")
+    with pytest.raises(QuenchError, match="threshold"):
+        run(["guard", "train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "g"), "--threshold", "2"])
