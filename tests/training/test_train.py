@@ -8,14 +8,14 @@ import torch
 from safetensors.torch import load_file
 
 from quench.models import load_model
-from quench.perturbations import names
 from quench.training import DataSettings, LoraSettings, LossWeights, TrainConfig, train
 from quench.training.batching import collate
 from quench.training.data import Encoder, Item, build_examples, load_or_make_variants
 from quench.training.objective import LogitsModule, compute_loss
 from training_helpers import tiny_loaded
 
-TRANSFORMS = tuple(names(["code_syntax", "function_name"], include_model_based=False))
+# A few of each kind: context-free (dead code, operand swap) and context-sensitive (renamings).
+TRANSFORMS = ("DeadCodeInserter", "OperandSwap", "VarRenamerNaive", "FuncRenameCamelCase")
 
 
 def tiny_config(strategies: str, **changes) -> TrainConfig:
@@ -40,10 +40,11 @@ def test_alp_brings_paired_logits_closer(problems, tmp_path):
     distances = {}
     for strategy in ("ba", "alp"):
         loaded = tiny_loaded("completion")
-        config = tiny_config(strategy, epochs=4, losses=LossWeights(alp=5.0))
+        # a large weight: the tiny model's logits are near zero, so are their distances
+        config = tiny_config(strategy, epochs=4, losses=LossWeights(alp=100.0))
         train(config, loaded, problems, tmp_path / strategy)
         distances[strategy] = mean_pair_distance(loaded, problems, tmp_path / strategy)
-    assert distances["alp"] < 0.5 * distances["ba"], distances
+    assert distances["alp"] < 0.5 * distances["ba"], distances  # measured: about 4x smaller
 
 
 def test_resume_gives_identical_weights(problems, tmp_path):

@@ -55,14 +55,16 @@ def add_policy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="lines", choices=["lines", "consecutive"], help="line voting or N stop votes in a row")
     parser.add_argument("--consecutive", type=int, default=3, help="N for --policy consecutive")
     parser.add_argument("--max-empty-lines", type=int, default=3, help="stop after more empty lines in a row (0 = off)")
-    parser.add_argument("--threshold", type=float, default=0.5, help="stop probability at which a token votes stop")
+    parser.add_argument("--threshold", default="auto",
+                        help="stop probability at which a token votes stop; auto = chosen on validation (fewest early stops)")
 
 
 def policy_from_args(args: argparse.Namespace) -> GuardPolicy:
     try:
-        return GuardPolicy(args.policy, args.consecutive, args.max_empty_lines, args.threshold)
+        threshold = 0.5 if args.threshold == "auto" else float(args.threshold)
+        return GuardPolicy(args.policy, args.consecutive, args.max_empty_lines, threshold)
     except ValueError as err:
-        raise QuenchError(str(err)) from None
+        raise QuenchError(f"--threshold/--consecutive/--max-empty-lines: {err}") from None
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -101,9 +103,9 @@ def run_build(args: argparse.Namespace) -> int:
 def run_train(args: argparse.Namespace) -> int:
     data = GuardDataset.load(args.data)
     config = TrainConfig(args.kind, args.mlp_hidden, args.epochs, lr=args.lr, val_fraction=args.val_fraction, seed=args.seed)
-    guard, metrics = train_guard(data, config, policy_from_args(args))
+    guard, metrics = train_guard(data, config, policy_from_args(args), calibrate=args.threshold == "auto")
     guard.save(args.out)
-    print(f"validation: {metrics.tokens} tokens ({metrics.stop_share:.0%} stop): precision {metrics.precision:.3f}, "
+    print(f"threshold {guard.policy.threshold:g}; validation: {metrics.tokens} tokens ({metrics.stop_share:.0%} stop): precision {metrics.precision:.3f}, "
           f"recall {metrics.recall:.3f}, accuracy {metrics.accuracy:.3f}")
     print(f"policy on {metrics.answers} answers: {metrics.stopped} stopped after the code, {metrics.early} too early, "
           f"{metrics.never} never; {metrics.generated_share:.0%} of the tokens generated, "

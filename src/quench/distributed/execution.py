@@ -44,7 +44,7 @@ class ExecutionWorker:
     def run(self, chunk: list[Numbered]) -> list[tuple[int, ExecutionResult]]:
         return list(self.pool.imap(chunk))
 
-    def __del__(self) -> None:
+    def close(self) -> None:
         self.pool.close()
 
 

@@ -71,10 +71,11 @@ void rope_f32(const float*, const float*, const float*, int, float*, float*);
 /* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
    its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
    cos, sin_signed (positions, D); out (N, H D). */
-#define ATTEND(T, SUFFIX)                                                                          \
-int rope_attend_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,            \
-                         const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
-                         int Hkv, int D, int Tmax, float scale) {                                   \
+#define ATTEND(T, SUFFIX, NAME, HD)                                                                \
+static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,                     \
+                const int64_t* start, const int64_t* offsets, T* out, int B, int H,                 \
+                int Hkv, int D_, int Tmax, float scale) {                                          \
+    const int D = HD;                                                                             \
     int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
     for (int b = 0; b < B; b++) {                                                                 \
         int n = (int)(offsets[b + 1] - offsets[b]);                                               \
@@ -140,8 +141,20 @@ int rope_attend_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_
     free(q); free(scores); free(acc); free(row);                                                  \
     return 0;                                                                                     \
 }
-ATTEND(bf16, bf16)
-ATTEND(float, f32)
+/* A constant head size lets the compiler unroll and vectorize the inner loops fully. */
+#define DISPATCH(T, SUFFIX)                                                                        \
+ATTEND(T, SUFFIX, attend64_##SUFFIX, 64)                                                          \
+ATTEND(T, SUFFIX, attend128_##SUFFIX, 128)                                                        \
+ATTEND(T, SUFFIX, attend_any_##SUFFIX, D_)                                                        \
+int rope_attend_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,            \
+                         const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
+                         int Hkv, int D, int Tmax, float scale) {                                   \
+    if (D == 64) return attend64_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+    if (D == 128) return attend128_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+    return attend_any_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+}
+DISPATCH(bf16, bf16)
+DISPATCH(float, f32)
 """
 
 _FLAGS = {"rope": ["-O2", "-ffp-contract=off"], "attend": ["-O3", "-march=native", "-ffast-math"]}

@@ -30,6 +30,65 @@ log = logging.getLogger(__name__)
 DRAFT_FORMAT = "quench-draft/1"
 ASSETS = Path(__file__).parent / "assets"
 SHARED = ("model.embed_tokens.weight", "lm_head.weight")  # taken from the target at load time, never stored
+HEAD_IDS = "head_token_ids"  # stored only by drafts with a reduced head
+
+
+class SubsetHead(nn.Module):
+    """An output head over a subset of the vocabulary (rows of the target's head, frozen).
+
+    forward returns full-vocabulary logits with -inf outside the subset, so a draft with this head
+    is a drop-in causal LM: it never proposes those tokens, and speculative sampling stays lossless
+    because the recovered distribution max(0, target - draft) covers them.
+    """
+
+    def __init__(self, full_weight: torch.Tensor, token_ids: torch.Tensor) -> None:
+        super().__init__()
+        self.vocab_size = full_weight.shape[0]
+        self.register_buffer("token_ids", token_ids.long(), persistent=False)  # (V',)
+        self.weight = nn.Parameter(full_weight.detach()[token_ids].clone(), requires_grad=False)  # (V', Dm)
+        self.bias = None  # what runners reading `lm_head.bias` expect
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return scatter_logits(torch.nn.functional.linear(hidden, self.weight), self.token_ids, self.vocab_size)
+
+
+def scatter_logits(subset_logits: torch.Tensor, token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(..., V') logits over token_ids -> (..., V) logits, -inf elsewhere."""
+    full = subset_logits.new_full((*subset_logits.shape[:-1], vocab_size), float("-inf"))
+    full[..., token_ids] = subset_logits
+    return full
+
+
+class SubsetHeadRunner:
+    """Wraps an engine runner that scored only a draft's subset head: its logits back to the full vocabulary."""
+
+    def __init__(self, inner: Any, token_ids: torch.Tensor, vocab_size: int) -> None:
+        self.inner = inner
+        self.token_ids = token_ids
+        self.vocab_size = vocab_size
+
+    def new_cache(self, batch: int, max_len: int) -> Any:
+        return self.inner.new_cache(batch, max_len)
+
+    def forward(self, cache: Any, tokens: torch.Tensor, start: torch.Tensor, logits_at: torch.Tensor | None = None,
+                counts: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.inner.forward(cache, tokens, start, logits_at=logits_at, counts=counts)  # (B, [S,] V')
+        if logits.shape[-1] == self.vocab_size:  # the runner called SubsetHead.forward: already full
+            return logits
+        return scatter_logits(logits, self.token_ids, self.vocab_size)  # (B, [S,] V)
+
+
+def wrap_runner(draft: nn.Module, runner: Any) -> Any:
+    """The runner the engine built for `draft`, made to return full-vocabulary logits.
+
+    Runners that read `lm_head.weight` directly (the Llama fast path) score only a subset head's
+    tokens (and report its size as their vocab_size); the wrapper maps them back. Runners that call
+    the module (Hugging Face path) already get full logits. Drafts with a full head come back unchanged.
+    """
+    head = draft.get_output_embeddings()
+    if isinstance(head, SubsetHead) and not isinstance(runner, SubsetHeadRunner):
+        return SubsetHeadRunner(runner, head.token_ids, head.vocab_size)
+    return runner
 
 
 def shipped_draft_path(preset: str) -> Path:
@@ -122,7 +181,20 @@ def own_state(draft: nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor for name, tensor in draft.state_dict().items() if name not in SHARED}
 
 
-def save_draft(path: Path, draft: nn.Module, tokenizer: Any, target_name: str, extra: dict[str, str] | None = None) -> None:
+def use_subset_head(draft: nn.Module, token_ids: torch.Tensor) -> nn.Module:
+    """Replace the draft's full head (the target's) by its rows for `token_ids`."""
+    draft.lm_head = SubsetHead(draft.lm_head.weight, token_ids)
+    return draft
+
+
+def save_draft(
+    path: Path,
+    draft: nn.Module,
+    tokenizer: Any,
+    target_name: str,
+    extra: dict[str, str] | None = None,
+    head_token_ids: torch.Tensor | None = None,
+) -> None:
     """Write the draft's own weights (contiguous copies) and its metadata to one safetensors file."""
     from safetensors.torch import save_file
 
@@ -136,6 +208,8 @@ def save_draft(path: Path, draft: nn.Module, tokenizer: Any, target_name: str, e
         **(extra or {}),
     }
     tensors = {name: t.detach().contiguous().clone() for name, t in own_state(draft).items()}
+    if head_token_ids is not None:
+        tensors[HEAD_IDS] = head_token_ids.to(torch.int64).contiguous()
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(path.name + ".tmp")
     save_file(tensors, str(staging), metadata=metadata)
@@ -182,6 +256,9 @@ def draft_from_file(path: Path, target: LoadedModel) -> nn.Module:
     embed, _ = _target_embeddings(target.model)
     if config.hidden_size != embed.weight.shape[1]:
         raise QuenchError(f"{path}: draft width {config.hidden_size} != target width {embed.weight.shape[1]}")
+    head_ids = tensors.pop(HEAD_IDS, None)
+    if head_ids is not None and (head_ids.ndim != 1 or int(head_ids.min()) < 0 or int(head_ids.max()) >= config.vocab_size):
+        raise QuenchError(f"{path}: draft head token ids out of the vocabulary")
     draft = _empty_draft(config, embed.weight.dtype)
     expected = set(own_state(draft))
     if set(tensors) != expected:
@@ -191,7 +268,10 @@ def draft_from_file(path: Path, target: LoadedModel) -> nn.Module:
         draft.load_state_dict({k: v.to(embed.weight.dtype) for k, v in tensors.items()}, strict=False)
     except RuntimeError as err:
         raise QuenchError(f"{path}: draft weights have the wrong shapes: {err}") from None
-    return attach_target(draft, target.model).to(embed.weight.device).eval()
+    draft = attach_target(draft, target.model)
+    if head_ids is not None:
+        use_subset_head(draft, head_ids)
+    return draft.to(embed.weight.device).eval()
 
 
 def load_draft(spec: str, target: LoadedModel) -> nn.Module:

@@ -64,10 +64,20 @@ def split_answers(data: GuardDataset, val_fraction: float, seed: int) -> torch.T
     return held
 
 
+THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
 def train_guard(
-    data: GuardDataset, config: TrainConfig = TrainConfig(), policy: GuardPolicy = GuardPolicy(), model: str = ""
+    data: GuardDataset,
+    config: TrainConfig = TrainConfig(),
+    policy: GuardPolicy = GuardPolicy(),
+    model: str = "",
+    calibrate: bool = False,
 ) -> tuple[GenGuard, StopMetrics]:
-    """Fit the classifier; return the guard (best epoch on validation) and its validation metrics."""
+    """Fit the classifier; return the guard (best epoch on validation) and its validation metrics.
+
+    calibrate: choose the policy threshold on validation (see `calibrate_threshold`).
+    """
     torch.manual_seed(config.seed)
     held = split_answers(data, config.val_fraction, config.seed)
     val_tokens = held[data.sequence.long()]  # (N,)
@@ -102,11 +112,24 @@ def train_guard(
     info = GuardInfo(data.hidden_size, model or data.meta.get("model", ""), config.kind,
                      config.mlp_hidden if config.kind == "mlp" else 0)
     guard = GenGuard(head, policy, info)
-    metrics = evaluate_guard(guard, data, held if val_tokens.any() else ~held)
+    validation = held if val_tokens.any() else ~held
+    if calibrate:
+        guard = guard.with_policy(threshold=calibrate_threshold(guard, data, validation))
+    metrics = evaluate_guard(guard, data, validation)
     described = f"{data.meta.get('description', '')} ({len(data.records)} answers, {len(y)} tokens)".strip()
     info = GuardInfo(**{**info.__dict__, "trained_on": described,
                         "metrics": {k: float(v) for k, v in metrics.__dict__.items()}})
-    return GenGuard(guard.head, policy, info), metrics
+    return GenGuard(guard.head, guard.policy, info), metrics
+
+
+def calibrate_threshold(guard: GenGuard, data: GuardDataset, answers: torch.Tensor) -> float:
+    """The lowest threshold that cuts the fewest answers before their code ends (stopping early costs
+    correctness; stopping late only tokens), among `THRESHOLDS`."""
+    early = {t: evaluate_guard(guard.with_policy(threshold=t), data, answers).early for t in THRESHOLDS}
+    fewest = min(early.values())
+    chosen = min(t for t, count in early.items() if count == fewest)
+    log.info("threshold %.2f: %d answers cut early on validation (by threshold: %s)", chosen, fewest, early)
+    return chosen
 
 
 @torch.no_grad()

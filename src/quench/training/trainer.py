@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import math
@@ -170,8 +169,7 @@ def train(
     finally:
         # DDP over gloo can hang at exit while the wrapped model and optimizer are alive.
         del loop, module, optimizer, scheduler, params
-        gc.collect()
-        distributed.shutdown(procs)
+        distributed.shutdown(procs)  # collects garbage first
     return TrainResult(out, step, total, finished, len(examples), num_items)
 
 

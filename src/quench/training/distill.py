@@ -1,0 +1,93 @@
+"""`quench draft train`: distil a small draft model for speculative decoding from any target.
+
+Pipeline (each phase resumes where a killed run stopped; `out/` holds everything):
+  1. answers.jsonl       the target's greedy answers to MBPP train + validation prompts (distill_data)
+  2. (in memory)         real functions with docstrings from the installed standard library
+  3. teacher/            the target's top-k log-probabilities on every answer position (distill_teacher)
+  4. state.pt            training: forward KL(teacher || draft) on answer tokens (distill_train)
+  5. draft.safetensors   the draft's own weights (quench.models.draft format), loadable with --draft PATH
+
+The draft starts from copies of some of the target's layers (first and last by default) over the
+target's frozen embedding and head; only its layers and final norm train.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from quench.models import LoadedModel
+from quench.models.draft import build_draft, save_draft
+from quench.training.distill_data import (
+    Example, fit_length, generate_answers, stdlib_examples, training_prompts,
+)
+from quench.training.distill_teacher import teacher_targets
+from quench.training.distill_train import (
+    DistillConfig, Evaluation, HeadView, NoProgress, Progress, evaluate, frequent_tokens, is_heldout, train_draft,
+)
+
+log = logging.getLogger(__name__)
+
+DRAFT_FILE = "draft.safetensors"
+ANSWERS_FILE = "answers.jsonl"
+
+__all__ = ["DistillConfig", "DistillResult", "Evaluation", "Progress", "distill", "distillation_examples"]
+
+
+@dataclass(frozen=True)
+class DistillResult:
+    draft_path: Path
+    steps: int
+    train_examples: int
+    heldout_examples: int
+    head_tokens: int  # size of the draft's head (the vocabulary size when not reduced)
+    before: Evaluation  # the initial draft on the held-out examples
+    after: Evaluation
+
+
+def distillation_examples(target: LoadedModel, config: DistillConfig, out: Path, progress: Progress) -> list[Example]:
+    """The target's answers (generated now or read back) and stdlib functions, cut to config.max_tokens."""
+    prompts = training_prompts(config.prompts)
+    progress.begin("answers", len(prompts))
+    answers = generate_answers(target, prompts, out / ANSWERS_FILE, max_new_tokens=config.max_new_tokens,
+                               progress=progress.advance)
+    progress.end()
+    stdlib = stdlib_examples(target, config.stdlib_functions, config.seed, max_tokens=4 * config.max_tokens)
+    return [fit_length(e, config.max_tokens, config.max_tokens // 2) for e in answers + stdlib]
+
+
+def distill(
+    target: LoadedModel, out: Path, config: DistillConfig = DistillConfig(), progress: Progress | None = None
+) -> DistillResult:
+    """Run (or resume) the whole pipeline and write out/draft.safetensors."""
+    progress = progress or NoProgress()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "distill.json").write_text(json.dumps({"target": target.name, **asdict(config)}, indent=2) + "\n")
+    examples = distillation_examples(target, config, out, progress)
+    progress.begin("teacher", len(examples))
+    teachers = teacher_targets(target.model, examples, out / "teacher", config.top_k, progress=progress.advance)
+    progress.end()
+    train = [i for i, e in enumerate(examples) if not is_heldout(e.key, config.heldout_every)]
+    heldout = [i for i, e in enumerate(examples) if is_heldout(e.key, config.heldout_every)]
+    head_ids = None
+    if config.head_tokens:
+        eos = [t for t in [target.tokenizer.eos_token_id, target.tokenizer.pad_token_id] if t is not None]
+        head_ids = frequent_tokens([examples[i] for i in train], config.head_tokens, eos)
+    draft = build_draft(target.model, config.source_layers)
+    head = HeadView(target.model.get_output_embeddings().weight, head_ids)
+    held_examples, held_teachers = [examples[i] for i in heldout], [teachers[i] for i in heldout]
+    before = evaluate(draft, head, held_examples, held_teachers)
+    log.info("held-out before training: %s", before)
+    steps = train_draft(draft, head, [examples[i] for i in train], [teachers[i] for i in train], config, out, progress)
+    after = evaluate(draft, head, held_examples, held_teachers)
+    log.info("held-out after training: %s", after)
+    draft.to(target.model.get_output_embeddings().weight.dtype)
+    extra = {"before": json.dumps(asdict(before)), "after": json.dumps(asdict(after)), "distill": json.dumps(asdict(config))}
+    path = out / DRAFT_FILE
+    save_draft(path, draft, target.tokenizer, target.name, extra, head_ids)
+    return DistillResult(path, steps, len(train), len(heldout), len(head_ids) if head_ids is not None else
+                         head.weight.shape[0], before, after)

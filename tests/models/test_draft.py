@@ -1,0 +1,179 @@
+"""Draft models: built from the target's layers, stored without the target's embedding, loaded back exactly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import char_tokenizer, tiny_llama  # noqa: E402
+from quench.errors import QuenchError  # noqa: E402
+from quench.generation.engine import EngineConfig, QuenchBackend  # noqa: E402
+from quench.generation.types import GenerationRequest, SamplingParams  # noqa: E402
+from quench.models import LoadedModel  # noqa: E402
+from quench.models.draft import (  # noqa: E402
+    SubsetHead, build_draft, load_draft, own_state, read_draft_file, save_draft, shipped_draft_path,
+    use_subset_head, wrap_runner,
+)
+
+PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "import os\n\nclass A:\n", "print(1)"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def target() -> LoadedModel:
+    return LoadedModel(tiny_llama(), char_tokenizer(), "tiny", "completion", torch.float32, "")
+
+
+@pytest.fixture
+def draft_file(target, tmp_path) -> Path:
+    path = tmp_path / "draft.safetensors"
+    save_draft(path, build_draft(target.model), target.tokenizer, "tiny")
+    return path
+
+
+def test_a_draft_starts_from_the_targets_layers_and_shares_its_embedding_and_head(target):
+    draft = build_draft(target.model, (0, -1))
+    assert draft.config.num_hidden_layers == 2
+    last = target.model.model.layers[-1].self_attn.q_proj.weight
+    assert torch.equal(draft.model.layers[1].self_attn.q_proj.weight, last)
+    assert draft.model.layers[1].self_attn.q_proj.weight.data_ptr() != last.data_ptr()  # a copy: trains apart
+    assert draft.model.embed_tokens.weight is target.model.model.embed_tokens.weight
+    assert draft.lm_head.weight is target.model.lm_head.weight
+    assert not draft.lm_head.weight.requires_grad
+
+
+def test_the_file_holds_only_the_drafts_own_weights_and_loads_back_exactly(target, draft_file):
+    tensors, metadata = read_draft_file(draft_file)
+    assert not any("embed_tokens" in name or "lm_head" in name for name in tensors)
+    assert metadata["target"] == "tiny"
+    original = build_draft(target.model)
+    loaded = load_draft(str(draft_file), target)
+    ids = torch.tensor([[1, 10, 11, 12, 13]])
+    assert torch.equal(original(ids).logits, loaded(ids).logits)
+    assert set(own_state(loaded)) == set(tensors)
+
+
+def test_a_tokenizer_with_another_vocabulary_is_refused(target, draft_file):
+    other = char_tokenizer()
+    other.add_tokens(["<extra>"])
+    with pytest.raises(QuenchError, match="another tokenizer"):
+        load_draft(str(draft_file), LoadedModel(target.model, other, "tiny", "completion", torch.float32, ""))
+
+
+def test_same_size_but_different_vocabulary_is_refused(target, tmp_path):
+    swapped = char_tokenizer()
+    vocab = swapped.get_vocab()
+    assert len(vocab) == target.model.config.vocab_size
+    path = tmp_path / "draft.safetensors"
+    save_draft(path, build_draft(target.model), target.tokenizer, "tiny")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    renumbered = {token: (index + 1) % len(vocab) for token, index in vocab.items()}  # same size, other ids
+    core = Tokenizer(models.WordLevel(renumbered, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    other = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>")
+    with pytest.raises(QuenchError, match="another tokenizer"):
+        load_draft(str(path), LoadedModel(target.model, other, "tiny", "completion", torch.float32, ""))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_corrupt_draft_file_is_a_clear_error(target, draft_file, damage):
+    data = draft_file.read_bytes()
+    draft_file.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"\x07" * 300, "empty": b""}[damage])
+    with pytest.raises(QuenchError, match="corrupt|not a"):
+        load_draft(str(draft_file), target)
+
+
+def test_a_safetensors_file_that_is_not_a_draft_is_refused(target, tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file({"x": torch.zeros(2)}, str(path))
+    with pytest.raises(QuenchError, match="not a quench draft"):
+        load_draft(str(path), target)
+
+
+def test_missing_file_missing_target_and_unknown_preset(target, tmp_path):
+    with pytest.raises(QuenchError, match="not found"):
+        load_draft(str(tmp_path / "nothing.safetensors"), target)
+    with pytest.raises(QuenchError, match="target model"):
+        load_draft("auto", None)
+    with pytest.raises(QuenchError, match="no shipped draft"):
+        load_draft("auto", target)
+
+
+def test_a_subset_head_scores_only_its_tokens(target):
+    draft = use_subset_head(build_draft(target.model), torch.tensor([2, 5, 7, 40]))
+    logits = draft(torch.tensor([[1, 10, 11]])).logits  # (1, 3, V)
+    assert logits.shape[-1] == target.model.config.vocab_size
+    assert torch.isinf(logits[..., [0, 1, 3, 4]]).all() and torch.isfinite(logits[..., [2, 5, 7, 40]]).all()
+    assert set(logits[0].argmax(-1).tolist()) <= {2, 5, 7, 40}
+
+
+def subset_draft_file(target, path: Path) -> Path:
+    ids = torch.arange(3, 60)
+    save_draft(path, use_subset_head(build_draft(target.model, (1,)), ids), target.tokenizer, "tiny", head_token_ids=ids)
+    return path
+
+
+def test_a_subset_head_draft_round_trips(target, tmp_path):
+    loaded = load_draft(str(subset_draft_file(target, tmp_path / "d.safetensors")), target)
+    assert isinstance(loaded.lm_head, SubsetHead) and loaded.lm_head.token_ids.tolist() == list(range(3, 60))
+
+
+def greedy(target, draft=None, fast_path=True, k=3):
+    tokenizer = target.tokenizer
+    requests = [GenerationRequest(f"p{i}", tuple(tokenizer(p)["input_ids"])) for i, p in enumerate(PROMPTS)]
+    config = EngineConfig(batch_size=2, drafter="model" if draft is not None else "none", draft_length="fixed",
+                          draft_tokens=k, fast_path=fast_path)
+    backend = QuenchBackend(target.model, tokenizer, config, draft_model=draft)
+    if draft is not None:
+        backend.draft_runner = wrap_runner(draft, backend.draft_runner)
+    results = backend.generate(requests, SamplingParams(max_new_tokens=20))
+    return {r.key: r.token_ids for r in results}, backend
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+@pytest.mark.parametrize("subset", [False, True])
+def test_engine_greedy_with_a_loaded_draft_equals_greedy_without(target, tmp_path, fast_path, subset):
+    path = subset_draft_file(target, tmp_path / "d.safetensors") if subset else tmp_path / "d.safetensors"
+    if not subset:
+        save_draft(path, build_draft(target.model), target.tokenizer, "tiny")
+    draft = load_draft(str(path), target)
+    plain, _ = greedy(target)
+    speculative, backend = greedy(target, draft, fast_path)
+    assert speculative == plain
+    assert backend.last_stats.drafted > 0
+
+
+@pytest.mark.slow
+def test_the_shipped_draft_loads_and_keeps_greedy_output(tmp_path):
+    from quench.benchmarks import load_humaneval
+    from quench.models import encode_prompt, load_model
+
+    target = load_model(dtype="float32")
+    if not shipped_draft_path(target.name).is_file():
+        pytest.skip("no shipped draft in this checkout")
+    draft = load_draft("auto", target)
+    problems = load_humaneval()[:2]
+    requests = [GenerationRequest(p.task_id, encode_prompt(target, p.prompt)) for p in problems]
+    sampling = SamplingParams(max_new_tokens=48)
+    plain = QuenchBackend(target.model, target.tokenizer, EngineConfig(batch_size=2))
+    speculative = QuenchBackend(target.model, target.tokenizer, EngineConfig(batch_size=2, drafter="model"), draft_model=draft)
+    speculative.draft_runner = wrap_runner(draft, speculative.draft_runner)
+    expected = {r.key: r.token_ids for r in plain.generate(requests, sampling)}
+    got = {r.key: r.token_ids for r in speculative.generate(requests, sampling)}
+    assert got == expected
+    assert speculative.last_stats.acceptance_rate > 0.3
