@@ -22,6 +22,7 @@ and those are scored against the labelling rule (HumanEval was never used in tra
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import time
 from collections import deque
@@ -74,7 +75,8 @@ class Answer:
 
 
 class HiddenTap:
-    """Wraps the runner's LM head to keep its input: the final-norm hidden states (B, S, D) of the latest forward.
+    """Wraps the runner's LM head to keep its input: the final-norm hidden states of the latest forward,
+    (B, S, D), or (N, D) over the real tokens on the runner's packed path.
 
     This stands in for the engine hook (the forward returning hidden states): no extra computation.
     """
@@ -107,6 +109,7 @@ def generate(runner, tap: HiddenTap, tokenizer, rows: list[Row], guard: GenGuard
              eos: set[int], slots: int) -> None:
     """Greedy decoding with continuous batching over `slots`; the guard votes on each token as it is fed."""
     shapes = token_shapes(tokenizer) if guard is not None else None
+    takes_counts = "counts" in inspect.signature(runner.forward).parameters
     max_len = round_up(max(len(r.prompt_ids) for r in rows) + max_new_tokens + 2, 64)
     cache = runner.new_cache(slots, max_len)
     queue = deque(range(len(rows)))
@@ -123,10 +126,16 @@ def generate(runner, tap: HiddenTap, tokenizer, rows: list[Row], guard: GenGuard
                     slot_row[s], last[s] = r, rows[r].generated[-1]
             continue  # admit again if a row finished at once
         active = [s for s in range(slots) if slot_row[s] is not None]
-        logits = runner.forward(cache, last[:, None], start)[:, 0]  # (B, V)
+        extra = {}
+        if takes_counts:  # free slots cost nothing on the runner's packed path
+            extra["counts"] = torch.tensor([int(r is not None) for r in slot_row])
+        logits = runner.forward(cache, last[:, None], start, **extra)[:, 0]  # (B, V)
         start[active] += 1
         if guard is not None:
-            probs = guard.stop_probs(tap.hidden[active, 0]).tolist()  # (A,) for the tokens just fed
+            hidden = tap.hidden if tap.hidden.ndim == 2 else tap.hidden[:, 0]  # packed (N, D) or (B, 1, D)
+            if hidden.shape[0] == slots:
+                hidden = hidden[active]  # else the packed path already kept only the active rows
+            probs = guard.stop_probs(hidden).tolist()  # (A,) for the tokens just fed
         next_tokens = logits.argmax(-1).tolist()  # (B,)
         for j, s in enumerate(active):
             row = rows[slot_row[s]]

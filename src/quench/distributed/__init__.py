@@ -25,7 +25,7 @@ def make_ray_backend(address: str, spec: ModelSpec, options: RayOptions = RayOpt
 
     connect(address)
     backend = RayBackend(spec, options)
-    backend.start(wait=False)
+    backend.start()
     return backend
 
 

@@ -89,18 +89,20 @@ class Fleet:
         self.starting[handle.ready.remote()] = Member(handle, time.monotonic())
         self.stats.actors_started += 1
 
-    def wait_ready(self, count: int | None = None) -> None:
-        """Block until `count` actors (default: all) are ready; past the start timeout, need one."""
+    def wait_ready(self, count: int = 1) -> None:
+        """Block until `count` actors are ready (the others join the work when they are).
+
+        Fails when no actor can start within the start timeout; with at least one ready, it goes on.
+        """
         self.start()
-        wanted = self.size if count is None else count
         deadline = time.monotonic() + self.options.start_timeout_s
-        while len(self.ready) < wanted and self.starting and time.monotonic() < deadline:
-            done, _ = ray.wait(list(self.starting), num_returns=1, timeout=min(self.options.poll_s, max(0.0, deadline - time.monotonic())))
+        while len(self.ready) < count and self.starting and (left := deadline - time.monotonic()) > 0:
+            done, _ = ray.wait(list(self.starting), num_returns=1, timeout=min(self.options.poll_s, left))
             for ref in done:
                 self.on_ready(ref)
-        if len(self.ready) < wanted:
-            self.check_alive(busy=False)
-            log.warning("%d of %d Ray actors ready after %.0f s; going on with those", len(self.ready), wanted, self.options.start_timeout_s)
+        if len(self.ready) < count:
+            self.check_alive(busy=False, now_or_never=True)
+            log.warning("%d of %d Ray actors ready after %.0f s; going on with those", len(self.ready), count, self.options.start_timeout_s)
 
     def on_ready(self, ref: Any) -> None:
         member = self.starting.pop(ref)
@@ -108,9 +110,10 @@ class Fleet:
             member.info = dict(ray.get(ref, timeout=GET_TIMEOUT_S))
         except RayError as err:
             self._kill(member)
-            self.failures.append(f"an actor failed to start: {_short(err)}")
-            log.error("a Ray actor failed to start: %s", _short(err))
-            if not isinstance(err, RayTaskError):  # its node went away: try elsewhere; a code error would repeat
+            init_failed = bool(getattr(err, "actor_init_failed", False))
+            self.failures.append(f"an actor failed to start: {_short(err, last_line=init_failed)}")
+            log.error("%s", self.failures[-1])
+            if not init_failed:  # its node went away: try elsewhere; an error in its own start-up would repeat
                 self._replace()
             return
         self.ready.append(member)
@@ -131,20 +134,24 @@ class Fleet:
             self.replacements_left -= 1
             self._spawn()
 
-    def check_alive(self, busy: bool) -> None:
+    def check_alive(self, busy: bool, now_or_never: bool = False) -> None:
         """Fail when no actor is ready, none is busy, and none can start in time."""
         if self.ready or busy:
             return
         if not self.starting:
-            raise QuenchError("every Ray actor was lost: " + "; ".join(self.failures[-3:]))
+            raise QuenchError("no Ray actor is left: " + "; ".join(self.failures[-3:]))
         oldest = min(member.spawned for member in self.starting.values())
-        if time.monotonic() - oldest > self.options.start_timeout_s:
+        if now_or_never or time.monotonic() - oldest > self.options.start_timeout_s:
             raise QuenchError(
                 f"no Ray actor became ready within {self.options.start_timeout_s:g} s "
                 f"(cluster resources: {ray.available_resources()}); " + "; ".join(self.failures[-3:])
             )
 
-    def close(self) -> None:
+    def close(self, farewell: str | None = None, patience_s: float = 5.0) -> None:
+        """Kill every actor; first let ready ones run their `farewell` method (e.g. stop subprocesses)."""
+        if farewell and self.ready:
+            refs = [getattr(member.handle, farewell).remote() for member in self.ready]
+            ray.wait(refs, num_returns=len(refs), timeout=patience_s)
         for member in [*self.ready, *self.starting.values()]:
             self._kill(member)
         self.ready, self.starting = [], {}
@@ -252,6 +259,9 @@ def _wait_some(refs: list[Any], timeout: float) -> list[Any]:
     return done
 
 
-def _short(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+def _short(err: BaseException, last_line: bool = False) -> str:
+    """One line about `err`; `last_line`: the end of a remote traceback (the exception itself)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if last_line and lines:
+        return lines[-1][:300]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]

@@ -20,7 +20,7 @@ from quench.distributed.chunks import balanced_size, batched
 from quench.distributed.cluster import fleet_size, node_id
 from quench.distributed.config import RayOptions
 from quench.distributed.dispatch import DispatchStats, Fleet, dispatch
-from quench.execution import ExecutionResult, SandboxLimits, SandboxPool
+from quench.execution import ExecutionResult, Isolation, SandboxLimits, SandboxPool, choose_isolation
 from quench.execution.pool import GRACE_S
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ class RayPool:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.limits = limits
         self.options = options
-        self._requested_isolation = isolation
+        # Resolved here and required on every node, so `isolation` holds for every program.
+        self.isolation: Isolation = choose_isolation(isolation)
         self._per_actor = max(1, int(options.cpus_per_actor))
         count = options.num_actors or (math.ceil(workers / self._per_actor) if workers else None)
         self.fleet = Fleet(self._new_actor, fleet_size(count, options.cpus_per_actor, 0.0), options)
@@ -79,15 +80,8 @@ class RayPool:
 
     def _new_actor(self):  # -> ray ActorHandle
         return ExecutionWorker.options(num_cpus=self.options.cpus_per_actor, scheduling_strategy="SPREAD").remote(
-            self._per_actor, self.limits, self._requested_isolation
+            self._per_actor, self.limits, self.isolation
         )
-
-    @property
-    def isolation(self) -> str:
-        """The weakest isolation among the actors' pools ("rlimits" if any node lacks bwrap)."""
-        self.start()
-        modes = {str(member.info.get("isolation")) for member in self.fleet.ready}
-        return "rlimits" if "rlimits" in modes or not modes else "bwrap"
 
     @property
     def confined(self) -> bool:
@@ -95,11 +89,12 @@ class RayPool:
         return all(bool(member.info.get("confined")) for member in self.fleet.ready)
 
     def start(self) -> None:
+        """Start the actors; return when one is ready (the others join when they are)."""
         if not self.fleet.ready:
-            self.fleet.wait_ready()
+            self.fleet.wait_ready(1)
 
     def close(self) -> None:
-        self.fleet.close()
+        self.fleet.close(farewell="close")
 
     def __enter__(self) -> "RayPool":
         self.start()

@@ -62,11 +62,11 @@ class RayBackend:
         # SPREAD: actors on different nodes, so one lost node takes as few of them as possible.
         return GenerationWorker.options(**self._resources, scheduling_strategy="SPREAD").remote(self.spec, worker_env())
 
-    def start(self, wait: bool = True) -> None:
-        """Start the actors (they load the model in parallel); with `wait`, until all are ready."""
+    def start(self, wait_for: int = 0) -> None:
+        """Start the actors (each loads the model, in parallel); block until `wait_for` are ready."""
         self.fleet.start()
-        if wait:
-            self.fleet.wait_ready()
+        if wait_for:
+            self.fleet.wait_ready(wait_for)
 
     def generate(self, requests: Iterable[GenerationRequest], sampling: SamplingParams) -> Iterator[GenerationResult]:
         requests = list(requests)
@@ -89,7 +89,7 @@ class RayBackend:
         self.fleet.close()
 
     def __enter__(self) -> "RayBackend":
-        self.start()
+        self.start(wait_for=1)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:

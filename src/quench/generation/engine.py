@@ -36,7 +36,9 @@ class EngineConfig:
     dtype: str = "auto"  # "auto" keeps the model's dtype; else the model is converted in place
     fast_path: bool = True  # hand-written forward for Llama-family models; False = generic HF path
     prepack: bool = True  # pre-pack weights for oneDNN (CPU, bf16/fp32) on the fast path
-    compile: bool = False  # torch.compile the fast-path forward (slow first steps, faster after)
+    native_attention: bool = True  # the C decode-attention kernel (native.py) where a C compiler exists
+    compile: bool = False  # torch.compile the fast path's PyTorch forward (no prepack, no native kernel;
+    # measured 1.6-1.8x slower than the default here, after a ~2 minute compile — see docs/engine.md)
     max_len: int | None = None  # KV cache length per slot; None = longest prompt + max_new_tokens + drafts
 
     def __post_init__(self) -> None:
@@ -58,7 +60,12 @@ def make_runner(model: torch.nn.Module, config: EngineConfig) -> Runner:
         model.to(_DTYPES[config.dtype])
     model.eval()
     if config.fast_path and is_llama(model):
-        return LlamaRunner(model, prepack=config.prepack, compile=config.compile)
+        return LlamaRunner(
+            model,
+            prepack=config.prepack and not config.compile,
+            compile=config.compile,
+            native_attention=config.native_attention and not config.compile,
+        )
     return HFRunner(model)
 
 

@@ -35,15 +35,15 @@ LOG_FILE = "train_log.jsonl"
 @dataclass(frozen=True)
 class DistillConfig:
     source_layers: tuple[int, ...] = (0, -1)  # target layers the draft starts from (first and last)
-    head_tokens: int = 0  # 0: draft over the whole vocabulary; N: only the N most frequent answer tokens
+    head_tokens: int = 8192  # N: draft only among the N most frequent answer tokens; 0: the whole vocabulary
     prompts: int | None = 240  # MBPP train + validation prompts answered by the target (None = all 464)
-    stdlib_functions: int = 300  # standard-library functions added as answers
+    stdlib_functions: int = 400  # standard-library functions added as answers
     max_new_tokens: int = 128  # per generated answer
     max_tokens: int = 256  # per training sequence (long prompts lose their middle, see fit_length)
     top_k: int = 32  # teacher log-probabilities kept per position
-    epochs: int = 3
+    epochs: int = 4
     batch_size: int = 8  # sequences per optimizer step
-    learning_rate: float = 5e-4
+    learning_rate: float = 1e-3
     warmup_steps: int = 20
     min_lr_ratio: float = 0.1  # the cosine decays to this fraction of learning_rate
     heldout_every: int = 20  # one example in this many (by key hash) is held out for evaluation
@@ -214,6 +214,7 @@ def train_draft(
     optimizer = torch.optim.AdamW(trainable(draft), lr=config.learning_rate, weight_decay=0.0)
     per_epoch = math.ceil(len(examples) / config.batch_size)
     total = per_epoch * config.epochs
+    out.mkdir(parents=True, exist_ok=True)
     state_path = out / STATE_FILE
     step = _load_state(state_path, draft, optimizer, config) if state_path.is_file() else 0
     progress.begin("train", total)
@@ -228,6 +229,7 @@ def train_draft(
             with _autocast(draft):
                 kl, agreement = distill_loss(draft, head, [examples[i] for i in order], [teachers[i] for i in order])
             kl.backward()
+            kl = kl.detach()
             torch.nn.utils.clip_grad_norm_(trainable(draft), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,193 @@
+"""The distilled draft model side by side with regular decoding: acceptance, accepted length, speed.
+
+    python benchmarks/draft.py --quick                  # batch 1 and 8, greedy, 64 new tokens
+    python benchmarks/draft.py --json draft.json        # batch 1, 8, 16; greedy + sampling acceptance
+
+HumanEval prompts (never seen in distillation), chat template, the default model in bfloat16, one
+thread. Per batch size, interleaved and best of `--repeats` (contention only ever slows a run):
+quench regular decoding and quench speculative decoding with the draft (`--draft auto` or a path),
+in tokens per CPU-second of this process (steady on a shared machine) and per wall-second. For
+speculative runs: acceptance rate (accepted / drafted), mean accepted draft tokens per row per
+step, tokens per row per step, and where the time goes — ms per step in the draft model
+(proposing) and in the target (verifying), next to the ms of one regular decoding step. Greedy
+speculative outputs are compared with regular greedy outputs token for token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from quench.benchmarks import load_humaneval
+from quench.generation.engine import EngineConfig, QuenchBackend
+from quench.generation.types import GenerationRequest, SamplingParams
+from quench.models import encode_prompt, load_model
+from quench.models.draft import load_draft, wrap_runner
+
+PREFILL = 64  # forward calls feeding more tokens than this per row are prompt prefills, timed apart
+
+
+class TimedRunner:
+    """A runner proxy that adds up the CPU time of decode-sized forward calls."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.vocab_size = inner.vocab_size
+        self.seconds = 0.0
+        self.calls = 0
+
+    def new_cache(self, batch: int, max_len: int):
+        return self.inner.new_cache(batch, max_len)
+
+    def forward(self, cache, tokens, start, logits_at=None, counts=None):
+        begin = time.process_time()
+        out = self.inner.forward(cache, tokens, start, logits_at=logits_at, counts=counts)
+        if tokens.shape[1] <= PREFILL:
+            self.seconds += time.process_time() - begin
+            self.calls += 1
+        return out
+
+
+@dataclass
+class Row:
+    batch_size: int
+    mode: str
+    backend: str
+    sequences: int
+    tokens: int
+    cpu_seconds: float
+    tokens_per_cpu_s: float
+    wall_tokens_per_s: float
+    steps: int
+    acceptance_rate: float | None = None
+    accepted_per_step: float | None = None  # mean accepted draft tokens per row per step
+    tokens_per_row_step: float | None = None
+    draft_ms_per_step: float | None = None
+    verify_ms_per_step: float | None = None  # target forward per step (regular: one decoding step)
+    greedy_match: str | None = None
+
+
+def make_backends(loaded, draft, batch_size: int, args) -> dict[str, QuenchBackend]:
+    regular = QuenchBackend(loaded.model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
+    config = EngineConfig(batch_size=batch_size, drafter="model", draft_length=args.draft_length,
+                          draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens)
+    speculative = QuenchBackend(loaded.model, loaded.tokenizer, config, draft_model=draft)
+    speculative.draft_runner = TimedRunner(wrap_runner(draft, speculative.draft_runner))
+    for backend in (regular, speculative):
+        backend.runner = TimedRunner(backend.runner)
+    return {"regular": regular, "draft": speculative}
+
+
+def measure(name: str, backend: QuenchBackend, requests, sampling, batch_size: int, mode: str):
+    timers = [backend.runner] + ([backend.draft_runner] if backend.draft_runner is not None else [])
+    for timer in timers:
+        timer.seconds, timer.calls = 0.0, 0
+    start, cpu_start = time.perf_counter(), time.process_time()
+    results = list(backend.generate(requests, sampling))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    tokens = sum(len(r.token_ids) + (r.finish_reason == "eos") for r in results)
+    stats = backend.last_stats
+    row = Row(batch_size, mode, name, len(results), tokens, round(cpu, 2), round(tokens / cpu, 1),
+              round(tokens / wall, 1), stats.steps, verify_ms_per_step=round(1000 * backend.runner.seconds / max(stats.steps, 1), 2))
+    if stats.drafted:
+        row.acceptance_rate = round(stats.acceptance_rate, 3)
+        row.accepted_per_step = round(stats.accepted / stats.row_steps, 2)
+        row.tokens_per_row_step = round(stats.tokens_per_row_step, 2)
+        row.draft_ms_per_step = round(1000 * backend.draft_runner.seconds / max(stats.steps, 1), 2)
+    return row, {(r.key, r.sample_index): r.token_ids for r in results}
+
+
+def requests_for(loaded, count: int, n: int) -> list[GenerationRequest]:
+    return [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt), n=n) for p in load_humaneval()[:count]]
+
+
+def run(args) -> list[Row]:
+    torch.set_num_threads(args.threads)
+    loaded = load_model(dtype="bfloat16")
+    draft = load_draft(args.draft, loaded)
+    if args.full_head:  # the same layers scoring the whole vocabulary: what the reduced head saves
+        head = torch.nn.Linear(draft.config.hidden_size, draft.config.vocab_size, bias=False)
+        head.weight = loaded.model.get_output_embeddings().weight
+        draft.lm_head = head
+    rows = []
+    for batch_size in args.batch_sizes:
+        backends = make_backends(loaded, draft, batch_size, args)
+        for mode in args.modes:
+            n = 1 if mode == "greedy" else args.samples
+            requests = requests_for(loaded, -(-batch_size * args.waves // n), n)
+            sampling = SamplingParams(temperature=0.0 if mode == "greedy" else args.temperature,
+                                      max_new_tokens=args.max_new_tokens, seed=1)
+            warm = [GenerationRequest(r.key, r.prompt_ids) for r in requests[:batch_size]]
+            for backend in backends.values():  # one-time set-up (oneDNN kernels, native attention)
+                list(backend.generate(warm, SamplingParams(max_new_tokens=8)))
+            best, outputs = {}, {}
+            for _ in range(args.repeats):
+                for name, backend in backends.items():
+                    row, outputs[name] = measure(name, backend, requests, sampling, batch_size, mode)
+                    if name not in best or row.cpu_seconds < best[name].cpu_seconds:
+                        best[name] = row
+            if mode == "greedy":
+                same = sum(outputs["regular"][k] == v for k, v in outputs["draft"].items())
+                best["draft"].greedy_match = f"{same}/{len(outputs['draft'])}"
+            for row in best.values():
+                rows.append(row)
+                print(format_row(row, best["regular"]), flush=True)
+    return rows
+
+
+def format_row(row: Row, regular: Row) -> str:
+    text = (f"B={row.batch_size:<2} {row.mode:8} {row.backend:7} {row.tokens_per_cpu_s:6.1f} tok/cpu-s "
+            f"({row.tokens_per_cpu_s / regular.tokens_per_cpu_s:.2f}x) {row.wall_tokens_per_s:6.1f} tok/s wall "
+            f"target {row.verify_ms_per_step} ms/step")
+    if row.acceptance_rate is not None:
+        text += (f" draft {row.draft_ms_per_step} ms/step accept {row.acceptance_rate:.2f}"
+                 f" accepted/step {row.accepted_per_step} tokens/step {row.tokens_per_row_step} match {row.greedy_match}")
+    return text
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| batch | mode | decoding | tokens/CPU-s | vs regular | accept | accepted/step | tokens/step |"
+             " draft ms/step | target ms/step | greedy = regular |", "|" + "---|" * 11]
+    regular = {(r.batch_size, r.mode): r for r in rows if r.backend == "regular"}
+    for r in rows:
+        ratio = r.tokens_per_cpu_s / regular[r.batch_size, r.mode].tokens_per_cpu_s
+        lines.append(f"| {r.batch_size} | {r.mode} | {r.backend} | {r.tokens_per_cpu_s} | {ratio:.2f}x | "
+                     f"{r.acceptance_rate or ''} | {r.accepted_per_step or ''} | {r.tokens_per_row_step or ''} | "
+                     f"{r.draft_ms_per_step or ''} | {r.verify_ms_per_step} | {r.greedy_match or ''} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--draft", default="auto", help="'auto' (the shipped draft) or a draft file")
+    parser.add_argument("--quick", action="store_true", help="batch 1 and 8, greedy, 64 new tokens, one repeat")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16])
+    parser.add_argument("--modes", nargs="+", default=["greedy", "sampling"], choices=["greedy", "sampling"])
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--waves", type=int, default=2, help="sequences per run = waves x batch size")
+    parser.add_argument("--samples", type=int, default=4, help="samples per prompt when sampling")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--draft-length", default="bass", choices=["bass", "fixed"])
+    parser.add_argument("--draft-tokens", type=int, default=4, help="fixed length, or where BASS starts")
+    parser.add_argument("--max-draft-tokens", type=int, default=12)
+    parser.add_argument("--full-head", action="store_true", help="score the whole vocabulary with the draft's layers")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.quick:
+        args.batch_sizes, args.modes, args.max_new_tokens, args.repeats, args.waves = [1, 8], ["greedy"], 64, 1, 1
+    rows = run(args)
+    print()
+    print(markdown(rows))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+
+
+if __name__ == "__main__":
+    main()
