@@ -35,7 +35,7 @@ def test_kv_cache_writes_ragged_positions_and_installs_prefixes():
     assert cache.keys[0][:, 0, :, 0].tolist() == [[0, 1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 2, 3, 0, 0]]
     prefix = cache.snapshot(0, 2)
     cache.install(1, prefix)
-    assert cache.keys[1 - 1][1, 0, :2, 0].tolist() == [0, 1] and cache.values[0][1, 0, :2, 0].tolist() == [0, -1]
+    assert cache.keys[0][1, 0, :2, 0].tolist() == [0, 1] and cache.values[0][1, 0, :2, 0].tolist() == [0, -1]
 
 
 def test_top_k_and_top_p_filters():

@@ -1,7 +1,5 @@
 """Targets, masked augmentation, alignment, collation and epoch order on tiny problems."""
 
-import random
-
 import torch
 
 from quench.benchmarks import Problem
@@ -115,4 +113,3 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
     assert steps_per_epoch(10, 3, 2) == 2
     # two processes, batch 3: step 1 covers items 6..11, wrapping to 0 and 1
     assert shard(first, 1, 3, 1, 2) == [first[9], first[0], first[1]]
-    random.Random(0)  # the order uses its own generator: global random state is not touched

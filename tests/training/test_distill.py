@@ -212,3 +212,18 @@ def test_training_prompts_never_come_from_the_evaluation_sets():
     from quench.benchmarks import load_mbpp
 
     assert not keys & {p.task_id for p in load_mbpp("test")}
+
+
+def test_a_bfloat16_target_trains_under_autocast(tmp_path):
+    """bfloat16 targets train with autocast: float16 teacher caches and float32 master weights must mix."""
+    from helpers import tiny_llama
+
+    target = tiny_loaded()
+    target.model = tiny_llama(dtype=torch.bfloat16)
+    train = examples_of(target, SNIPPETS[:4])
+    teachers = teacher_targets(target.model, train, tmp_path / "t", top_k=8)
+    draft = build_draft(target.model, (0,))
+    head = HeadView(target.model.lm_head.weight, frequent_tokens(train, 30, always=[2]))
+    train_draft(draft, head, train, teachers, config(epochs=1), tmp_path)
+    assert all(p.dtype == torch.float32 for p in draft.parameters() if p.requires_grad)
+    assert evaluate(draft, head, train, teachers).kl >= 0

@@ -99,9 +99,9 @@ class DecodeLoop:
             yield from self._start_rows(items)
 
     def _start_rows(self, items: Sequence[tuple[int, WorkItem]]) -> Iterator[GenerationResult]:
-        fresh = [item for _, item in items if item.request_index not in self.prefixes]
+        fresh = {item.request_index: item.request for _, item in items if item.request_index not in self.prefixes}
         self.prefixes.ensure([item for _, item in items])
-        self.stats.prefill_tokens += sum(len(item.request.prompt_ids) for item in {i.request_index: i for i in fresh}.values())
+        self.stats.prefill_tokens += sum(len(request.prompt_ids) for request in fresh.values())
         logits = []
         for slot, item in items:
             prefix, prefix_logits = self.prefixes.get(item.request_index)

@@ -89,7 +89,8 @@ class LlamaRunner:
         self.final_norm = inner.norm.weight.detach()
         self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack)
         self.layers = [self._layer(layer, prepack) for layer in inner.layers]
-        self._rope_tables(inner.rotary_emb, config.max_position_embeddings)
+        self._rotary = inner.rotary_emb
+        self._rope_tables(config.max_position_embeddings)
         self.native = native_attention and self.device.type == "cpu" and native.available(self.dtype)
         self._forward = torch.compile(self._forward_impl, dynamic=True) if compile else self._forward_impl
 
@@ -108,8 +109,9 @@ class LlamaRunner:
         )
 
     @torch.no_grad()
-    def _rope_tables(self, rotary: torch.nn.Module, max_positions: int) -> None:
+    def _rope_tables(self, max_positions: int) -> None:
         # Same float32 arithmetic as LlamaRotaryEmbedding.forward, done once for every position.
+        rotary = self._rotary
         positions = torch.arange(max_positions, device=self.device, dtype=torch.float32)
         freqs = positions[:, None] * rotary.inv_freq.float()[None, :]  # (T, D/2)
         emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
@@ -120,6 +122,8 @@ class LlamaRunner:
         self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)  # (T, D)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
+        if max_len > self.cos.shape[0]:  # longer than the model was trained for: extend the tables
+            self._rope_tables(max_len)
         cache = KVCache(self.num_layers, batch, max_len, self.dtype, self.device)
         for layer in range(self.num_layers):
             cache.allocate(layer, self.kv_heads, self.head_dim)

@@ -115,7 +115,7 @@ def export_model(model: nn.Module, tokenizer: Any, out: Path, prompt_format: str
     hf_logging.disable_progress_bar()  # the CLI owns the terminal
     merged = copy.deepcopy(model)
     if hasattr(merged, "merge_and_unload"):
-        merged = merged.merge_and_unload()
+        merged = merged.float().merge_and_unload()  # in float32: bfloat16 would round small updates away
     merged.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / QUENCH_JSON).write_text(json.dumps({"prompt_format": prompt_format, **info}, indent=2) + "\n")

@@ -115,7 +115,7 @@ def distill_loss(
     ids, mask = pad_batch(examples)
     hidden = hidden_states(draft, ids)[mask]  # (N, Dm)
     draft_logprobs = F.log_softmax(head.logits(hidden), dim=-1)  # (N, V')
-    teacher_logprobs = torch.cat([t.logprobs for t in teachers]).float()  # (N, k)
+    teacher_logprobs = torch.cat([t.logprobs.float() for t in teachers])  # (N, k)
     slots = head.position[torch.cat([t.indices for t in teachers]).long()]  # (N, k) -1 = outside the head
     kept = slots >= 0
     teacher_probs = teacher_logprobs.exp() * kept

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from torch import nn
 
 from quench.errors import QuenchError
@@ -27,7 +29,9 @@ def apply_lora(model: nn.Module, lora: LoraSettings) -> nn.Module:
     transform = list(range(layers - lora.last_layers, layers)) if lora.last_layers else None
     settings = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                           target_modules=list(lora.targets), layers_to_transform=transform, task_type="CAUSAL_LM")
-    return get_peft_model(model, settings)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)  # peft calls a deprecated transformers method
+        return get_peft_model(model, settings)
 
 
 def prepare_model(model: nn.Module, lora: LoraSettings | None) -> nn.Module:
