@@ -10,7 +10,7 @@ $(VENV)/.quench-installed: pyproject.toml constraints-cpu.txt scripts/setup.sh
 	VENV=$(VENV) scripts/setup.sh
 
 demo: setup
-	$(QUENCH) run --limit 20 --out runs/demo
+	$(QUENCH) robustness --out runs/demo
 
 test: setup
 	$(VENV)/bin/python -m pytest -q -ra

@@ -14,7 +14,8 @@ continuous batching (a finished row's slot takes the next prompt). The guard rea
 hidden state of each token from the forward pass that produced the next token (tapped at the LM
 head's input), as it will in the engine: no extra forward. The five configurations run in turn on
 chunks of the problems, so the load of a shared machine falls on all of them alike; CPU seconds
-of this process (one thread) are the steadier measure of work, wall seconds the one a user sees. Programs are cleaned by `sanitize` and run in the `SandboxPool`.
+of this process (one thread) are the steadier measure of work, wall seconds the one a user sees.
+Programs are cleaned by `sanitize` and run in the `SandboxPool`.
 For the generalization check, configuration (a) also records the guard's votes on every token,
 and those are scored against the labelling rule (HumanEval was never used in training).
 """

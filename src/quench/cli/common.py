@@ -13,15 +13,9 @@ from quench.benchmarks import Problem, load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.generation import SamplingParams
 from quench.models import DEFAULT_PRESET
+from quench.stopping import default_stop_sequences
 
 log = logging.getLogger(__name__)
-
-# Stop sequences of the common harnesses for raw completions (design.md §2).
-COMPLETION_STOPS = {
-    "humaneval": ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#"),
-    "mbpp": ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ", '\n"""'),
-}
-
 
 def add_benchmark_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, or a HumanEval-format .jsonl file")
@@ -72,9 +66,7 @@ def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
 def stops_from_args(args: argparse.Namespace, prompt_format: str) -> tuple[str, ...]:
     if args.stop is not None:
         return tuple(s.encode().decode("unicode_escape") for s in args.stop if s)
-    if prompt_format == "chat":
-        return ()  # chat answers end with the turn's end token
-    return COMPLETION_STOPS.get(args.benchmark, COMPLETION_STOPS["humaneval"])
+    return default_stop_sequences(args.benchmark, prompt_format)
 
 
 def parse_ks(spec: str) -> tuple[int, ...]:

@@ -26,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("guard", help="GenGuard early stopping: build training data, train, inspect")
     verbs = parser.add_subparsers(dest="guard_command", required=True)
 
-    build = verbs.add_parser("build-data", help="generate on MBPP train/validation prompts, label tokens, save hidden states")
+    build = verbs.add_parser(
+        "build-data", help="generate on MBPP train/validation prompts, label tokens, save hidden states"
+    )
     build.add_argument("--out", type=Path, required=True, help="dataset directory (resumes an unfinished build)")
     build.add_argument("--splits", default="train,validation", help="MBPP splits (train, validation)")
     build.add_argument("--limit", type=int, default=None, help="first N problems of each split")
@@ -41,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--mlp-hidden", type=int, default=64)
     train.add_argument("--epochs", type=int, default=30)
     train.add_argument("--lr", type=float, default=3e-3)
-    train.add_argument("--val-fraction", type=float, default=0.2, help="held-out answers if the data has no validation split")
+    train.add_argument("--val-fraction", type=float, default=0.2,
+                       help="held-out answers if the data has no validation split")
     train.add_argument("--seed", type=int, default=0)
     add_policy_args(train)
     train.set_defaults(handler=run_train)
@@ -52,11 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_policy_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", default="lines", choices=["lines", "consecutive"], help="line voting or N stop votes in a row")
+    parser.add_argument("--policy", default="lines", choices=["lines", "consecutive"],
+                        help="line voting or N stop votes in a row")
     parser.add_argument("--consecutive", type=int, default=3, help="N for --policy consecutive")
     parser.add_argument("--max-empty-lines", type=int, default=3, help="stop after more empty lines in a row (0 = off)")
     parser.add_argument("--threshold", default="auto",
-                        help="stop probability at which a token votes stop; auto = chosen on validation (fewest early stops)")
+                        help="stop probability at which a token votes stop; auto = chosen on validation")
 
 
 def policy_from_args(args: argparse.Namespace) -> GuardPolicy:
@@ -71,7 +75,9 @@ def run_build(args: argparse.Namespace) -> int:
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
     bad = [s for s in splits if s not in TRAIN_SPLITS]
     if bad or not splits:
-        raise QuenchError(f"--splits: choose from {', '.join(TRAIN_SPLITS)} (test data must stay unseen), got {args.splits!r}")
+        raise QuenchError(
+            f"--splits: choose from {', '.join(TRAIN_SPLITS)} (test data must stay unseen), got {args.splits!r}"
+        )
     if args.max_new_tokens < 1:
         raise QuenchError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     problems = [(split, p) for split in splits for p in load_mbpp(split)[: args.limit]]
@@ -102,11 +108,12 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     data = GuardDataset.load(args.data)
-    config = TrainConfig(args.kind, args.mlp_hidden, args.epochs, lr=args.lr, val_fraction=args.val_fraction, seed=args.seed)
+    config = TrainConfig(args.kind, args.mlp_hidden, args.epochs, lr=args.lr, val_fraction=args.val_fraction,
+                         seed=args.seed)
     guard, metrics = train_guard(data, config, policy_from_args(args), calibrate=args.threshold == "auto")
     guard.save(args.out)
-    print(f"threshold {guard.policy.threshold:g}; validation: {metrics.tokens} tokens ({metrics.stop_share:.0%} stop): precision {metrics.precision:.3f}, "
-          f"recall {metrics.recall:.3f}, accuracy {metrics.accuracy:.3f}")
+    print(f"threshold {guard.policy.threshold:g}; validation: {metrics.tokens} tokens ({metrics.stop_share:.0%} stop): "
+          f"precision {metrics.precision:.3f}, recall {metrics.recall:.3f}, accuracy {metrics.accuracy:.3f}")
     print(f"policy on {metrics.answers} answers: {metrics.stopped} stopped after the code, {metrics.early} too early, "
           f"{metrics.never} never; {metrics.generated_share:.0%} of the tokens generated, "
           f"{metrics.excess_kept:.1f} excess tokens kept per stop")

@@ -8,6 +8,7 @@ chunk ran twice because an actor or node was lost.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -15,9 +16,10 @@ from types import TracebackType
 from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from quench.distributed.chunks import balanced_size, batched
-from quench.distributed.cluster import fleet_size, node_id
+from quench.distributed.cluster import cpu_slots, node_id
 from quench.distributed.config import RayOptions
 from quench.distributed.dispatch import DispatchStats, Fleet, dispatch
 from quench.execution import ExecutionResult, Isolation, SandboxLimits, SandboxPool, choose_isolation
@@ -27,6 +29,10 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 DEFAULT_CHUNK = 8  # programs per Ray call (see docs/ray.md for the measurement)
+# Logical CPUs an execution actor reserves. quench never runs sandboxes while it generates (nor the
+# reverse), so execution actors must fit next to idle generation actors that hold every CPU; they
+# are placed by the nodes' CPU counts instead (`cpu_slots`), one sandbox worker per CPU.
+TOKEN_CPUS = 0.01
 Numbered = tuple[int, str]  # (driver-side item number, program)
 
 
@@ -52,7 +58,7 @@ class RayPool:
     """Run untrusted programs in sandboxes on Ray nodes; same interface as `SandboxPool`.
 
     `workers`: sandbox workers in the whole cluster (None: one per CPU the cluster has), in actors
-    of `options.cpus_per_actor` workers each.
+    of `options.cpus_per_actor` workers each, placed on the nodes in proportion to their CPUs.
     """
 
     def __init__(
@@ -70,8 +76,10 @@ class RayPool:
         # Resolved here and required on every node, so `isolation` holds for every program.
         self.isolation: Isolation = choose_isolation(isolation)
         self._per_actor = max(1, int(options.cpus_per_actor))
-        count = options.num_actors or (math.ceil(workers / self._per_actor) if workers else None)
-        self.fleet = Fleet(self._new_actor, fleet_size(count, options.cpus_per_actor, 0.0), options)
+        slots = cpu_slots(self._per_actor)
+        self._places = itertools.cycle(slots or [None])
+        count = options.num_actors or (math.ceil(workers / self._per_actor) if workers else max(1, len(slots)))
+        self.fleet = Fleet(self._new_actor, count, options)
         self.workers = self.fleet.size * self._per_actor
 
     @property
@@ -79,7 +87,10 @@ class RayPool:
         return self.fleet.stats
 
     def _new_actor(self):  # -> ray ActorHandle
-        return ExecutionWorker.options(num_cpus=self.options.cpus_per_actor, scheduling_strategy="SPREAD").remote(
+        node = next(self._places)
+        # soft: a replacement for an actor of a lost node goes wherever there is room.
+        place = NodeAffinitySchedulingStrategy(node, soft=True) if node else "SPREAD"
+        return ExecutionWorker.options(num_cpus=TOKEN_CPUS, scheduling_strategy=place).remote(
             self._per_actor, self.limits, self.isolation
         )
 

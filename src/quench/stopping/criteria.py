@@ -104,7 +104,9 @@ def rules_for(
     keep_definitions: bool | None = None,
 ) -> RowRules:
     """The rules for one benchmark problem (its entry point is the target function)."""
-    function = FunctionRule(prompt_format, problem.entry_point, keep_definitions=keep_definitions) if function_complete else None
+    function = None
+    if function_complete:
+        function = FunctionRule(prompt_format, problem.entry_point, keep_definitions=keep_definitions)
     return RowRules(stop_sequences, function, problem.prompt)
 
 

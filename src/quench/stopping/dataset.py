@@ -64,7 +64,9 @@ class GuardDataset:
 
         for name in (FEATURES, SEQUENCES, META):
             if not (directory / name).is_file():
-                raise QuenchError(f"{directory}: not a guard dataset (no {name}; build one with `quench guard build-data`)")
+                raise QuenchError(
+                    f"{directory}: not a guard dataset (no {name}; build one with `quench guard build-data`)"
+                )
         try:
             tensors = load_file(str(directory / FEATURES))
             records = [json.loads(line) for line in (directory / SEQUENCES).read_text().splitlines() if line.strip()]

@@ -4,8 +4,9 @@ Rule (version "sanitized-end-v1"): the required code is the code quench's saniti
 chat answer that is the top-level imports, definitions and assignments of the code block that
 defines the entry point (else the first block); in a raw completion, the continuation up to the
 first top-level statement, trimmed until prompt + completion parses. The required code ends at the
-end of the line of the last kept statement (trailing blank lines are excess). A token that starts before that point is "continue"
-(0); every later token — blank lines, test code, the closing fence, prose — is "stop" (1).
+end of the line of the last kept statement (trailing blank lines are excess). A token that starts
+before that point is "continue" (0); every later token — blank lines, test code, the closing
+fence, prose — is "stop" (1).
 
 Answers whose end cannot be told are left out (`None`): no code block or no entry point, or an
 answer cut by the token limit whose code block never closed (the code may not be finished).
