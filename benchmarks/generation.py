@@ -6,9 +6,11 @@
 HumanEval prompts, chat template, the default model in bfloat16, one thread by default. Per
 configuration: aggregate tokens per CPU-second of this process (steady on a shared machine, where
 wall time depends on the neighbours; with one thread it is what an idle core would do) and per
-wall-second, ms per token per sequence (batch size / throughput: what one sequence waits per
-token while the batch is full), peak resident memory above the baseline, and for speculative decoding
-the acceptance rate and mean tokens gained per row per step. Greedy outputs are compared with
+wall-second; tokens per CPU-second with the prompt prefills taken out ("decode only": quench times
+its prefills, Hugging Face's are re-run and timed on their own); ms per token per sequence (batch
+size / throughput: what one sequence waits per token while the batch is full); peak resident
+memory above the baseline; for speculative decoding the acceptance rate and mean tokens gained per
+row per step. Greedy outputs are compared with
 Hugging Face's, and every divergence is checked for being a near-tie (top-2 logit gap of the
 reference at the first differing token). On a shared machine only the ratios within one run count.
 """
@@ -43,6 +45,7 @@ class Measurement:
     cpu_seconds: float  # this process's CPU time: steadier than wall time on a shared machine
     tokens_per_s: float  # per CPU second (threads=1: what one idle core would do)
     wall_tokens_per_s: float
+    decode_tokens_per_s: float  # per CPU second, prompt prefill excluded (HF's prefill: timed separately)
     ms_per_token_per_seq: float
     peak_mb: float
     acceptance_rate: float | None = None
@@ -83,6 +86,17 @@ def build_requests(loaded, count: int, n: int) -> list[GenerationRequest]:
     return [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt), n=n) for p in problems]
 
 
+def hf_prefill_cpu_seconds(backend: HFBackend, requests, batch_size: int) -> float:
+    """CPU time of the prefill forwards `generate` runs for these batches (last-token logits only)."""
+    items = [(r, i) for r in requests for i in range(r.n)]
+    cpu = time.process_time()
+    for first in range(0, len(items), batch_size):
+        ids, mask = backend.left_padded(items[first : first + batch_size])
+        with torch.inference_mode():
+            backend.model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+    return time.process_time() - cpu
+
+
 def measure(name, backend, requests, sampling, batch_size, mode):
     with PeakMemory() as memory:
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -92,9 +106,11 @@ def measure(name, backend, requests, sampling, batch_size, mode):
     rate = tokens / cpu_seconds
     stats = getattr(backend, "last_stats", None)
     speculative = stats is not None and stats.drafted > 0
+    prefill = stats.prefill_cpu_s if stats is not None else hf_prefill_cpu_seconds(backend, requests, batch_size)
     m = Measurement(
         name, mode, batch_size, len(results), tokens, round(seconds, 2), round(cpu_seconds, 2), round(rate, 1),
-        round(tokens / seconds, 1), round(1000 * batch_size / rate, 1), round(memory.mb, 1),
+        round(tokens / seconds, 1), round(tokens / max(cpu_seconds - prefill, 1e-9), 1),
+        round(1000 * batch_size / rate, 1), round(memory.mb, 1),
         round(stats.acceptance_rate, 3) if speculative else None,
         round(stats.tokens_per_row_step, 2) if speculative else None,
     )
@@ -162,6 +178,7 @@ def format_row(m: Measurement) -> str:
     match = f" match-hf {m.greedy_match}" if m.greedy_match else ""
     return (
         f"B={m.batch_size:<2} {m.mode:8} {m.backend:13} {m.tokens_per_s:7.1f} tok/cpu-s {m.wall_tokens_per_s:7.1f} tok/s wall"
+        f" {m.decode_tokens_per_s:7.1f} decode tok/cpu-s"
         f" {m.ms_per_token_per_seq:7.1f} ms/tok/seq"
         f" peak +{m.peak_mb:.0f} MB ({m.tokens} tokens, {m.seconds}s){spec}{match}"
     )
@@ -169,15 +186,19 @@ def format_row(m: Measurement) -> str:
 
 def markdown(rows: list[Measurement]) -> str:
     lines = [
-        "| batch | mode | backend | tokens/CPU-s | vs hf | tokens/s (wall) | ms/token/seq | peak MB | accept | tokens/row-step |",
-        "|" + "---|" * 10,
+        "| batch | mode | backend | tokens/CPU-s | vs hf | decode only | vs hf | tokens/s (wall) | ms/token/seq | peak MB"
+        " | accept | tokens/row-step |",
+        "|" + "---|" * 12,
     ]
-    hf = {(m.batch_size, m.mode): m.tokens_per_s for m in rows if m.backend == "hf"}
+    hf = {(m.batch_size, m.mode): m for m in rows if m.backend == "hf"}
     for m in rows:
-        ratio = m.tokens_per_s / hf[m.batch_size, m.mode] if (m.batch_size, m.mode) in hf else float("nan")
+        ref = hf.get((m.batch_size, m.mode))
+        ratio = m.tokens_per_s / ref.tokens_per_s if ref else float("nan")
+        decode_ratio = m.decode_tokens_per_s / ref.decode_tokens_per_s if ref else float("nan")
         accept = f"{m.acceptance_rate:.0%}" if m.acceptance_rate is not None else ""
         lines.append(
-            f"| {m.batch_size} | {m.mode} | {m.backend} | {m.tokens_per_s} | {ratio:.2f}x | {m.wall_tokens_per_s}"
+            f"| {m.batch_size} | {m.mode} | {m.backend} | {m.tokens_per_s} | {ratio:.2f}x | {m.decode_tokens_per_s}"
+            f" | {decode_ratio:.2f}x | {m.wall_tokens_per_s}"
             f" | {m.ms_per_token_per_seq} | {m.peak_mb:.0f} | {accept} | {m.tokens_per_row_step or ''} |"
         )
     return "\n".join(lines)

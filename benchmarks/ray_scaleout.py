@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -54,12 +55,18 @@ MB = 1024**2
 LIMITS = SandboxLimits(timeout_s=5.0)
 
 
+NODE = {"object_store_memory": 100 * MB, "node_ip_address": "127.0.0.1"}
+
+
+def shares(cpus: int, nodes: int) -> list[int]:
+    return [cpus // nodes + (1 if i < cpus % nodes else 0) for i in range(nodes)]
+
+
 def start_cluster(nodes: int, cpus: int, temp: str) -> Cluster:
-    node = {"object_store_memory": 100 * MB, "node_ip_address": "127.0.0.1"}
-    split = [cpus // nodes + (1 if i < cpus % nodes else 0) for i in range(nodes)]
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "num_cpus": split[0], "temp_dir": temp, "include_dashboard": False})
+    split = shares(cpus, nodes)
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "num_cpus": split[0], "temp_dir": temp, "include_dashboard": False})
     for share in split[1:]:
-        cluster.add_node(**node, num_cpus=share)
+        cluster.add_node(**NODE, num_cpus=share)
     ray.init(address=cluster.address, log_to_driver=False, logging_level="warning")
     return cluster
 
@@ -158,8 +165,18 @@ def end_to_end(args: argparse.Namespace, model: str, out: Path, ray_run: bool, o
             "requeued": stats.get("chunks_requeued", 0), "lost": stats.get("actors_lost", 0)}
 
 
-def worker_node(cluster: Cluster):
-    return next(node for node in cluster.list_all_nodes() if node is not cluster.head_node)
+def lose_worker_node(cluster: Cluster) -> None:
+    """As if the second machine died: its raylet and every worker under it are killed."""
+    from sandbox_helpers import process_tree
+
+    node = next(node for node in cluster.list_all_nodes() if node is not cluster.head_node)
+    doomed = [pid for info in node.all_processes.get("raylet", []) for pid in process_tree(info.process.pid)]
+    cluster.remove_node(node, allow_graceful=False)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def main() -> None:
@@ -205,8 +222,11 @@ def main() -> None:
             rates |= sandbox_throughput(args, kind, programs)
             runs[kind] = [end_to_end(args, model, work / f"{kind}-{i}", True) for i in range(args.repeats)]
             if kind == "ray2":
-                lost = lambda: cluster.remove_node(worker_node(cluster), allow_graceful=False)  # noqa: E731
-                runs["ray2 lost node"] = [end_to_end(args, model, work / "lost", True, on_first=lost)]
+                runs["ray2 lost node"] = []
+                for i in range(args.repeats):
+                    lose = lambda: lose_worker_node(cluster)  # noqa: E731
+                    runs["ray2 lost node"].append(end_to_end(args, model, work / f"lost-{i}", True, on_first=lose))
+                    cluster.add_node(**NODE, num_cpus=shares(args.cpus, 2)[1])
         finally:
             stop_cluster(cluster)
 

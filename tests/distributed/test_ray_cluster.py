@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -89,6 +90,24 @@ def worker_node(cluster):
     return next(node for node in cluster.list_all_nodes() if node is not cluster.head_node)
 
 
+def remove_busy_node(cluster, fleet) -> bool:
+    """Remove the worker node if its actor holds unfinished chunks now; whether it did."""
+    node = worker_node(cluster)
+    if not any(m.load > 0 and m.info.get("node") == node.node_id for m in fleet.ready):
+        return False
+    note_processes(cluster)
+    # A lost machine takes its workers with it; remove_node alone kills the raylet, and a worker
+    # would go on with the chunks already pushed to it until it noticed.
+    doomed = [pid for info in node.all_processes.get("raylet", []) for pid in process_tree(info.process.pid)]
+    cluster.remove_node(node, allow_graceful=False)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return True
+
+
 def requests_for(model_dir: Path, count: int, n: int) -> list[GenerationRequest]:
     tokenizer = load_model(str(model_dir), "float32", "cpu", "completion").tokenizer
     return [GenerationRequest(f"T/{i}", tuple(tokenizer(f"def f{i}(x):\n    return")["input_ids"]), n) for i in range(count)]
@@ -99,11 +118,11 @@ def local_samples(model_dir: Path, requests, sampling) -> dict:
     return {(r.key, r.sample_index): r.token_ids for r in backend.generate(requests, sampling)}
 
 
-def ray_backend(model_dir: Path):
+def ray_backend(model_dir: Path, chunk_size: int = 4):
     from quench.distributed.generation import RayBackend
 
     spec = ModelSpec(str(model_dir), "float32", "cpu", "completion", "quench", 4)
-    backend = RayBackend(spec, RayOptions(num_actors=2, chunk_size=4, start_timeout_s=180))
+    backend = RayBackend(spec, RayOptions(num_actors=2, chunk_size=chunk_size, start_timeout_s=180))
     backend.start(wait_for=2)
     return backend
 
@@ -134,17 +153,17 @@ def test_pool_over_two_nodes_gives_the_local_verdicts(cluster) -> None:
 
 def test_generation_survives_a_lost_node(cluster, model_dir: Path) -> None:
     requests = requests_for(model_dir, 12, 2)
-    sampling = SamplingParams(temperature=0.9, max_new_tokens=48, seed=11)
+    sampling = SamplingParams(temperature=0.9, max_new_tokens=64, seed=11)
     expected = local_samples(model_dir, requests, sampling)
-    backend = ray_backend(model_dir)
+    backend = ray_backend(model_dir, chunk_size=2)
     try:
         got: dict = {}
+        removed = False
         for result in backend.generate(requests, sampling):
             assert (result.key, result.sample_index) not in got
             got[(result.key, result.sample_index)] = result.token_ids
-            if len(got) == 1:
-                note_processes(cluster)
-                cluster.remove_node(worker_node(cluster), allow_graceful=False)
+            removed = removed or remove_busy_node(cluster, backend.fleet)
+        assert removed, "the worker node never had work in flight when a result came back"
         assert got == expected
         assert backend.stats.actors_lost == 1 and backend.stats.chunks_requeued >= 1
     finally:
@@ -160,13 +179,13 @@ def test_pool_survives_a_lost_node(cluster) -> None:
     with RayPool(2, LIMITS, options=RayOptions(chunk_size=2, start_timeout_s=120)) as pool:
         pool.fleet.wait_ready(2)
         got: dict = {}
+        removed = False
         started = time.monotonic()
         for key, result in pool.imap(enumerate(programs)):
             assert key not in got
             got[key] = result.passed
-            if len(got) == 1:
-                note_processes(cluster)
-                cluster.remove_node(worker_node(cluster), allow_graceful=False)
+            removed = removed or remove_busy_node(cluster, pool.fleet)
+        assert removed, "the worker node never had work in flight when a result came back"
         assert [got[i] for i in range(16)] == expected
         assert pool.stats.actors_lost == 1 and pool.stats.chunks_requeued >= 1
         assert time.monotonic() - started < 60

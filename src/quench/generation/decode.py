@@ -32,6 +32,7 @@ class LoopStats:
     drafted: int = 0
     accepted: int = 0
     prefill_tokens: int = 0
+    prefill_cpu_s: float = 0.0  # process CPU time spent in prompt prefills (benchmarks split it out)
 
     @property
     def acceptance_rate(self) -> float:
@@ -100,7 +101,9 @@ class DecodeLoop:
 
     def _start_rows(self, items: Sequence[tuple[int, WorkItem]]) -> Iterator[GenerationResult]:
         fresh = {item.request_index: item.request for _, item in items if item.request_index not in self.prefixes}
+        cpu = time.process_time()
         self.prefixes.ensure([item for _, item in items])
+        self.stats.prefill_cpu_s += time.process_time() - cpu
         self.stats.prefill_tokens += sum(len(request.prompt_ids) for request in fresh.values())
         logits = []
         for slot, item in items:

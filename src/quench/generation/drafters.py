@@ -160,8 +160,9 @@ class ModelDrafter:
 
     def _catch_up(self, rows: Sequence[Row | None]) -> torch.Tensor:
         """Feed each row's committed tokens that this cache lacks (at least the last one)."""
-        missing = [row.tokens[self._valid(b, row) :] if row is not None else [0] for b, row in enumerate(rows)]
-        start = torch.tensor([self._valid(b, row) if row is not None else 0 for b, row in enumerate(rows)])
+        valid = [self._valid(b, row) if row is not None else 0 for b, row in enumerate(rows)]
+        missing = [row.tokens[v:] if row is not None else [0] for v, row in zip(valid, rows)]
+        start = torch.tensor(valid)  # (B,)
         width = max(len(m) for m in missing)
         tokens = torch.zeros(len(rows), width, dtype=torch.long)  # (B, S), right-padded
         for b, m in enumerate(missing):

@@ -86,10 +86,14 @@ class PrefixStore:
         return request_index in self._prefixes
 
     def ensure(self, items: Sequence[WorkItem]) -> None:
-        """Prefill, in one batch, the prompts of `items` not stored yet."""
+        """Prefill the prompts of `items` not stored yet, one at a time.
+
+        One at a time because a padded batch wastes ~10% on HumanEval prompts for no gain: a long
+        prefill is compute bound, so batching it saves nothing but per-call overhead.
+        """
         todo = {item.request_index: item.request.prompt_ids for item in items if item.request_index not in self}
-        if todo:
-            self._prefixes.update(zip(todo, prefill(self.runner, list(todo.values()), self.bucket)))
+        for request_index, prompt in todo.items():
+            [self._prefixes[request_index]] = prefill(self.runner, [prompt], self.bucket)
 
     def get(self, request_index: int) -> tuple[Prefix, torch.Tensor]:
         """(keys/values of the prompt, float32 logits (V,) of the token after it)."""

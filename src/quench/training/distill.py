@@ -25,7 +25,7 @@ from quench.models.draft import build_draft, save_draft
 from quench.training.distill_data import (
     Example, fit_length, generate_answers, stdlib_examples, training_prompts,
 )
-from quench.training.distill_teacher import teacher_targets
+from quench.training.distill_teacher import TeacherTargets, own_tokens, teacher_targets
 from quench.training.distill_train import (
     DistillConfig, Evaluation, HeadView, NoProgress, Progress, evaluate, frequent_tokens, is_heldout, train_draft,
 )
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 DRAFT_FILE = "draft.safetensors"
 ANSWERS_FILE = "answers.jsonl"
+STDLIB_PREFIX = "stdlib/"
 
 __all__ = ["DistillConfig", "DistillResult", "Evaluation", "Progress", "distill", "distillation_examples"]
 
@@ -60,6 +61,25 @@ def distillation_examples(target: LoadedModel, config: DistillConfig, out: Path,
     return [fit_length(e, config.max_tokens, config.max_tokens // 2) for e in answers + stdlib]
 
 
+def targets_for(
+    target: LoadedModel, examples: list[Example], config: DistillConfig, out: Path, progress: Progress
+) -> list[TeacherTargets]:
+    """The target's top-k on its own answers (and on stdlib code when asked); real next tokens otherwise.
+
+    The teacher pass is the costliest phase after generation (~1.2 s per 256-token example here);
+    real code's own tokens are free labels, which is what lets the recipe fit its time budget.
+    """
+    soft = [i for i, e in enumerate(examples) if config.stdlib_labels == "teacher" or not e.key.startswith(STDLIB_PREFIX)]
+    progress.begin("teacher", len(soft))
+    labelled = teacher_targets(target.model, [examples[i] for i in soft], out / "teacher", config.top_k,
+                               progress=progress.advance)
+    progress.end()
+    targets = [own_tokens(e, config.top_k) for e in examples]
+    for i, teacher in zip(soft, labelled):
+        targets[i] = teacher
+    return targets
+
+
 def distill(
     target: LoadedModel, out: Path, config: DistillConfig = DistillConfig(), progress: Progress | None = None
 ) -> DistillResult:
@@ -68,9 +88,7 @@ def distill(
     out.mkdir(parents=True, exist_ok=True)
     (out / "distill.json").write_text(json.dumps({"target": target.name, **asdict(config)}, indent=2) + "\n")
     examples = distillation_examples(target, config, out, progress)
-    progress.begin("teacher", len(examples))
-    teachers = teacher_targets(target.model, examples, out / "teacher", config.top_k, progress=progress.advance)
-    progress.end()
+    teachers = targets_for(target, examples, config, out, progress)
     train = [i for i, e in enumerate(examples) if not is_heldout(e.key, config.heldout_every)]
     heldout = [i for i, e in enumerate(examples) if is_heldout(e.key, config.heldout_every)]
     head_ids = None

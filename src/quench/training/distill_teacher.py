@@ -64,6 +64,14 @@ def teacher_batch(target: nn.Module, examples: Sequence[Example], top_k: int) ->
     return [TeacherTargets(v.clone(), i.clone()) for v, i in zip(values, indices)]
 
 
+def own_tokens(example: Example, top_k: int) -> TeacherTargets:
+    """The example's own next tokens as a one-hot "teacher" (the KL then is cross-entropy on real code)."""
+    answer = torch.tensor(example.ids[example.answer_start :], dtype=torch.int32)  # (A,)
+    logprobs = torch.full((len(answer), top_k), float("-inf"), dtype=torch.float16)
+    logprobs[:, 0] = 0.0  # probability 1 on the real token, 0 on the filler columns
+    return TeacherTargets(logprobs, answer[:, None].expand(-1, top_k).contiguous())
+
+
 def teacher_targets(
     target: nn.Module,
     examples: Sequence[Example],

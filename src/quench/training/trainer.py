@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,13 @@ from quench.errors import QuenchError
 from quench.training import distributed
 from quench.training.batching import collate
 from quench.training.checkpoint import (
-    CONFIG_FILE, LOG_FILE, STATE_DIR, VARIANTS_FILE, Position, export_model, load_state, rng_state, save_state,
-    saved_position,
+    CONFIG_FILE, LOG_FILE, QUENCH_JSON, STATE_DIR, VARIANTS_FILE, Position, export_model, load_state, rng_state,
+    save_state, saved_position,
 )
 from quench.training.config import AUGMENTING, TrainConfig, check_config
-from quench.training.data import Encoder, Example, build_examples, epoch_items, load_or_make_variants, shard, steps_per_epoch
+from quench.training.data import (
+    Encoder, Example, build_examples, epoch_items, load_or_make_variants, shard, steps_per_epoch,
+)
 from quench.training.encoding import require_fast
 from quench.training.model_setup import prepare_model
 from quench.training.objective import LogitsModule, compute_loss
@@ -133,9 +136,10 @@ def train(
     distributed.barrier(procs)  # every process has checked before the main one writes
     if procs.main:
         out.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            for stale in (VARIANTS_FILE, LOG_FILE):
+        if not resume:  # --overwrite: nothing of the old run may be resumed or mixed in
+            for stale in (VARIANTS_FILE, LOG_FILE, QUENCH_JSON):
                 (out / stale).unlink(missing_ok=True)
+            shutil.rmtree(out / STATE_DIR, ignore_errors=True)
         (out / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2) + "\n")
     torch.manual_seed(config.seed)  # identical LoRA initialisation in every process
     model = prepare_model(loaded.model, config.lora).to(procs.device)
