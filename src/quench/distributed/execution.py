@@ -29,10 +29,11 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 DEFAULT_CHUNK = 8  # programs per Ray call (see docs/ray.md for the measurement)
-# Logical CPUs an execution actor reserves. quench never runs sandboxes while it generates (nor the
-# reverse), so execution actors must fit next to idle generation actors that hold every CPU; they
-# are placed by the nodes' CPU counts instead (`cpu_slots`), one sandbox worker per CPU.
-TOKEN_CPUS = 0.01
+# Logical CPUs an execution actor reserves: none. quench never runs sandboxes while it generates
+# (nor the reverse), and `quench robustness` holds both fleets at once, so execution actors must
+# fit next to idle generation actors that hold every CPU. They are placed by the nodes' CPU counts
+# instead (`cpu_slots`), one sandbox worker per CPU.
+RESERVED_CPUS = 0
 Numbered = tuple[int, str]  # (driver-side item number, program)
 
 
@@ -90,7 +91,7 @@ class RayPool:
         node = next(self._places)
         # soft: a replacement for an actor of a lost node goes wherever there is room.
         place = NodeAffinitySchedulingStrategy(node, soft=True) if node else "SPREAD"
-        return ExecutionWorker.options(num_cpus=TOKEN_CPUS, scheduling_strategy=place).remote(
+        return ExecutionWorker.options(num_cpus=RESERVED_CPUS, scheduling_strategy=place).remote(
             self._per_actor, self.limits, self.isolation
         )
 
