@@ -18,6 +18,7 @@ import pytest
 from helpers import char_tokenizer, tiny_llama
 from sandbox_helpers import process_tree, processes_with
 from quench.distributed import ModelSpec, RayOptions
+from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
 from quench.generation.backends import make_backend
 from quench.generation.types import GenerationRequest, SamplingParams
@@ -127,7 +128,9 @@ def ray_backend(model_dir: Path, chunk_size: int = 4):
     return backend
 
 
-def test_generation_over_two_nodes_equals_the_local_engine(cluster, model_dir: Path) -> None:
+def test_generation_over_two_nodes_equals_the_local_engine(cluster, model_dir: Path, tmp_path: Path) -> None:
+    from quench.distributed.generation import RayBackend
+
     requests = requests_for(model_dir, 6, 2)
     with ray_backend(model_dir) as backend:
         for sampling in (SamplingParams(max_new_tokens=16), SamplingParams(temperature=0.9, max_new_tokens=16, seed=5)):
@@ -136,6 +139,15 @@ def test_generation_over_two_nodes_equals_the_local_engine(cluster, model_dir: P
             assert {(k, i): t for k, i, t in remote} == local_samples(model_dir, requests, sampling)
         assert len(backend.stats.chunks_by_node) == 2  # both nodes did work
         assert backend.stats.chunks_requeued == 0
+    # An error in the actors' own start-up is not retried on other nodes: it ends the run with its reason.
+    backend = RayBackend(ModelSpec(str(tmp_path / "missing")), RayOptions(num_actors=2, start_timeout_s=120))
+    started = time.monotonic()
+    try:
+        with pytest.raises(QuenchError, match="missing"):
+            backend.start(wait_for=1)
+        assert backend.stats.actors_started == 2 and time.monotonic() - started < 90
+    finally:
+        backend.close()
 
 
 def test_pool_over_two_nodes_gives_the_local_verdicts(cluster) -> None:

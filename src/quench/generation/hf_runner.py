@@ -77,4 +77,4 @@ class HFRunner:
         logits = output.logits  # (B, S, V)
         if logits_at is not None:
             logits = logits[torch.arange(batch), logits_at]  # (B, V)
-        return logits.float()
+        return logits if logits.dtype == torch.float64 else logits.float()

@@ -77,6 +77,7 @@ class LlamaRunner:
         config = model.config
         inner = model.model
         self.dtype = inner.embed_tokens.weight.dtype
+        self.logits_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
         self.device = inner.embed_tokens.weight.device
         self.num_layers = config.num_hidden_layers
         self.heads = config.num_attention_heads
@@ -173,8 +174,8 @@ class LlamaRunner:
             x = self._mlp(x + layer.o(attn), layer)
         if logits_at is not None:  # rows without tokens get some other row's logits; callers ignore them
             at = (offsets[:-1] + logits_at).clamp(max=max(x.shape[0] - 1, 0))
-            return self.lm_head(self._rms_norm(x[at], self.final_norm)).float()  # (B, V)
-        logits = self.lm_head(self._rms_norm(x, self.final_norm)).float()  # (N, V)
+            return self.lm_head(self._rms_norm(x[at], self.final_norm)).to(self.logits_dtype)  # (B, V)
+        logits = self.lm_head(self._rms_norm(x, self.final_norm)).to(self.logits_dtype)  # (N, V)
         out = logits.new_zeros(batch, num_new, logits.shape[-1])
         out[real] = logits
         return out  # (B, S, V)
@@ -217,7 +218,7 @@ class LlamaRunner:
             x = self._mlp(x + layer.o(attn.reshape(batch, num_new, self.heads * self.head_dim)), layer)
         if logits_at is not None:
             x = x[torch.arange(batch, device=x.device), logits_at]  # (B, Dm)
-        return self.lm_head(self._rms_norm(x, self.final_norm)).float()
+        return self.lm_head(self._rms_norm(x, self.final_norm)).to(self.logits_dtype)
 
     def _mlp(self, x: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
         gate_up = layer.gate_up(self._rms_norm(x, layer.post_norm))  # (B, S, 2 I)
