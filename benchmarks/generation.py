@@ -1,6 +1,6 @@
 """Side-by-side generation throughput: Hugging Face `generate` vs quench regular vs quench n-gram speculative.
 
-    python benchmarks/generation.py --quick            # a short run (~3 minutes here)
+    python benchmarks/generation.py --quick            # a short run (a few minutes)
     python benchmarks/generation.py --json out.json    # batch 1, 4, 8, 16; greedy and sampling
 
 HumanEval prompts, chat template, the default model in bfloat16, one thread by default. Per

@@ -136,9 +136,9 @@ def end_to_end(args: argparse.Namespace, model: str, out: Path, ray_run: bool, o
     started = time.perf_counter()
     loaded = load_model(model, args.dtype, "cpu", args.prompt_format)  # the driver tokenizes, as the CLI does
     spec = ModelSpec(model, args.dtype, "cpu", loaded.prompt_format, args.backend, args.batch_size)
-    backend = RayBackend(spec, RayOptions()) if ray_run else make_backend(args.backend, loaded, args.batch_size)
+    backend = RayBackend(spec, RayOptions(start_timeout_s=120)) if ray_run else make_backend(args.backend, loaded, args.batch_size)
     if ray_run:
-        backend.start(wait_for=backend.fleet.size)
+        backend.start(wait_for=args.cpus)  # one actor per CPU; a just-lost node may still be counted
     ready = time.perf_counter()
     config = GenerateConfig(args.samples, SamplingParams(max_new_tokens=args.max_new_tokens), (), loaded.prompt_format)
     fired = False
@@ -163,6 +163,13 @@ def end_to_end(args: argparse.Namespace, model: str, out: Path, ray_run: bool, o
     return {"wall": done - started, "start": ready - started, "generate": generated - ready, "execute": done - generated,
             "samples": len(samples), "pass@1": summary.pass_at_k.get(1), "texts": texts,
             "requeued": stats.get("chunks_requeued", 0), "lost": stats.get("actors_lost", 0)}
+
+
+def settle(nodes: int, patience_s: float = 90.0) -> None:
+    """Wait until Ray has declared the lost node dead (10-30 s), so the next run starts clean."""
+    give_up = time.monotonic() + patience_s
+    while sum(bool(n.get("Alive")) for n in ray.nodes()) > nodes and time.monotonic() < give_up:
+        time.sleep(1.0)
 
 
 def lose_worker_node(cluster: Cluster) -> None:
@@ -227,6 +234,7 @@ def main() -> None:
                     lose = lambda: lose_worker_node(cluster)  # noqa: E731
                     runs["ray2 lost node"].append(end_to_end(args, model, work / f"lost-{i}", True, on_first=lose))
                     cluster.add_node(**NODE, num_cpus=shares(args.cpus, 2)[1])
+                    settle(nodes=2)
         finally:
             stop_cluster(cluster)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -227,3 +226,18 @@ def test_a_bfloat16_target_trains_under_autocast(tmp_path):
     train_draft(draft, head, train, teachers, config(epochs=1), tmp_path)
     assert all(p.dtype == torch.float32 for p in draft.parameters() if p.requires_grad)
     assert evaluate(draft, head, train, teachers).kl >= 0
+
+
+def test_the_cli_turns_bad_settings_into_clear_errors():
+    import argparse
+
+    from quench.cli import draft as cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["draft", "train", "--layers", "0,-1", "--head-tokens", "4096"])
+    assert cli.config_from_args(args).source_layers == (0, -1) and cli.config_from_args(args).head_tokens == 4096
+    with pytest.raises(QuenchError, match="--layers"):
+        cli.config_from_args(parser.parse_args(["draft", "train", "--layers", "first"]))
+    with pytest.raises(QuenchError, match="epochs"):
+        cli.config_from_args(parser.parse_args(["draft", "train", "--epochs", "0"]))

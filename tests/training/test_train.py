@@ -72,3 +72,12 @@ def test_checkpoint_loads_as_a_model(problems, tmp_path):
     loaded = load_model(str(tmp_path / "out"), dtype="float32", prompt_format=meta["prompt_format"])
     assert loaded.tokenizer("abc")["input_ids"] == tiny_loaded().tokenizer("abc")["input_ids"]
     assert not any("lora" in name for name, _ in loaded.model.named_parameters())
+
+
+def test_overwrite_starts_from_scratch(problems, tmp_path):
+    config = tiny_config("", epochs=2)
+    train(config, tiny_loaded(), problems, tmp_path / "out", stop_after=3)
+    result = train(config, tiny_loaded(), problems, tmp_path / "out", overwrite=True, stop_after=1)
+    assert result.steps == 1  # not 4: the old state was not resumed
+    log = [json.loads(line)["step"] for line in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
+    assert log == [1]

@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="draft only among the N most frequent answer tokens (0 = whole vocabulary)")
     train.add_argument("--prompts", type=int, default=defaults.prompts, help="MBPP train+validation prompts to answer")
     train.add_argument("--stdlib", type=int, default=defaults.stdlib_functions, help="standard-library functions to add")
+    train.add_argument("--stdlib-labels", default=defaults.stdlib_labels, choices=["real", "teacher"],
+                       help="label stdlib code with its own next tokens (free) or the target's top-k (a teacher pass)")
     train.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     train.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens per training sequence")
     train.add_argument("--epochs", type=int, default=defaults.epochs)
@@ -53,7 +55,7 @@ def config_from_args(args: argparse.Namespace) -> DistillConfig:
     try:
         return DistillConfig(
             source_layers=parse_layers(args.layers), head_tokens=args.head_tokens, prompts=args.prompts,
-            stdlib_functions=args.stdlib, max_new_tokens=args.max_new_tokens, max_tokens=args.max_tokens,
+            stdlib_functions=args.stdlib, stdlib_labels=args.stdlib_labels, max_new_tokens=args.max_new_tokens, max_tokens=args.max_tokens,
             top_k=args.top_k, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, seed=args.seed,
         )
     except ValueError as err:

@@ -31,7 +31,7 @@ def fleet_size(requested: int | None, cpus_per_actor: float, gpus_per_actor: flo
     """`requested`, else as many actors as the cluster has CPUs (or GPUs) for, at least one."""
     if requested is not None:
         return requested
-    resources = ray.cluster_resources()
+    resources = alive_resources()
     if gpus_per_actor > 0:
         count = math.floor(resources.get("GPU", 0.0) / gpus_per_actor + 1e-9)
         if count < 1:
@@ -39,6 +39,16 @@ def fleet_size(requested: int | None, cpus_per_actor: float, gpus_per_actor: flo
     else:
         count = math.floor(resources.get("CPU", 0.0) / cpus_per_actor + 1e-9)
     return max(1, count)
+
+
+def alive_resources() -> dict[str, float]:
+    """Total resources of the nodes alive now (`ray.cluster_resources` lags behind a lost node)."""
+    totals: dict[str, float] = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            for name, amount in node.get("Resources", {}).items():
+                totals[name] = totals.get(name, 0.0) + amount
+    return totals
 
 
 def node_id() -> str:

@@ -18,8 +18,6 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
 from quench.models import LoadedModel
 from quench.models.draft import build_draft, save_draft
 from quench.training.distill_data import (
