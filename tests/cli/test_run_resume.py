@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ARGS = ["run", "--tasks", "0-5", "--max-new-tokens", "48", "--batch-size", "2", "--timeout", "5"]
+ARGS = ["run", "--tasks", "0-3", "--max-new-tokens", "32", "--batch-size", "2", "--timeout", "5"]
 
 
 def quench(out: Path) -> subprocess.Popen:
@@ -27,6 +27,7 @@ def keys(path: Path) -> list[tuple[str, int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # three real-model runs; slow on a loaded machine
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     whole = quench(tmp_path / "whole")
     assert whole.wait(timeout=600) == 0, whole.stdout.read().decode()[-2000:]
@@ -37,14 +38,14 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
         time.sleep(0.2)
     os.killpg(killed.pid, signal.SIGKILL)  # in the middle of generation
     killed.wait()
-    assert 2 <= lines(tmp_path / "killed" / "samples.jsonl") < 6
+    assert 2 <= lines(tmp_path / "killed" / "samples.jsonl") < 4
 
     resumed = quench(tmp_path / "killed")
     assert resumed.wait(timeout=600) == 0, resumed.stdout.read().decode()[-2000:]
 
     for name in ("samples.jsonl", "results.jsonl"):
         got = keys(tmp_path / "killed" / name)
-        assert len(got) == len(set(got)) == 6  # nothing lost, nothing twice
+        assert len(got) == len(set(got)) == 4  # nothing lost, nothing twice
     summary = lambda d: json.loads((tmp_path / d / "summary.json").read_text())  # noqa: E731
     assert summary("killed") == summary("whole")
     by_key = lambda d: {(r["task_id"], r["sample_index"]): r["completion"]  # noqa: E731

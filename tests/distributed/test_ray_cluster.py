@@ -177,7 +177,7 @@ def test_generation_survives_a_lost_node(cluster, model_dir: Path) -> None:
             removed = removed or remove_busy_node(cluster, backend.fleet)
         assert removed, "the worker node never had work in flight when a result came back"
         assert got == expected
-        assert backend.stats.actors_lost == 1 and backend.stats.chunks_requeued >= 1
+        assert backend.stats.actors_lost >= 1 and backend.stats.chunks_requeued >= 1
     finally:
         backend.close()
         cluster.add_node(**NODE)  # for the next test
@@ -199,5 +199,5 @@ def test_pool_survives_a_lost_node(cluster) -> None:
             removed = removed or remove_busy_node(cluster, pool.fleet)
         assert removed, "the worker node never had work in flight when a result came back"
         assert [got[i] for i in range(16)] == expected
-        assert pool.stats.actors_lost == 1 and pool.stats.chunks_requeued >= 1
+        assert pool.stats.actors_lost >= 1 and pool.stats.chunks_requeued >= 1
         assert time.monotonic() - started < 60
