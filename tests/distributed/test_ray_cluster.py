@@ -164,8 +164,8 @@ def test_pool_over_two_nodes_gives_the_local_verdicts(cluster) -> None:
 
 
 def test_generation_survives_a_lost_node(cluster, model_dir: Path) -> None:
-    requests = requests_for(model_dir, 12, 2)
-    sampling = SamplingParams(temperature=0.9, max_new_tokens=64, seed=11)
+    requests = requests_for(model_dir, 16, 2)
+    sampling = SamplingParams(temperature=0.9, max_new_tokens=128, seed=11)
     expected = local_samples(model_dir, requests, sampling)
     backend = ray_backend(model_dir, chunk_size=2)
     try:

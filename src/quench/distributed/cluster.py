@@ -56,17 +56,11 @@ def node_id() -> str:
 
 
 def cpu_slots(cpus_per_slot: float) -> list[str]:
-    """Node ids, each repeated once per `cpus_per_slot` CPUs it has: where to put CPU-bound actors."""
+    """Alive node ids, each repeated once per `cpus_per_slot` CPUs it has: where CPU-bound actors go."""
     slots: list[str] = []
     for node in ray.nodes():
         if node.get("Alive"):
             count = math.floor(node.get("Resources", {}).get("CPU", 0.0) / cpus_per_slot + 1e-9)
             slots += [node["NodeID"]] * count
-    # Round-robin over nodes (a, b, a, b, ...) so the first actors already cover every node.
-    by_node: dict[str, int] = {}
-    ranked = []
-    for node_id in slots:
-        by_node[node_id] = by_node.get(node_id, 0) + 1
-        ranked.append((by_node[node_id], node_id))
-    return [node_id for _, node_id in sorted(ranked)]
+    return slots
 

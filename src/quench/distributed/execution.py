@@ -8,10 +8,10 @@ chunk ran twice because an actor or node was lost.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import os
+from collections import Counter
 from types import TracebackType
 from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
 
@@ -77,9 +77,8 @@ class RayPool:
         # Resolved here and required on every node, so `isolation` holds for every program.
         self.isolation: Isolation = choose_isolation(isolation)
         self._per_actor = max(1, int(options.cpus_per_actor))
-        slots = cpu_slots(self._per_actor)
-        self._places = itertools.cycle(slots or [None])
-        count = options.num_actors or (math.ceil(workers / self._per_actor) if workers else max(1, len(slots)))
+        self._placed: Counter[str] = Counter()  # actors this pool has put on each node
+        count = options.num_actors or (math.ceil(workers / self._per_actor) if workers else max(1, len(cpu_slots(self._per_actor))))
         self.fleet = Fleet(self._new_actor, count, options)
         self.workers = self.fleet.size * self._per_actor
 
@@ -87,10 +86,20 @@ class RayPool:
     def stats(self) -> DispatchStats:
         return self.fleet.stats
 
+    def _next_node(self) -> str | None:
+        """The alive node with the most CPU slots not yet holding one of our actors."""
+        slots = Counter(cpu_slots(self._per_actor))
+        if not slots:
+            return None
+        node = max(slots, key=lambda n: (slots[n] - self._placed[n], slots[n]))
+        self._placed[node] += 1
+        return node
+
     def _new_actor(self):  # -> ray ActorHandle
-        node = next(self._places)
-        # soft: a replacement for an actor of a lost node goes wherever there is room.
-        place = NodeAffinitySchedulingStrategy(node, soft=True) if node else "SPREAD"
+        node = self._next_node()
+        # Hard affinity (a soft one was seen to stack actors on one node); an actor sent to a node
+        # that is dying fails to start, and its replacement looks at the nodes alive then.
+        place = NodeAffinitySchedulingStrategy(node, soft=False) if node else "SPREAD"
         return ExecutionWorker.options(num_cpus=RESERVED_CPUS, scheduling_strategy=place).remote(
             self._per_actor, self.limits, self.isolation
         )
