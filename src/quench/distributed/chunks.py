@@ -9,29 +9,15 @@ after a lost node, is the same sample the local engine would draw.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Iterator, Sequence, TypeVar
+from typing import Iterator, Sequence
 
+from quench.generation.hf_backend import batched  # noqa: F401  (re-exported: one chunking helper for both)
 from quench.generation.types import GenerationRequest
 
-T = TypeVar("T")
 IndexedRequest = tuple[int, GenerationRequest]  # (position in the caller's request list, request)
 
 # Fills the positions of requests that are not in a chunk; n=0, so no backend ever samples it.
 PLACEHOLDER = GenerationRequest(key="", prompt_ids=(), n=0)
-
-
-def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    """Consecutive lists of `size` items (the last may be shorter)."""
-    if size < 1:
-        raise ValueError(f"size must be at least 1, got {size}")
-    batch: list[T] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def balanced_size(total: int, workers: int, preferred: int, per_worker: int = 2) -> int:

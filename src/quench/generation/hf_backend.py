@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, TypeVar
 
 import torch
 
@@ -13,6 +13,7 @@ from quench.generation.types import GenerationRequest, GenerationResult, Samplin
 log = logging.getLogger(__name__)
 
 SampleItem = tuple[GenerationRequest, int]  # (request, sample index)
+T = TypeVar("T")
 
 
 def expand_samples(requests: Iterable[GenerationRequest]) -> Iterator[SampleItem]:
@@ -21,8 +22,11 @@ def expand_samples(requests: Iterable[GenerationRequest]) -> Iterator[SampleItem
             yield request, index
 
 
-def batched(items: Iterator[SampleItem], size: int) -> Iterator[list[SampleItem]]:
-    batch: list[SampleItem] = []
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of `size` items (the last may be shorter)."""
+    if size < 1:
+        raise ValueError(f"size must be at least 1, got {size}")
+    batch: list[T] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:
