@@ -129,6 +129,19 @@ def test_a_sampled_row_is_the_same_alone_and_inside_a_batch(tokenizer, config):
     assert len({v.token_ids for v in alone.values()}) > len(reqs)  # the two samples of a prompt differ
 
 
+def test_a_resumed_request_draws_the_samples_the_whole_run_drew(tokenizer):
+    model = tiny_llama(dtype=torch.float64)
+    reqs = requests(tokenizer, n=3)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=5)
+    whole, _ = quench_outputs(model, tokenizer, reqs, sampling, batch_size=4)
+    # A resume asks only for what is missing: the last request's last two samples, at list index 0.
+    last = reqs[-1]
+    rest = GenerationRequest(last.key, last.prompt_ids, n=2, sample_offset=1)
+    resumed, _ = quench_outputs(model, tokenizer, [rest], sampling, batch_size=4)
+    assert set(resumed) == {(last.key, 1), (last.key, 2)}
+    assert {k: v.token_ids for k, v in resumed.items()} == {k: whole[k].token_ids for k in resumed}
+
+
 def test_stop_sequence_and_hook(tokenizer):
     model = tiny_llama(dtype=torch.float64)
     [request] = requests(tokenizer, ["abc"])

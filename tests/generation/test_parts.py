@@ -51,8 +51,9 @@ def test_top_k_and_top_p_filters():
 
 def test_row_generators_depend_only_on_seed_request_and_sample():
     draw = lambda *key: torch.rand(3, generator=row_generator(*key)).tolist()  # noqa: E731
-    assert draw(0, 1, 2) == draw(0, 1, 2)
-    assert len({tuple(draw(*k)) for k in [(0, 1, 2), (0, 2, 1), (1, 1, 2), (0, 1, 3)]}) == 4
+    assert draw(0, "HumanEval/1", 2) == draw(0, "HumanEval/1", 2)
+    keys = [(0, "HumanEval/1", 2), (0, "HumanEval/2", 1), (1, "HumanEval/1", 2), (0, "HumanEval/1", 3)]
+    assert len({tuple(draw(*k)) for k in keys}) == 4
 
 
 def test_bass_draft_length_grows_on_full_acceptance_and_shrinks_faster_on_repeated_misses():

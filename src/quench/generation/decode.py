@@ -109,7 +109,7 @@ class DecodeLoop:
         for slot, item in items:
             prefix, prefix_logits = self.prefixes.get(item.request_index)
             self.cache.install(slot, prefix)
-            generator = row_generator(self.sampling.seed, item.request_index, item.sample_index)
+            generator = row_generator(self.sampling.seed, item.request.key, item.sample_index)
             prompt = list(item.request.prompt_ids)
             self.slots[slot] = Row(item.request_index, item.request, item.sample_index, generator, prompt, len(prompt))
             logits.append(prefix_logits)

@@ -13,9 +13,13 @@ import torch
 from quench.generation.types import SamplingParams
 
 
-def row_generator(seed: int, request_index: int, sample_index: int) -> torch.Generator:
-    """A generator seeded from (seed, request index, sample index), independent of batch layout."""
-    digest = hashlib.blake2b(f"{seed}/{request_index}/{sample_index}".encode(), digest_size=8).digest()
+def row_generator(seed: int, key: str, sample_index: int) -> torch.Generator:
+    """A generator seeded from (seed, request key, sample index).
+
+    Independent of batch layout and of the request's position in the list, so a resumed run (which
+    asks only for the missing samples) and a run split over workers draw what one whole run draws.
+    """
+    digest = hashlib.blake2b(f"{seed}/{key}/{sample_index}".encode(), digest_size=8).digest()
     generator = torch.Generator()
     generator.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
     return generator
