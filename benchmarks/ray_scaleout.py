@@ -46,7 +46,7 @@ from quench.distributed.execution import RayPool  # noqa: E402
 from quench.distributed.generation import RayBackend  # noqa: E402
 from quench.execution import SandboxLimits, SandboxPool  # noqa: E402
 from quench.execution.evaluate import execute_samples, summarize  # noqa: E402
-from quench.generation.backends import make_backend  # noqa: E402
+from quench.generation.backends import BackendOptions, make_backend  # noqa: E402
 from quench.generation.samples import GenerateConfig, generate_samples  # noqa: E402
 from quench.generation.types import SamplingParams  # noqa: E402
 from quench.models import encode_prompt, load_model  # noqa: E402
@@ -135,8 +135,8 @@ def end_to_end(args: argparse.Namespace, model: str, out: Path, ray_run: bool, o
     problems = load_benchmark("humaneval", tasks=parse_tasks(args.tasks))
     started = time.perf_counter()
     loaded = load_model(model, args.dtype, "cpu", args.prompt_format)  # the driver tokenizes, as the CLI does
-    spec = ModelSpec(model, args.dtype, "cpu", loaded.prompt_format, args.backend, args.batch_size)
-    backend = RayBackend(spec, RayOptions(start_timeout_s=120)) if ray_run else make_backend(args.backend, loaded, args.batch_size)
+    spec = ModelSpec(model, args.dtype, "cpu", loaded.prompt_format, BackendOptions(args.backend, args.batch_size))
+    backend = RayBackend(spec, RayOptions(start_timeout_s=120)) if ray_run else make_backend(loaded, BackendOptions(args.backend, args.batch_size))
     if ray_run:
         backend.start(wait_for=args.cpus)  # one actor per CPU; a just-lost node may still be counted
     ready = time.perf_counter()

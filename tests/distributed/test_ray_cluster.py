@@ -20,7 +20,7 @@ from sandbox_helpers import process_tree, processes_with
 from quench.distributed import ModelSpec, RayOptions
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
-from quench.generation.backends import make_backend
+from quench.generation.backends import BackendOptions, make_backend
 from quench.generation.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 
@@ -115,14 +115,14 @@ def requests_for(model_dir: Path, count: int, n: int) -> list[GenerationRequest]
 
 
 def local_samples(model_dir: Path, requests, sampling) -> dict:
-    backend = make_backend("quench", load_model(str(model_dir), "float32", "cpu", "completion"), 4)
+    backend = make_backend(load_model(str(model_dir), "float32", "cpu", "completion"), BackendOptions("quench", 4))
     return {(r.key, r.sample_index): r.token_ids for r in backend.generate(requests, sampling)}
 
 
 def ray_backend(model_dir: Path, chunk_size: int = 4):
     from quench.distributed.generation import RayBackend
 
-    spec = ModelSpec(str(model_dir), "float32", "cpu", "completion", "quench", 4)
+    spec = ModelSpec(str(model_dir), "float32", "cpu", "completion", BackendOptions("quench", 4))
     backend = RayBackend(spec, RayOptions(num_actors=2, chunk_size=chunk_size, start_timeout_s=180))
     backend.start(wait_for=2)
     return backend

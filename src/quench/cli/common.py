@@ -11,7 +11,9 @@ from pathlib import Path
 
 from quench.benchmarks import Problem, load_benchmark, parse_tasks
 from quench.errors import QuenchError
+from quench.execution import SandboxLimits, SandboxPool
 from quench.generation import SamplingParams
+from quench.generation.backends import DRAFT_LENGTHS, SPECULATE, BackendOptions, make_backend
 from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
 
@@ -30,8 +32,18 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
-    parser.add_argument("--backend", default="hf", choices=["hf", "quench"])
+    parser.add_argument("--backend", default="hf", choices=["hf", "quench"],
+                        help="hf: Hugging Face generate; quench: quench's engine (docs/engine.md)")
     parser.add_argument("--batch-size", type=int, default=8)
+    engine = parser.add_argument_group("quench engine")
+    engine.add_argument("--speculate", default="none", choices=SPECULATE,
+                        help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft)")
+    engine.add_argument("--draft", default="auto", metavar="auto|PATH",
+                        help="draft model for --speculate draft (auto: the one shipped for the preset)")
+    engine.add_argument("--draft-tokens", type=int, default=7, help="fixed draft length, or where BASS's length starts")
+    engine.add_argument("--draft-length", default="bass", choices=DRAFT_LENGTHS, help="bass: dynamic per batch; fixed")
+    engine.add_argument("--guard", default=None, metavar="auto|PATH",
+                        help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -122,3 +134,36 @@ def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
         for name in ("samples.jsonl", "results.jsonl", "summary.json"):
             (out / name).unlink(missing_ok=True)
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def add_ray_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                        help="spread generation and execution over a Ray cluster (docs/ray.md)")
+    parser.add_argument("--ray-actors", type=int, default=None, help="generation actors (default: one per GPU, else per CPU)")
+    parser.add_argument("--ray-cpus-per-actor", type=float, default=1.0, help="CPUs (torch threads) per generation actor")
+
+
+def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
+    return BackendOptions(args.backend, args.batch_size, args.speculate, args.draft, args.draft_tokens,
+                          args.draft_length, args.guard).check()
+
+
+def backend_from_args(args: argparse.Namespace, loaded):
+    """The local backend, or generation actors on the Ray cluster of --ray."""
+    options = backend_options_from_args(args)
+    if not getattr(args, "ray", None):
+        return make_backend(loaded, options)
+    from quench.distributed import ModelSpec, RayOptions, make_ray_backend
+
+    spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options)
+    return make_ray_backend(args.ray, spec, RayOptions(num_actors=args.ray_actors, cpus_per_actor=args.ray_cpus_per_actor))
+
+
+def pool_from_args(args: argparse.Namespace):
+    """A SandboxPool, or sandboxes on the Ray cluster of --ray; use it as a context manager."""
+    limits = SandboxLimits(timeout_s=args.timeout)
+    if not getattr(args, "ray", None):
+        return SandboxPool(args.workers, limits)
+    from quench.distributed import make_ray_pool
+
+    return make_ray_pool(args.ray, args.workers, limits)

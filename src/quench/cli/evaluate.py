@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common.add_benchmark_args(parser)
     common.add_execution_args(parser)
     parser.add_argument("--out", type=Path, default=None, help="directory for results (default: beside samples)")
+    common.add_ray_args(parser)
     parser.set_defaults(handler=run)
 
 
@@ -31,7 +32,7 @@ def evaluate_into(samples: list[dict], problems: list[Problem], out: Path, args:
     check_sample_tasks(samples, by_id, source)
     ks = common.parse_ks(args.k)
     bar = tqdm(total=len(samples), desc="execute", unit="program", dynamic_ncols=True)
-    with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout)) as pool:
+    with common.pool_from_args(args) as pool:
         if pool.isolation != "bwrap":
             tqdm.write(f"note: bubblewrap is unavailable; programs run with rlimits and a process group only ({pool.isolation})")
         try:

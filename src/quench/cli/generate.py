@@ -10,7 +10,6 @@ from tqdm import tqdm
 
 from quench.benchmarks import Problem
 from quench.cli import common
-from quench.generation.backends import make_backend
 from quench.generation.samples import GenerateConfig, generate_samples, read_samples
 from quench.models import encode_prompt, load_model
 
@@ -21,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common.add_model_args(parser)
     common.add_sampling_args(parser)
     add_output_args(parser)
+    common.add_ray_args(parser)
     parser.set_defaults(handler=run)
 
 
@@ -50,7 +50,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
     stops = common.stops_from_args(args, loaded.prompt_format)
     common.prepare_run_dir(out, run_config(args, problems, loaded.prompt_format, stops), args.overwrite)
-    backend = make_backend(args.backend, loaded, args.batch_size)
+    backend = common.backend_from_args(args, loaded)
     config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format)
     samples_path = out / "samples.jsonl"
     already = len(read_samples(samples_path))
@@ -69,6 +69,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
         )
     finally:
         bar.close()
+        getattr(backend, "close", lambda: None)()  # Ray: free the actors' CPUs/GPUs for what runs next
     return samples
 
 

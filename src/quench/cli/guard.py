@@ -12,7 +12,6 @@ from tqdm import tqdm
 from quench.benchmarks import load_mbpp
 from quench.cli import common
 from quench.errors import QuenchError
-from quench.generation.backends import make_backend
 from quench.models import encode_prompt, load_model
 from quench.stopping.dataset import ANSWERS, GuardDataset, generate_answers, label_answers, read_answers
 from quench.stopping.loading import read_guard
@@ -81,10 +80,12 @@ def run_build(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise QuenchError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     problems = [(split, p) for split in splits for p in load_mbpp(split)[: args.limit]]
+    if args.guard:
+        raise QuenchError("--guard: build-data labels answers generated without early stopping; drop --guard")
     loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
     args.out.mkdir(parents=True, exist_ok=True)
     common.lock_run_dir(args.out)
-    backend = make_backend(args.backend, loaded, args.batch_size)
+    backend = common.backend_from_args(args, loaded)
     encode = lambda text: encode_prompt(loaded, text)  # noqa: E731
     wanted = {p.task_id for _, p in problems}
     already = sum(r["task_id"] in wanted for r in read_answers(args.out / ANSWERS))

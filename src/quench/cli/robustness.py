@@ -12,7 +12,6 @@ from quench.cli import common
 from quench.cli.generate import add_output_args
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
-from quench.generation.backends import make_backend
 from quench.models import encode_prompt, format_prompt, load_model
 from quench.perturbations.base import CATEGORIES, names, perturbation_class
 from quench.robustness.pipeline import Progress, RobustnessConfig, run_robustness
@@ -31,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common.add_sampling_args(parser)
     common.add_execution_args(parser)
     add_output_args(parser)
+    common.add_ray_args(parser)
     parser.add_argument("--categories", default=",".join(CATEGORIES), help="comma-separated perturbation categories")
     parser.add_argument("--transforms", default=None, help="comma-separated transformation names (default: all non-model ones of the categories)")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="s: variants per randomised transformation")
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 "max_new_tokens": args.max_new_tokens, "seed": args.seed, "stop": list(stops),
                 "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None}
     common.prepare_run_dir(out, settings, args.overwrite)
-    backend = make_backend(args.backend, loaded, args.batch_size)
+    backend = common.backend_from_args(args, loaded)
     started = time.perf_counter()
     bar = tqdm(total=0, desc="perturb", unit="step", dynamic_ncols=True)
     tokens = 0
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     progress = Progress(total=lambda n: setattr(bar, "total", n) or bar.refresh(), sample=on_sample,
                         execution=lambda record: bar.update(1), stage=bar.set_description)
-    with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout)) as pool:
+    with common.pool_from_args(args) as pool:
         if pool.isolation != "bwrap":
             tqdm.write(f"note: bubblewrap is unavailable; programs run with {pool.isolation} only")
         try:

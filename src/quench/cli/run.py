@@ -13,7 +13,6 @@ from quench.cli.evaluate import evaluate_into, print_summary
 from quench.cli.generate import add_output_args, default_out, generate_into, run_config
 from quench.errors import QuenchError
 from quench.execution.evaluate import read_results
-from quench.generation.backends import make_backend
 from quench.generation.budget_run import generate_within_budget, pass_first_and_all
 from quench.models import encode_prompt, load_model
 
@@ -25,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common.add_sampling_args(parser)
     common.add_execution_args(parser)
     add_output_args(parser)
+    common.add_ray_args(parser)
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                         help="sample each prompt until SECONDS are spent; report Pass@First and Pass@All (BASS)")
     parser.set_defaults(handler=run)
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_with_budget(args: argparse.Namespace) -> int:
     """BASS's time-budget evaluation: as many samples per prompt as the budget allows."""
+    if args.ray:
+        raise QuenchError("--time-budget does not run on Ray yet (it needs the engine's deadline); drop --ray")
     if args.time_budget <= 0:
         raise QuenchError(f"--time-budget must be positive, got {args.time_budget}")
     if args.temperature <= 0:
@@ -56,7 +58,7 @@ def run_with_budget(args: argparse.Namespace) -> int:
     stops = common.stops_from_args(args, loaded.prompt_format)
     settings = {**run_config(args, problems, loaded.prompt_format, stops), "time_budget": args.time_budget}
     common.prepare_run_dir(out, settings, args.overwrite)
-    backend = make_backend(args.backend, loaded, args.batch_size)
+    backend = common.backend_from_args(args, loaded)
     bar = tqdm(total=len(problems), desc="budget", unit="problem", dynamic_ncols=True)
     try:
         samples = generate_within_budget(problems, backend, lambda text: encode_prompt(loaded, text), sampling, stops,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 
 import ray
 
@@ -20,11 +21,24 @@ def connect(address: str = "auto") -> None:
     """
     if ray.is_initialized():
         return
+    if address != "auto":
+        check_reachable(address)
     try:
         ray.init(address=None if address == "auto" else address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise QuenchError(f"--ray {address}: cannot join the Ray cluster: {err}") from None
     log.info("joined Ray cluster: %s", ray.cluster_resources())
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a HOST:PORT nobody listens on (Ray itself retries for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise QuenchError(f"--ray {address}: expected auto or HOST:PORT (what `ray start --head` prints)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise QuenchError(f"--ray {address}: no Ray head answers there ({err}); start one with `ray start --head`") from None
 
 
 def fleet_size(requested: int | None, cpus_per_actor: float, gpus_per_actor: float) -> int:

@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from quench.generation.backends import BackendOptions
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -18,14 +20,13 @@ class ModelSpec:
     dtype: str = "auto"
     device: str = "cpu"  # "cuda" inside an actor that holds a GPU
     prompt_format: str | None = None
-    backend: str = "hf"  # "hf" or "quench" (see quench.generation.backends)
-    batch_size: int = 8
+    backend: BackendOptions = BackendOptions()  # which backend each actor builds, and how
 
     def portable(self) -> "ModelSpec":
         """The same spec with a relative model path made absolute, so other processes find it."""
         path = Path(self.name).expanduser()
         if path.exists():
-            return ModelSpec(str(path.resolve()), self.dtype, self.device, self.prompt_format, self.backend, self.batch_size)
+            return ModelSpec(str(path.resolve()), self.dtype, self.device, self.prompt_format, self.backend)
         return self
 
 

@@ -34,7 +34,7 @@ class GenerationWorker:
         from quench.models import load_model
 
         loaded = load_model(spec.name, spec.dtype, spec.device, spec.prompt_format)
-        self.backend = make_backend(spec.backend, loaded, spec.batch_size)
+        self.backend = make_backend(loaded, spec.backend)
 
     def ready(self) -> dict[str, object]:
         return {"node": node_id(), "pid": os.getpid(), "backend": self.backend.name}
@@ -49,7 +49,7 @@ class RayBackend:
     def __init__(self, spec: ModelSpec, options: RayOptions = RayOptions()) -> None:
         self.spec = spec.portable()
         self.options = options
-        self.name = f"ray-{spec.backend}"
+        self.name = f"ray-{spec.backend.name}"
         gpus = options.gpus_per_actor if options.gpus_per_actor is not None else (1.0 if spec.device.startswith("cuda") else 0.0)
         self._resources = {"num_cpus": options.cpus_per_actor, "num_gpus": gpus}
         self.fleet = Fleet(self._new_actor, fleet_size(options.num_actors, options.cpus_per_actor, gpus), options)
@@ -71,7 +71,7 @@ class RayBackend:
     def generate(self, requests: Iterable[GenerationRequest], sampling: SamplingParams) -> Iterator[GenerationResult]:
         requests = list(requests)
         total = sum(request.n for request in requests)
-        preferred = self.options.chunk_size or 2 * self.spec.batch_size
+        preferred = self.options.chunk_size or 2 * self.spec.backend.batch_size
         size = balanced_size(total, self.fleet.size, preferred, self.options.inflight_per_actor)
         seen: set[tuple[str, int]] = set()
         timeout = self.options.chunk_timeout_s

@@ -1,23 +1,72 @@
-"""Pick a generation backend by name."""
+"""Pick and build a generation backend from its options."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from quench.errors import QuenchError
 from quench.generation.types import Backend
 from quench.models.loading import LoadedModel
 
 BACKENDS = ("hf", "quench")
+SPECULATE = ("none", "ngram", "draft")
+DRAFT_LENGTHS = ("bass", "fixed")
 
 
-def make_backend(name: str, loaded: LoadedModel, batch_size: int) -> Backend:
-    if batch_size < 1:
-        raise QuenchError(f"--batch-size must be at least 1, got {batch_size}")
-    if name == "hf":
+@dataclass(frozen=True)
+class BackendOptions:
+    """What the CLI (or a Ray actor) needs to build the same backend anywhere; picklable, no tensors."""
+
+    name: str = "hf"  # "hf" (Hugging Face generate) or "quench" (quench's engine)
+    batch_size: int = 8  # sequences decoded together
+    speculate: str = "none"  # quench only: "none", "ngram" (prompt lookup) or "draft" (a draft model)
+    draft: str = "auto"  # the draft model for speculate="draft": "auto" (shipped for the preset) or a path
+    draft_tokens: int = 7  # fixed draft length, or where BASS's dynamic length starts
+    draft_length: str = "bass"  # "bass" (dynamic, per batch) or "fixed"
+    guard: str | None = None  # GenGuard early stopping (quench only): "auto" (shipped) or a path
+
+    def check(self) -> "BackendOptions":
+        """Self, or QuenchError naming the flag that is wrong."""
+        if self.name not in BACKENDS:
+            raise QuenchError(f"--backend: unknown backend {self.name!r}; choose one of {', '.join(BACKENDS)}")
+        if self.batch_size < 1:
+            raise QuenchError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.speculate not in SPECULATE:
+            raise QuenchError(f"--speculate: choose one of {', '.join(SPECULATE)}, got {self.speculate!r}")
+        if self.draft_length not in DRAFT_LENGTHS:
+            raise QuenchError(f"--draft-length: choose one of {', '.join(DRAFT_LENGTHS)}, got {self.draft_length!r}")
+        if not 1 <= self.draft_tokens <= 32:
+            raise QuenchError(f"--draft-tokens must be between 1 and 32, got {self.draft_tokens}")
+        if self.name == "hf" and self.speculate != "none":
+            raise QuenchError(f"--speculate {self.speculate} needs --backend quench (Hugging Face generate is not batched-speculative)")
+        if self.name == "hf" and self.guard:
+            raise QuenchError("--guard needs --backend quench (the guard reads the engine's hidden states)")
+        return self
+
+
+def make_backend(loaded: LoadedModel, options: BackendOptions = BackendOptions()) -> Backend:
+    options.check()
+    if options.name == "hf":
         from quench.generation.hf_backend import HFBackend
 
-        return HFBackend(loaded.model, loaded.tokenizer, batch_size)
-    if name == "quench":
-        from quench.generation.engine import EngineConfig, QuenchBackend
+        return HFBackend(loaded.model, loaded.tokenizer, options.batch_size)
+    return make_engine(loaded, options)
 
-        return QuenchBackend(loaded.model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
-    raise QuenchError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+def make_engine(loaded: LoadedModel, options: BackendOptions) -> Backend:
+    from quench.generation.engine import EngineConfig, QuenchBackend
+
+    drafter = {"none": "none", "ngram": "ngram", "draft": "model"}[options.speculate]
+    config = EngineConfig(batch_size=options.batch_size, drafter=drafter, draft_length=options.draft_length,
+                          draft_tokens=options.draft_tokens)
+    draft_model = None
+    if options.speculate == "draft":
+        from quench.models.draft import load_draft
+
+        draft_model = load_draft(options.draft, loaded)
+    backend = QuenchBackend(loaded.model, loaded.tokenizer, config, draft_model=draft_model)
+    if draft_model is not None:
+        from quench.models.draft import wrap_runner
+
+        backend.draft_runner = wrap_runner(draft_model, backend.draft_runner)
+    return backend
