@@ -14,6 +14,7 @@ from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
 from quench.generation import SamplingParams
 from quench.generation.backends import DRAFT_LENGTHS, SPECULATE, BackendOptions, make_backend
+from quench.generation.samples import STOP_RULES
 from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
 
@@ -53,6 +54,9 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--stop", action="append", default=None, help="a stop sequence (repeatable); default per benchmark")
+    parser.add_argument("--stop-rule", default="none", choices=STOP_RULES,
+                        help="function: stop an answer once its function is complete (docs/stopping.md); "
+                        "the hf backend cuts the text after generation instead")
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -40,8 +40,13 @@ def run_config(args: argparse.Namespace, problems: list[Problem], prompt_format:
         "benchmark": args.benchmark, "split": args.split, "partial": args.partial,
         "tasks": [p.task_id for p in problems], "n": args.samples, "temperature": args.temperature,
         "top_p": args.top_p, "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-        "stop": list(stops),
+        "stop": list(stops), **stopping_config(args),
     }
+
+
+def stopping_config(args: argparse.Namespace) -> dict:
+    """Early stopping settings for config.json; None when off, so runs made before these flags resume."""
+    return {"guard": args.guard, "stop_rule": None if args.stop_rule == "none" else args.stop_rule}
 
 
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
@@ -51,7 +56,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     stops = common.stops_from_args(args, loaded.prompt_format)
     common.prepare_run_dir(out, run_config(args, problems, loaded.prompt_format, stops), args.overwrite)
     backend = common.backend_from_args(args, loaded)
-    config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format)
+    config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
     samples_path = out / "samples.jsonl"
     already = len(read_samples(samples_path))
     bar = tqdm(total=len(problems) * args.samples, initial=already, desc="generate", unit="sample", dynamic_ncols=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from quench.cli import common
-from quench.cli.generate import add_output_args
+from quench.cli.generate import add_output_args, stopping_config
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
 from quench.models import encode_prompt, format_prompt, load_model
@@ -71,14 +71,14 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
     stops = common.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, common.parse_ks(args.k), sampling, stops,
-                              loaded.prompt_format, args.perturbed_dir)
+                              loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule)
     out = args.out or default_out(args)
     settings = {"model": args.model, "dtype": args.dtype, "prompt_format": loaded.prompt_format,
                 "benchmark": args.benchmark, "split": args.split, "tasks": [p.task_id for p in problems],
                 "transforms": list(transforms), "seeds": args.seeds, "n": args.samples,
                 "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                 "max_new_tokens": args.max_new_tokens, "seed": args.seed, "stop": list(stops),
-                "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None}
+                "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None, **stopping_config(args)}
     common.prepare_run_dir(out, settings, args.overwrite)
     backend = common.backend_from_args(args, loaded)
     started = time.perf_counter()

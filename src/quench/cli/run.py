@@ -51,6 +51,8 @@ def run_with_budget(args: argparse.Namespace) -> int:
         raise QuenchError("--time-budget needs --temperature > 0: greedy decoding gives the same sample every time")
     if args.backend != "quench":
         raise QuenchError("--time-budget needs --backend quench (the engine keeps the batch busy with new samples)")
+    if args.stop_rule != "none":
+        raise QuenchError(f"--stop-rule {args.stop_rule} does not apply with --time-budget yet; use --guard or drop it")
     problems = common.problems_from_args(args)
     out = args.out or default_out(args).with_name(default_out(args).name + f"-budget{args.time_budget:g}")
     sampling = common.sampling_from_args(args)

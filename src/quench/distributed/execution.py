@@ -23,7 +23,7 @@ from quench.distributed.cluster import cpu_slots, node_id
 from quench.distributed.config import RayOptions
 from quench.distributed.dispatch import DispatchStats, Fleet, dispatch
 from quench.execution import ExecutionResult, Isolation, SandboxLimits, SandboxPool, choose_isolation
-from quench.execution.pool import GRACE_S
+from quench.execution.pool import GRACE_S, in_order
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +126,7 @@ class RayPool:
 
     def run_many(self, programs: Sequence[str]) -> list[ExecutionResult]:
         """Results in the order of `programs`."""
-        results: list[ExecutionResult | None] = [None] * len(programs)
-        for index, result in self.imap(enumerate(programs)):
-            results[index] = result
-        return [result for result in results if result is not None]
+        return in_order(self.imap(enumerate(programs)), len(programs))
 
     def imap(self, items: Iterable[tuple[K, str]]) -> Iterator[tuple[K, ExecutionResult]]:
         """Yield `(key, result)` as chunks finish (unordered)."""

@@ -237,10 +237,7 @@ class SandboxPool:
 
     def run_many(self, programs: Sequence[str]) -> list[ExecutionResult]:
         """Results in the order of `programs`."""
-        results: list[ExecutionResult | None] = [None] * len(programs)
-        for index, result in self.imap(enumerate(programs)):
-            results[index] = result
-        return [result for result in results if result is not None]
+        return in_order(self.imap(enumerate(programs)), len(programs))
 
     def imap(self, items: Iterable[tuple[K, str]]) -> Iterator[tuple[K, ExecutionResult]]:
         """Yield `(key, result)` as programs finish (unordered)."""
@@ -342,3 +339,11 @@ def _encode(message: dict[str, object]) -> bytes:
 
 def _decode(data: bytes) -> dict[str, object]:
     return dict(json.loads(data))
+
+
+def in_order(pairs: Iterable[tuple[int, ExecutionResult]], count: int) -> list[ExecutionResult]:
+    """The results of an unordered `imap` over `enumerate(programs)`, back in program order."""
+    results: list[ExecutionResult | None] = [None] * count
+    for index, result in pairs:
+        results[index] = result
+    return [result for result in results if result is not None]

@@ -9,7 +9,8 @@ from quench.generation.types import Backend
 from quench.models.loading import LoadedModel
 
 BACKENDS = ("hf", "quench")
-SPECULATE = ("none", "ngram", "draft")
+SPECULATE = ("none", "ngram", "draft", "hybrid")
+DRAFTERS = {"none": "none", "ngram": "ngram", "draft": "model", "hybrid": "hybrid"}  # --speculate -> EngineConfig.drafter
 DRAFT_LENGTHS = ("bass", "fixed")
 
 
@@ -19,8 +20,9 @@ class BackendOptions:
 
     name: str = "hf"  # "hf" (Hugging Face generate) or "quench" (quench's engine)
     batch_size: int = 8  # sequences decoded together
-    speculate: str = "none"  # quench only: "none", "ngram" (prompt lookup) or "draft" (a draft model)
-    draft: str = "auto"  # the draft model for speculate="draft": "auto" (shipped for the preset) or a path
+    speculate: str = "none"  # quench only: "none", "ngram" (prompt lookup), "draft" (a draft model) or
+    # "hybrid" (per row: prompt lookup where it finds a match, else the draft model)
+    draft: str = "auto"  # the draft model for "draft"/"hybrid": "auto" (shipped for the preset) or a path
     draft_tokens: int = 7  # fixed draft length, or where BASS's dynamic length starts
     draft_length: str = "bass"  # "bass" (dynamic, per batch) or "fixed"
     guard: str | None = None  # GenGuard early stopping (quench only): "auto" (shipped) or a path
@@ -56,17 +58,17 @@ def make_backend(loaded: LoadedModel, options: BackendOptions = BackendOptions()
 def make_engine(loaded: LoadedModel, options: BackendOptions) -> Backend:
     from quench.generation.engine import EngineConfig, QuenchBackend
 
-    drafter = {"none": "none", "ngram": "ngram", "draft": "model"}[options.speculate]
+    drafter = DRAFTERS[options.speculate]
     config = EngineConfig(batch_size=options.batch_size, drafter=drafter, draft_length=options.draft_length,
                           draft_tokens=options.draft_tokens)
     draft_model = None
-    if options.speculate == "draft":
+    if options.speculate in ("draft", "hybrid"):
         from quench.models.draft import load_draft
 
         draft_model = load_draft(options.draft, loaded)
-    backend = QuenchBackend(loaded.model, loaded.tokenizer, config, draft_model=draft_model)
-    if draft_model is not None:
-        from quench.models.draft import wrap_runner
+    guard = None
+    if options.guard:
+        from quench.stopping.loading import load_guard
 
-        backend.draft_runner = wrap_runner(draft_model, backend.draft_runner)
-    return backend
+        guard = load_guard(options.guard, loaded)
+    return QuenchBackend(loaded.model, loaded.tokenizer, config, draft_model=draft_model, guard=guard)

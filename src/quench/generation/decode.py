@@ -20,6 +20,7 @@ from quench.generation.sampling import logits_to_probs, next_tokens, row_generat
 from quench.generation.scheduler import PrefixStore, Runner, WorkItem, WorkQueue
 from quench.generation.types import GenerationResult, SamplingParams
 from quench.generation.verify import PLACEHOLDER, Verdict, verify_greedy, verify_sampling
+from quench.stopping.guard import PAD, GuardState
 
 
 @dataclass
@@ -57,6 +58,7 @@ class DecodeLoop:
         drafter: Drafter | None = None,
         policy: DraftLengthPolicy | None = None,
         deadline: float | None = None,
+        guard: GuardState | None = None,
     ) -> None:
         self.runner = runner
         self.cache = cache
@@ -66,6 +68,7 @@ class DecodeLoop:
         self.drafter = drafter
         self.policy = policy
         self.deadline = deadline
+        self.guard = guard  # GenGuard over the slots: reads each fed token's hidden state from the verify pass
         self.prefixes = PrefixStore(runner)
         self.slots: list[Row | None] = [None] * cache.batch
         self.stats = LoopStats()
@@ -112,6 +115,8 @@ class DecodeLoop:
             generator = row_generator(self.sampling.seed, item.request.key, item.sample_index)
             prompt = list(item.request.prompt_ids)
             self.slots[slot] = Row(item.request_index, item.request, item.sample_index, generator, prompt, len(prompt))
+            if self.guard is not None:
+                self.guard.reset(slot)
             logits.append(prefix_logits)
         if self.drafter is not None:
             self.drafter.admit(items)
@@ -150,10 +155,25 @@ class DecodeLoop:
             inputs = torch.cat([inputs, draft.tokens[:, :width].clamp(min=0)], dim=1)
             counts = counts + (draft.tokens[:, :width] != PLACEHOLDER).sum(dim=1)
         start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
-        logits = self.runner.forward(self.cache, inputs, start, counts=counts)[active]  # (A, 1 + width, V)
-        verdict = self._verify(logits, draft, width, active)
+        keeps: list[int | None] = [None] * len(self.slots)
+        if self.guard is None:
+            logits = self.runner.forward(self.cache, inputs, start, counts=counts)  # (B, 1 + width, V)
+            verdict = self._verify(logits[active], draft, width, active)
+        else:
+            logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
+            verdict = self._verify(logits[active], draft, width, active)
+            keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
         self.stats.steps += 1
-        yield from self._commit(verdict, draft, width, active)
+        yield from self._commit(verdict, draft, width, active, keeps)
+
+    def _fed(self, inputs: torch.Tensor, verdict: Verdict, active: list[int]) -> torch.Tensor:
+        """The step's inputs (B, 1 + K) that are now part of their rows: the pending token and the
+        accepted drafts; PAD on rejected drafts and free slots (the guard skips those positions)."""
+        fed = torch.full_like(inputs, PAD)  # (B, 1 + K)
+        for j, b in enumerate(active):
+            n = 1 + int(verdict.num_accepted[j])
+            fed[b, :n] = inputs[b, :n]
+        return fed
 
     def _verify(self, logits: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:
         generators = [self.slots[b].generator for b in active]
@@ -166,7 +186,15 @@ class DecodeLoop:
         draft_probs = draft.probs[active, :width] if draft.probs is not None else None
         return verify_sampling(draft_tokens, draft_probs, logits_to_probs(logits, self.sampling), generators)
 
-    def _commit(self, verdict: Verdict, draft: Draft | None, width: int, active: list[int]) -> Iterator[GenerationResult]:
+    def _commit(
+        self, verdict: Verdict, draft: Draft | None, width: int, active: list[int], keeps: Sequence[int | None]
+    ) -> Iterator[GenerationResult]:
+        """Append each row's accepted tokens (and bonus token); finish rows that a rule or the guard stops.
+
+        keeps[b]: the guard stopped slot b keeping that many generated tokens. Its decision read only
+        fed tokens (the pending one and accepted drafts), so the bonus token is never kept then; a
+        text rule or EOS that fires inside the kept tokens still wins (it stops earlier).
+        """
         drafted = (draft.tokens[active, :width] != PLACEHOLDER).sum(dim=1) if width else torch.zeros(len(active))
         if width and self.policy is not None:
             self.policy.update(verdict.num_accepted, drafted > 0)
@@ -180,8 +208,15 @@ class DecodeLoop:
             self.stats.drafted += int(drafted[j])
             self.stats.accepted += len(new_tokens) - 1
             self.stats.tokens += len(new_tokens)
+            keep = keeps[b]
+            if keep is not None:
+                new_tokens = new_tokens[: max(0, keep - len(row.generated))]
+                del row.tokens[row.prompt_len + keep :]
+            reason = None
             for token in new_tokens:
                 reason = self.stop.append(row, token)
                 if reason is not None:
                     yield self._finish(b, reason)
                     break
+            if reason is None and keep is not None:
+                yield self._finish(b, "guard")

@@ -9,25 +9,33 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from quench.errors import QuenchError
 from quench.generation.decode import DecodeLoop, LoopStats
 from quench.generation.draft_length import make_policy
-from quench.generation.drafters import Drafter, ModelDrafter, NgramDrafter
+from quench.generation.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from quench.generation.hf_runner import HFRunner
 from quench.generation.kv_cache import KVCache, round_up
 from quench.generation.llama import LlamaRunner, is_llama
 from quench.generation.rows import StopRules, eos_token_ids
 from quench.generation.scheduler import Runner, WorkQueue
 from quench.generation.types import GenerationRequest, GenerationResult, SamplingParams, StopHook
+from quench.models.draft import wrap_runner
+from quench.stopping.guard import GenGuard
 
 log = logging.getLogger(__name__)
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 
+DRAFTERS = ("none", "ngram", "model", "hybrid")
+MODEL_DRAFTERS = ("model", "hybrid")  # the drafters that run a draft model
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     batch_size: int = 8  # slots decoded together; finished slots are refilled at once
-    drafter: str = "none"  # "none" (regular decoding), "ngram" (prompt lookup) or "model" (needs draft_model)
+    drafter: str = "none"  # "none" (regular), "ngram" (prompt lookup), "model" (needs draft_model) or
+    # "hybrid" (per row: prompt lookup where the row's last n-gram occurred before, else draft_model)
     draft_length: str = "bass"  # "bass" (dynamic, BASS Algorithm 1) or "fixed"
     draft_tokens: int = 7  # the fixed length, or where BASS starts (the paper uses 7)
     max_draft_tokens: int = 32  # BASS's upper bound
@@ -44,8 +52,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.drafter not in ("none", "ngram", "model"):
-            raise ValueError(f"drafter must be 'none', 'ngram' or 'model', got {self.drafter!r}")
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
         if self.draft_length not in ("bass", "fixed"):
             raise ValueError(f"draft_length must be 'bass' or 'fixed', got {self.draft_length!r}")
         if not 1 <= self.draft_tokens <= self.max_draft_tokens:
@@ -69,10 +77,38 @@ def make_runner(model: torch.nn.Module, config: EngineConfig) -> Runner:
     return HFRunner(model)
 
 
+def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> Runner:
+    """The runner of a draft model: full-vocabulary logits even where the draft scores a reduced head.
+
+    The fast path reads `lm_head.weight`, so for a draft with a `SubsetHead` (quench.models.draft)
+    it scores only the head's rows; `wrap_runner` maps them back (-inf elsewhere).
+    """
+    return wrap_runner(draft_model, make_runner(draft_model, config))
+
+
+def position_limit(model: torch.nn.Module) -> int | None:
+    """The longest sequence the model was built for (None if its config does not say)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+def check_prompt_lengths(requests: Iterable[GenerationRequest], limits: dict[str, int | None]) -> None:
+    """QuenchError for a prompt longer than a model's position limit (its prefill would index past
+    the position tables: a bare IndexError on learned positions, untrained RoPE angles on Llama)."""
+    for request in requests:
+        for which, limit in limits.items():
+            if limit is not None and len(request.prompt_ids) > limit:
+                raise QuenchError(
+                    f"request {request.key!r}: the prompt has {len(request.prompt_ids)} tokens, more than the "
+                    f"{which} model's position limit of {limit} (max_position_embeddings); shorten the prompt"
+                )
+
+
 class QuenchBackend:
     """The `Backend` protocol over quench's engine; `generate` yields samples as they finish."""
 
     name = "quench"
+    takes_stop_hook = True  # `generate(..., stop_hook=)`: rules per call (generate_samples checks this)
 
     def __init__(
         self,
@@ -81,15 +117,20 @@ class QuenchBackend:
         config: EngineConfig = EngineConfig(),
         draft_model: torch.nn.Module | None = None,
         stop_hook: StopHook | None = None,
+        guard: GenGuard | None = None,
     ) -> None:
-        if config.drafter == "model" and draft_model is None:
-            raise ValueError("EngineConfig(drafter='model') needs a draft_model")
+        if config.drafter in MODEL_DRAFTERS and draft_model is None:
+            raise ValueError(f"EngineConfig(drafter={config.drafter!r}) needs a draft_model")
         self.config = config
         self.tokenizer = tokenizer
         self.stop_hook = stop_hook
+        self.guard = guard  # GenGuard early stopping (None: no hidden states are even returned)
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.runner = make_runner(model, config)
-        self.draft_runner = make_runner(draft_model, config) if config.drafter == "model" else None
+        self.draft_runner = make_draft_runner(draft_model, config) if config.drafter in MODEL_DRAFTERS else None
+        self.position_limits = {"target": position_limit(model)}
+        if self.draft_runner is not None:
+            self.position_limits["draft"] = position_limit(draft_model)
         self._cache: KVCache | None = None
         self.last_stats = LoopStats()  # of the latest generate call
 
@@ -99,29 +140,33 @@ class QuenchBackend:
         sampling: SamplingParams,
         deadline: float | None = None,
         unbounded: bool = False,
+        stop_hook: StopHook | None = None,
     ) -> Iterator[GenerationResult]:
         """Yield each sample when it finishes (order not guaranteed).
 
         deadline: a `time.perf_counter()` value; rows unfinished then are dropped and nothing new
         starts. unbounded: ignore each request's `n` and keep sampling the requests round-robin
-        (only sensible with a deadline; see `quench.generation.budget`).
+        (only sensible with a deadline; see `quench.generation.budget`). stop_hook: for this call
+        instead of the backend's own (e.g. a `quench.stopping.RuleHook` keyed by these requests).
         """
         requests = list(requests)
         if not requests:
             return
+        check_prompt_lengths(requests, self.position_limits)
         max_len = self._max_len(requests, sampling)
         cache = self._target_cache(max_len)
         loop = DecodeLoop(
             self.runner,
             cache,
             WorkQueue(requests, unbounded=unbounded),
-            StopRules(self.tokenizer, self.eos_ids, sampling.max_new_tokens, self.stop_hook),
+            StopRules(self.tokenizer, self.eos_ids, sampling.max_new_tokens, stop_hook or self.stop_hook),
             sampling,
             drafter=self._drafter(max_len),
             policy=make_policy(self.config.draft_length, self.config.draft_tokens, self.config.max_draft_tokens)
             if self.config.drafter != "none"
             else None,
             deadline=deadline,
+            guard=self.guard.start(self.tokenizer, self.config.batch_size) if self.guard is not None else None,
         )
         self.last_stats = loop.stats
         begin = time.perf_counter()
@@ -146,7 +191,11 @@ class QuenchBackend:
     def _drafter(self, max_len: int) -> Drafter | None:
         if self.config.drafter == "ngram":
             return NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
-        if self.config.drafter == "model":
+        if self.config.drafter in MODEL_DRAFTERS:
             assert self.draft_runner is not None
-            return ModelDrafter(self.draft_runner, self.config.batch_size, max_len)
+            model = ModelDrafter(self.draft_runner, self.config.batch_size, max_len)
+            if self.config.drafter == "model":
+                return model
+            ngram = NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
+            return HybridDrafter(ngram, model, self.config.batch_size, self.config.max_draft_tokens)
         return None

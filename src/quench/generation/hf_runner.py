@@ -59,10 +59,13 @@ class HFRunner:
         start: torch.Tensor,
         logits_at: torch.Tensor | None = None,
         counts: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """tokens (B, S) fed at positions start[b] + s -> float32 logits (B, S, V), or (B, V) at logits_at.
 
         Padding after counts[b] is computed like real tokens here (its keys land past the row's length).
+        hidden: also return the last hidden states (after the final norm: what the LM head reads),
+        (B, S, D) or (B, D) at logits_at.
         """
         batch, num_new = tokens.shape
         window = attention_window(start, num_new, cache.max_len)
@@ -72,9 +75,13 @@ class HFRunner:
             mask = torch.zeros(mask.shape, dtype=self.dtype).masked_fill(~mask, torch.finfo(self.dtype).min)
         kwargs = {self._cache_kwarg: RaggedCache(cache, positions, window)}
         output = self.model(
-            input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs
+            input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+            output_hidden_states=hidden, **kwargs
         )
         logits = output.logits  # (B, S, V)
+        states = output.hidden_states[-1] if hidden else None  # (B, S, D)
         if logits_at is not None:
             logits = logits[torch.arange(batch), logits_at]  # (B, V)
-        return logits if logits.dtype == torch.float64 else logits.float()
+            states = states[torch.arange(batch), logits_at] if hidden else None  # (B, D)
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        return (logits, states) if hidden else logits

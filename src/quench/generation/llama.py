@@ -69,7 +69,7 @@ def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
 
 
 class LlamaRunner:
-    """Runs a Llama model over a `KVCache`: `forward(cache, tokens, start)` -> float32 logits."""
+    """Runs a Llama model over a `KVCache`: `forward(cache, tokens, start)` -> float32 logits (and hidden states)."""
 
     def __init__(
         self, model: torch.nn.Module, prepack: bool = True, compile: bool = False, native_attention: bool = True
@@ -138,11 +138,14 @@ class LlamaRunner:
         start: torch.Tensor,
         logits_at: torch.Tensor | None = None,
         counts: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Feed tokens (B, S) at positions start[b] + s; float32 logits (B, S, V), or (B, V) at `logits_at`.
 
         counts (B,): only the first counts[b] tokens of row b are real (the rest is padding whose
         logits are left at zero); the native path then skips the padding entirely.
+        hidden: also return the final-norm hidden states (what the LM head reads), (B, S, Dm) or
+        (B, Dm) at `logits_at`, in the model's dtype (zeros at padding on the native path).
         """
         batch, num_new = tokens.shape
         if int(start.max()) + num_new > cache.max_len:
@@ -150,14 +153,22 @@ class LlamaRunner:
         if self.native and num_new <= NATIVE_MAX_NEW:
             if counts is None:
                 counts = torch.full((batch,), num_new, dtype=torch.long)
-            return self._forward_packed(cache, tokens, start, counts, logits_at)
-        window = attention_window(start, num_new, cache.max_len)
-        mask = causal_mask(start, num_new, window)  # (B, 1, S, Tk)
-        return self._forward(cache.keys, cache.values, tokens, start, mask, logits_at)
+            logits, states = self._forward_packed(cache, tokens, start, counts, logits_at, hidden)
+        else:
+            window = attention_window(start, num_new, cache.max_len)
+            mask = causal_mask(start, num_new, window)  # (B, 1, S, Tk)
+            logits, states = self._forward(cache.keys, cache.values, tokens, start, mask, logits_at)
+        return (logits, states) if hidden else logits
 
     def _forward_packed(
-        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor, logits_at: torch.Tensor | None
-    ) -> torch.Tensor:
+        self,
+        cache: KVCache,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        counts: torch.Tensor,
+        logits_at: torch.Tensor | None,
+        hidden: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Only real tokens go through the matrix products: (N, Dm) with N = counts.sum()."""
         batch, num_new = tokens.shape
         real = torch.arange(num_new)[None, :] < counts[:, None]  # (B, S)
@@ -174,11 +185,17 @@ class LlamaRunner:
             x = self._mlp(x + layer.o(attn), layer)
         if logits_at is not None:  # rows without tokens get some other row's logits; callers ignore them
             at = (offsets[:-1] + logits_at).clamp(max=max(x.shape[0] - 1, 0))
-            return self.lm_head(self._rms_norm(x[at], self.final_norm)).to(self.logits_dtype)  # (B, V)
-        logits = self.lm_head(self._rms_norm(x, self.final_norm)).to(self.logits_dtype)  # (N, V)
+            h = self._rms_norm(x[at], self.final_norm)  # (B, Dm)
+            return self.lm_head(h).to(self.logits_dtype), h  # (B, V), (B, Dm)
+        h = self._rms_norm(x, self.final_norm)  # (N, Dm)
+        logits = self.lm_head(h).to(self.logits_dtype)  # (N, V)
         out = logits.new_zeros(batch, num_new, logits.shape[-1])
         out[real] = logits
-        return out  # (B, S, V)
+        states = None
+        if hidden:  # scattered back like the logits, so callers index (B, S, Dm) on every path
+            states = h.new_zeros(batch, num_new, h.shape[-1])
+            states[real] = h
+        return out, states  # (B, S, V), (B, S, Dm) or None
 
     def _forward_impl(
         self,
@@ -218,7 +235,8 @@ class LlamaRunner:
             x = self._mlp(x + layer.o(attn.reshape(batch, num_new, self.heads * self.head_dim)), layer)
         if logits_at is not None:
             x = x[torch.arange(batch, device=x.device), logits_at]  # (B, Dm)
-        return self.lm_head(self._rms_norm(x, self.final_norm)).to(self.logits_dtype)
+        h = self._rms_norm(x, self.final_norm)  # (B, S, Dm) or (B, Dm): the LM head's input
+        return self.lm_head(h).to(self.logits_dtype), h
 
     def _mlp(self, x: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
         gate_up = layer.gate_up(self._rms_norm(x, layer.post_norm))  # (B, S, 2 I)

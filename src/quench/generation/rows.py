@@ -79,6 +79,9 @@ class StopRules:
         # As the reference backend does: the EOS token is not part of the sample.
         tokens = row.generated[:-1] if reason == "eos" else row.generated
         text, _ = cut_at_stop(self.decode(tokens), row.request.stop_sequences)
+        cut = getattr(self.hook, "cut", None)
+        if reason == "hook" and cut is not None:
+            text = cut(row.request, text)  # the hook's stop line is excess (quench.stopping.RuleHook)
         extra = {"finish_s": now - started, "steps": float(row.steps)}
         if row.drafted:
             extra["drafted"] = float(row.drafted)

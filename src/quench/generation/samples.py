@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -18,10 +18,12 @@ from quench.benchmarks.problem import Problem, iter_jsonl
 from quench.errors import InputFileError
 from quench.execution.sanitize import sanitize
 from quench.generation.types import Backend, GenerationRequest, GenerationResult, SamplingParams
+from quench.stopping.criteria import RuleHook, rules_for
 
 log = logging.getLogger(__name__)
 
 SampleKey = tuple[str, int]  # (task_id, sample_index)
+STOP_RULES = ("none", "function")  # --stop-rule: text rules beyond stop sequences (docs/stopping.md)
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class GenerateConfig:
     sampling: SamplingParams = SamplingParams()
     stop_sequences: tuple[str, ...] = ()
     prompt_format: str = "chat"
+    stop_rule: str = "none"  # "function": stop when the problem's entry-point function is complete
+
+    def __post_init__(self) -> None:
+        if self.stop_rule not in STOP_RULES:
+            raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}, got {self.stop_rule!r}")
 
 
 def repair_torn_tail(path: Path) -> None:
@@ -129,6 +136,33 @@ def sample_record(problem: Problem, result: GenerationResult, prompt_format: str
     }
 
 
+def stop_hook_for(problems: Iterable[Problem], config: GenerateConfig) -> RuleHook | None:
+    """The per-request rule hook of `config.stop_rule`, keyed by task id (= request key), or None."""
+    if config.stop_rule == "none":
+        return None
+    return RuleHook({p.task_id: rules_for(p, config.prompt_format) for p in problems})
+
+
+def run_backend(
+    backend: Backend, requests: list[GenerationRequest], sampling: SamplingParams, hook: RuleHook | None
+) -> Iterator[GenerationResult]:
+    """Generate with the rule hook: inside quench's engine (it stops the row), else by cutting each
+    finished text the same way (Hugging Face generate, Ray actors: same text, no tokens saved)."""
+    if hook is None:
+        return backend.generate(requests, sampling)
+    if getattr(backend, "takes_stop_hook", False):
+        return backend.generate(requests, sampling, stop_hook=hook)  # type: ignore[call-arg]
+    log.info("backend %s applies the stop rule after generation (no tokens saved)", getattr(backend, "name", "?"))
+    by_key = {r.key: r for r in requests}
+    return (cut_result(result, hook, by_key[result.key]) for result in backend.generate(requests, sampling))
+
+
+def cut_result(result: GenerationResult, hook: RuleHook, request: GenerationRequest) -> GenerationResult:
+    """A finished sample as the rule would have stopped it: text cut at the rule, reason "hook"."""
+    text = hook.cut(request, result.text)
+    return result if text == result.text else replace(result, text=text, finish_reason="hook")
+
+
 def generate_samples(
     problems: list[Problem],
     backend: Backend,
@@ -143,9 +177,10 @@ def generate_samples(
     by_id = {p.task_id: p for p in problems}
     requests = pending_requests(problems, done, config, encode)
     log.info("%d samples on disk, %d to generate", len(done), sum(r.n for r in requests))
+    hook = stop_hook_for(problems, config)
     out = JsonlAppender(path)
     try:
-        for result in backend.generate(requests, config.sampling):
+        for result in run_backend(backend, requests, config.sampling, hook):
             record = sample_record(by_id[result.key], result, config.prompt_format)
             out.write(record)
             existing.append(record)

@@ -53,7 +53,7 @@ class GenerationResult:
     sample_index: int
     token_ids: tuple[int, ...]  # generated tokens, stop text included if a stop sequence hit
     text: str  # decoded generated text, cut before the first stop sequence
-    finish_reason: str  # "eos", "stop", "length", "hook"
+    finish_reason: str  # "eos", "stop", "length", "hook" (a stop rule, e.g. function complete), "guard" (GenGuard)
     seconds: float = 0.0  # wall time attributed to this sample (for time budgets)
     extra: dict[str, float] = field(default_factory=dict)  # backend stats (accepted length, ...)
 

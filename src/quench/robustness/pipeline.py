@@ -48,6 +48,7 @@ class RobustnessConfig:
     stop_sequences: tuple[str, ...] = ()
     prompt_format: str = "chat"
     perturbed_dir: Path | None = None  # ReCode's released sets instead of quench's own variants
+    stop_rule: str = "none"  # "function": stop each answer when its function is complete (docs/stopping.md)
     examples_per_category: int = 3
 
 
@@ -218,7 +219,10 @@ def run_robustness(
     prompts = unique_prompts(units)
     progress.total(len(prompts) * config.n)
     progress.stage("generate")
-    generate_config = GenerateConfig(config.n, config.sampling, config.stop_sequences, config.prompt_format)
+    # Requests are keyed by prompt id and each prompt's problem keeps its entry point, so the rule
+    # hook generate_samples builds from `prompts` finds every request's rules.
+    generate_config = GenerateConfig(config.n, config.sampling, config.stop_sequences, config.prompt_format,
+                                     config.stop_rule)
     records = generate_samples(prompts, backend, encode, generate_config, out / SAMPLES_FILE, progress.sample)
     samples = {(r["task_id"], r["sample_index"]): r for r in records}
     jobs, program_of = execution_jobs(units, samples, config.n)
