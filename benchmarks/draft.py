@@ -1,16 +1,19 @@
-"""The distilled draft model side by side with regular decoding: acceptance, accepted length, speed.
+"""Speculative decoding configurations side by side with regular decoding: acceptance, speed.
 
     python benchmarks/draft.py --quick                  # batch 1 and 8, greedy, 64 new tokens
-    python benchmarks/draft.py --json draft.json        # batch 1, 8, 16; greedy + sampling acceptance
+    python benchmarks/draft.py --json draft.json        # batch 1, 8, 16; greedy + sampling
 
 HumanEval prompts (never seen in distillation), chat template, the default model in bfloat16, one
-thread. Per batch size, interleaved and best of `--repeats` (contention only ever slows a run):
-quench regular decoding and quench speculative decoding with the draft (`--draft auto` or a path),
-in tokens per CPU-second of this process (steady on a shared machine) and per wall-second. For
-speculative runs: acceptance rate (accepted / drafted), mean accepted draft tokens per row per
-step, tokens per row per step, and where the time goes — ms per step in the draft model
-(proposing) and in the target (verifying), next to the ms of one regular decoding step. Greedy
-speculative outputs are compared with regular greedy outputs token for token.
+thread. Configurations (`--configs`): regular decoding, `ngram` (prompt lookup), `draft` (the
+distilled draft model, `--draft auto` or a path) and `hybrid` (per row: prompt lookup where the
+row's last n-gram occurred before, else the draft model). Per batch size and mode the
+configurations run interleaved, best of `--repeats` (contention only ever slows a run), in tokens
+per CPU-second of this process (steady on a shared machine) and per wall-second. For speculative
+runs: acceptance rate (accepted / drafted), mean accepted draft tokens per row per step, tokens
+per row per step, where the time goes — ms per step in the draft model (proposing) and in the
+target (verifying), next to the ms of one regular decoding step — and, for hybrid, the share of
+row drafts that came from prompt lookup. Greedy speculative outputs are compared with regular
+greedy outputs token for token.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from quench.benchmarks import load_humaneval
 from quench.generation.engine import EngineConfig, QuenchBackend
 from quench.generation.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
-from quench.models.draft import load_draft, wrap_runner
+from quench.models.draft import load_draft
 
 PREFILL = 64  # forward calls feeding more tokens than this per row are prompt prefills, timed apart
 
@@ -70,17 +73,27 @@ class Row:
     draft_ms_per_step: float | None = None
     verify_ms_per_step: float | None = None  # target forward per step (regular: one decoding step)
     greedy_match: str | None = None
+    copied_share: float | None = None  # hybrid: row drafts made by prompt lookup / all row drafts
+
+
+DRAFTERS = {"regular": "none", "ngram": "ngram", "draft": "model", "hybrid": "hybrid"}
 
 
 def make_backends(loaded, draft, batch_size: int, args) -> dict[str, QuenchBackend]:
-    regular = QuenchBackend(loaded.model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
-    config = EngineConfig(batch_size=batch_size, drafter="model", draft_length=args.draft_length,
-                          draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens)
-    speculative = QuenchBackend(loaded.model, loaded.tokenizer, config, draft_model=draft)
-    speculative.draft_runner = TimedRunner(wrap_runner(draft, speculative.draft_runner))
-    for backend in (regular, speculative):
+    backends = {}
+    for name in ["regular"] + [c for c in args.configs if c != "regular"]:
+        config = EngineConfig(batch_size=batch_size, drafter=DRAFTERS[name], draft_length=args.draft_length,
+                              draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens)
+        backend = QuenchBackend(loaded.model, loaded.tokenizer, config,
+                                draft_model=draft if config.drafter in ("model", "hybrid") else None)
         backend.runner = TimedRunner(backend.runner)
-    return {"regular": regular, "draft": speculative}
+        if backend.draft_runner is not None:
+            backend.draft_runner = TimedRunner(backend.draft_runner)
+        backend.drafters = []  # what each generate call drafted with (hybrid: copied vs modelled rows)
+        build = backend._drafter
+        backend._drafter = lambda max_len, build=build, seen=backend.drafters: seen.append(build(max_len)) or seen[-1]
+        backends[name] = backend
+    return backends
 
 
 def measure(name: str, backend: QuenchBackend, requests, sampling, batch_size: int, mode: str):
@@ -98,7 +111,11 @@ def measure(name: str, backend: QuenchBackend, requests, sampling, batch_size: i
         row.acceptance_rate = round(stats.acceptance_rate, 3)
         row.accepted_per_step = round(stats.accepted / stats.row_steps, 2)
         row.tokens_per_row_step = round(stats.tokens_per_row_step, 2)
-        row.draft_ms_per_step = round(1000 * backend.draft_runner.seconds / max(stats.steps, 1), 2)
+        if backend.draft_runner is not None:
+            row.draft_ms_per_step = round(1000 * backend.draft_runner.seconds / max(stats.steps, 1), 2)
+    drafter = backend.drafters[-1] if backend.drafters else None
+    if drafter is not None and hasattr(drafter, "copied"):
+        row.copied_share = round(drafter.copied / max(drafter.copied + drafter.modelled, 1), 2)
     return row, {(r.key, r.sample_index): r.token_ids for r in results}
 
 
@@ -119,7 +136,7 @@ def run(args) -> list[Row]:
         backends = make_backends(loaded, draft, batch_size, args)
         for mode in args.modes:
             n = 1 if mode == "greedy" else args.samples
-            requests = requests_for(loaded, -(-batch_size * args.waves // n), n)
+            requests = requests_for(loaded, -(-max(batch_size * args.waves, args.min_sequences) // n), n)
             sampling = SamplingParams(temperature=0.0 if mode == "greedy" else args.temperature,
                                       max_new_tokens=args.max_new_tokens, seed=1)
             warm = [GenerationRequest(r.key, r.prompt_ids) for r in requests[:batch_size]]
@@ -132,8 +149,10 @@ def run(args) -> list[Row]:
                     if name not in best or row.cpu_seconds < best[name].cpu_seconds:
                         best[name] = row
             if mode == "greedy":
-                same = sum(outputs["regular"][k] == v for k, v in outputs["draft"].items())
-                best["draft"].greedy_match = f"{same}/{len(outputs['draft'])}"
+                for name in best:
+                    if name != "regular":
+                        same = sum(outputs["regular"][k] == v for k, v in outputs[name].items())
+                        best[name].greedy_match = f"{same}/{len(outputs[name])}"
             for row in best.values():
                 rows.append(row)
                 print(format_row(row, best["regular"]), flush=True)
@@ -146,19 +165,21 @@ def format_row(row: Row, regular: Row) -> str:
             f"target {row.verify_ms_per_step} ms/step")
     if row.acceptance_rate is not None:
         text += (f" draft {row.draft_ms_per_step} ms/step accept {row.acceptance_rate:.2f}"
-                 f" accepted/step {row.accepted_per_step} tokens/step {row.tokens_per_row_step} match {row.greedy_match}")
+                 f" accepted/step {row.accepted_per_step} tokens/step {row.tokens_per_row_step} match {row.greedy_match}"
+                 f" copied {row.copied_share}")
     return text
 
 
 def markdown(rows: list[Row]) -> str:
     lines = ["| batch | mode | decoding | tokens/CPU-s | vs regular | accept | accepted/step | tokens/step |"
-             " draft ms/step | target ms/step | greedy = regular |", "|" + "---|" * 11]
+             " draft ms/step | target ms/step | greedy = regular | copied |", "|" + "---|" * 12]
     regular = {(r.batch_size, r.mode): r for r in rows if r.backend == "regular"}
     for r in rows:
         ratio = r.tokens_per_cpu_s / regular[r.batch_size, r.mode].tokens_per_cpu_s
         lines.append(f"| {r.batch_size} | {r.mode} | {r.backend} | {r.tokens_per_cpu_s} | {ratio:.2f}x | "
                      f"{r.acceptance_rate or ''} | {r.accepted_per_step or ''} | {r.tokens_per_row_step or ''} | "
-                     f"{r.draft_ms_per_step or ''} | {r.verify_ms_per_step} | {r.greedy_match or ''} |")
+                     f"{r.draft_ms_per_step or ''} | {r.verify_ms_per_step} | {r.greedy_match or ''} | "
+                     f"{'' if r.copied_share is None else r.copied_share} |")
     return "\n".join(lines)
 
 
@@ -166,10 +187,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draft", default="auto", help="'auto' (the shipped draft) or a draft file")
     parser.add_argument("--quick", action="store_true", help="batch 1 and 8, greedy, 64 new tokens, one repeat")
+    parser.add_argument("--configs", nargs="+", default=list(DRAFTERS), choices=list(DRAFTERS))
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16])
     parser.add_argument("--modes", nargs="+", default=["greedy", "sampling"], choices=["greedy", "sampling"])
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--waves", type=int, default=2, help="sequences per run = waves x batch size")
+    parser.add_argument("--waves", type=int, default=2, help="sequences per run = waves x batch size ...")
+    parser.add_argument("--min-sequences", type=int, default=8, help="... but at least this many")
     parser.add_argument("--samples", type=int, default=4, help="samples per prompt when sampling")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--draft-length", default="bass", choices=["bass", "fixed"])

@@ -16,7 +16,7 @@ from quench.generation.types import GenerationRequest, SamplingParams  # noqa: E
 from quench.models import LoadedModel  # noqa: E402
 from quench.models.draft import (  # noqa: E402
     SubsetHead, build_draft, load_draft, own_state, read_draft_file, save_draft, shipped_draft_path,
-    use_subset_head, wrap_runner,
+    use_subset_head,
 )
 
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "import os\n\nclass A:\n", "print(1)"]
@@ -138,9 +138,7 @@ def greedy(target, draft=None, fast_path=True, k=3):
     requests = [GenerationRequest(f"p{i}", tuple(tokenizer(p)["input_ids"])) for i, p in enumerate(PROMPTS)]
     config = EngineConfig(batch_size=2, drafter="model" if draft is not None else "none", draft_length="fixed",
                           draft_tokens=k, fast_path=fast_path)
-    backend = QuenchBackend(target.model, tokenizer, config, draft_model=draft)
-    if draft is not None:
-        backend.draft_runner = wrap_runner(draft, backend.draft_runner)
+    backend = QuenchBackend(target.model, tokenizer, config, draft_model=draft)  # maps a reduced head itself
     results = backend.generate(requests, SamplingParams(max_new_tokens=20))
     return {r.key: r.token_ids for r in results}, backend
 
@@ -158,6 +156,17 @@ def test_engine_greedy_with_a_loaded_draft_equals_greedy_without(target, tmp_pat
     assert backend.last_stats.drafted > 0
 
 
+@pytest.mark.parametrize("drafter", ["model", "hybrid"])
+def test_the_engine_maps_a_reduced_head_draft_back_to_the_full_vocabulary(target, tmp_path, drafter):
+    draft = load_draft(str(subset_draft_file(target, tmp_path / "d.safetensors")), target)
+    config = EngineConfig(batch_size=2, drafter=drafter, draft_length="fixed", draft_tokens=3)
+    backend = QuenchBackend(target.model, target.tokenizer, config, draft_model=draft)  # no wrapping by the caller
+    assert backend.draft_runner.vocab_size == target.model.config.vocab_size
+    requests = [GenerationRequest(f"p{i}", tuple(target.tokenizer(p)["input_ids"])) for i, p in enumerate(PROMPTS)]
+    sampled = list(backend.generate(requests, SamplingParams(temperature=1.0, max_new_tokens=12, seed=1)))
+    assert len(sampled) == len(PROMPTS) and backend.last_stats.drafted > 0  # draft probabilities over the whole vocabulary
+
+
 @pytest.mark.slow
 def test_the_shipped_draft_loads_and_keeps_greedy_output(tmp_path):
     from quench.benchmarks import load_humaneval
@@ -172,7 +181,6 @@ def test_the_shipped_draft_loads_and_keeps_greedy_output(tmp_path):
     sampling = SamplingParams(max_new_tokens=48)
     plain = QuenchBackend(target.model, target.tokenizer, EngineConfig(batch_size=2))
     speculative = QuenchBackend(target.model, target.tokenizer, EngineConfig(batch_size=2, drafter="model"), draft_model=draft)
-    speculative.draft_runner = wrap_runner(draft, speculative.draft_runner)
     expected = {r.key: r.token_ids for r in plain.generate(requests, sampling)}
     got = {r.key: r.token_ids for r in speculative.generate(requests, sampling)}
     assert got == expected

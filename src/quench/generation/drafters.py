@@ -4,7 +4,10 @@
   its own prompt + output and proposes what followed. Deterministic: draft probability 1.
 - `ModelDrafter`: a small causal LM sharing the target's tokenizer, run autoregressively over its
   own ragged KV cache; its tokens are drawn from the same processed distribution that verification
-  divides by, as lossless speculative sampling requires.
+  divides by, as lossless speculative sampling requires. Rows asked for 0 tokens are not fed at all
+  (their cache catches up the next time they draft).
+- `HybridDrafter`: per row, prompt lookup when the row's last n-gram occurred before (it copies
+  exactly, which a small draft model cannot), else the draft model with a per-row length.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from quench.generation.sampling import logits_to_probs, sample_rows
 from quench.generation.scheduler import PrefixStore, Runner, WorkItem
 from quench.generation.types import SamplingParams
 from quench.generation.verify import PLACEHOLDER
+
+CATCH_UP = 16  # tokens per row per catch-up forward of a draft model (a decode-sized step)
 
 
 @dataclass(frozen=True)
@@ -86,15 +91,19 @@ class NgramDrafter:
     def release(self, request_index: int) -> None:
         return None
 
+    def lookup(self, slot: int, row: Row | None, limit: int) -> list[int]:
+        """Up to `limit` tokens that followed the row's longest earlier-seen suffix ([] if none)."""
+        index = self.indexes[slot]
+        if row is None or index is None or limit == 0:
+            return []
+        index.extend(row.tokens)
+        return index.lookup(row.tokens, limit, self.min_n)
+
     def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
         k = max(limits, default=0)
         tokens = torch.full((len(rows), k), PLACEHOLDER, dtype=torch.long)  # (B, K)
         for b, row in enumerate(rows):
-            index = self.indexes[b]
-            if row is None or index is None or limits[b] == 0:
-                continue
-            index.extend(row.tokens)
-            proposal = index.lookup(row.tokens, limits[b], self.min_n)
+            proposal = self.lookup(b, row, limits[b])
             if proposal:
                 tokens[b, : len(proposal)] = torch.tensor(proposal, dtype=torch.long)
         return Draft(tokens, None)
@@ -105,7 +114,8 @@ class ModelDrafter:
 
     def __init__(self, runner: Runner, batch_size: int, max_len: int) -> None:
         self.runner = runner
-        self.cache: KVCache = runner.new_cache(batch_size, max_len)
+        # CATCH_UP more positions: a row that skipped drafting catches up in blocks of that many tokens.
+        self.cache: KVCache = runner.new_cache(batch_size, max_len + CATCH_UP)
         self.prefixes = PrefixStore(runner)
         # What this cache holds per slot: the row's first `base` tokens, then `fed` draft tokens.
         self.base = [0] * batch_size
@@ -136,10 +146,12 @@ class ModelDrafter:
         tokens = torch.full((batch, k), PLACEHOLDER, dtype=torch.long)  # (B, K)
         if k == 0:
             return Draft(tokens, None)
-        logits = self._catch_up(rows)  # (B, V) logits for each row's first draft token
+        drafting = [row is not None and limits[b] > 0 for b, row in enumerate(rows)]
+        valid = [self._valid(b, row) if row is not None else 0 for b, row in enumerate(rows)]
+        logits = self._catch_up(rows, drafting, valid)  # (B, V) logits for each row's first draft token
         scratch = torch.Generator()  # draws past a row's own limit must not advance its generator
-        lengths = torch.tensor([len(row.tokens) if row is not None else 0 for row in rows])  # (B,)
-        live = torch.tensor([int(row is not None) for row in rows])  # (B,) empty slots feed nothing
+        # Rows that are not drafting write nothing they keep: their writes land past their valid positions.
+        lengths = torch.tensor([len(row.tokens) if d else v for d, v, row in zip(drafting, valid, rows)])  # (B,)
         probs_steps: list[torch.Tensor] = []
         for i in range(k):
             if sampling.greedy:
@@ -151,22 +163,109 @@ class ModelDrafter:
                 probs_steps.append(probs)
             tokens[:, i] = step
             if i + 1 < k:
+                live = torch.tensor([int(d and i + 1 < limit) for d, limit in zip(drafting, limits)])  # (B,)
                 logits = self.runner.forward(self.cache, step[:, None], lengths + i, counts=live)[:, 0]  # (B, V)
-        for b, row in enumerate(rows):
-            self.base[b], self.fed[b] = (len(row.tokens), tokens[b, : k - 1].tolist()) if row is not None else (0, [])
+        for b in range(batch):
+            if drafting[b]:  # the cache now holds the row's tokens, then its drafts but the last
+                self.base[b], self.fed[b] = len(rows[b].tokens), tokens[b, : limits[b] - 1].tolist()
             tokens[b, limits[b] :] = PLACEHOLDER
         probs = torch.stack(probs_steps, dim=1) if probs_steps else None  # (B, K, V)
         return Draft(tokens, probs)
 
-    def _catch_up(self, rows: Sequence[Row | None]) -> torch.Tensor:
-        """Feed each row's committed tokens that this cache lacks (at least the last one)."""
-        valid = [self._valid(b, row) if row is not None else 0 for b, row in enumerate(rows)]
-        missing = [row.tokens[v:] if row is not None else [0] for v, row in zip(valid, rows)]
+    def _catch_up(self, rows: Sequence[Row | None], drafting: list[bool], valid: list[int]) -> torch.Tensor:
+        """Feed each drafting row's committed tokens that this cache lacks (at least the last one).
+
+        A row that skipped drafting for a while may lack many tokens: they go in blocks of CATCH_UP
+        (decode-sized steps, and the cache has CATCH_UP spare positions past the engine's length).
+        """
+        missing = [row.tokens[v:] if d else [] for d, v, row in zip(drafting, valid, rows)]
         start = torch.tensor(valid)  # (B,)
-        width = max(len(m) for m in missing)
-        tokens = torch.zeros(len(rows), width, dtype=torch.long)  # (B, S), right-padded
-        for b, m in enumerate(missing):
+        while max(len(m) for m in missing) > CATCH_UP:
+            block = [m[:CATCH_UP] if len(m) > CATCH_UP else [] for m in missing]
+            self._feed(block, start)
+            start = start + torch.tensor([len(m) for m in block])
+            missing = [m[len(part) :] for m, part in zip(missing, block)]
+        return self._feed(missing, start)
+
+    def _feed(self, blocks: list[list[int]], start: torch.Tensor) -> torch.Tensor:
+        """One forward of each row's block (rows with none feed nothing); (B, V) logits after each block."""
+        width = max(1, max(len(m) for m in blocks))
+        tokens = torch.zeros(len(blocks), width, dtype=torch.long)  # (B, S), right-padded
+        for b, m in enumerate(blocks):
             tokens[b, : len(m)] = torch.tensor(m, dtype=torch.long)
-        last = torch.tensor([len(m) - 1 for m in missing])  # (B,)
-        counts = torch.tensor([len(m) if row is not None else 0 for m, row in zip(missing, rows)])  # (B,)
+        last = torch.tensor([max(len(m) - 1, 0) for m in blocks])  # (B,)
+        counts = torch.tensor([len(m) for m in blocks])  # (B,)
         return self.runner.forward(self.cache, tokens, start, logits_at=last, counts=counts)
+
+
+class HybridDrafter:
+    """Per row: prompt lookup when the row's last n-gram occurred before, else the draft model.
+
+    Lookup copies prompt text and repeated names exactly, which a 2-layer draft cannot (it has no
+    induction circuit; docs/draft.md). A model-drafted row gets its own length, grown by one when
+    the target accepted its whole last model draft and cut to what was accepted otherwise, so rows
+    the draft predicts badly stop paying for long drafts that the batch-level length would give them.
+    Sampling stays lossless: a copied token is a draft with probability 1 (a one-hot row of `probs`).
+    """
+
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter, batch_size: int, max_model_tokens: int = 8) -> None:
+        self.ngram = ngram
+        self.model = model
+        self.max_model_tokens = max_model_tokens
+        self.model_length = [1] * batch_size  # tokens the draft model proposes for the row next time
+        # Per slot: the row's length when its last model draft was made, and that draft's tokens.
+        self.last_model_draft: list[tuple[int, list[int]] | None] = [None] * batch_size
+        self.copied = 0  # rows drafted by lookup / by the model (for benchmarks and logs)
+        self.modelled = 0
+
+    def admit(self, slots: Sequence[tuple[int, WorkItem]]) -> None:
+        self.ngram.admit(slots)
+        self.model.admit(slots)
+        for slot, _ in slots:
+            self.model_length[slot], self.last_model_draft[slot] = 1, None
+
+    def release(self, request_index: int) -> None:
+        self.model.release(request_index)
+
+    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
+        self._learn(rows)
+        copies = [self.ngram.lookup(b, row, limits[b]) for b, row in enumerate(rows)]
+        model_limits = [
+            0 if copy or row is None else min(limit, self.model_length[b])
+            for b, (row, limit, copy) in enumerate(zip(rows, limits, copies))
+        ]
+        width = max([len(c) for c in copies] + model_limits + [0])
+        tokens = torch.full((len(rows), width), PLACEHOLDER, dtype=torch.long)  # (B, K)
+        probs = None
+        if any(model_limits):
+            drafted = self.model.propose(rows, model_limits, sampling)
+            tokens[:, : drafted.tokens.shape[1]] = drafted.tokens
+            if drafted.probs is not None:  # (B, Km, V) -> (B, K, V); copied rows get one-hots below
+                probs = drafted.probs.new_zeros(len(rows), width, drafted.probs.shape[-1])
+                probs[:, : drafted.probs.shape[1]] = drafted.probs
+        for b, copy in enumerate(copies):
+            if copy:
+                tokens[b, : len(copy)] = torch.tensor(copy, dtype=torch.long)
+                if probs is not None:
+                    probs[b] = 0.0
+                    probs[b, torch.arange(len(copy)), tokens[b, : len(copy)]] = 1.0
+            elif model_limits[b]:
+                self.last_model_draft[b] = (len(rows[b].tokens), tokens[b, : model_limits[b]].tolist())
+        self.copied += sum(bool(c) for c in copies)
+        self.modelled += sum(bool(m) for m in model_limits)
+        return Draft(tokens, probs)
+
+    def _learn(self, rows: Sequence[Row | None]) -> None:
+        """Adapt each row's model draft length to how much of its last model draft the target kept."""
+        for b, row in enumerate(rows):
+            last = self.last_model_draft[b]
+            if row is None or last is None:
+                continue
+            length, proposal = last
+            committed = row.tokens[length : length + len(proposal)]
+            accepted = next((i for i, (a, c) in enumerate(zip(proposal, committed)) if a != c), len(committed))
+            if accepted == len(proposal):
+                self.model_length[b] = min(self.model_length[b] + 1, self.max_model_tokens)
+            else:
+                self.model_length[b] = max(1, accepted)
+            self.last_model_draft[b] = None

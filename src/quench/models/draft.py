@@ -84,6 +84,7 @@ def wrap_runner(draft: nn.Module, runner: Any) -> Any:
     Runners that read `lm_head.weight` directly (the Llama fast path) score only a subset head's
     tokens (and report its size as their vocab_size); the wrapper maps them back. Runners that call
     the module (Hugging Face path) already get full logits. Drafts with a full head come back unchanged.
+    The engine applies it to every draft runner it builds (`quench.generation.engine.make_draft_runner`).
     """
     head = draft.get_output_embeddings()
     if isinstance(head, SubsetHead) and not isinstance(runner, SubsetHeadRunner):
