@@ -33,12 +33,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
-    parser.add_argument("--backend", default="hf", choices=["hf", "quench"],
+    parser.add_argument("--backend", default="quench", choices=["hf", "quench"],
                         help="hf: Hugging Face generate; quench: quench's engine (docs/engine.md)")
     parser.add_argument("--batch-size", type=int, default=8)
     engine = parser.add_argument_group("quench engine")
     engine.add_argument("--speculate", default="none", choices=SPECULATE,
-                        help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft)")
+                        help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = prompt lookup where it matches, else the draft model")
     engine.add_argument("--draft", default="auto", metavar="auto|PATH",
                         help="draft model for --speculate draft (auto: the one shipped for the preset)")
     engine.add_argument("--draft-tokens", type=int, default=7, help="fixed draft length, or where BASS's length starts")

@@ -20,7 +20,8 @@ from quench.robustness.report import write_report
 # The embedded default: a HumanEval subset and transformation set that finish in about 10 minutes
 # on a 2-core CPU with the default model (see docs/benchmarks.md for the measured time).
 DEFAULT_TASKS = "0-19"
-DEFAULT_SEEDS = 5
+DEFAULT_SEEDS = 5  # ReCode's s
+DEMO_SEEDS = 1  # s of the default subset, so that `quench robustness` alone finishes in minutes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common.add_ray_args(parser)
     parser.add_argument("--categories", default=",".join(CATEGORIES), help="comma-separated perturbation categories")
     parser.add_argument("--transforms", default=None, help="comma-separated transformation names (default: all non-model ones of the categories)")
-    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="s: variants per randomised transformation")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help=f"s: variants per randomised transformation (default {DEFAULT_SEEDS}; {DEMO_SEEDS} on the default subset)")
     parser.add_argument("--perturbed-dir", type=Path, default=None, help="evaluate on ReCode's released perturbed sets")
     parser.set_defaults(handler=run, k="1")
 
@@ -49,10 +51,15 @@ def chosen_transforms(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def apply_default_subset(args: argparse.Namespace) -> None:
-    if args.benchmark == "humaneval" and args.tasks is None and args.limit is None and args.perturbed_dir is None:
+    """No --tasks/--limit on HumanEval: the demo subset, sized to finish in a few minutes here."""
+    demo = args.benchmark == "humaneval" and args.tasks is None and args.limit is None and args.perturbed_dir is None
+    if demo:
         args.tasks = DEFAULT_TASKS
-        tqdm.write(f"note: no --tasks/--limit given: the default subset HumanEval/{DEFAULT_TASKS} "
-                   "(about 10 minutes here); pass --limit 164 for all of HumanEval")
+    if args.seeds is None:
+        args.seeds = DEMO_SEEDS if demo else DEFAULT_SEEDS
+    if demo:
+        tqdm.write(f"note: no --tasks/--limit given: the default subset HumanEval/{DEFAULT_TASKS}, s = {args.seeds} "
+                   f"(about 10 minutes here); pass --limit 164 --seeds {DEFAULT_SEEDS} for ReCode's full setting")
 
 
 def default_out(args: argparse.Namespace) -> Path:

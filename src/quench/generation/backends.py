@@ -18,7 +18,7 @@ DRAFT_LENGTHS = ("bass", "fixed")
 class BackendOptions:
     """What the CLI (or a Ray actor) needs to build the same backend anywhere; picklable, no tensors."""
 
-    name: str = "hf"  # "hf" (Hugging Face generate) or "quench" (quench's engine)
+    name: str = "quench"  # "quench" (quench's engine) or "hf" (Hugging Face generate, the reference)
     batch_size: int = 8  # sequences decoded together
     speculate: str = "none"  # quench only: "none", "ngram" (prompt lookup), "draft" (a draft model) or
     # "hybrid" (per row: prompt lookup where it finds a match, else the draft model)
