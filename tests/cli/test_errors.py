@@ -12,6 +12,12 @@ from quench.cli.main import main
     (["run", "--samples", "0"], "--samples must be at least 1"),
     (["run", "--top-p", "0"], "top_p must be in (0, 1]"),
     (["evaluate", "missing.jsonl"], "missing.jsonl: no such samples file"),
+    (["robustness", "--seeds", "0"], "--seeds must be at least 1, got 0"),
+    (["robustness", "--transforms", "Nope"], "unknown perturbation 'Nope'"),
+    (["robustness", "--categories", "nope"], "unknown category 'nope'"),
+    (["robustness", "--k", "1,5", "-n", "2"], "pass@5 needs at least 5 samples per prompt, got -n 2"),
+    (["run", "--backend", "hf", "--speculate", "ngram"], "--speculate ngram needs --backend quench"),
+    (["run", "--guard", "missing-guard.safetensors"], "missing-guard.safetensors"),
 ])
 def test_bad_input_exits_2_naming_it(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -67,17 +67,20 @@ def default_out(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1:
-        raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
     if args.partial:
         raise QuenchError("--partial does not apply: robustness uses full and partial prompts itself")
     apply_default_subset(args)
+    if args.seeds < 1:
+        raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
+    ks = common.parse_ks(args.k)
+    if max(ks) > args.samples:
+        raise QuenchError(f"--k {args.k}: pass@{max(ks)} needs at least {max(ks)} samples per prompt, got -n {args.samples}")
     problems = common.problems_from_args(args)
     transforms = chosen_transforms(args)
     sampling = common.sampling_from_args(args)
     loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
     stops = common.stops_from_args(args, loaded.prompt_format)
-    config = RobustnessConfig(transforms, args.seeds, args.samples, common.parse_ks(args.k), sampling, stops,
+    config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
                               loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule)
     out = args.out or default_out(args)
     settings = {"model": args.model, "dtype": args.dtype, "prompt_format": loaded.prompt_format,

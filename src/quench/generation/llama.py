@@ -93,6 +93,9 @@ class LlamaRunner:
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)
         self.native = native_attention and self.device.type == "cpu" and native.available(self.dtype)
+        # bfloat16 decode steps run their element-wise glue (residuals, RMSNorm, SiLU) in C too; float32/64
+        # keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there).
+        self.native_glue = self.native and self.dtype == torch.bfloat16
         self._forward = torch.compile(self._forward_impl, dynamic=True) if compile else self._forward_impl
 
     @torch.no_grad()
@@ -176,19 +179,25 @@ class LlamaRunner:
         torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
         start = start.to(torch.long).contiguous()
         x = F.embedding(tokens[real], self.embed)  # (N, Dm)
-        width = self.heads + 2 * self.kv_heads
-        for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
-            attn = native.rope_attend(
-                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
-            )  # (N, H D)
-            x = self._mlp(x + layer.o(attn), layer)
+        if self.native_glue:
+            h = self._layers_glued(x, cache, start, offsets)  # (N, Dm)
+        else:
+            width = self.heads + 2 * self.kv_heads
+            for index, layer in enumerate(self.layers):
+                qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
+                attn = native.rope_attend(
+                    qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
+                )  # (N, H D)
+                x = self._mlp(x + layer.o(attn), layer)
+            h = self._rms_norm(x, self.final_norm)  # (N, Dm)
         if logits_at is not None:  # rows without tokens get some other row's logits; callers ignore them
-            at = (offsets[:-1] + logits_at).clamp(max=max(x.shape[0] - 1, 0))
-            h = self._rms_norm(x[at], self.final_norm)  # (B, Dm)
+            at = (offsets[:-1] + logits_at).clamp(max=max(h.shape[0] - 1, 0))
+            h = h[at]  # (B, Dm): the norm is per row, so normalising all rows first changes nothing
             return self.lm_head(h).to(self.logits_dtype), h  # (B, V), (B, Dm)
-        h = self._rms_norm(x, self.final_norm)  # (N, Dm)
         logits = self.lm_head(h).to(self.logits_dtype)  # (N, V)
+        if logits.shape[0] == batch * num_new:  # every token real (a plain decode step): no scatter
+            out = logits.view(batch, num_new, logits.shape[-1])
+            return out, h.view(batch, num_new, h.shape[-1]) if hidden else None
         out = logits.new_zeros(batch, num_new, logits.shape[-1])
         out[real] = logits
         states = None
@@ -196,6 +205,23 @@ class LlamaRunner:
             states = h.new_zeros(batch, num_new, h.shape[-1])
             states[real] = h
         return out, states  # (B, S, V), (B, S, Dm) or None
+
+    def _layers_glued(self, x: torch.Tensor, cache: KVCache, start: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """The decoder layers of a bfloat16 packed step with C glue: x (N, Dm), updated in place -> final-norm
+        hidden states (N, Dm). Each norm is fused with the residual sum before it."""
+        width = self.heads + 2 * self.kv_heads
+        h = native.add_rms_norm(x, None, self.layers[0].input_norm, self.eps, torch.empty_like(x))  # (N, Dm)
+        for index, layer in enumerate(self.layers):
+            qkv = layer.qkv(h).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
+            attn = native.rope_attend(
+                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
+            )  # (N, H D)
+            h = native.add_rms_norm(x, layer.o(attn), layer.post_norm, self.eps, h)
+            gate_up = layer.gate_up(h)  # (N, 2 I)
+            inner = gate_up.shape[-1] // 2
+            following = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.final_norm
+            h = native.add_rms_norm(x, layer.down(F.silu(gate_up[:, :inner]) * gate_up[:, inner:]), following, self.eps, h)
+        return h
 
     def _forward_impl(
         self,
