@@ -18,6 +18,7 @@ from quench.cli.main import main
     (["robustness", "--k", "1,5", "-n", "2"], "pass@5 needs at least 5 samples per prompt, got -n 2"),
     (["run", "--backend", "hf", "--speculate", "ngram"], "--speculate ngram needs --backend quench"),
     (["run", "--guard", "missing-guard.safetensors"], "missing-guard.safetensors"),
+    (["--threads", "0", "perturb", "--list"], "--threads must be at least 1, got 0"),
 ])
 def test_bad_input_exits_2_naming_it(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -37,3 +38,14 @@ def test_unknown_task_in_samples_is_named(capsys, tmp_path):
     path.write_text(json.dumps({"task_id": "HumanEval/500", "completion": "    return 1\n"}) + "\n")
     assert main(["evaluate", str(path)]) == 2
     assert "unknown task id(s) for this benchmark: HumanEval/500" in capsys.readouterr().err
+
+
+def test_threads_sets_torch_threads(capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        assert main(["--threads", "1", "perturb", "--list"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

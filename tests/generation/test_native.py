@@ -38,3 +38,84 @@ def test_runner_falls_back_to_pytorch_attention_without_the_kernel(monkeypatch):
     assert not runner.native
     cache = runner.new_cache(1, 16)
     assert runner.forward(cache, torch.tensor([[5, 6]]), torch.zeros(1, dtype=torch.long)).shape == (1, 2, runner.vocab_size)
+
+
+needs_small_gemm = pytest.mark.skipif(
+    native.pack_small_gemm(torch.zeros(16, 2, dtype=torch.bfloat16)) is None, reason="no AVX512-BF16 kernel here"
+)
+
+
+@needs_small_gemm
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16])
+@pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130)])  # 48-wide blocks; 16-wide ones (N not a multiple of 48)
+def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape):
+    torch.manual_seed(rows)
+    weight = torch.randn(shape, dtype=torch.bfloat16)
+    x = torch.randn(rows, shape[1], dtype=torch.bfloat16)
+    got = native.small_gemm(x, native.pack_small_gemm(weight), shape[0])  # (rows, N)
+    want = x.float() @ weight.float().t()
+    assert got.shape == (rows, shape[0]) and got.dtype == torch.bfloat16
+    assert torch.allclose(got.float(), want, rtol=2**-8, atol=1e-4)  # rounded once to bfloat16
+
+
+def test_small_gemm_is_not_offered_for_unsupported_weights():
+    assert native.pack_small_gemm(torch.zeros(15, 4, dtype=torch.bfloat16)) is None  # outputs not a multiple of 16
+    assert native.pack_small_gemm(torch.zeros(16, 4)) is None  # float32: oneDNN serves it
+
+
+def test_add_rms_norm_matches_pytorch_in_bfloat16():
+    torch.manual_seed(0)
+    x = (torch.randn(16, 96) * 4).to(torch.bfloat16)
+    delta = torch.randn(16, 96).to(torch.bfloat16)
+    weight = (torch.rand(96) + 0.5).to(torch.bfloat16)
+    summed = x + delta
+    want = weight * torch.nn.functional.rms_norm(summed.float(), (96,), eps=1e-5).to(torch.bfloat16)
+    residual, out = x.clone(), torch.empty_like(x)
+    native.add_rms_norm(residual, delta, weight, 1e-5, out)
+    assert torch.equal(residual, summed)  # the residual stream is updated in place, bit for bit
+    assert torch.equal(out, want)
+    native.add_rms_norm(residual, None, weight, 1e-5, out)  # no residual sum
+    assert torch.equal(residual, summed) and torch.equal(out, want)
+
+
+def _llama_head_dim_64(dtype):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=128, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=256,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # sharper attention than the random init's near-uniform one, so a wrong kernel shows
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(15)
+            layer.self_attn.k_proj.weight.mul_(15)
+    return model.to(dtype).eval()
+
+
+def test_bfloat16_decode_kernels_match_the_pytorch_path():
+    """Head size 64 in bfloat16: the AVX512-BF16 attention, the small GEMM and the C RMSNorm (where built)
+    against PyTorch attention and oneDNN/PyTorch ops, on ragged rows."""
+    model = _llama_head_dim_64(torch.bfloat16)
+    fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
+    assert fast.native_glue and not reference.native
+    prompt = torch.randint(3, 90, (3, 30))
+    caches = [runner.new_cache(3, 64) for runner in (fast, reference)]
+    for runner, cache in zip((fast, reference), caches):
+        runner.forward(cache, prompt, torch.zeros(3, dtype=torch.long))
+    start, counts = torch.tensor([30, 21, 25]), torch.tensor([2, 1, 0])
+    step = torch.randint(3, 90, (3, 2))
+    got, hidden = fast.forward(caches[0], step, start, counts=counts, hidden=True)
+    want, want_hidden = reference.forward(caches[1], step, start, hidden=True)
+    assert torch.allclose(got[0], want[0], atol=0.1) and torch.allclose(got[1, :1], want[1, :1], atol=0.1)
+    assert torch.allclose(hidden[0].float(), want_hidden[0].float(), atol=0.1)
+    assert not got[1, 1:].any() and not got[2].any()
+    for layer in range(2):
+        assert torch.allclose(caches[0].keys[layer][0, :, :32], caches[1].keys[layer][0, :, :32], rtol=0.02, atol=0.05)
+        assert torch.allclose(caches[0].values[layer][1, :, :22], caches[1].values[layer][1, :, :22], rtol=0.02, atol=0.05)
+    # A plain decode step (one token per row, all real) returns the same logits as a packed one.
+    one = step[:, :1]
+    plain = fast.forward(caches[0], one, start + 2)
+    packed = fast.forward(caches[0], torch.cat([one, one], dim=1), start + 2, counts=torch.tensor([1, 1, 1]))
+    assert torch.equal(plain[:, 0], packed[:, 0])

@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quench", description="Fast, robust evaluation of code LLMs.")
     parser.add_argument("--version", action="version", version=f"quench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch CPU threads (default: torch's, one per core); 1 on a machine shared with other jobs")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
         try:
@@ -30,6 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def set_threads(threads: int | None) -> None:
+    """On a busy machine one thread per process beats torch's default by far (a waiting sibling stalls each op)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise QuenchError(f"--threads must be at least 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -37,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        set_threads(args.threads)
         return args.handler(args)
     except QuenchError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -156,12 +156,13 @@ class DecodeLoop:
             counts = counts + (draft.tokens[:, :width] != PLACEHOLDER).sum(dim=1)
         start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
         keeps: list[int | None] = [None] * len(self.slots)
+        full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
         if self.guard is None:
             logits = self.runner.forward(self.cache, inputs, start, counts=counts)  # (B, 1 + width, V)
-            verdict = self._verify(logits[active], draft, width, active)
+            verdict = self._verify(logits if full else logits[active], draft, width, active)
         else:
             logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
-            verdict = self._verify(logits[active], draft, width, active)
+            verdict = self._verify(logits if full else logits[active], draft, width, active)
             keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
         self.stats.steps += 1
         yield from self._commit(verdict, draft, width, active, keeps)

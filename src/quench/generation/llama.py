@@ -27,9 +27,13 @@ class Linear:
         self.out_features = weight.shape[0]
         self.bias = bias
         self.packed = prepack and _can_prepack(weight)
+        # bfloat16 decode steps (a few rows) use quench's own kernel (native.small_gemm); prefills oneDNN's.
+        self.small = native.pack_small_gemm(weight) if prepack and bias is None else None
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 8) if self.packed else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.small is not None and x.dim() == 2 and x.shape[0] <= native.SMALL_GEMM_ROWS and x.is_contiguous():
+            return native.small_gemm(x, self.small, self.out_features)
         if self.packed:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
