@@ -17,8 +17,8 @@ from quench.perturbations.base import CATEGORIES, names, perturbation_class
 from quench.robustness.pipeline import Progress, RobustnessConfig, run_robustness
 from quench.robustness.report import write_report
 
-# The embedded default: a HumanEval subset and transformation set that finish in about 10 minutes
-# on a 2-core CPU with the default model (see docs/benchmarks.md for the measured time).
+# The embedded default: a HumanEval subset and transformation set that finish in minutes on a 2-core
+# CPU with the default model (5.5 min measured, see docs/benchmarks.md).
 DEFAULT_TASKS = "0-19"
 DEFAULT_SEEDS = 5  # ReCode's s
 DEMO_SEEDS = 1  # s of the default subset, so that `quench robustness` alone finishes in minutes
@@ -59,7 +59,7 @@ def apply_default_subset(args: argparse.Namespace) -> None:
         args.seeds = DEMO_SEEDS if demo else DEFAULT_SEEDS
     if demo:
         tqdm.write(f"note: no --tasks/--limit given: the default subset HumanEval/{DEFAULT_TASKS}, s = {args.seeds} "
-                   f"(about 10 minutes here); pass --limit 164 --seeds {DEFAULT_SEEDS} for ReCode's full setting")
+                   f"(about 6 minutes on 2 cores); pass --limit 164 --seeds {DEFAULT_SEEDS} for ReCode's full setting")
 
 
 def default_out(args: argparse.Namespace) -> Path:

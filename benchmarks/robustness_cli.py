@@ -1,13 +1,15 @@
-"""`quench robustness` end to end: one machine against Ray, through the real CLI.
+"""`quench robustness` end to end through the real CLI: local against Ray, quench's engine against HF.
 
-    python benchmarks/ray_robustness.py                 # the figures in docs/ray.md
-    python benchmarks/ray_robustness.py --repeats 1 --tasks 0-1
+    python benchmarks/robustness_cli.py                                  # Ray figures in docs/ray.md
+    python benchmarks/robustness_cli.py --setups quench-1t,hf-1t --repeats 1   # docs/robustness.md
 
 Setups, interleaved per repeat (best wall of the repeats is reported, ratios against local):
   local      `quench robustness` with a local engine (torch's default threads) and SandboxPool
   local-1t   the same with OMP_NUM_THREADS=1 (what each Ray actor uses)
   ray-auto   `--ray auto --ray-actors 2`: a private single-node Ray that the run starts and stops
              (its start-up and the actors' model loading included)
+  quench-1t  `--threads 1` (the default backend, quench's engine)
+  hf-1t      `--threads 1 --backend hf` (Hugging Face generate)
 Two-node clusters are measured with `ray.cluster_utils.Cluster` in benchmarks/ray_scaleout.py.
 Every setup must write the same metrics (float32, greedy: batch layout cannot change a token).
 """
@@ -44,22 +46,31 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--setups", default="local,local-1t,ray-auto", help="comma-separated, in the order run")
+    parser.add_argument("--dtype", default="float32", help="float32: greedy tokens cannot depend on the batch layout")
     args = parser.parse_args()
     common = ["--tasks", args.tasks, "--transforms", args.transforms, "--seeds", str(args.seeds),
-              "--max-new-tokens", str(args.max_new_tokens), "--backend", "quench", "--dtype", "float32",
+              "--max-new-tokens", str(args.max_new_tokens), "--dtype", args.dtype,
               "--batch-size", "8", "--workers", "2", "--timeout", "5", "--overwrite"]
     temp = tempfile.mkdtemp(prefix="qrb")
-    setups = {"local": ([], {}), "local-1t": ([], {"OMP_NUM_THREADS": "1"}),
-              "ray-auto": (["--ray", "auto", "--ray-actors", "2"], {})}
+    known = {"local": ([], {}), "local-1t": ([], {"OMP_NUM_THREADS": "1"}),
+             "ray-auto": (["--ray", "auto", "--ray-actors", "2"], {}),
+             "quench-1t": (["--backend", "quench"], {"OMP_NUM_THREADS": "1"}),
+             "hf-1t": (["--backend", "hf"], {"OMP_NUM_THREADS": "1"})}
+    names = [name.strip() for name in args.setups.split(",") if name.strip()]
+    if unknown := [name for name in names if name not in known]:
+        raise SystemExit(f"--setups: unknown {unknown}; choose from {', '.join(known)}")
+    setups = {name: known[name] for name in names}
     walls: dict[str, list[float]] = {name: [] for name in setups}
     os.environ.pop("RAY_ADDRESS", None)  # --ray auto must start its own runtime
     for repeat in range(args.repeats):
         for name, (extra, env) in setups.items():
             walls[name].append(robustness(Path(temp) / name, common, extra, env))
             print(f"repeat {repeat}: {name} {walls[name][-1]:.1f} s", flush=True)
-    reference = metrics(Path(temp) / "local")
-    base = min(walls["local"])
-    print(f"\n{'setup':<10} {'best wall s':>11} {'vs local':>9} {'all walls':>24}  same metrics")
+    first = names[0]
+    reference = metrics(Path(temp) / first)
+    base = min(walls[first])
+    print(f"\n{'setup':<10} {'best wall s':>11} {'vs first':>9} {'all walls':>24}  same metrics")
     for name, times in walls.items():
         same = metrics(Path(temp) / name) == reference
         print(f"{name:<10} {min(times):>11.1f} {min(times) / base:>8.2f}x {', '.join(f'{t:.1f}' for t in times):>24}  {same}")
