@@ -46,8 +46,9 @@ needs_small_gemm = pytest.mark.skipif(
 
 
 @needs_small_gemm
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16])
-@pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130)])  # 48-wide blocks; 16-wide ones (N not a multiple of 48)
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16, 27])
+# 48-wide blocks; 16-wide ones (N not a multiple of 48); past 8 rows, W in chunks of 8 blocks (480, 160: two chunks)
+@pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130), (480, 64), (160, 64)])
 def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape):
     torch.manual_seed(rows)
     weight = torch.randn(shape, dtype=torch.bfloat16)
