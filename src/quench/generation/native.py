@@ -71,20 +71,6 @@ _ATTEND_BF16_64 = r"""
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define HAVE_AVX512_BF16 1
 #include <immintrin.h>
-/* v[u] holds 16 partial sums of key u: returns the 16 totals, key u in lane u (a transposing tree). */
-static inline __m512 sum16(const __m512* v) {
-    __m512 pairs[8], quads[4], halves[2];
-    for (int i = 0; i < 8; i++)  /* per 128-bit lane: keys 2i, 2i+1, 2i, 2i+1 */
-        pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++)  /* per 128-bit lane: keys 4i .. 4i+3 */
-        quads[i] = _mm512_add_ps(_mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int i = 0; i < 2; i++)  /* 128-bit lanes 0-1: keys 8i .. 8i+3, lanes 2-3: keys 8i+4 .. 8i+7 */
-        halves[i] = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2 * i], quads[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                  _mm512_shuffle_f32x4(quads[2 * i], quads[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(halves[0], halves[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(halves[0], halves[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
 static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed,
                                 const int64_t* start, const int64_t* offsets, bf16* out, int B, int H, int Hkv,
                                 int Tmax, float scale) {
@@ -127,21 +113,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
             }
             const bf16* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;
             const bf16* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;
-            int t = 0;
-            for (; t + 16 <= keys; t += 16)  /* 16 keys at a time: one tree sum instead of 16 horizontal ones */
-                for (int m = 0; m < M; m++) {
-                    __m512 dots[16];
-                    for (int u = 0; u < 16; u++) {
-                        const bf16* kr = kb + (int64_t)(t + u) * D;
-                        __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[2 * m], (__m512bh)_mm512_loadu_si512(kr));
-                        dots[u] = _mm512_dpbf16_ps(dot, qb[2 * m + 1], (__m512bh)_mm512_loadu_si512(kr + 32));
-                    }
-                    __m512 sums = _mm512_mul_ps(sum16(dots), _mm512_set1_ps(scale));  /* key t + u in lane u */
-                    __m512i at = _mm512_add_epi32(_mm512_set1_epi32(t), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
-                    __mmask16 future = _mm512_cmpgt_epi32_mask(at, _mm512_set1_epi32((int)(start[b] + m / G)));
-                    _mm512_storeu_ps(scores + (int64_t)m * keys + t, _mm512_mask_blend_ps(future, sums, _mm512_set1_ps(-INFINITY)));
-                }
-            for (; t < keys; t++) {
+            for (int t = 0; t < keys; t++) {
                 __m512bh k0 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D);
                 __m512bh k1 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D + 32);
                 for (int m = 0; m < M; m++) {
