@@ -163,7 +163,9 @@ def main() -> None:
     n_he, n_mbpp = (8, 8) if args.quick else (args.humaneval, args.mbpp)
     problems = load_humaneval()[:n_he] + load_mbpp("test")[:n_mbpp]
     loaded = load_model()
-    configs = tuple(c for c in args.configs.split(",") if c in CONFIGS)
+    configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
+    if not configs or any(c not in CONFIGS for c in configs):
+        parser.error(f"--configs: comma-separated letters from {','.join(CONFIGS)}, got {args.configs!r}")
     print(f"{len(problems)} problems ({n_he} HumanEval, {n_mbpp} MBPP test), configs {configs}, guard {args.guard}")
     engines = backends(loaded, configs, args.guard, args.batch_size)
     answers, seconds = run_batches(problems, loaded, engines, args.chunk, args.max_new_tokens, configs)

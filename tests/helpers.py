@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import string
 
 import torch
@@ -29,3 +30,13 @@ def tiny_llama(vocab_size: int = len(CHARS) + 3, seed: int = 0, dtype: torch.dty
         bos_token_id=1, eos_token_id=2, pad_token_id=0,
     )
     return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def perturbed(model: LlamaForCausalLM, scale: float, seed: int = 0) -> LlamaForCausalLM:
+    """A draft model that agrees with `model` often, but not always."""
+    draft = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in draft.parameters():
+            parameter.add_(scale * parameter.std() * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
+    return draft

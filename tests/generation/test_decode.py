@@ -1,11 +1,9 @@
 """The decode loop's bookkeeping: the kept KV cache after rejections, and slot refills."""
 
-import copy
-
 import pytest
 import torch
 
-from helpers import char_tokenizer, tiny_llama
+from helpers import char_tokenizer, perturbed, tiny_llama
 from quench.generation.decode import DecodeLoop
 from quench.generation.draft_length import FixedDraftLength
 from quench.generation.drafters import ModelDrafter
@@ -15,16 +13,6 @@ from quench.generation.scheduler import WorkQueue, prefill
 from quench.generation.types import GenerationRequest, SamplingParams
 
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a"]
-
-
-def perturbed(model, scale, seed=0):
-    """A draft model that agrees with `model` often, but not always."""
-    draft = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in draft.parameters():
-            parameter.add_(scale * parameter.std() * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
-    return draft
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])  # float32: the native kernel

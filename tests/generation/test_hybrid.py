@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from helpers import char_tokenizer, tiny_llama
+from helpers import char_tokenizer, perturbed, tiny_llama
 from quench.errors import QuenchError
 from quench.generation.decode import DecodeLoop
 from quench.generation.draft_length import BassDraftLength, FixedDraftLength
@@ -31,16 +31,6 @@ def hf_greedy(model, request, max_new_tokens):
     with torch.inference_mode():
         out = model.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False, attention_mask=torch.ones_like(prompt))
     return out[0, prompt.shape[1] :].tolist()
-
-
-def perturbed(model, scale, seed=0):
-    """A draft model that agrees with `model` often, but not always."""
-    draft = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in draft.parameters():
-            parameter.add_(scale * parameter.std() * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
-    return draft
 
 
 def hybrid_loop(model, draft, tokenizer, reqs, sampling, batch_size, policy, fast_path=True):
