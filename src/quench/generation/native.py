@@ -405,13 +405,23 @@ def _build(compiler: str, target: Path) -> None:
         shutil.move(str(partial), target)  # atomic within one file system; a racing build writes the same bytes
 
 
+def _cpu_flags() -> str:
+    """The instruction-set flags of this CPU (Linux), or "" where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            return next((line for line in handle if line.startswith("flags")), "")
+    except OSError:
+        return ""
+
+
 @lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None or platform.system() != "Linux":
         log.info("native attention unavailable (no C compiler); using PyTorch attention")
         return None
-    key = hashlib.sha256((_ROPE + _ATTEND + _GLUE + _GEMM + repr(_FLAGS) + platform.processor() + platform.machine()).encode()).hexdigest()[:16]
+    # -march=native: a library built on one CPU must not be loaded on another (shared $QUENCH_CACHE).
+    key = hashlib.sha256((_ROPE + _ATTEND + _GLUE + _GEMM + repr(_FLAGS) + platform.machine() + _cpu_flags()).encode()).hexdigest()[:16]
     target = _cache_dir() / f"attend-{key}.so"
     try:
         if not target.exists():
