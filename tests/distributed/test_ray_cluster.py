@@ -24,9 +24,7 @@ from quench.generation.backends import BackendOptions, make_backend
 from quench.generation.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 
-# Nodes, GCS and workers talk over loopback only (Ray would use the machine's interface address).
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray")  # loopback only: see conftest.py
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 NODE = {"num_cpus": 1, "object_store_memory": 100 * 1024**2, "node_ip_address": "127.0.0.1"}
