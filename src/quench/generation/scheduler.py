@@ -25,10 +25,12 @@ class Runner(Protocol):
         start: torch.Tensor,
         logits_at: torch.Tensor | None = None,
         counts: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """tokens (B, S) fed at positions start[b] + s -> float32 logits (B, S, V), or (B, V) at logits_at.
 
         counts (B,), optional: row b's real tokens are its first counts[b]; a runner may skip the rest.
+        hidden: also return the final-norm hidden states (B, S, D) (or (B, D) at logits_at), for GenGuard.
         """
         ...
 
