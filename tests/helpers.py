@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import string
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
@@ -22,11 +23,12 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
-def tiny_llama(vocab_size: int = len(CHARS) + 3, seed: int = 0, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+def tiny_llama(vocab_size: int = len(CHARS) + 3, seed: int = 0, dtype: torch.dtype = torch.float32,
+               max_positions: int = 512) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
         bos_token_id=1, eos_token_id=2, pad_token_id=0,
     )
     return LlamaForCausalLM(config).to(dtype).eval()
@@ -40,3 +42,11 @@ def perturbed(model: LlamaForCausalLM, scale: float, seed: int = 0) -> LlamaForC
         for parameter in draft.parameters():
             parameter.add_(scale * parameter.std() * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
     return draft
+
+
+def save_tiny_model(path: Path) -> Path:
+    """A tiny Llama + character tokenizer as a model directory the CLI loads; long enough for a
+    character-tokenized benchmark prompt (HumanEval's run to ~1,500 characters)."""
+    tiny_llama(max_positions=4096).save_pretrained(path)
+    char_tokenizer().save_pretrained(path)
+    return path

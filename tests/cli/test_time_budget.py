@@ -2,16 +2,13 @@ import json
 
 import pytest
 
-from helpers import char_tokenizer, tiny_llama
+from helpers import save_tiny_model
 from quench.cli.main import main
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_llama().save_pretrained(path)
-    char_tokenizer().save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def test_budget_keeps_sampling_and_reports_pass_first_and_all(tiny_model_dir, tmp_path, capsys):

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from helpers import char_tokenizer, tiny_llama
+from helpers import save_tiny_model
 from sandbox_helpers import process_tree, processes_with
 from quench.distributed import ModelSpec, RayOptions
 from quench.errors import QuenchError
@@ -78,10 +78,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-model")
-    tiny_llama().save_pretrained(path)
-    char_tokenizer().save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 def worker_node(cluster):

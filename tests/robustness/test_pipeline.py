@@ -10,17 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import char_tokenizer, tiny_llama
+from helpers import save_tiny_model
 
 TRANSFORMS = "ButterFingersPerturbation,FuncRenameCamelCase,tab_indent,new_line_afterdoc"
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-model")
-    tiny_llama().save_pretrained(path)
-    char_tokenizer().save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 def robustness(model_dir: Path, out: Path) -> subprocess.Popen:
