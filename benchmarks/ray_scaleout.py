@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -174,16 +173,9 @@ def settle(nodes: int, patience_s: float = 90.0) -> None:
 
 def lose_worker_node(cluster: Cluster) -> None:
     """As if the second machine died: its raylet and every worker under it are killed."""
-    from sandbox_helpers import process_tree
+    from sandbox_helpers import kill_node, worker_node
 
-    node = next(node for node in cluster.list_all_nodes() if node is not cluster.head_node)
-    doomed = [pid for info in node.all_processes.get("raylet", []) for pid in process_tree(info.process.pid)]
-    cluster.remove_node(node, allow_graceful=False)
-    for pid in doomed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_node(cluster, worker_node(cluster))
 
 
 def main() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import string
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
@@ -50,3 +52,15 @@ def save_tiny_model(path: Path) -> Path:
     tiny_llama(max_positions=4096).save_pretrained(path)
     char_tokenizer().save_pretrained(path)
     return path
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run with `count` torch threads, then restore. Tiny models run fastest on one thread; on a busy
+    2-core machine a second OpenMP thread waiting for its descheduled sibling made them ~10x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from quench.execution import SandboxLimits, SandboxPool, bwrap_works
@@ -59,3 +60,23 @@ def wait_until_gone(marker: str, patience_s: float = 1.0) -> list[int]:
 
 def available(mode: str) -> bool:
     return mode != "bwrap" or bwrap_works()
+
+
+def worker_node(cluster):
+    """A node of a `ray.cluster_utils.Cluster` other than the head's (the driver lives on the head)."""
+    return next(node for node in cluster.list_all_nodes() if node is not cluster.head_node)
+
+
+def kill_node(cluster, node) -> None:
+    """As if the machine died: remove the node and SIGKILL every process under its raylet.
+
+    A lost machine takes its workers with it; `remove_node` alone kills the raylet, and a worker
+    would go on with the work already pushed to it until it noticed.
+    """
+    doomed = [pid for info in node.all_processes.get("raylet", []) for pid in process_tree(info.process.pid)]
+    cluster.remove_node(node, allow_graceful=False)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -5,9 +5,7 @@ Results over Ray must equal the local ones, also when a node is removed in the m
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import tempfile
 import time
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Iterator
 import pytest
 
 from helpers import save_tiny_model
-from sandbox_helpers import process_tree, processes_with
+from sandbox_helpers import kill_node, process_tree, processes_with, worker_node
 from quench.distributed import ModelSpec, RayOptions
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
@@ -81,26 +79,13 @@ def model_dir(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
-def worker_node(cluster):
-    """A node other than the head's (the driver lives on the head)."""
-    return next(node for node in cluster.list_all_nodes() if node is not cluster.head_node)
-
-
 def remove_busy_node(cluster, fleet) -> bool:
     """Remove the worker node if its actor holds unfinished chunks now; whether it did."""
     node = worker_node(cluster)
     if not any(m.load > 0 and m.info.get("node") == node.node_id for m in fleet.ready):
         return False
     note_processes(cluster)
-    # A lost machine takes its workers with it; remove_node alone kills the raylet, and a worker
-    # would go on with the chunks already pushed to it until it noticed.
-    doomed = [pid for info in node.all_processes.get("raylet", []) for pid in process_tree(info.process.pid)]
-    cluster.remove_node(node, allow_graceful=False)
-    for pid in doomed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_node(cluster, node)
     return True
 
 

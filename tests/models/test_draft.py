@@ -22,14 +22,6 @@ from quench.models.draft import (  # noqa: E402
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "import os\n\nclass A:\n", "print(1)"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def target() -> LoadedModel:
     return LoadedModel(tiny_llama(), char_tokenizer(), "tiny", "completion", torch.float32, "")

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from helpers import torch_threads
 from quench.errors import QuenchError
 from quench.stopping import GuardPolicy, load_guard, read_guard
 from quench.stopping.dataset import GuardDataset
@@ -20,8 +21,8 @@ D = 16
 
 @pytest.fixture(scope="module")
 def trained(make_synthetic) -> tuple[GenGuard, object]:
-    torch.set_num_threads(1)
-    return train_guard(make_synthetic(), TrainConfig(epochs=15, batch_size=128, lr=1e-2))
+    with torch_threads(1):
+        return train_guard(make_synthetic(), TrainConfig(epochs=15, batch_size=128, lr=1e-2))
 
 
 def test_training_reaches_high_accuracy(trained) -> None:

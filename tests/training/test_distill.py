@@ -25,14 +25,6 @@ SNIPPETS = [
 HELDOUT = ["def sub(a, b):\n    return a - b\n", "for j in range(5):\n    print(j * 2)\n"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def target():
     loaded = tiny_loaded()
