@@ -11,7 +11,6 @@ from tqdm import tqdm
 from quench.benchmarks import Problem
 from quench.cli import common
 from quench.errors import QuenchError
-from quench.execution import SandboxLimits, SandboxPool
 from quench.execution.evaluate import Summary, check_sample_tasks, execute_samples, summarize
 from quench.generation.samples import read_samples
 

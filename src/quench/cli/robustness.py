@@ -11,7 +11,6 @@ from tqdm import tqdm
 from quench.cli import common
 from quench.cli.generate import add_output_args, stopping_config
 from quench.errors import QuenchError
-from quench.execution import SandboxLimits, SandboxPool
 from quench.models import encode_prompt, format_prompt, load_model
 from quench.perturbations.base import CATEGORIES, names, perturbation_class
 from quench.robustness.pipeline import Progress, RobustnessConfig, run_robustness
