@@ -1,7 +1,20 @@
-"""Side-by-side generation throughput: Hugging Face `generate` vs quench regular vs quench n-gram speculative.
+"""Side-by-side generation throughput: Hugging Face `generate` (plain and assisted) vs quench regular and speculative.
 
     python benchmarks/generation.py --quick            # a short run (a few minutes)
     python benchmarks/generation.py --json out.json    # batch 1, 4, 8, 16; greedy and sampling
+    python benchmarks/generation.py --plot out.png     # also a figure: throughput and latency vs batch size
+
+Backends: `hf` (`generate`, left-padded batches), `quench` (regular), `quench-ngram` (prompt
+lookup, BASS draft length), `quench-draft` (the shipped draft model; opt-in with --backends), and
+Hugging Face assisted generation. HF refuses batch > 1 there, so `hf-assisted-*` run one sequence
+at a time whatever the row's batch size (n samples = n `generate` calls, each with its own seed;
+ms/token/seq = 1000 / throughput). `hf-assisted-ngram`: HF's prompt lookup (--draft-tokens tokens
+per match, n-grams of up to 3 tokens as in quench). `hf-assisted-draft`: quench's shipped draft as
+`assistant_model`, drafting by HF's own policy (up to 20 tokens, stopped when the draft gives its
+token under 0.4). The draft is used as loaded: its reduced head (8192 tokens) already returns
+full-vocabulary logits (-inf elsewhere), so it proposes what it proposes in quench, and HF's
+speculative sampling stays lossless. Their decode-only rate leaves out the target's and the
+draft's prompt prefills (re-run and timed on their own, at batch 1).
 
 HumanEval prompts, chat template, the default model in bfloat16, one thread by default. Per
 configuration: aggregate tokens per CPU-second of this process (steady on a shared machine, where
@@ -23,15 +36,23 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch import nn
 
 from quench.benchmarks import load_humaneval
 from quench.generation.engine import EngineConfig, QuenchBackend
 from quench.generation.hf_backend import HFBackend
 from quench.generation.types import GenerationRequest, SamplingParams
 from quench.models import load_model
+from quench.models.draft import load_draft
 from quench.models.prompts import encode_prompt
+
+BACKENDS = ("hf", "quench", "quench-ngram", "quench-draft", "hf-assisted-ngram", "hf-assisted-draft")
+DEFAULT_BACKENDS = ("hf", "quench", "quench-ngram", "hf-assisted-ngram", "hf-assisted-draft")
+LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matched, as quench's
+Backend = HFBackend | QuenchBackend
 
 
 @dataclass
@@ -86,18 +107,83 @@ def build_requests(loaded, count: int, n: int) -> list[GenerationRequest]:
     return [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt), n=n) for p in problems]
 
 
-def hf_prefill_cpu_seconds(backend: HFBackend, requests, batch_size: int) -> float:
+@dataclass(frozen=True)
+class AssistOptions:
+    """HF assisted generation's drafter: an assistant model, else prompt lookup."""
+
+    assistant: nn.Module | None = None
+    lookup_tokens: int = 7  # prompt lookup: tokens proposed per match
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        if self.assistant is not None:
+            return {"assistant_model": self.assistant}
+        return {"prompt_lookup_num_tokens": self.lookup_tokens, "max_matching_ngram_size": LOOKUP_NGRAM}
+
+
+class AssistedModel:
+    """The target as `HFBackend` sees it, with the assisted-generation options added to every `generate` call."""
+
+    def __init__(self, target: nn.Module, options: AssistOptions) -> None:
+        self.target = target
+        self.options = options
+        self.generation_config = target.generation_config
+
+    def __call__(self, **inputs: Any) -> Any:
+        return self.target(**inputs)
+
+    def generate(self, **inputs: Any) -> torch.Tensor:
+        return self.target.generate(**inputs, **self.options.generate_kwargs())
+
+
+def make_backends(
+    loaded, draft: nn.Module | None, batch_size: int, names: list[str], draft_tokens: int
+) -> dict[str, Backend]:
+    model, tokenizer = loaded.model, loaded.tokenizer
+
+    def quench(drafter: str) -> QuenchBackend:
+        config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens)
+        return QuenchBackend(model, tokenizer, config, draft_model=draft if drafter == "model" else None)
+
+    def assisted(options: AssistOptions) -> HFBackend:
+        return HFBackend(AssistedModel(model, options), tokenizer, batch_size=1)  # HF: "only batch_size = 1"
+
+    build = {
+        "hf": lambda: HFBackend(model, tokenizer, batch_size),
+        "quench": lambda: quench("none"),
+        "quench-ngram": lambda: quench("ngram"),
+        "quench-draft": lambda: quench("model"),
+        "hf-assisted-ngram": lambda: assisted(AssistOptions(lookup_tokens=draft_tokens)),
+        "hf-assisted-draft": lambda: assisted(AssistOptions(assistant=draft)),
+    }
+    return {name: build[name]() for name in names}
+
+
+def decoded_together(backend: Backend) -> int:
+    """How many sequences share the backend's throughput (HF assisted generation: always 1)."""
+    return backend.batch_size if isinstance(backend, HFBackend) else backend.config.batch_size
+
+
+def prefill_models(backend: HFBackend) -> list[nn.Module]:
+    """The models whose prompt prefill `generate` runs: the target, and an assistant model if any."""
+    if not isinstance(backend.model, AssistedModel):
+        return [backend.model]
+    assistant = backend.model.options.assistant
+    return [backend.model.target] + ([assistant] if assistant is not None else [])
+
+
+def hf_prefill_cpu_seconds(backend: HFBackend, requests) -> float:
     """CPU time of the prefill forwards `generate` runs for these batches (last-token logits only)."""
     items = [(r, i) for r in requests for i in range(r.n)]
     cpu = time.process_time()
-    for first in range(0, len(items), batch_size):
-        ids, mask = backend.left_padded(items[first : first + batch_size])
+    for first in range(0, len(items), backend.batch_size):
+        ids, mask = backend.left_padded(items[first : first + backend.batch_size])
         with torch.inference_mode():
-            backend.model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+            for model in prefill_models(backend):
+                model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
     return time.process_time() - cpu
 
 
-def measure(name, backend, requests, sampling, batch_size, mode):
+def measure(name: str, backend: Backend, requests, sampling: SamplingParams, batch_size: int, mode: str):
     with PeakMemory() as memory:
         start, cpu_start = time.perf_counter(), time.process_time()
         results = list(backend.generate(requests, sampling))
@@ -106,11 +192,11 @@ def measure(name, backend, requests, sampling, batch_size, mode):
     rate = tokens / cpu_seconds
     stats = getattr(backend, "last_stats", None)
     speculative = stats is not None and stats.drafted > 0
-    prefill = stats.prefill_cpu_s if stats is not None else hf_prefill_cpu_seconds(backend, requests, batch_size)
+    prefill = stats.prefill_cpu_s if stats is not None else hf_prefill_cpu_seconds(backend, requests)
     m = Measurement(
         name, mode, batch_size, len(results), tokens, round(seconds, 2), round(cpu_seconds, 2), round(rate, 1),
         round(tokens / seconds, 1), round(tokens / max(cpu_seconds - prefill, 1e-9), 1),
-        round(1000 * batch_size / rate, 1), round(memory.mb, 1),
+        round(1000 * decoded_together(backend) / rate, 1), round(memory.mb, 1),
         round(stats.acceptance_rate, 3) if speculative else None,
         round(stats.tokens_per_row_step, 2) if speculative else None,
     )
@@ -137,16 +223,11 @@ def near_tie_gaps(model, requests, reference, other) -> list[float]:
 def run(args) -> list[Measurement]:
     torch.set_num_threads(args.threads)
     loaded = load_model(dtype="bfloat16")
-    model, tokenizer = loaded.model, loaded.tokenizer
+    model = loaded.model
+    draft = load_draft("auto", loaded) if {"quench-draft", "hf-assisted-draft"} & set(args.backends) else None
     rows: list[Measurement] = []
     for batch_size in args.batch_sizes:
-        backends = {
-            "hf": HFBackend(model, tokenizer, batch_size),
-            "quench": QuenchBackend(model, tokenizer, EngineConfig(batch_size=batch_size)),
-            "quench-ngram": QuenchBackend(
-                model, tokenizer, EngineConfig(batch_size=batch_size, drafter="ngram", draft_tokens=args.draft_tokens)
-            ),
-        }
+        backends = make_backends(loaded, draft, batch_size, args.backends, args.draft_tokens)
         for mode in args.modes:
             n = 1 if mode == "greedy" else args.samples
             sequences = max(batch_size * args.waves, n)
@@ -164,7 +245,7 @@ def run(args) -> list[Measurement]:
                     if name not in best or m.cpu_seconds < best[name].cpu_seconds:
                         best[name] = m
             for name, m in best.items():
-                if mode == "greedy" and name != "hf":
+                if mode == "greedy" and name != "hf" and "hf" in outputs:
                     same = sum(outputs["hf"][k] == v for k, v in outputs[name].items())
                     gaps = near_tie_gaps(model, requests, outputs["hf"], outputs[name])
                     m.greedy_match = f"{same}/{len(outputs[name])}; gaps {gaps}"
@@ -177,7 +258,8 @@ def format_row(m: Measurement) -> str:
     spec = f" accept {m.acceptance_rate:.0%} tokens/row-step {m.tokens_per_row_step}" if m.acceptance_rate is not None else ""
     match = f" match-hf {m.greedy_match}" if m.greedy_match else ""
     return (
-        f"B={m.batch_size:<2} {m.mode:8} {m.backend:13} {m.tokens_per_s:7.1f} tok/cpu-s {m.wall_tokens_per_s:7.1f} tok/s wall"
+        f"B={m.batch_size:<2} {m.mode:8} {m.backend:17} {m.tokens_per_s:7.1f} tok/cpu-s"
+        f" {m.wall_tokens_per_s:7.1f} tok/s wall"
         f" {m.decode_tokens_per_s:7.1f} decode tok/cpu-s"
         f" {m.ms_per_token_per_seq:7.1f} ms/tok/seq"
         f" peak +{m.peak_mb:.0f} MB ({m.tokens} tokens, {m.seconds}s){spec}{match}"
@@ -201,7 +283,40 @@ def markdown(rows: list[Measurement]) -> str:
             f" | {decode_ratio:.2f}x | {m.wall_tokens_per_s}"
             f" | {m.ms_per_token_per_seq} | {m.peak_mb:.0f} | {accept} | {m.tokens_per_row_step or ''} |"
         )
+    if any(m.backend.startswith("hf-assisted") for m in rows):
+        lines.append("\nhf-assisted-*: one sequence at a time (HF assisted generation refuses batch > 1).")
     return "\n".join(lines)
+
+
+def plot(rows: list[Measurement], path: Path) -> None:
+    """Tokens per CPU-second (top row) and ms per token per sequence (bottom) against batch size; a column per mode."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    modes = list(dict.fromkeys(m.mode for m in rows))
+    backends = list(dict.fromkeys(m.backend for m in rows))
+    sizes = sorted({m.batch_size for m in rows})
+    figure = Figure(figsize=(5.5 * len(modes), 8.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(2, len(modes), squeeze=False)
+    metrics = [("tokens_per_s", "tokens per CPU-second, all sequences"), ("ms_per_token_per_seq", "ms/token/sequence")]
+    for column, mode in enumerate(modes):
+        for line, (field, label) in enumerate(metrics):
+            ax = axes[line][column]
+            for index, backend in enumerate(backends):
+                chosen = [m for m in rows if (m.mode, m.backend) == (mode, backend)]
+                points = sorted((m.batch_size, getattr(m, field)) for m in chosen)
+                if points:
+                    style = ":" if backend.startswith("hf-assisted") else "--" if backend == "hf" else "-"
+                    ax.plot(*zip(*points), style, marker="o", color=f"C{index}", label=backend)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sizes, [str(s) for s in sizes])
+            ax.set_ylim(bottom=0)
+            ax.set(title=mode, xlabel="batch size", ylabel=label)
+            ax.grid(alpha=0.3)
+    figure.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=len(backends), fontsize=9)
+    figure.suptitle("Generation throughput, one thread (hf-assisted-*: one sequence at a time)")
+    figure.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -213,10 +328,13 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=2, help="sequences per run = waves x batch size")
     parser.add_argument("--samples", type=int, default=8, help="samples per prompt when sampling")
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--draft-tokens", type=int, default=7, help="BASS's starting draft length")
+    parser.add_argument("--backends", nargs="+", default=list(DEFAULT_BACKENDS), choices=BACKENDS, metavar="NAME",
+                        help=f"from {', '.join(BACKENDS)} (default: all but quench-draft)")
+    parser.add_argument("--draft-tokens", type=int, default=7, help="BASS's starting length; HF prompt lookup's length")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU-time rates assume 1)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--plot", type=Path, help="also draw throughput and latency against batch size (PNG)")
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.max_new_tokens, args.waves = [1, 8], 48, 1
@@ -226,6 +344,9 @@ def main() -> None:
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps([asdict(m) for m in rows], indent=2))
+    if args.plot:
+        plot(rows, args.plot)
+        print(f"figure: {args.plot}")
 
 
 if __name__ == "__main__":
