@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from quench.benchmarks import load_humaneval
+from quench.generation import native
 from quench.generation.engine import EngineConfig, QuenchBackend
 from quench.generation.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
@@ -76,7 +77,8 @@ class Row:
     copied_share: float | None = None  # hybrid: row drafts made by prompt lookup / all row drafts
 
 
-DRAFTERS = {"regular": "none", "ngram": "ngram", "draft": "model", "hybrid": "hybrid"}
+DRAFTERS = {"regular": "none", "ngram": "ngram", "draft": "model", "hybrid": "hybrid",
+            "regular-avx512": "none", "hybrid-avx512": "hybrid"}  # *-avx512: AMX tiles switched off (what they give)
 
 
 def make_backends(loaded, draft, batch_size: int, args) -> dict[str, QuenchBackend]:
@@ -100,9 +102,13 @@ def measure(name: str, backend: QuenchBackend, requests, sampling, batch_size: i
     timers = [backend.runner] + ([backend.draft_runner] if backend.draft_runner is not None else [])
     for timer in timers:
         timer.seconds, timer.calls = 0.0, 0
-    start, cpu_start = time.perf_counter(), time.process_time()
-    results = list(backend.generate(requests, sampling))
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    native.SWITCHES.amx = not name.endswith("-avx512")
+    try:
+        start, cpu_start = time.perf_counter(), time.process_time()
+        results = list(backend.generate(requests, sampling))
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    finally:
+        native.SWITCHES.amx = True
     tokens = sum(len(r.token_ids) + (r.finish_reason == "eos") for r in results)
     stats = backend.last_stats
     row = Row(batch_size, mode, name, len(results), tokens, round(cpu, 2), round(tokens / cpu, 1),
@@ -187,7 +193,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draft", default="auto", help="'auto' (the shipped draft) or a draft file")
     parser.add_argument("--quick", action="store_true", help="batch 1 and 8, greedy, 64 new tokens, one repeat")
-    parser.add_argument("--configs", nargs="+", default=list(DRAFTERS), choices=list(DRAFTERS))
+    parser.add_argument("--configs", nargs="+", default=["regular", "ngram", "draft", "hybrid"], choices=list(DRAFTERS))
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16])
     parser.add_argument("--modes", nargs="+", default=["greedy", "sampling"], choices=["greedy", "sampling"])
     parser.add_argument("--max-new-tokens", type=int, default=128)

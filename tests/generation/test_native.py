@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import tiny_llama
+from helpers import tiny_llama, torch_threads
 from quench.generation import native
 from quench.generation.llama import LlamaRunner
 
@@ -46,10 +46,15 @@ needs_small_gemm = pytest.mark.skipif(
 
 
 @needs_small_gemm
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16, 27])
-# 48-wide blocks; 16-wide ones (N not a multiple of 48); past 8 rows, W in chunks of 8 blocks (480, 160: two chunks)
-@pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130), (480, 64), (160, 64)])
-def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape):
+@pytest.mark.parametrize("amx", [False, True])  # AMX tiles (where the CPU has them) or AVX512 only
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16, 27, 40])
+# 48-wide blocks; 16-wide ones (N not a multiple of 48); past 8 rows, W in chunks of 8 blocks (480, 160: two chunks);
+# K = 130 is not a multiple of AMX's 32 inputs: the AVX512 kernel serves it
+@pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130), (480, 64), (160, 64), (96, 96)])
+def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape, amx, monkeypatch):
+    if amx and not native.amx_available():
+        pytest.skip("no AMX tiles on this CPU")
+    monkeypatch.setattr(native.SWITCHES, "amx", amx)
     torch.manual_seed(rows)
     weight = torch.randn(shape, dtype=torch.bfloat16)
     x = torch.randn(rows, shape[1], dtype=torch.bfloat16)
@@ -120,3 +125,52 @@ def test_bfloat16_decode_kernels_match_the_pytorch_path():
     plain = fast.forward(caches[0], one, start + 2)
     packed = fast.forward(caches[0], torch.cat([one, one], dim=1), start + 2, counts=torch.tensor([1, 1, 1]))
     assert torch.equal(plain[:, 0], packed[:, 0])
+
+
+@needs_small_gemm
+def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
+    if not native.amx_available():
+        pytest.skip("no AMX tiles on this CPU")
+    library = native._library()
+    for in_features, served in ((64, True), (130, False)):
+        weight = torch.randn(48, in_features, dtype=torch.bfloat16)
+        x = torch.randn(5, in_features, dtype=torch.bfloat16)
+        packed = native.pack_small_gemm(weight)
+        out = torch.zeros(5, 48, dtype=torch.bfloat16)
+        status = library.gemm_bf16_amx(x.data_ptr(), packed.data_ptr(), out.data_ptr(), 5, 48, in_features, 3, 1)
+        assert (status == 0) == served
+        if served:
+            assert torch.allclose(out.float(), x.float() @ weight.float().t(), rtol=2**-8, atol=1e-4)
+        else:
+            assert not out.any()  # declined: nothing written
+
+
+@pytest.mark.parametrize("amx", [False, True])
+def test_kernels_give_the_same_bits_on_one_thread_and_on_several(amx, monkeypatch):
+    """The GEMMs split W and attention splits (row, kv head) pairs over torch's threads (OpenMP): the work
+    each output gets is the same, so the bits are too, with an uneven split (3 threads) included."""
+    if amx and not native.amx_available():
+        pytest.skip("no AMX tiles on this CPU")
+    monkeypatch.setattr(native.SWITCHES, "amx", amx)
+    model = _llama_head_dim_64(torch.bfloat16)
+    runner = LlamaRunner(model)
+    prompt = torch.randint(3, 90, (5, 30))
+    start, counts = torch.tensor([30, 21, 25, 30, 12]), torch.tensor([3, 1, 0, 2, 3])
+    step = torch.randint(3, 90, (5, 3))
+    outputs = []
+    for threads in (1, 3):
+        with torch_threads(threads):
+            cache = runner.new_cache(5, 64)
+            runner.forward(cache, prompt, torch.zeros(5, dtype=torch.long))
+            logits = runner.forward(cache, step, start, counts=counts)
+            outputs.append((logits, [k.clone() for k in cache.keys], [v.clone() for v in cache.values]))
+    (one, keys_one, values_one), (several, keys_several, values_several) = outputs
+    assert torch.equal(one, several)
+    assert all(torch.equal(a, b) for a, b in zip(keys_one + values_one, keys_several + values_several))
+    weight, x = torch.randn(480, 96, dtype=torch.bfloat16), torch.randn(7, 96, dtype=torch.bfloat16)
+    packed = native.pack_small_gemm(weight)
+    with torch_threads(1):
+        alone = native.small_gemm(x, packed, 480)
+    with torch_threads(3):
+        shared = native.small_gemm(x, packed, 480)
+    assert torch.equal(alone, shared)

@@ -32,7 +32,7 @@ class Linear:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 8) if self.packed else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.small is not None and x.dim() == 2 and x.shape[0] <= native.SMALL_GEMM_ROWS and x.is_contiguous():
+        if self.small is not None and x.dim() == 2 and x.shape[0] <= native.small_gemm_rows() and x.is_contiguous():
             return native.small_gemm(x, self.small, self.out_features)
         if self.packed:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")

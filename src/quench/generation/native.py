@@ -22,12 +22,13 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from quench.generation.native_sources import FLAGS, SOURCES
+from quench.generation.native_sources import FLAGS, OPENMP, SOURCES
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,27 @@ def _cache_dir() -> Path:
 
 
 def _build(compiler: str, target: Path) -> None:
+    """Compile and link the kernels into `target`: with OpenMP where the compiler has it, else without."""
+    try:
+        _compile(compiler, target, openmp=True)
+    except subprocess.CalledProcessError as error:
+        log.info("building the native kernels with OpenMP failed (%s); building them single-threaded", error.stderr[-300:])
+        _compile(compiler, target, openmp=False)
+
+
+def _compile(compiler: str, target: Path, openmp: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         objects = []
         for name, source in SOURCES.items():
             path = Path(tmp) / f"{name}.c"
             path.write_text(source)
             obj = path.with_suffix(".o")
-            subprocess.run([compiler, "-c", "-fPIC", *FLAGS[name], str(path), "-o", str(obj)], check=True, capture_output=True)
+            extra = ["-fopenmp"] if openmp and name in OPENMP else []
+            subprocess.run([compiler, "-c", "-fPIC", *FLAGS[name], *extra, str(path), "-o", str(obj)], check=True, capture_output=True, text=True)
             objects.append(str(obj))
         partial = Path(tmp) / target.name
-        subprocess.run([compiler, "-shared", *objects, "-o", str(partial), "-lm"], check=True, capture_output=True)
+        link = ["-fopenmp"] if openmp else []
+        subprocess.run([compiler, "-shared", *objects, "-o", str(partial), *link, "-lm"], check=True, capture_output=True, text=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(partial), target)  # atomic within one file system; a racing build writes the same bytes
 
@@ -68,7 +80,7 @@ def _library() -> ctypes.CDLL | None:
         log.info("native attention unavailable (no C compiler); using PyTorch attention")
         return None
     # -march=native: a library built on one CPU must not be loaded on another (shared $QUENCH_CACHE).
-    key = hashlib.sha256(("".join(SOURCES.values()) + repr(FLAGS) + platform.machine() + _cpu_flags()).encode()).hexdigest()[:16]
+    key = hashlib.sha256(("".join(SOURCES.values()) + repr(FLAGS) + repr(sorted(OPENMP)) + platform.machine() + _cpu_flags()).encode()).hexdigest()[:16]
     target = _cache_dir() / f"attend-{key}.so"
     try:
         if not target.exists():
@@ -80,10 +92,13 @@ def _library() -> ctypes.CDLL | None:
     for name in ("rope_attend_bf16", "rope_attend_f32"):
         function = getattr(library, name)
         function.restype = ctypes.c_int
-        function.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5 + [ctypes.c_float]
+        function.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int]
     library.small_gemm_available.restype = ctypes.c_int
     library.gemm_bf16.restype = None
-    library.gemm_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
+    library.gemm_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
+    library.amx_available.restype = ctypes.c_int
+    library.gemm_bf16_amx.restype = ctypes.c_int
+    library.gemm_bf16_amx.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
     library.add_rms_norm_bf16.restype = None
     library.add_rms_norm_bf16.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_float]
     return library
@@ -118,7 +133,7 @@ def rope_attend(
     function = library.rope_attend_bf16 if qkv.dtype == torch.bfloat16 else library.rope_attend_f32
     status = function(
         qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
-        offsets.data_ptr(), out.data_ptr(), batch, heads, kv_heads, head_dim, max_len, scale,
+        offsets.data_ptr(), out.data_ptr(), batch, heads, kv_heads, head_dim, max_len, scale, torch.get_num_threads(),
     )
     if status != 0:
         raise MemoryError("native attention could not allocate its buffers")
@@ -139,6 +154,35 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
 
 SMALL_GEMM_ROWS = 32  # measured per step of the default model (30 layers + head) against oneDNN:
 # 1 row 12.0 vs 19.6 ms, 8 rows 14.1 vs 21.4, 16 rows 23.0 vs 29.9, 32 rows 42.7 vs 49.8
+AMX_GEMM_ROWS = 256  # with AMX tiles (30 layers + head, one thread, against oneDNN's prepacked kernel): 8 rows
+# 20 vs 38 ms (AVX512: 38), 16 rows 17 vs 28, 32 rows 29 vs 44 (AVX512: 133), 128 rows 86 vs 109, 256 rows
+# 183 vs 197; at 1024 rows oneDNN's own blocking wins (338 vs 249).
+
+
+@dataclass
+class Switches:
+    """Kernel choices a benchmark may flip at run time (side-by-side runs); QUENCH_AMX=0 turns AMX off."""
+
+    amx: bool = os.environ.get("QUENCH_AMX", "1") != "0"
+
+
+SWITCHES = Switches()
+
+
+@lru_cache(maxsize=1)
+def _amx_supported() -> bool:
+    library = _library()
+    return library is not None and bool(library.small_gemm_available()) and bool(library.amx_available())
+
+
+def amx_available() -> bool:
+    """Whether this CPU and kernel let quench's GEMM use AMX tiles (and they are not switched off)."""
+    return SWITCHES.amx and _amx_supported()
+
+
+def small_gemm_rows() -> int:
+    """The most rows for which `small_gemm` beats oneDNN on this CPU."""
+    return AMX_GEMM_ROWS if amx_available() else SMALL_GEMM_ROWS
 
 
 def pack_small_gemm(weight: torch.Tensor) -> torch.Tensor | None:
@@ -160,5 +204,7 @@ def small_gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torc
     library = _library()
     assert library is not None
     vectors = packed.shape[2] // 16  # 16-wide output vectors per block
-    library.gemm_bf16(x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, vectors)
+    args = (x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, vectors, torch.get_num_threads())
+    if rows == 1 or not amx_available() or library.gemm_bf16_amx(*args) != 0:  # one row: AVX512 streams as fast
+        library.gemm_bf16(*args)
     return out

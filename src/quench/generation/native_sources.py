@@ -48,9 +48,12 @@ _ATTEND_BF16_64 = r"""
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define HAVE_AVX512_BF16 1
 #include <immintrin.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed,
                                 const int64_t* start, const int64_t* offsets, bf16* out, int B, int H, int Hkv,
-                                int Tmax, float scale) {
+                                int Tmax, float scale, int threads) {
     enum { D = 64 };
     int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;
     for (int b = 0; b < B; b++) {
@@ -58,79 +61,93 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
         if (n > most) most = n;
         if (n && start[b] + n > longest) longest = (int)(start[b] + n);
     }
+    if (threads < 1) threads = 1;
+    if (threads > B * Hkv) threads = B * Hkv > 0 ? B * Hkv : 1;
     int rows = (most * G + 3) / 4 * 4;  /* query rows rounded up to the p.v block of 4 (extra rows: p = 0) */
-    float* q = malloc(sizeof(float) * (rows + 1) * D);
-    __m512bh* qb = aligned_alloc(64, sizeof(__m512bh) * 2 * (rows + 1));  /* vector stores need 64-byte alignment */
-    float* scores = calloc((size_t)rows * longest + 1, sizeof(float));
-    if (!q || !qb || !scores) { free(q); free(qb); free(scores); return 1; }
-    for (int b = 0; b < B; b++) {
-        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;
-        if (S == 0) continue;
-        for (int s = 0; s < S; s++) {
+    size_t q_size = (size_t)(rows + 1) * D, qb_size = 2 * (size_t)(rows + 1), scores_size = (size_t)rows * longest + 1;
+    /* one set of buffers per thread */
+    float* q_all = malloc(sizeof(float) * q_size * threads);
+    __m512bh* qb_all = aligned_alloc(64, sizeof(__m512bh) * qb_size * threads);  /* vector stores need 64-byte alignment */
+    float* scores_all = calloc(scores_size * threads, sizeof(float));
+    if (!q_all || !qb_all || !scores_all) { free(q_all); free(qb_all); free(scores_all); return 1; }
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int b = 0; b < B; b++) {  /* the new tokens' keys (RoPE) and values into the caches */
+        float scratch[D];
+        for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++) {
             int64_t pos = start[b] + s;
             const bf16* tok = qkv + (offsets[b] + s) * width * D;
             for (int j = 0; j < Hkv; j++) {
                 int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;
-                rope_bf16(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, q, kc + at);
+                rope_bf16(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, scratch, kc + at);
                 memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(bf16) * D);
             }
         }
+    }
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int pair = 0; pair < B * Hkv; pair++) {
+        int b = pair / Hkv, j = pair % Hkv, worker = 0;
+#ifdef _OPENMP
+        worker = omp_get_thread_num();
+#endif
+        float* q = q_all + q_size * worker;
+        __m512bh* qb = qb_all + qb_size * worker;
+        float* scores = scores_all + scores_size * worker;
+        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;
+        if (S == 0) continue;
         int blocks = (M + 3) / 4 * 4;
         memset(scores, 0, sizeof(float) * (size_t)blocks * keys);
-        for (int j = 0; j < Hkv; j++) {
-            for (int s = 0; s < S; s++) {
-                int64_t pos = start[b] + s;
-                const bf16* tok = qkv + (offsets[b] + s) * width * D;
-                for (int g = 0; g < G; g++)
-                    rope_bf16(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D, q + (s * G + g) * D, 0);
-            }
-            for (int m = 0; m < M; m++) {  /* exact: RoPE rounded q to bfloat16 */
-                qb[2 * m] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 16), _mm512_loadu_ps(q + m * D));
-                qb[2 * m + 1] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 48), _mm512_loadu_ps(q + m * D + 32));
-            }
-            const bf16* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;
-            const bf16* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;
-            for (int t = 0; t < keys; t++) {
-                __m512bh k0 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D);
-                __m512bh k1 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D + 32);
-                for (int m = 0; m < M; m++) {
-                    __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[2 * m], k0);
-                    dot = _mm512_dpbf16_ps(dot, qb[2 * m + 1], k1);
-                    scores[(int64_t)m * keys + t] = (t <= start[b] + m / G) ? _mm512_reduce_add_ps(dot) * scale : -INFINITY;
-                }
-            }
+        for (int s = 0; s < S; s++) {
+            int64_t pos = start[b] + s;
+            const bf16* tok = qkv + (offsets[b] + s) * width * D;
+            for (int g = 0; g < G; g++)
+                rope_bf16(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D, q + (s * G + g) * D, 0);
+        }
+        for (int m = 0; m < M; m++) {  /* exact: RoPE rounded q to bfloat16 */
+            qb[2 * m] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 16), _mm512_loadu_ps(q + m * D));
+            qb[2 * m + 1] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 48), _mm512_loadu_ps(q + m * D + 32));
+        }
+        const bf16* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;
+        const bf16* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;
+        for (int t = 0; t < keys; t++) {
+            __m512bh k0 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D);
+            __m512bh k1 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D + 32);
             for (int m = 0; m < M; m++) {
-                float* sc = scores + (int64_t)m * keys, top = -INFINITY, total = 0.0f;
-                for (int t = 0; t < keys; t++) top = sc[t] > top ? sc[t] : top;
-                for (int t = 0; t < keys; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }
-                for (int t = 0; t < keys; t++) sc[t] /= total;
+                __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[2 * m], k0);
+                dot = _mm512_dpbf16_ps(dot, qb[2 * m + 1], k1);
+                scores[(int64_t)m * keys + t] = (t <= start[b] + m / G) ? _mm512_reduce_add_ps(dot) * scale : -INFINITY;
             }
-            for (int m0 = 0; m0 < M; m0 += 4) {
-                __m512 acc[4][4];
-                for (int i = 0; i < 4; i++)
-                    for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
-                for (int t = 0; t < keys; t++) {
-                    __m512 v[4];
-                    for (int c = 0; c < 4; c++) {
-                        __m256i raw = _mm256_loadu_si256((const __m256i*)(vb + (int64_t)t * D + 16 * c));
-                        v[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-                    }
-                    for (int i = 0; i < 4; i++) {
-                        __m512 p = _mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]);
-                        for (int c = 0; c < 4; c++) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
-                    }
+        }
+        for (int m = 0; m < M; m++) {
+            float* sc = scores + (int64_t)m * keys, top = -INFINITY, total = 0.0f;
+            for (int t = 0; t < keys; t++) top = sc[t] > top ? sc[t] : top;
+            for (int t = 0; t < keys; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }
+            for (int t = 0; t < keys; t++) sc[t] /= total;
+        }
+        for (int m0 = 0; m0 < M; m0 += 4) {
+            __m512 acc[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
+            for (int t = 0; t < keys; t++) {
+                __m512 v[4];
+                for (int c = 0; c < 4; c++) {
+                    __m256i raw = _mm256_loadu_si256((const __m256i*)(vb + (int64_t)t * D + 16 * c));
+                    v[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
                 }
-                for (int i = 0; i < 4 && m0 + i < M; i++) {
-                    int m = m0 + i, s = m / G, g = m % G;
-                    float row[D];
-                    for (int c = 0; c < 4; c++) _mm512_storeu_ps(row + 16 * c, acc[i][c]);
-                    bf16* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;
-                    for (int d = 0; d < D; d++) o[d] = store_bf16(row[d]);
+                for (int i = 0; i < 4; i++) {
+                    __m512 p = _mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]);
+                    for (int c = 0; c < 4; c++) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
                 }
+            }
+            for (int i = 0; i < 4 && m0 + i < M; i++) {
+                int m = m0 + i, s = m / G, g = m % G;
+                float row[D];
+                for (int c = 0; c < 4; c++) _mm512_storeu_ps(row + 16 * c, acc[i][c]);
+                bf16* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;
+                for (int d = 0; d < D; d++) o[d] = store_bf16(row[d]);
             }
         }
     }
-    free(q); free(qb); free(scores);
+    free(q_all); free(qb_all); free(scores_all);
     return 0;
 }
 #else
@@ -233,14 +250,15 @@ DISPATCH(bf16, bf16)
 DISPATCH(float, f32)
 """ + _ATTEND_BF16_64 + r"""
 int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
-                     const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale) {
+                     const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads) {
 #if HAVE_AVX512_BF16
-    if (D == 64) return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale);
+    if (D == 64) return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale, threads);
 #endif
     return rope_attend_generic_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
 }
 int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
-                    const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale) {
+                    const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads) {
+    (void)threads;  /* float32: tests and tiny models, one thread */
     return rope_attend_generic_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
 }
 """
@@ -318,10 +336,13 @@ GEMM(1, 1) GEMM(2, 1) GEMM(4, 1) GEMM(8, 1) GEMM(1, 3) GEMM(2, 3) GEMM(4, 3) GEM
 /* x (M, K), W packed (N/BW, K/2, BW, 2) with BW = 16 * NB, y (M, N); rows in blocks of up to 8. Past 8
    rows W goes in chunks of 8 blocks (<= 0.5 MB at K = 576, 1.5 MB at K = 1536) that every row block
    uses while they are in cache, so W is read from memory once. */
-void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int NB) {
-    int chunk = M > 8 ? 16 * NB * 8 : N;
-    for (int n0 = 0; n0 < N; n0 += chunk) {
-        int nc = N - n0 < chunk ? N - n0 : chunk;
+void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int NB, int threads) {
+    int BW = 16 * NB, chunk = M > 8 ? BW * 8 : N;
+    if (threads > 1 && M <= 8) chunk = (N / BW + threads - 1) / threads * BW;  /* one contiguous share of W per thread */
+    int chunks = (N + chunk - 1) / chunk;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
+    for (int part = 0; part < chunks; part++) {
+        int n0 = part * chunk, nc = N - n0 < chunk ? N - n0 : chunk;
         const bf16* w = wp + (int64_t)n0 * K;
         for (int m0 = 0; m0 < M; m0 += 8) {
             int mb = M - m0 < 8 ? M - m0 : 8;
@@ -348,8 +369,93 @@ void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int 
 }
 #else
 int small_gemm_available(void) { return 0; }
-void gemm_bf16(const void* x, const void* wp, void* y, int M, int N, int K, int NB) {
-    (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)NB;
+void gemm_bf16(const void* x, const void* wp, void* y, int M, int N, int K, int NB, int threads) {
+    (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)NB; (void)threads;
+}
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#ifndef AMX_AHEAD
+#define AMX_AHEAD 4
+#endif
+typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
+static int amx_state = 0;  /* 0: not asked yet, 1: the kernel lets this process use AMX tiles, -1: it does not */
+int amx_available(void) {
+    if (amx_state == 0) amx_state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0 ? 1 : -1;
+    return amx_state == 1;
+}
+/* C tile T (16 x 16 float32) -> rows m0 .. m0 + mb of y at column n (bfloat16, rounded once). */
+#define AMX_STORE(T, C)                                                                            \
+    _tile_stored(T, buf, 64);                                                                      \
+    for (int i = 0; i < mb; i++)                                                                   \
+        _mm256_storeu_si256((__m256i*)(y + (int64_t)(m0 + i) * N + n + 16 * (C)),                  \
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + 16 * i)));
+/* The same product as gemm_bf16 with AMX tiles: x in blocks of 16 rows (a zero-padded copy; tile 3),
+   W's BW-wide blocks as NB tiles of 32 inputs x 16 outputs (tiles 4..6, the packed layout is already
+   the pair-interleaved one AMX reads, row stride BW * 4 bytes), float32 accumulators in tiles 0..2.
+   A block of W (BW x K: at most 147 KB) stays in cache while every row block uses it. Needs K % 32 == 0.
+   Returns 0, or -1 where AMX is unusable or the copy could not be allocated (nothing written). */
+int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int NB, int threads) {
+    if (K % 32 || (NB != 1 && NB != 3) || !amx_available()) return -1;
+    int Mp = (M + 15) & ~15, BW = 16 * NB;
+    bf16* xp = aligned_alloc(64, (size_t)Mp * K * 2);
+    if (!xp) return -1;
+    memcpy(xp, x, (size_t)M * K * 2);
+    memset(xp + (size_t)M * K, 0, (size_t)(Mp - M) * K * 2);
+    #pragma omp parallel num_threads(threads) if (threads > 1 && N / BW > 1)
+    {
+        tile_config cfg;  /* tile state is per thread */
+        memset(&cfg, 0, sizeof cfg);
+        cfg.palette = 1;
+        for (int t = 0; t < 7; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+        _tile_loadconfig(&cfg);
+        float buf[16 * 16] __attribute__((aligned(64)));
+        #pragma omp for schedule(static)
+        for (int block = 0; block < N / BW; block++) {  /* static: each thread streams one contiguous share of W */
+            int n = block * BW;
+            const bf16* w = wp + (int64_t)n * K;
+            for (int m0 = 0; m0 < Mp; m0 += 16) {
+                const bf16* xa = xp + (int64_t)m0 * K;
+                int mb = M - m0 < 16 ? M - m0 : 16;
+                if (NB == 3) {
+                    _tile_zero(0); _tile_zero(1); _tile_zero(2);
+                    for (int k0 = 0; k0 < K; k0 += 32) {
+                        const bf16* wk = w + (int64_t)k0 * BW;
+                        if (m0 == 0)  /* the first row block streams W from memory: ask for it AMX_AHEAD chunks early */
+                            for (int l = 0; l < BW; l++) _mm_prefetch((const char*)(wk + AMX_AHEAD * 32 * BW) + 64 * l, _MM_HINT_T0);
+                        _tile_loadd(3, xa + k0, K * 2);
+                        _tile_loadd(4, wk, BW * 4);
+                        _tile_loadd(5, wk + 32, BW * 4);
+                        _tile_loadd(6, wk + 64, BW * 4);
+                        _tile_dpbf16ps(0, 3, 4);
+                        _tile_dpbf16ps(1, 3, 5);
+                        _tile_dpbf16ps(2, 3, 6);
+                    }
+                    AMX_STORE(0, 0) AMX_STORE(1, 1) AMX_STORE(2, 2)
+                } else {
+                    _tile_zero(0);
+                    for (int k0 = 0; k0 < K; k0 += 32) {
+                        _tile_loadd(3, xa + k0, K * 2);
+                        _tile_loadd(4, w + (int64_t)k0 * BW, BW * 4);
+                        _tile_dpbf16ps(0, 3, 4);
+                    }
+                    AMX_STORE(0, 0)
+                }
+            }
+        }
+        _tile_release();
+    }
+    free(xp);
+    return 0;
+}
+#else
+int amx_available(void) { return 0; }
+int gemm_bf16_amx(const void* x, const void* wp, void* y, int M, int N, int K, int NB, int threads) {
+    (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)NB; (void)threads;
+    return -1;
 }
 #endif
 """
@@ -360,6 +466,10 @@ FLAGS = {
     "glue": ["-O3", "-march=native", "-ffp-contract=off"],
     "gemm": ["-O3", "-march=native"],  # no fast-math: it turns 1/sqrtf into an approximation
 }
+# Attention and the GEMMs split their work over torch's threads with OpenMP: built with -fopenmp, the
+# library asks for libgomp.so.1, and the dynamic loader hands it the copy torch already loaded, so both
+# share one thread pool. Where the compiler has no OpenMP the pragmas are ignored: one thread.
+OPENMP = {"attend", "gemm"}
 
 
 SOURCES = {"rope": _ROPE, "attend": _ATTEND, "glue": _GLUE, "gemm": _GEMM}
