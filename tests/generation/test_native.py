@@ -100,9 +100,13 @@ def _llama_head_dim_64(dtype):
     return model.to(dtype).eval()
 
 
-def test_bfloat16_decode_kernels_match_the_pytorch_path():
-    """Head size 64 in bfloat16: the AVX512-BF16 attention, the small GEMM and the C RMSNorm (where built)
-    against PyTorch attention and oneDNN/PyTorch ops, on ragged rows."""
+@pytest.mark.parametrize("amx", [False, True])
+def test_bfloat16_decode_kernels_match_the_pytorch_path(amx, monkeypatch):
+    """Head size 64 in bfloat16: the AVX512-BF16 attention (q.k with AMX tiles or without), the small GEMM
+    and the C RMSNorm (where built) against PyTorch attention and oneDNN/PyTorch ops, on ragged rows."""
+    if amx and not native.amx_available():
+        pytest.skip("no AMX tiles on this CPU")
+    monkeypatch.setattr(native.SWITCHES, "amx", amx)
     model = _llama_head_dim_64(torch.bfloat16)
     fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
     assert fast.native_glue and not reference.native
@@ -174,3 +178,25 @@ def test_kernels_give_the_same_bits_on_one_thread_and_on_several(amx, monkeypatc
     with torch_threads(3):
         shared = native.small_gemm(x, packed, 480)
     assert torch.equal(alone, shared)
+
+
+@pytest.mark.parametrize("amx", [False, True])
+def test_bfloat16_verify_steps_with_many_queries_match_the_pytorch_path(amx, monkeypatch):
+    """Verification-sized steps: up to 11 new tokens per row (22 query rows per kv head: two AMX query blocks),
+    keys not a multiple of 16, against PyTorch attention."""
+    if amx and not native.amx_available():
+        pytest.skip("no AMX tiles on this CPU")
+    monkeypatch.setattr(native.SWITCHES, "amx", amx)
+    model = _llama_head_dim_64(torch.bfloat16)
+    fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
+    prompt = torch.randint(3, 90, (3, 37))
+    caches = [runner.new_cache(3, 80) for runner in (fast, reference)]
+    for runner, cache in zip((fast, reference), caches):
+        runner.forward(cache, prompt, torch.zeros(3, dtype=torch.long))
+    start, counts = torch.tensor([37, 19, 30]), torch.tensor([11, 4, 9])
+    step = torch.randint(3, 90, (3, 11))
+    got = fast.forward(caches[0], step, start, counts=counts)
+    want = reference.forward(caches[1], step, start)
+    for row, count in enumerate(counts.tolist()):
+        assert torch.allclose(got[row, :count].float(), want[row, :count].float(), atol=0.1), row
+        assert not got[row, count:].any()

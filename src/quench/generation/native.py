@@ -92,7 +92,7 @@ def _library() -> ctypes.CDLL | None:
     for name in ("rope_attend_bf16", "rope_attend_f32"):
         function = getattr(library, name)
         function.restype = ctypes.c_int
-        function.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int]
+        function.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
     library.small_gemm_available.restype = ctypes.c_int
     library.gemm_bf16.restype = None
     library.gemm_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
@@ -134,6 +134,7 @@ def rope_attend(
     status = function(
         qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
         offsets.data_ptr(), out.data_ptr(), batch, heads, kv_heads, head_dim, max_len, scale, torch.get_num_threads(),
+        int(amx_available()),
     )
     if status != 0:
         raise MemoryError("native attention could not allocate its buffers")

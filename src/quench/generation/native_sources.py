@@ -51,9 +51,63 @@ _ATTEND_BF16_64 = r"""
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define HAVE_AMX_ATTEND 1
+typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } attend_tiles;
+static void amx_tiles_16x64(void) {  /* tiles 0..4: 16 rows x 64 bytes (per thread) */
+    attend_tiles cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 5; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+}
+/* scores (M, keys) = scale * q k^T, causal (query m sees keys t <= first + m / G), with AMX tiles:
+   S^T = K Q^T per block of 16 keys (tiles 1, 2: the keys' two halves of D = 64, read straight from the
+   cache) against 16 queries (tiles 3, 4: Q^T pair-interleaved, built once), float32 in tile 0. The
+   products are exact (q is bfloat16-exact after RoPE's rounding); only the summation order differs. */
+static void scores_amx(const float* q, bf16* qt, const bf16* kb, float* scores, int M, int keys, int64_t first,
+                       int G, float scale) {
+    enum { D = 64 };
+    int blocks = (M + 15) / 16;
+    memset(qt, 0, sizeof(bf16) * (size_t)blocks * 2 * 16 * 32);
+    for (int m = 0; m < M; m++)  /* qt[block][half][r][2 n + p] = q[16 block + n][32 half + 2 r + p] */
+        for (int d = 0; d < D; d++)
+            qt[(((m / 16) * 2 + d / 32) * 16 + (d % 32) / 2) * 32 + 2 * (m % 16) + d % 2] = store_bf16(q[m * D + d]);
+    bf16 tail[16 * D] __attribute__((aligned(64)));
+    float buf[16 * 16] __attribute__((aligned(64)));
+    for (int blk = 0; blk < blocks; blk++) {
+        _tile_loadd(3, qt + (blk * 2) * 512, 64);
+        _tile_loadd(4, qt + (blk * 2 + 1) * 512, 64);
+        int queries = M - 16 * blk < 16 ? M - 16 * blk : 16;
+        for (int t0 = 0; t0 < keys; t0 += 16) {
+            const bf16* kt = kb + (int64_t)t0 * D;
+            int kn = keys - t0 < 16 ? keys - t0 : 16;
+            if (kn < 16) {  /* the last block: zero-padded, never read past the row's keys */
+                memcpy(tail, kt, sizeof(bf16) * kn * D);
+                memset(tail + kn * D, 0, sizeof(bf16) * (16 - kn) * D);
+                kt = tail;
+            }
+            _tile_zero(0);
+            _tile_loadd(1, kt, D * 2);
+            _tile_loadd(2, kt + 32, D * 2);
+            _tile_dpbf16ps(0, 1, 3);
+            _tile_dpbf16ps(0, 2, 4);
+            _tile_stored(0, buf, 64);
+            for (int n = 0; n < queries; n++) {
+                int m = 16 * blk + n;
+                int64_t limit = first + m / G;
+                float* sc = scores + (int64_t)m * keys + t0;
+                for (int i = 0; i < kn; i++) sc[i] = (t0 + i <= limit) ? buf[i * 16 + n] * scale : -INFINITY;
+            }
+        }
+    }
+}
+#else
+#define HAVE_AMX_ATTEND 0
+#endif
 static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed,
                                 const int64_t* start, const int64_t* offsets, bf16* out, int B, int H, int Hkv,
-                                int Tmax, float scale, int threads) {
+                                int Tmax, float scale, int threads, int amx) {
     enum { D = 64 };
     int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;
     for (int b = 0; b < B; b++) {
@@ -65,11 +119,16 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
     if (threads > B * Hkv) threads = B * Hkv > 0 ? B * Hkv : 1;
     int rows = (most * G + 3) / 4 * 4;  /* query rows rounded up to the p.v block of 4 (extra rows: p = 0) */
     size_t q_size = (size_t)(rows + 1) * D, qb_size = 2 * (size_t)(rows + 1), scores_size = (size_t)rows * longest + 1;
+    size_t qt_size = (size_t)(rows + 15) / 16 * 2 * 16 * 32;  /* AMX: Q^T tiles, 16 queries x 2 halves of D */
+#if !HAVE_AMX_ATTEND
+    amx = 0;
+#endif
     /* one set of buffers per thread */
     float* q_all = malloc(sizeof(float) * q_size * threads);
     __m512bh* qb_all = aligned_alloc(64, sizeof(__m512bh) * qb_size * threads);  /* vector stores need 64-byte alignment */
     float* scores_all = calloc(scores_size * threads, sizeof(float));
-    if (!q_all || !qb_all || !scores_all) { free(q_all); free(qb_all); free(scores_all); return 1; }
+    bf16* qt_all = aligned_alloc(64, sizeof(bf16) * qt_size * threads);
+    if (!q_all || !qb_all || !scores_all || !qt_all) { free(q_all); free(qb_all); free(scores_all); free(qt_all); return 1; }
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int b = 0; b < B; b++) {  /* the new tokens' keys (RoPE) and values into the caches */
         float scratch[D];
@@ -83,12 +142,18 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
             }
         }
     }
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int pair = 0; pair < B * Hkv; pair++) {
-        int b = pair / Hkv, j = pair % Hkv, worker = 0;
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+    int worker = 0;
 #ifdef _OPENMP
-        worker = omp_get_thread_num();
+    worker = omp_get_thread_num();
 #endif
+#if HAVE_AMX_ATTEND
+    if (amx) amx_tiles_16x64();
+#endif
+    #pragma omp for schedule(static)
+    for (int pair = 0; pair < B * Hkv; pair++) {
+        int b = pair / Hkv, j = pair % Hkv;
         float* q = q_all + q_size * worker;
         __m512bh* qb = qb_all + qb_size * worker;
         float* scores = scores_all + scores_size * worker;
@@ -108,6 +173,10 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
         }
         const bf16* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;
         const bf16* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;
+#if HAVE_AMX_ATTEND
+        if (amx) scores_amx(q, qt_all + qt_size * worker, kb, scores, M, keys, start[b], G, scale);
+        else
+#endif
         for (int t = 0; t < keys; t++) {
             __m512bh k0 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D);
             __m512bh k1 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D + 32);
@@ -147,7 +216,11 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
             }
         }
     }
-    free(q_all); free(qb_all); free(scores_all);
+#if HAVE_AMX_ATTEND
+    if (amx) _tile_release();
+#endif
+    }
+    free(q_all); free(qb_all); free(scores_all); free(qt_all);
     return 0;
 }
 #else
@@ -250,15 +323,18 @@ DISPATCH(bf16, bf16)
 DISPATCH(float, f32)
 """ + _ATTEND_BF16_64 + r"""
 int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
-                     const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads) {
+                     const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
+                     int amx) {
 #if HAVE_AVX512_BF16
-    if (D == 64) return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale, threads);
+    if (D == 64) return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale, threads, amx);
 #endif
+    (void)amx;
     return rope_attend_generic_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
 }
 int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
-                    const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads) {
-    (void)threads;  /* float32: tests and tiny models, one thread */
+                    const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
+                    int amx) {
+    (void)threads; (void)amx;  /* float32: tests and tiny models, one thread */
     return rope_attend_generic_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
 }
 """
