@@ -5,7 +5,8 @@
     python benchmarks/generation.py --plot out.png     # also a figure: throughput and latency vs batch size
 
 Backends: `hf` (`generate`, left-padded batches), `quench` (regular), `quench-ngram` (prompt
-lookup, BASS draft length), `quench-draft` (the shipped draft model; opt-in with --backends), and
+lookup, BASS draft length), `quench-hybrid` (prompt lookup where it matches, else the shipped draft
+model), `quench-draft` (the draft model alone; opt-in with --backends), and
 Hugging Face assisted generation. HF refuses batch > 1 there, so `hf-assisted-*` run one sequence
 at a time whatever the row's batch size (n samples = n `generate` calls, each with its own seed;
 ms/token/seq = 1000 / throughput). `hf-assisted-ngram`: HF's prompt lookup (--draft-tokens tokens
@@ -49,7 +50,7 @@ from quench.models import load_model
 from quench.models.draft import load_draft
 from quench.models.prompts import encode_prompt
 
-BACKENDS = ("hf", "quench", "quench-ngram", "quench-draft", "hf-assisted-ngram", "hf-assisted-draft")
+BACKENDS = ("hf", "quench", "quench-ngram", "quench-draft", "quench-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
 DEFAULT_BACKENDS = ("hf", "quench", "quench-ngram", "hf-assisted-ngram", "hf-assisted-draft")
 LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matched, as quench's
 Backend = HFBackend | QuenchBackend
@@ -142,7 +143,7 @@ def make_backends(
 
     def quench(drafter: str) -> QuenchBackend:
         config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens)
-        return QuenchBackend(model, tokenizer, config, draft_model=draft if drafter == "model" else None)
+        return QuenchBackend(model, tokenizer, config, draft_model=draft if drafter in ("model", "hybrid") else None)
 
     def assisted(options: AssistOptions) -> HFBackend:
         return HFBackend(AssistedModel(model, options), tokenizer, batch_size=1)  # HF: "only batch_size = 1"
@@ -152,6 +153,7 @@ def make_backends(
         "quench": lambda: quench("none"),
         "quench-ngram": lambda: quench("ngram"),
         "quench-draft": lambda: quench("model"),
+        "quench-hybrid": lambda: quench("hybrid"),  # prompt lookup where it matches, else the draft model
         "hf-assisted-ngram": lambda: assisted(AssistOptions(lookup_tokens=draft_tokens)),
         "hf-assisted-draft": lambda: assisted(AssistOptions(assistant=draft)),
     }
@@ -224,7 +226,7 @@ def run(args) -> list[Measurement]:
     torch.set_num_threads(args.threads)
     loaded = load_model(dtype="bfloat16")
     model = loaded.model
-    draft = load_draft("auto", loaded) if {"quench-draft", "hf-assisted-draft"} & set(args.backends) else None
+    draft = load_draft("auto", loaded) if {"quench-draft", "quench-hybrid", "hf-assisted-draft"} & set(args.backends) else None
     rows: list[Measurement] = []
     for batch_size in args.batch_sizes:
         backends = make_backends(loaded, draft, batch_size, args.backends, args.draft_tokens)
