@@ -1,5 +1,7 @@
 """The C decode-attention kernel against the PyTorch path of the same runner."""
 
+import ctypes
+
 import pytest
 import torch
 
@@ -200,3 +202,20 @@ def test_bfloat16_verify_steps_with_many_queries_match_the_pytorch_path(amx, mon
     for row, count in enumerate(counts.tolist()):
         assert torch.allclose(got[row, :count].float(), want[row, :count].float(), atol=0.1), row
         assert not got[row, count:].any()
+
+
+@needs_small_gemm
+def test_vectorised_rope_rounds_exactly_as_the_scalar_one():
+    """The head-64 kernel's RoPE (AVX512) must give rope_bf16's bits: the cached keys are PyTorch's."""
+    library = native._library()
+    torch.manual_seed(0)
+    scale = torch.logspace(-3, 3, 64)
+    for _ in range(200):
+        x, cos, sin = (torch.randn(64) * scale[torch.randperm(64)] for _ in range(3))
+        x, cos, sin = x.to(torch.bfloat16), cos.to(torch.bfloat16), sin.to(torch.bfloat16)
+        outs = [torch.zeros(64), torch.zeros(64)]
+        stores = [torch.zeros(64, dtype=torch.bfloat16), torch.zeros(64, dtype=torch.bfloat16)]
+        library.rope_bf16(*(ctypes.c_void_p(t.data_ptr()) for t in (x, cos, sin)), 64,
+                          ctypes.c_void_p(outs[0].data_ptr()), ctypes.c_void_p(stores[0].data_ptr()))
+        library.rope64_bf16(*(ctypes.c_void_p(t.data_ptr()) for t in (x, cos, sin, outs[1], stores[1])))
+        assert torch.equal(outs[0], outs[1]) and torch.equal(stores[0], stores[1])

@@ -51,6 +51,25 @@ _ATTEND_BF16_64 = r"""
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+/* RoPE for head size 64, with rope_bf16's exact roundings (each product, then the sum, rounded to
+   bfloat16 nearest-even) in four 16-wide vectors: explicit multiplies and adds, no FMA to contract. */
+static inline __m512 bf16x16_to_f32(const bf16* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+static inline __m512 round_to_bf16(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
+}
+void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* out, bf16* store) {
+    __m512 v[4];
+    for (int c = 0; c < 4; c++) v[c] = bf16x16_to_f32(x + 16 * c);
+    for (int c = 0; c < 4; c++) {
+        __m512 a = round_to_bf16(_mm512_mul_ps(v[c], bf16x16_to_f32(cos + 16 * c)));
+        __m512 b = round_to_bf16(_mm512_mul_ps(v[(c + 2) % 4], bf16x16_to_f32(sin_signed + 16 * c)));
+        __m512 sum = round_to_bf16(_mm512_add_ps(a, b));
+        _mm512_storeu_ps(out + 16 * c, sum);
+        if (store) _mm256_storeu_si256((__m256i*)(store + 16 * c), (__m256i)_mm512_cvtneps_pbh(sum));
+    }
+}
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #define HAVE_AMX_ATTEND 1
 typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } attend_tiles;
@@ -70,9 +89,15 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, float* scores, 
     enum { D = 64 };
     int blocks = (M + 15) / 16;
     memset(qt, 0, sizeof(bf16) * (size_t)blocks * 2 * 16 * 32);
-    for (int m = 0; m < M; m++)  /* qt[block][half][r][2 n + p] = q[16 block + n][32 half + 2 r + p] */
-        for (int d = 0; d < D; d++)
-            qt[(((m / 16) * 2 + d / 32) * 16 + (d % 32) / 2) * 32 + 2 * (m % 16) + d % 2] = store_bf16(q[m * D + d]);
+    for (int m = 0; m < M; m++) {  /* qt[block][half][r][2 n + p] = q[16 block + n][32 half + 2 r + p] */
+        const uint32_t* bits = (const uint32_t*)(q + m * D);  /* bfloat16-exact floats: the top half is the value */
+        bf16* column = qt + (m / 16) * 2 * 512 + 2 * (m % 16);
+        for (int d = 0; d < D; d += 2) {
+            bf16* at = column + (d / 32) * 512 + ((d % 32) / 2) * 32;
+            at[0] = (bf16)(bits[d] >> 16);
+            at[1] = (bf16)(bits[d + 1] >> 16);
+        }
+    }
     bf16 tail[16 * D] __attribute__((aligned(64)));
     float buf[16 * 16] __attribute__((aligned(64)));
     for (int blk = 0; blk < blocks; blk++) {
@@ -137,7 +162,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
             const bf16* tok = qkv + (offsets[b] + s) * width * D;
             for (int j = 0; j < Hkv; j++) {
                 int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;
-                rope_bf16(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, scratch, kc + at);
+                rope64_bf16(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, scratch, kc + at);
                 memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(bf16) * D);
             }
         }
@@ -165,7 +190,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
             int64_t pos = start[b] + s;
             const bf16* tok = qkv + (offsets[b] + s) * width * D;
             for (int g = 0; g < G; g++)
-                rope_bf16(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D, q + (s * G + g) * D, 0);
+                rope64_bf16(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, q + (s * G + g) * D, 0);
         }
         for (int m = 0; m < M; m++) {  /* exact: RoPE rounded q to bfloat16 */
             qb[2 * m] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 16), _mm512_loadu_ps(q + m * D));
@@ -486,7 +511,7 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
         tile_config cfg;  /* tile state is per thread */
         memset(&cfg, 0, sizeof cfg);
         cfg.palette = 1;
-        for (int t = 0; t < 7; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+        for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
         _tile_loadconfig(&cfg);
         float buf[16 * 16] __attribute__((aligned(64)));
         #pragma omp for schedule(static)
@@ -496,7 +521,33 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
             for (int m0 = 0; m0 < Mp; m0 += 16) {
                 const bf16* xa = xp + (int64_t)m0 * K;
                 int mb = M - m0 < 16 ? M - m0 : 16;
-                if (NB == 3) {
+                if (NB == 3 && Mp - m0 >= 32) {
+                    /* Two row blocks share each W tile (read from cache once, not twice): float32 C tiles 0..2
+                       (rows m0..) and 3..5 (rows m0 + 16..), W in tile 7, x reloaded into tile 6 (1 KB, in L1). */
+                    const bf16* xb = xa + (int64_t)16 * K;
+                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4); _tile_zero(5);
+                    for (int k0 = 0; k0 < K; k0 += 32) {
+                        const bf16* wk = w + (int64_t)k0 * BW;
+                        if (m0 == 0)
+                            for (int l = 0; l < BW; l++) _mm_prefetch((const char*)(wk + AMX_AHEAD * 32 * BW) + 64 * l, _MM_HINT_T0);
+                        _tile_loadd(7, wk, BW * 4);
+                        _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(0, 6, 7);
+                        _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(3, 6, 7);
+                        _tile_loadd(7, wk + 32, BW * 4);
+                        _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(1, 6, 7);
+                        _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(4, 6, 7);
+                        _tile_loadd(7, wk + 64, BW * 4);
+                        _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(2, 6, 7);
+                        _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(5, 6, 7);
+                    }
+                    AMX_STORE(0, 0) AMX_STORE(1, 1) AMX_STORE(2, 2)
+                    int second = m0 + 16;
+                    {
+                        int m0 = second, mb = M - second < 16 ? M - second : 16;
+                        AMX_STORE(3, 0) AMX_STORE(4, 1) AMX_STORE(5, 2)
+                    }
+                    m0 += 16;  /* with the loop's own step: past both blocks */
+                } else if (NB == 3) {
                     _tile_zero(0); _tile_zero(1); _tile_zero(2);
                     for (int k0 = 0; k0 < K; k0 += 32) {
                         const bf16* wk = w + (int64_t)k0 * BW;
