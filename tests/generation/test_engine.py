@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from helpers import char_tokenizer, tiny_llama
+from helpers import char_tokenizer, perturbed, tiny_llama
 from quench.generation.engine import EngineConfig, QuenchBackend
 from quench.generation.types import GenerationRequest, SamplingParams
 
@@ -116,6 +116,7 @@ def test_generic_path_runs_a_gpt2_model_exactly(tokenizer):
         dict(),
         dict(drafter="model", draft_length="fixed", draft_tokens=3),
         dict(drafter="ngram", draft_length="fixed", draft_tokens=3),
+        dict(drafter="model", draft_length="fixed", draft_tokens=3, draft_confidence=0.0133),  # ~half cut
     ],
 )
 def test_a_sampled_row_is_the_same_alone_and_inside_a_batch(tokenizer, config):
@@ -166,3 +167,20 @@ def test_many_samples_flow_through_few_slots(tokenizer):
     out, backend = quench_outputs(model, tokenizer, reqs, sampling, batch_size=3)
     assert sorted(out) == sorted((r.key, i) for r in reqs for i in range(5))
     assert backend.last_stats.prefill_tokens == sum(len(r.prompt_ids) for r in reqs)  # one prefill per prompt
+
+
+@pytest.mark.parametrize("drafter", ["model", "hybrid"])
+def test_a_draft_cut_where_the_draft_model_is_unsure_keeps_greedy_exact(tokenizer, drafter):
+    model = tiny_llama(dtype=torch.float64)
+    draft_model = perturbed(model, 0.3)
+    reqs = requests(tokenizer)
+    sampling = SamplingParams(max_new_tokens=20)
+    stats = {}
+    cut = 0.0133  # about the median probability this near-uniform tiny draft gives its argmax token
+    for confidence in (0.0, cut):
+        out, backend = quench_outputs(model, tokenizer, reqs, sampling, draft_model, batch_size=3, drafter=drafter,
+                                      draft_length="fixed", draft_tokens=4, draft_confidence=confidence)
+        for r in reqs:
+            assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 20), (confidence, r.key)
+        stats[confidence] = backend.last_stats
+    assert 0 < stats[cut].drafted < stats[0.0].drafted  # unsure tokens were not proposed, sure ones were

@@ -12,6 +12,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from quench.generation import native
 from quench.generation.draft_length import DraftLengthPolicy
 from quench.generation.drafters import Draft, Drafter
 from quench.generation.kv_cache import KVCache
@@ -183,7 +184,7 @@ class DecodeLoop:
             return Verdict(torch.zeros(len(active), dtype=torch.long), tokens[:, None])
         draft_tokens = draft.tokens[active, :width]  # (A, K)
         if self.sampling.greedy:
-            return verify_greedy(draft_tokens, logits.argmax(dim=-1))
+            return verify_greedy(draft_tokens, native.argmax(logits))
         draft_probs = draft.probs[active, :width] if draft.probs is not None else None
         return verify_sampling(draft_tokens, draft_probs, logits_to_probs(logits, self.sampling), generators)
 

@@ -17,6 +17,7 @@ from typing import Protocol, Sequence
 
 import torch
 
+from quench.generation import native
 from quench.generation.kv_cache import KVCache
 from quench.generation.rows import Row
 from quench.generation.sampling import logits_to_probs, sample_rows
@@ -112,8 +113,12 @@ class NgramDrafter:
 class ModelDrafter:
     """A draft model with its own KV cache; keeps in step with the committed tokens of each row."""
 
-    def __init__(self, runner: Runner, batch_size: int, max_len: int) -> None:
+    def __init__(self, runner: Runner, batch_size: int, max_len: int, confidence: float = 0.0) -> None:
         self.runner = runner
+        # A row's draft ends before the first token the draft model gives less than this probability
+        # (0: never): at batch > 1 each drafted token costs verification work, and unsure ones are
+        # mostly rejected. The cut depends on the draft alone, so verification stays lossless.
+        self.confidence = confidence
         # CATCH_UP more positions: a row that skipped drafting catches up in blocks of that many tokens.
         self.cache: KVCache = runner.new_cache(batch_size, max_len + CATCH_UP)
         self.prefixes = PrefixStore(runner)
@@ -153,24 +158,31 @@ class ModelDrafter:
         # Rows that are not drafting write nothing they keep: their writes land past their valid positions.
         lengths = torch.tensor([len(row.tokens) if d else v for d, v, row in zip(drafting, valid, rows)])  # (B,)
         probs_steps: list[torch.Tensor] = []
+        kept = list(limits)  # tokens each row keeps: its limit, or fewer where the draft was unsure
         for i in range(k):
             if sampling.greedy:
-                step = logits.argmax(dim=-1)  # (B,)
+                step = native.argmax(logits)  # (B,)
+                chosen = torch.softmax(logits.float(), dim=-1).gather(1, step[:, None])[:, 0] if self.confidence else None
             else:
                 probs = logits_to_probs(logits, sampling)  # (B, V)
-                generators = [r.generator if r is not None and i < limits[b] else scratch for b, r in enumerate(rows)]
+                generators = [r.generator if r is not None and i < kept[b] else scratch for b, r in enumerate(rows)]
                 step = sample_rows(probs, generators)
                 probs_steps.append(probs)
+                chosen = probs.gather(1, step[:, None])[:, 0] if self.confidence else None  # (B,)
             tokens[:, i] = step
-            if i + 1 < k:
-                live = torch.tensor([int(d and i + 1 < limit) for d, limit in zip(drafting, limits)])  # (B,)
-                logits = self.runner.forward(self.cache, step[:, None], lengths + i, counts=live)[:, 0]  # (B, V)
+            if chosen is not None:
+                kept = [i if i < n and float(p) < self.confidence else n for n, p in zip(kept, chosen)]
+            live = [int(d and i + 1 < n) for d, n in zip(drafting, kept)]
+            if not any(live):
+                break
+            logits = self.runner.forward(self.cache, step[:, None], lengths + i, counts=torch.tensor(live))[:, 0]  # (B, V)
         for b in range(batch):
-            if drafting[b]:  # the cache now holds the row's tokens, then its drafts but the last
-                self.base[b], self.fed[b] = len(rows[b].tokens), tokens[b, : limits[b] - 1].tolist()
-            tokens[b, limits[b] :] = PLACEHOLDER
-        probs = torch.stack(probs_steps, dim=1) if probs_steps else None  # (B, K, V)
-        return Draft(tokens, probs)
+            if drafting[b]:  # the cache now holds the row's tokens, then the drafts it fed (all kept but the last)
+                self.base[b], self.fed[b] = len(rows[b].tokens), tokens[b, : min(kept[b], limits[b] - 1)].tolist()
+            tokens[b, kept[b] :] = PLACEHOLDER
+        probs = torch.stack(probs_steps, dim=1) if probs_steps else None  # (B, <= K, V)
+        width = max(kept, default=0)
+        return Draft(tokens[:, :width], probs[:, :width] if probs is not None else None)
 
     def _catch_up(self, rows: Sequence[Row | None], drafting: list[bool], valid: list[int]) -> torch.Tensor:
         """Feed each drafting row's committed tokens that this cache lacks (at least the last one).
@@ -250,7 +262,8 @@ class HybridDrafter:
                     probs[b] = 0.0
                     probs[b, torch.arange(len(copy)), tokens[b, : len(copy)]] = 1.0
             elif model_limits[b]:
-                self.last_model_draft[b] = (len(rows[b].tokens), tokens[b, : model_limits[b]].tolist())
+                proposal = [t for t in tokens[b, : model_limits[b]].tolist() if t != PLACEHOLDER]  # unsure ones cut
+                self.last_model_draft[b] = (len(rows[b].tokens), proposal) if proposal else None
         self.copied += sum(bool(c) for c in copies)
         self.modelled += sum(bool(m) for m in model_limits)
         return Draft(tokens, probs)

@@ -48,6 +48,7 @@ class EngineConfig:
     compile: bool = False  # torch.compile the fast path's PyTorch forward (no prepack, no native kernel;
     # measured 1.6-1.8x slower than the default here, after a ~2 minute compile — see docs/engine.md)
     max_len: int | None = None  # KV cache length per slot; None = longest prompt + max_new_tokens + drafts
+    draft_confidence: float = 0.0  # draft model: a row's draft ends before a token it gives less (0 = never)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -58,6 +59,8 @@ class EngineConfig:
             raise ValueError(f"draft_length must be 'bass' or 'fixed', got {self.draft_length!r}")
         if not 1 <= self.draft_tokens <= self.max_draft_tokens:
             raise ValueError("need 1 <= draft_tokens <= max_draft_tokens")
+        if not 0.0 <= self.draft_confidence < 1.0:
+            raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence}")
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be 'auto' or one of {sorted(_DTYPES)}, got {self.dtype!r}")
 
@@ -193,7 +196,7 @@ class QuenchBackend:
             return NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
         if self.config.drafter in MODEL_DRAFTERS:
             assert self.draft_runner is not None
-            model = ModelDrafter(self.draft_runner, self.config.batch_size, max_len)
+            model = ModelDrafter(self.draft_runner, self.config.batch_size, max_len, self.config.draft_confidence)
             if self.config.drafter == "model":
                 return model
             ngram = NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)

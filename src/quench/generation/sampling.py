@@ -10,6 +10,7 @@ import hashlib
 
 import torch
 
+from quench.generation import native
 from quench.generation.types import SamplingParams
 
 
@@ -61,5 +62,5 @@ def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch
 def next_tokens(logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]) -> torch.Tensor:
     """Regular decoding: logits (B, V) -> tokens (B,), greedy (argmax) or sampled."""
     if sampling.greedy:
-        return logits.argmax(dim=-1)
+        return native.argmax(logits)
     return sample_rows(logits_to_probs(logits, sampling), generators)
