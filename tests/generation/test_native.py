@@ -221,14 +221,15 @@ def test_vectorised_rope_rounds_exactly_as_the_scalar_one():
         assert torch.equal(outs[0], outs[1]) and torch.equal(stores[0], stores[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shape", [(3, 49152), (2, 5, 1000), (4, 37), (1, 15)])  # vector body + scalar tail
-def test_argmax_picks_the_first_maximum_as_torch_does(shape):
+def test_argmax_picks_the_first_maximum_as_torch_does(shape, dtype):
     torch.manual_seed(len(shape))
-    ties = torch.randint(-3, 3, shape).to(torch.bfloat16)  # few values: many tied maxima in every row
-    spread = torch.randn(shape).to(torch.bfloat16)
+    ties = torch.randint(-3, 3, shape).to(dtype)  # few values: many tied maxima in every row
+    spread = torch.randn(shape).to(dtype)
     masked = spread.clone()
     masked[..., : shape[-1] // 2] = float("-inf")  # a reduced draft head's logits: -inf outside its tokens
-    for logits in (ties, spread, masked, torch.full(shape, float("-inf"), dtype=torch.bfloat16)):
+    for logits in (ties, spread, masked, torch.full(shape, float("-inf"), dtype=dtype)):
         assert torch.equal(native.argmax(logits), logits.argmax(dim=-1))
     strided = spread.reshape(-1, shape[-1])[::2]  # rows a stride apart
     assert torch.equal(native.argmax(strided), strided.argmax(dim=-1))

@@ -99,8 +99,9 @@ def _library() -> ctypes.CDLL | None:
     library.amx_available.restype = ctypes.c_int
     library.gemm_bf16_amx.restype = ctypes.c_int
     library.gemm_bf16_amx.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
-    library.argmax_bf16.restype = None
-    library.argmax_bf16.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_int64]
+    for name in ("argmax_bf16", "argmax_f32"):
+        getattr(library, name).restype = None
+        getattr(library, name).argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_int64]
     library.add_rms_norm_bf16.restype = None
     library.add_rms_norm_bf16.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_float]
     return library
@@ -215,11 +216,12 @@ def small_gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torc
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
     """logits (..., V) -> (...,) int64: the first index of each row's largest value, as torch.argmax.
-    bfloat16 rows with a unit last stride go through the C kernel (PyTorch's bfloat16 argmax is ~5x slower)."""
-    library = _library() if logits.dtype == torch.bfloat16 and logits.device.type == "cpu" else None
+    bfloat16 and float32 rows with a unit last stride go through the C kernel (PyTorch's is 4-9x slower)."""
+    kernels = {torch.bfloat16: "argmax_bf16", torch.float32: "argmax_f32"}
+    library = _library() if logits.dtype in kernels and logits.device.type == "cpu" else None
     if library is None or logits.dim() == 0 or logits.stride(-1) != 1 or logits.shape[-1] == 0:
         return logits.argmax(dim=-1)
     rows = logits.reshape(-1, logits.shape[-1])  # a view where the layout allows, else a copy
     out = torch.empty(rows.shape[0], dtype=torch.long)
-    library.argmax_bf16(rows.data_ptr(), out.data_ptr(), rows.shape[0], rows.shape[1], rows.stride(0))
+    getattr(library, kernels[logits.dtype])(rows.data_ptr(), out.data_ptr(), rows.shape[0], rows.shape[1], rows.stride(0))
     return out.reshape(logits.shape[:-1])

@@ -392,49 +392,57 @@ void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out
     }
 }
 
-/* Greedy decoding's argmax over bfloat16 logits (R rows of V, row stride `stride`): the first index of
-   the largest value, as torch.argmax (NaN aside: torch ranks it highest, this ignores it). PyTorch's
-   bfloat16 argmax ran at ~0.2 G elements/s here: 9 ms for a batch-8 verification's (8, 5, 49152). */
+/* Greedy decoding's argmax over logits (R rows of V, row stride `stride`; bfloat16 or float32): the
+   first index of the largest value, as torch.argmax (NaN aside: torch ranks it highest, this ignores it).
+   PyTorch's CPU argmax ran at ~0.2-0.5 G elements/s here: 4-9 ms for a batch-8 verification's (8, 5, 49152). */
 #if defined(__AVX512F__)
 #include <immintrin.h>
-#include <limits.h>
-void argmax_bf16(const bf16* x, int64_t* out, int R, int V, int64_t stride) {
-    for (int r = 0; r < R; r++) {
-        const bf16* p = x + (int64_t)r * stride;
-        __m512 best = _mm512_set1_ps(-INFINITY);
-        __m512i where = _mm512_setzero_si512(), index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        int v = 0;
-        for (; v + 16 <= V; v += 16) {  /* per lane, strictly greater: each lane keeps its first maximum */
-            __m512 value = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(p + v))), 16));
-            __mmask16 greater = _mm512_cmp_ps_mask(value, best, _CMP_GT_OQ);
-            best = _mm512_mask_mov_ps(best, greater, value);
-            where = _mm512_mask_mov_epi32(where, greater, index);
-            index = _mm512_add_epi32(index, _mm512_set1_epi32(16));
-        }
-        float top = _mm512_reduce_max_ps(best);
-        __mmask16 ties = _mm512_cmp_ps_mask(best, _mm512_set1_ps(top), _CMP_EQ_OQ);
-        int first = ties ? _mm512_mask_reduce_min_epi32(ties, where) : 0;
-        for (; v < V; v++) {
-            float value = load_bf16(p[v]);
-            if (value > top) { top = value; first = v; }
-        }
-        out[r] = first;
-    }
+static inline __m512 load16_bf16(const bf16* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+static inline __m512 load16_f32(const float* p) { return _mm512_loadu_ps(p); }
+#define ARGMAX(T, SUFFIX)                                                                          \
+void argmax_##SUFFIX(const T* x, int64_t* out, int R, int V, int64_t stride) {                     \
+    for (int r = 0; r < R; r++) {                                                                  \
+        const T* p = x + (int64_t)r * stride;                                                      \
+        __m512 best = _mm512_set1_ps(-INFINITY);                                                   \
+        __m512i where = _mm512_setzero_si512();                                                    \
+        __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);   \
+        int v = 0;                                                                                 \
+        for (; v + 16 <= V; v += 16) {  /* per lane, strictly greater: each lane keeps its first maximum */ \
+            __m512 value = load16_##SUFFIX(p + v);                                                 \
+            __mmask16 greater = _mm512_cmp_ps_mask(value, best, _CMP_GT_OQ);                       \
+            best = _mm512_mask_mov_ps(best, greater, value);                                       \
+            where = _mm512_mask_mov_epi32(where, greater, index);                                  \
+            index = _mm512_add_epi32(index, _mm512_set1_epi32(16));                                \
+        }                                                                                          \
+        float top = _mm512_reduce_max_ps(best);                                                    \
+        __mmask16 ties = _mm512_cmp_ps_mask(best, _mm512_set1_ps(top), _CMP_EQ_OQ);                \
+        int first = ties ? _mm512_mask_reduce_min_epi32(ties, where) : 0;                          \
+        for (; v < V; v++) {                                                                       \
+            float value = load_##SUFFIX(p[v]);                                                     \
+            if (value > top) { top = value; first = v; }                                           \
+        }                                                                                          \
+        out[r] = first;                                                                            \
+    }                                                                                              \
 }
 #else
-void argmax_bf16(const bf16* x, int64_t* out, int R, int V, int64_t stride) {
-    for (int r = 0; r < R; r++) {
-        const bf16* p = x + (int64_t)r * stride;
-        float top = -INFINITY;
-        int first = 0;
-        for (int v = 0; v < V; v++) {
-            float value = load_bf16(p[v]);
-            if (value > top) { top = value; first = v; }
-        }
-        out[r] = first;
-    }
+#define ARGMAX(T, SUFFIX)                                                                          \
+void argmax_##SUFFIX(const T* x, int64_t* out, int R, int V, int64_t stride) {                     \
+    for (int r = 0; r < R; r++) {                                                                  \
+        const T* p = x + (int64_t)r * stride;                                                      \
+        float top = -INFINITY;                                                                     \
+        int first = 0;                                                                             \
+        for (int v = 0; v < V; v++) {                                                              \
+            float value = load_##SUFFIX(p[v]);                                                     \
+            if (value > top) { top = value; first = v; }                                           \
+        }                                                                                          \
+        out[r] = first;                                                                            \
+    }                                                                                              \
 }
 #endif
+ARGMAX(bf16, bf16)
+ARGMAX(float, f32)
 """
 
 # y = x W^T in bfloat16 for a few rows (decode steps), on CPUs with AVX512-BF16. oneDNN's kernel for
