@@ -17,6 +17,7 @@ from quench.cli.main import main
     (["robustness", "--categories", "nope"], "unknown category 'nope'"),
     (["robustness", "--k", "1,5", "-n", "2"], "pass@5 needs at least 5 samples per prompt, got -n 2"),
     (["run", "--backend", "hf", "--speculate", "ngram"], "--speculate ngram needs --backend quench"),
+    (["run", "--speculate", "hybrid", "--draft-confidence", "1.5"], "--draft-confidence must be in [0, 1), got 1.5"),
     (["run", "--guard", "missing-guard.safetensors"], "missing-guard.safetensors"),
     (["--threads", "0", "perturb", "--list"], "--threads must be at least 1, got 0"),
 ])

@@ -43,6 +43,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="draft model for --speculate draft (auto: the one shipped for the preset)")
     engine.add_argument("--draft-tokens", type=int, default=7, help="fixed draft length, or where BASS's length starts")
     engine.add_argument("--draft-length", default="bass", choices=DRAFT_LENGTHS, help="bass: dynamic per batch; fixed")
+    engine.add_argument("--draft-confidence", type=float, default=0.0, metavar="P",
+                        help="draft model: end a row's draft before a token the draft gives probability < P (0: never)")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
 
@@ -149,7 +151,7 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
 
 def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
     return BackendOptions(args.backend, args.batch_size, args.speculate, args.draft, args.draft_tokens,
-                          args.draft_length, args.guard).check()
+                          args.draft_length, args.guard, args.draft_confidence).check()
 
 
 def backend_from_args(args: argparse.Namespace, loaded):

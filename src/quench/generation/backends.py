@@ -26,6 +26,7 @@ class BackendOptions:
     draft_tokens: int = 7  # fixed draft length, or where BASS's dynamic length starts
     draft_length: str = "bass"  # "bass" (dynamic, per batch) or "fixed"
     guard: str | None = None  # GenGuard early stopping (quench only): "auto" (shipped) or a path
+    draft_confidence: float = 0.0  # draft model: a row's draft ends before a token it gives less (0 = never)
 
     def check(self) -> "BackendOptions":
         """Self, or QuenchError naming the flag that is wrong."""
@@ -39,6 +40,8 @@ class BackendOptions:
             raise QuenchError(f"--draft-length: choose one of {', '.join(DRAFT_LENGTHS)}, got {self.draft_length!r}")
         if not 1 <= self.draft_tokens <= 32:
             raise QuenchError(f"--draft-tokens must be between 1 and 32, got {self.draft_tokens}")
+        if not 0.0 <= self.draft_confidence < 1.0:
+            raise QuenchError(f"--draft-confidence must be in [0, 1), got {self.draft_confidence}")
         if self.name == "hf" and self.speculate != "none":
             raise QuenchError(f"--speculate {self.speculate} needs --backend quench (Hugging Face generate is not batched-speculative)")
         if self.name == "hf" and self.guard:
@@ -60,7 +63,7 @@ def make_engine(loaded: LoadedModel, options: BackendOptions) -> Backend:
 
     drafter = DRAFTERS[options.speculate]
     config = EngineConfig(batch_size=options.batch_size, drafter=drafter, draft_length=options.draft_length,
-                          draft_tokens=options.draft_tokens)
+                          draft_tokens=options.draft_tokens, draft_confidence=options.draft_confidence)
     draft_model = None
     if options.speculate in ("draft", "hybrid"):
         from quench.models.draft import load_draft
