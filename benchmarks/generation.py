@@ -321,6 +321,33 @@ def plot(rows: list[Measurement], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+def read_bandwidth_gbs(megabytes: int = 512) -> float:
+    """This machine's read bandwidth at the current torch threads: best of 5 sums over a buffer far
+    larger than the caches, in GB/s (10^9 bytes)."""
+    buffer = torch.ones(megabytes * 2**20 // 4)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return buffer.numel() * 4 / best / 1e9
+
+
+def bandwidth_report(rows: list[Measurement], weight_bytes: int, threads: int) -> list[str]:
+    """Regular quench decoding against the weight-streaming bound (batch x bandwidth / weight bytes)."""
+    bandwidth = read_bandwidth_gbs()
+    lines = [f"bandwidth bound: {bandwidth:.1f} GB/s read here ({threads} thread(s)), {weight_bytes / 1e6:.0f} MB of "
+             f"weights per step; at 43 GB/s (the issue's figure) batch 8 would be {8 * 43e9 / weight_bytes:.0f} tokens/s"]
+    for m in rows:
+        if m.backend != "quench":
+            continue
+        bound = m.batch_size * bandwidth * 1e9 / weight_bytes
+        decode = f", decode only {m.decode_tokens_per_s / bound:.0%} (per CPU-second)" if threads == 1 else ""
+        lines.append(f"  batch {m.batch_size} {m.mode}: bound {bound:.0f} tokens/s; quench {m.wall_tokens_per_s} "
+                     f"tokens/s wall = {m.wall_tokens_per_s / bound:.0%} end to end{decode}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="batch 1 and 8, 48 new tokens, one wave")
@@ -344,6 +371,8 @@ def main() -> None:
     rows = run(args)
     print()
     print(markdown(rows))
+    weight_bytes = sum(t.numel() * t.element_size() for t in load_model(dtype="bfloat16").model.parameters())
+    print("\n".join(bandwidth_report(rows, weight_bytes, args.threads)))
     if args.json:
         args.json.write_text(json.dumps([asdict(m) for m in rows], indent=2))
     if args.plot:
