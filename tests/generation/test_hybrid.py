@@ -33,10 +33,11 @@ def hf_greedy(model, request, max_new_tokens):
     return out[0, prompt.shape[1] :].tolist()
 
 
-def hybrid_loop(model, draft, tokenizer, reqs, sampling, batch_size, policy, fast_path=True):
+def hybrid_loop(model, draft, tokenizer, reqs, sampling, batch_size, policy, fast_path=True, row_copy_lengths=False):
     config = EngineConfig(fast_path=fast_path)
     runner, draft_runner = make_runner(model, config), make_runner(draft, config)
-    drafter = HybridDrafter(NgramDrafter(batch_size, 3, 2), ModelDrafter(draft_runner, batch_size, 256), batch_size)
+    drafter = HybridDrafter(NgramDrafter(batch_size, 3, 2), ModelDrafter(draft_runner, batch_size, 256), batch_size,
+                            row_copy_lengths=row_copy_lengths)
     loop = DecodeLoop(runner, runner.new_cache(batch_size, 256), WorkQueue(reqs),
                       StopRules(tokenizer, frozenset(), sampling.max_new_tokens), sampling, drafter=drafter, policy=policy)
     return {(r.key, r.sample_index): r for r in loop.run()}, loop, drafter
@@ -49,13 +50,14 @@ def tokenizer():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("fast_path", [True, False])
-@pytest.mark.parametrize("policy", ["fixed", "bass"])
+@pytest.mark.parametrize("policy", ["fixed", "bass", "bass-row-copies"])
 def test_hybrid_greedy_equals_regular_greedy_with_ragged_rows_and_refills(tokenizer, dtype, fast_path, policy):
     model = tiny_llama(dtype=dtype)
     reqs = requests(tokenizer)
     sampling = SamplingParams(max_new_tokens=37)  # the budget ends inside a block
     length = FixedDraftLength(4) if policy == "fixed" else BassDraftLength(initial=3, maximum=12)
-    out, loop, drafter = hybrid_loop(model, perturbed(model, 0.3), tokenizer, reqs, sampling, 2, length, fast_path)
+    out, loop, drafter = hybrid_loop(model, perturbed(model, 0.3), tokenizer, reqs, sampling, 2, length, fast_path,
+                                     row_copy_lengths=policy == "bass-row-copies")
     for r in reqs:
         assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 37), r.key
     assert drafter.copied > 0 and drafter.modelled > 0  # both sources drafted
@@ -125,6 +127,24 @@ def test_lookup_rows_copy_and_other_rows_ask_the_model_for_their_own_length(toke
     rows[1].tokens += [int(draft.tokens[1, 0]) + 1]  # rejected at once
     drafter.propose(rows, [4, 4], SamplingParams())
     assert drafter.model_length[1] == 1
+
+
+def test_row_copy_lengths_cap_a_row_after_a_rejected_copy_and_lift_the_cap_after_a_kept_one(tokenizer):
+    model = tiny_llama(dtype=torch.float64)
+    drafter = HybridDrafter(NgramDrafter(1, 3, 2), ModelDrafter(make_runner(model, EngineConfig()), 1, 64), 1,
+                            row_copy_lengths=True)
+    row = make_row([5, 6, 7, 8, 9, 10, 11, 5, 6])
+    drafter.admit([(0, WorkItem(0, GenerationRequest("r0", tuple(row.tokens[:3])), 0))])
+    row.prompt_len = 3
+    assert drafter.propose([row], [4], SamplingParams()).tokens[0].tolist() == [7, 8, 9, 10]  # "5 6" seen: copy
+    row.tokens += [7, 3]  # the target kept one copied token, then corrected
+    row.tokens += [5, 6]  # ... and the row repeats "5 6" again
+    draft = drafter.propose([row], [4], SamplingParams())
+    assert drafter.copy_cap[0] == 2 and draft.tokens[0].tolist() == [7, 3]  # capped at kept + 1
+    row.tokens += [7, 3, 5]  # the whole capped copy was kept (and one more token)
+    row.tokens += [6]  # "5 6" again: the cap is lifted back to the batch length
+    draft = drafter.propose([row], [4], SamplingParams())
+    assert drafter.copy_cap[0] is None and len(draft.tokens[0]) == 4
 
 
 @pytest.mark.parametrize("fast_path", [True, False])

@@ -218,15 +218,20 @@ class HybridDrafter:
     the target accepted its whole last model draft and cut to what was accepted otherwise, so rows
     the draft predicts badly stop paying for long drafts that the batch-level length would give them.
     Sampling stays lossless: a copied token is a draft with probability 1 (a one-hot row of `probs`).
+    With `row_copy_lengths`, copies get a per-row cap too: cut to one past what the target kept of
+    the row's last copy, lifted (back to the batch length) when it kept a whole copy.
     """
 
-    def __init__(self, ngram: NgramDrafter, model: ModelDrafter, batch_size: int, max_model_tokens: int = 8) -> None:
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter, batch_size: int, max_model_tokens: int = 8,
+                 row_copy_lengths: bool = False) -> None:
         self.ngram = ngram
         self.model = model
         self.max_model_tokens = max_model_tokens
+        self.row_copy_lengths = row_copy_lengths
         self.model_length = [1] * batch_size  # tokens the draft model proposes for the row next time
-        # Per slot: the row's length when its last model draft was made, and that draft's tokens.
-        self.last_model_draft: list[tuple[int, list[int]] | None] = [None] * batch_size
+        self.copy_cap: list[int | None] = [None] * batch_size  # most tokens the row copies next time (None: no cap)
+        # Per slot: whether its last draft was a copy, the row's length then, and that draft's tokens.
+        self.last_draft: list[tuple[bool, int, list[int]] | None] = [None] * batch_size
         self.copied = 0  # rows drafted by lookup / by the model (for benchmarks and logs)
         self.modelled = 0
 
@@ -234,14 +239,15 @@ class HybridDrafter:
         self.ngram.admit(slots)
         self.model.admit(slots)
         for slot, _ in slots:
-            self.model_length[slot], self.last_model_draft[slot] = 1, None
+            self.model_length[slot], self.copy_cap[slot], self.last_draft[slot] = 1, None, None
 
     def release(self, request_index: int) -> None:
         self.model.release(request_index)
 
     def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
         self._learn(rows)
-        copies = [self.ngram.lookup(b, row, limits[b]) for b, row in enumerate(rows)]
+        caps = [min(limit, cap or limit) for limit, cap in zip(limits, self.copy_cap)]
+        copies = [self.ngram.lookup(b, row, cap) for b, (row, cap) in enumerate(zip(rows, caps))]
         model_limits = [
             0 if copy or row is None else min(limit, self.model_length[b])
             for b, (row, limit, copy) in enumerate(zip(rows, limits, copies))
@@ -261,24 +267,28 @@ class HybridDrafter:
                 if probs is not None:
                     probs[b] = 0.0
                     probs[b, torch.arange(len(copy)), tokens[b, : len(copy)]] = 1.0
+                self.last_draft[b] = (True, len(rows[b].tokens), list(copy))
             elif model_limits[b]:
                 proposal = [t for t in tokens[b, : model_limits[b]].tolist() if t != PLACEHOLDER]  # unsure ones cut
-                self.last_model_draft[b] = (len(rows[b].tokens), proposal) if proposal else None
+                self.last_draft[b] = (False, len(rows[b].tokens), proposal) if proposal else None
         self.copied += sum(bool(c) for c in copies)
         self.modelled += sum(bool(m) for m in model_limits)
         return Draft(tokens, probs)
 
     def _learn(self, rows: Sequence[Row | None]) -> None:
-        """Adapt each row's model draft length to how much of its last model draft the target kept."""
+        """Adapt each row's draft length to how much of its last draft the target kept."""
         for b, row in enumerate(rows):
-            last = self.last_model_draft[b]
+            last = self.last_draft[b]
+            self.last_draft[b] = None
             if row is None or last is None:
                 continue
-            length, proposal = last
+            copied, length, proposal = last
             committed = row.tokens[length : length + len(proposal)]
             accepted = next((i for i, (a, c) in enumerate(zip(proposal, committed)) if a != c), len(committed))
-            if accepted == len(proposal):
+            if copied:
+                if self.row_copy_lengths:
+                    self.copy_cap[b] = None if accepted == len(proposal) else accepted + 1
+            elif accepted == len(proposal):
                 self.model_length[b] = min(self.model_length[b] + 1, self.max_model_tokens)
             else:
                 self.model_length[b] = max(1, accepted)
-            self.last_model_draft[b] = None

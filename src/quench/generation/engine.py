@@ -49,6 +49,7 @@ class EngineConfig:
     # measured 1.6-1.8x slower than the default here, after a ~2 minute compile — see docs/engine.md)
     max_len: int | None = None  # KV cache length per slot; None = longest prompt + max_new_tokens + drafts
     draft_confidence: float = 0.0  # draft model: a row's draft ends before a token it gives less (0 = never)
+    row_copy_lengths: bool = False  # hybrid: cap each row's copies by what the target kept of its last one
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -200,5 +201,5 @@ class QuenchBackend:
             if self.config.drafter == "model":
                 return model
             ngram = NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
-            return HybridDrafter(ngram, model, self.config.batch_size, self.config.max_draft_tokens)
+            return HybridDrafter(ngram, model, self.config.batch_size, self.config.max_draft_tokens, self.config.row_copy_lengths)
         return None
