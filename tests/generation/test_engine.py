@@ -184,3 +184,16 @@ def test_a_draft_cut_where_the_draft_model_is_unsure_keeps_greedy_exact(tokenize
             assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 20), (confidence, r.key)
         stats[confidence] = backend.last_stats
     assert 0 < stats[cut].drafted < stats[0.0].drafted  # unsure tokens were not proposed, sure ones were
+
+
+def test_cost_aware_drafting_is_off_at_batch_1_and_on_above_unless_set():
+    from quench.generation import engine
+
+    one, eight = EngineConfig(batch_size=1), EngineConfig(batch_size=8)
+    assert one.confidence == 0.0 and not one.copy_caps  # verification is nearly free at batch 1
+    assert eight.confidence == engine.AUTO_DRAFT_CONFIDENCE and eight.copy_caps
+    explicit = EngineConfig(batch_size=8, draft_confidence=0.0, row_copy_lengths=False)
+    assert explicit.confidence == 0.0 and not explicit.copy_caps
+    assert EngineConfig(batch_size=1, draft_confidence=0.3).confidence == 0.3
+    with pytest.raises(ValueError, match="draft_confidence"):
+        EngineConfig(draft_confidence=1.0)

@@ -43,8 +43,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="draft model for --speculate draft (auto: the one shipped for the preset)")
     engine.add_argument("--draft-tokens", type=int, default=7, help="fixed draft length, or where BASS's length starts")
     engine.add_argument("--draft-length", default="bass", choices=DRAFT_LENGTHS, help="bass: dynamic per batch; fixed")
-    engine.add_argument("--draft-confidence", type=float, default=0.0, metavar="P",
-                        help="draft model: end a row's draft before a token the draft gives probability < P (0: never)")
+    engine.add_argument("--draft-confidence", type=float, default=None, metavar="P",
+                        help="draft model: end a row's draft before a token the draft gives probability < P "
+                             "(0: never; default: 0 at batch 1, 0.4 above)")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
 

@@ -26,7 +26,8 @@ class BackendOptions:
     draft_tokens: int = 7  # fixed draft length, or where BASS's dynamic length starts
     draft_length: str = "bass"  # "bass" (dynamic, per batch) or "fixed"
     guard: str | None = None  # GenGuard early stopping (quench only): "auto" (shipped) or a path
-    draft_confidence: float = 0.0  # draft model: a row's draft ends before a token it gives less (0 = never)
+    draft_confidence: float | None = None  # draft model: a row's draft ends before a token it gives less
+    # (None: by batch size, see EngineConfig)
 
     def check(self) -> "BackendOptions":
         """Self, or QuenchError naming the flag that is wrong."""
@@ -40,7 +41,7 @@ class BackendOptions:
             raise QuenchError(f"--draft-length: choose one of {', '.join(DRAFT_LENGTHS)}, got {self.draft_length!r}")
         if not 1 <= self.draft_tokens <= 32:
             raise QuenchError(f"--draft-tokens must be between 1 and 32, got {self.draft_tokens}")
-        if not 0.0 <= self.draft_confidence < 1.0:
+        if self.draft_confidence is not None and not 0.0 <= self.draft_confidence < 1.0:
             raise QuenchError(f"--draft-confidence must be in [0, 1), got {self.draft_confidence}")
         if self.name == "hf" and self.speculate != "none":
             raise QuenchError(f"--speculate {self.speculate} needs --backend quench (Hugging Face generate is not batched-speculative)")

@@ -48,8 +48,11 @@ class EngineConfig:
     compile: bool = False  # torch.compile the fast path's PyTorch forward (no prepack, no native kernel;
     # measured 1.6-1.8x slower than the default here, after a ~2 minute compile — see docs/engine.md)
     max_len: int | None = None  # KV cache length per slot; None = longest prompt + max_new_tokens + drafts
-    draft_confidence: float = 0.0  # draft model: a row's draft ends before a token it gives less (0 = never)
-    row_copy_lengths: bool = False  # hybrid: cap each row's copies by what the target kept of its last one
+    # Cost-aware drafting; None = by batch size: off at batch 1, where verifying drafted tokens is nearly
+    # free (the step streams the weights either way), on above it, where each drafted token costs
+    # verification work (measured in docs/draft.md).
+    draft_confidence: float | None = None  # draft model: a row's draft ends before a token it gives less
+    row_copy_lengths: bool | None = None  # hybrid: cap each row's copies by what the target kept of its last one
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -60,10 +63,26 @@ class EngineConfig:
             raise ValueError(f"draft_length must be 'bass' or 'fixed', got {self.draft_length!r}")
         if not 1 <= self.draft_tokens <= self.max_draft_tokens:
             raise ValueError("need 1 <= draft_tokens <= max_draft_tokens")
-        if not 0.0 <= self.draft_confidence < 1.0:
+        if self.draft_confidence is not None and not 0.0 <= self.draft_confidence < 1.0:
             raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence}")
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be 'auto' or one of {sorted(_DTYPES)}, got {self.dtype!r}")
+
+
+    @property
+    def confidence(self) -> float:
+        """The draft-confidence cut in force (see `draft_confidence`)."""
+        if self.draft_confidence is not None:
+            return self.draft_confidence
+        return 0.0 if self.batch_size == 1 else AUTO_DRAFT_CONFIDENCE
+
+    @property
+    def copy_caps(self) -> bool:
+        """Whether hybrid drafting caps copies per row (see `row_copy_lengths`)."""
+        return self.row_copy_lengths if self.row_copy_lengths is not None else self.batch_size > 1
+
+
+AUTO_DRAFT_CONFIDENCE = 0.4  # batch 8, hybrid with copy caps: 0.4 gave 1.10-1.24x regular (0.0: 0.98-1.10x)
 
 
 def make_runner(model: torch.nn.Module, config: EngineConfig) -> Runner:
@@ -197,9 +216,9 @@ class QuenchBackend:
             return NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
         if self.config.drafter in MODEL_DRAFTERS:
             assert self.draft_runner is not None
-            model = ModelDrafter(self.draft_runner, self.config.batch_size, max_len, self.config.draft_confidence)
+            model = ModelDrafter(self.draft_runner, self.config.batch_size, max_len, self.config.confidence)
             if self.config.drafter == "model":
                 return model
             ngram = NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
-            return HybridDrafter(ngram, model, self.config.batch_size, self.config.max_draft_tokens, self.config.row_copy_lengths)
+            return HybridDrafter(ngram, model, self.config.batch_size, self.config.max_draft_tokens, self.config.copy_caps)
         return None
