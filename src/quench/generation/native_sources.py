@@ -22,6 +22,29 @@ static inline float store_f32(float f) { return f; }
 static inline float round_f32(float f) { return f; }
 """
 
+# x86 helpers shared by the attention, glue and GEMM units (each has its own compiler flags, so the
+# helpers are compiled into each; all are exact integer moves).
+_X86 = r"""
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* 16 bfloat16 values -> float32 (exact). */
+static inline __m512 bf16x16_to_f32(const bf16* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
+/* Tiles 0 .. count - 1 as 16 rows x 64 bytes (tile state is per thread). */
+static inline void load_tiles_16x64(int count) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < count; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+}
+#endif
+"""
+
 # Compiled without fast-math and without FMA contraction: every rounding as in PyTorch.
 _ROPE = _COMMON + r"""
 #define ROPE(T, SUFFIX)                                                                           \
@@ -47,15 +70,11 @@ ROPE(float, f32)
 _ATTEND_BF16_64 = r"""
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define HAVE_AVX512_BF16 1
-#include <immintrin.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 /* RoPE for head size 64, with rope_bf16's exact roundings (each product, then the sum, rounded to
    bfloat16 nearest-even) in four 16-wide vectors: explicit multiplies and adds, no FMA to contract. */
-static inline __m512 bf16x16_to_f32(const bf16* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
 static inline __m512 round_to_bf16(__m512 v) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
 }
@@ -72,14 +91,6 @@ void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* 
 }
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #define HAVE_AMX_ATTEND 1
-typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } attend_tiles;
-static void amx_tiles_16x64(void) {  /* tiles 0..4: 16 rows x 64 bytes (per thread) */
-    attend_tiles cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 5; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-    _tile_loadconfig(&cfg);
-}
 /* scores (M, keys) = scale * q k^T, causal (query m sees keys t <= first + m / G), with AMX tiles:
    S^T = K Q^T per block of 16 keys (tiles 1, 2: the keys' two halves of D = 64, read straight from the
    cache) against 16 queries (tiles 3, 4: Q^T pair-interleaved, built once), float32 in tile 0. The
@@ -130,6 +141,24 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, float* scores, 
 #else
 #define HAVE_AMX_ATTEND 0
 #endif
+/* The same scores with vdpbf16ps: per key, two dot-product instructions and a horizontal sum per query. */
+static void scores_avx512(const float* q, __m512bh* qb, const bf16* kb, float* scores, int M, int keys, int64_t first,
+                          int G, float scale) {
+    enum { D = 64 };
+    for (int m = 0; m < M; m++) {  /* exact: RoPE rounded q to bfloat16 */
+        qb[2 * m] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 16), _mm512_loadu_ps(q + m * D));
+        qb[2 * m + 1] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 48), _mm512_loadu_ps(q + m * D + 32));
+    }
+    for (int t = 0; t < keys; t++) {
+        __m512bh k0 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D);
+        __m512bh k1 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D + 32);
+        for (int m = 0; m < M; m++) {
+            __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[2 * m], k0);
+            dot = _mm512_dpbf16_ps(dot, qb[2 * m + 1], k1);
+            scores[(int64_t)m * keys + t] = (t <= first + m / G) ? _mm512_reduce_add_ps(dot) * scale : -INFINITY;
+        }
+    }
+}
 static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed,
                                 const int64_t* start, const int64_t* offsets, bf16* out, int B, int H, int Hkv,
                                 int Tmax, float scale, int threads, int amx) {
@@ -174,7 +203,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
     worker = omp_get_thread_num();
 #endif
 #if HAVE_AMX_ATTEND
-    if (amx) amx_tiles_16x64();
+    if (amx) load_tiles_16x64(5);
 #endif
     #pragma omp for schedule(static)
     for (int pair = 0; pair < B * Hkv; pair++) {
@@ -192,25 +221,13 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
             for (int g = 0; g < G; g++)
                 rope64_bf16(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, q + (s * G + g) * D, 0);
         }
-        for (int m = 0; m < M; m++) {  /* exact: RoPE rounded q to bfloat16 */
-            qb[2 * m] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 16), _mm512_loadu_ps(q + m * D));
-            qb[2 * m + 1] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 48), _mm512_loadu_ps(q + m * D + 32));
-        }
         const bf16* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;
         const bf16* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;
 #if HAVE_AMX_ATTEND
         if (amx) scores_amx(q, qt_all + qt_size * worker, kb, scores, M, keys, start[b], G, scale);
         else
 #endif
-        for (int t = 0; t < keys; t++) {
-            __m512bh k0 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D);
-            __m512bh k1 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D + 32);
-            for (int m = 0; m < M; m++) {
-                __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[2 * m], k0);
-                dot = _mm512_dpbf16_ps(dot, qb[2 * m + 1], k1);
-                scores[(int64_t)m * keys + t] = (t <= start[b] + m / G) ? _mm512_reduce_add_ps(dot) * scale : -INFINITY;
-            }
-        }
+        scores_avx512(q, qb, kb, scores, M, keys, start[b], G, scale);
         for (int m = 0; m < M; m++) {
             float* sc = scores + (int64_t)m * keys, top = -INFINITY, total = 0.0f;
             for (int t = 0; t < keys; t++) top = sc[t] > top ? sc[t] : top;
@@ -223,10 +240,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
                 for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
             for (int t = 0; t < keys; t++) {
                 __m512 v[4];
-                for (int c = 0; c < 4; c++) {
-                    __m256i raw = _mm256_loadu_si256((const __m256i*)(vb + (int64_t)t * D + 16 * c));
-                    v[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-                }
+                for (int c = 0; c < 4; c++) v[c] = bf16x16_to_f32(vb + (int64_t)t * D + 16 * c);
                 for (int i = 0; i < 4; i++) {
                     __m512 p = _mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]);
                     for (int c = 0; c < 4; c++) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
@@ -253,7 +267,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
 #endif
 """
 
-_ATTEND = _COMMON + r"""
+_ATTEND = _COMMON + _X86 + r"""
 #include <math.h>
 #include <stdlib.h>
 void rope_bf16(const bf16*, const bf16*, const bf16*, int, float*, bf16*);
@@ -372,7 +386,7 @@ int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, co
 # bit: on real decode steps of the default model 15 of 29,280 normed rows differed from PyTorch's, by
 # one bfloat16 step in a few elements (a near-tie in rounding). SiLU stays in PyTorch: a vectorised
 # expf here (glibc's) differs from PyTorch's in ~0.1% of bfloat16 results, a scalar one is slower.
-_GLUE = _COMMON + r"""
+_GLUE = _COMMON + _X86 + r"""
 #include <math.h>
 /* x (N, Dm) is the residual stream: x += delta (if given, rounded); out = w * norm(x) (N, Dm). */
 void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out, int N, int Dm, float eps) {
@@ -396,21 +410,15 @@ void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out
    first index of the largest value, as torch.argmax (NaN aside: torch ranks it highest, this ignores it).
    PyTorch's CPU argmax ran at ~0.2-0.5 G elements/s here: 4-9 ms for a batch-8 verification's (8, 5, 49152). */
 #if defined(__AVX512F__)
-#include <immintrin.h>
-static inline __m512 load16_bf16(const bf16* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
-static inline __m512 load16_f32(const float* p) { return _mm512_loadu_ps(p); }
-#define ARGMAX(T, SUFFIX)                                                                          \
-void argmax_##SUFFIX(const T* x, int64_t* out, int R, int V, int64_t stride) {                     \
-    for (int r = 0; r < R; r++) {                                                                  \
-        const T* p = x + (int64_t)r * stride;                                                      \
+/* The vector part: per lane, strictly greater, so each lane keeps its first maximum; then the first
+   index among the lanes holding the maximum. Leaves v (where the scalar tail starts), top and first. */
+#define ARGMAX_VECTOR(LOAD16)                                                                      \
         __m512 best = _mm512_set1_ps(-INFINITY);                                                   \
         __m512i where = _mm512_setzero_si512();                                                    \
         __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);   \
         int v = 0;                                                                                 \
-        for (; v + 16 <= V; v += 16) {  /* per lane, strictly greater: each lane keeps its first maximum */ \
-            __m512 value = load16_##SUFFIX(p + v);                                                 \
+        for (; v + 16 <= V; v += 16) {                                                             \
+            __m512 value = LOAD16(p + v);                                                          \
             __mmask16 greater = _mm512_cmp_ps_mask(value, best, _CMP_GT_OQ);                       \
             best = _mm512_mask_mov_ps(best, greater, value);                                       \
             where = _mm512_mask_mov_epi32(where, greater, index);                                  \
@@ -418,7 +426,15 @@ void argmax_##SUFFIX(const T* x, int64_t* out, int R, int V, int64_t stride) {  
         }                                                                                          \
         float top = _mm512_reduce_max_ps(best);                                                    \
         __mmask16 ties = _mm512_cmp_ps_mask(best, _mm512_set1_ps(top), _CMP_EQ_OQ);                \
-        int first = ties ? _mm512_mask_reduce_min_epi32(ties, where) : 0;                          \
+        int first = ties ? _mm512_mask_reduce_min_epi32(ties, where) : 0;
+#else
+#define ARGMAX_VECTOR(LOAD16) int v = 0; float top = -INFINITY; int first = 0;
+#endif
+#define ARGMAX(T, SUFFIX, LOAD16)                                                                  \
+void argmax_##SUFFIX(const T* x, int64_t* out, int R, int V, int64_t stride) {                     \
+    for (int r = 0; r < R; r++) {                                                                  \
+        const T* p = x + (int64_t)r * stride;                                                      \
+        ARGMAX_VECTOR(LOAD16)                                                                      \
         for (; v < V; v++) {                                                                       \
             float value = load_##SUFFIX(p[v]);                                                     \
             if (value > top) { top = value; first = v; }                                           \
@@ -426,23 +442,8 @@ void argmax_##SUFFIX(const T* x, int64_t* out, int R, int V, int64_t stride) {  
         out[r] = first;                                                                            \
     }                                                                                              \
 }
-#else
-#define ARGMAX(T, SUFFIX)                                                                          \
-void argmax_##SUFFIX(const T* x, int64_t* out, int R, int V, int64_t stride) {                     \
-    for (int r = 0; r < R; r++) {                                                                  \
-        const T* p = x + (int64_t)r * stride;                                                      \
-        float top = -INFINITY;                                                                     \
-        int first = 0;                                                                             \
-        for (int v = 0; v < V; v++) {                                                              \
-            float value = load_##SUFFIX(p[v]);                                                     \
-            if (value > top) { top = value; first = v; }                                           \
-        }                                                                                          \
-        out[r] = first;                                                                            \
-    }                                                                                              \
-}
-#endif
-ARGMAX(bf16, bf16)
-ARGMAX(float, f32)
+ARGMAX(bf16, bf16, bf16x16_to_f32)
+ARGMAX(float, f32, _mm512_loadu_ps)
 """
 
 # y = x W^T in bfloat16 for a few rows (decode steps), on CPUs with AVX512-BF16. oneDNN's kernel for
@@ -454,12 +455,8 @@ ARGMAX(float, f32)
 # rows: 12 ms, against 15 ms with 16-wide blocks read as three streams and 21 ms for oneDNN. Float32
 # accumulation, rounded to bfloat16 once, as oneDNN does; only the summation order differs (in ~1e-4
 # of outputs either differs from a float32 reference by one bfloat16 step, not always the same ones).
-_GEMM = r"""
-#include <stdint.h>
-#include <string.h>
+_GEMM = _COMMON + _X86 + r"""
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
-#include <immintrin.h>
-typedef uint16_t bf16;
 int small_gemm_available(void) { return 1; }
 /* MB rows (xr/yr: row pointers; only the first mb are stored) x NB 16-wide vectors per block. */
 #define GEMM(MB, NB)                                                                               \
@@ -534,7 +531,6 @@ void gemm_bf16(const void* x, const void* wp, void* y, int M, int N, int K, int 
 #ifndef AMX_AHEAD
 #define AMX_AHEAD 4
 #endif
-typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
 static int amx_state = 0;  /* 0: not asked yet, 1: the kernel lets this process use AMX tiles, -1: it does not */
 int amx_available(void) {
     if (amx_state == 0) amx_state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0 ? 1 : -1;
@@ -560,11 +556,7 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
     memset(xp + (size_t)M * K, 0, (size_t)(Mp - M) * K * 2);
     #pragma omp parallel num_threads(threads) if (threads > 1 && N / BW > 1)
     {
-        tile_config cfg;  /* tile state is per thread */
-        memset(&cfg, 0, sizeof cfg);
-        cfg.palette = 1;
-        for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-        _tile_loadconfig(&cfg);
+        load_tiles_16x64(8);
         float buf[16 * 16] __attribute__((aligned(64)));
         #pragma omp for schedule(static)
         for (int block = 0; block < N / BW; block++) {  /* static: each thread streams one contiguous share of W */
