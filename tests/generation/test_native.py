@@ -12,6 +12,15 @@ from quench.generation.llama import LlamaRunner
 pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason="no C compiler")
 
 
+@pytest.fixture(params=[False, True])
+def amx(request, monkeypatch):
+    """Each kernel test once with AMX tiles switched off (AVX512 only) and once on, where the CPU has them."""
+    if request.param and not native.amx_available():
+        pytest.skip("no AMX tiles on this CPU")
+    monkeypatch.setattr(native.SWITCHES, "amx", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_kernel_matches_pytorch_attention_on_ragged_rows(dtype):
     model = tiny_llama(dtype=dtype)
@@ -48,15 +57,11 @@ needs_small_gemm = pytest.mark.skipif(
 
 
 @needs_small_gemm
-@pytest.mark.parametrize("amx", [False, True])  # AMX tiles (where the CPU has them) or AVX512 only
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16, 27, 40])
 # 48-wide blocks; 16-wide ones (N not a multiple of 48); past 8 rows, W in chunks of 8 blocks (480, 160: two chunks);
 # K = 130 is not a multiple of AMX's 32 inputs: the AVX512 kernel serves it
 @pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130), (480, 64), (160, 64), (96, 96)])
-def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape, amx, monkeypatch):
-    if amx and not native.amx_available():
-        pytest.skip("no AMX tiles on this CPU")
-    monkeypatch.setattr(native.SWITCHES, "amx", amx)
+def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape, amx):
     torch.manual_seed(rows)
     weight = torch.randn(shape, dtype=torch.bfloat16)
     x = torch.randn(rows, shape[1], dtype=torch.bfloat16)
@@ -102,20 +107,23 @@ def _llama_head_dim_64(dtype):
     return model.to(dtype).eval()
 
 
-@pytest.mark.parametrize("amx", [False, True])
-def test_bfloat16_decode_kernels_match_the_pytorch_path(amx, monkeypatch):
-    """Head size 64 in bfloat16: the AVX512-BF16 attention (q.k with AMX tiles or without), the small GEMM
-    and the C RMSNorm (where built) against PyTorch attention and oneDNN/PyTorch ops, on ragged rows."""
-    if amx and not native.amx_available():
-        pytest.skip("no AMX tiles on this CPU")
-    monkeypatch.setattr(native.SWITCHES, "amx", amx)
+def _prefilled_bf16_runners(prompt_len: int, cache_len: int):
+    """The head-64 bfloat16 model as the fast runner (C kernels) and the PyTorch reference, each with its
+    own cache prefilled with the same 3 random prompts (PyTorch path in both)."""
     model = _llama_head_dim_64(torch.bfloat16)
     fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
-    assert fast.native_glue and not reference.native
-    prompt = torch.randint(3, 90, (3, 30))
-    caches = [runner.new_cache(3, 64) for runner in (fast, reference)]
+    prompt = torch.randint(3, 90, (3, prompt_len))
+    caches = [runner.new_cache(3, cache_len) for runner in (fast, reference)]
     for runner, cache in zip((fast, reference), caches):
         runner.forward(cache, prompt, torch.zeros(3, dtype=torch.long))
+    return fast, reference, caches
+
+
+def test_bfloat16_decode_kernels_match_the_pytorch_path(amx):
+    """Head size 64 in bfloat16: the AVX512-BF16 attention (q.k with AMX tiles or without), the small GEMM
+    and the C RMSNorm (where built) against PyTorch attention and oneDNN/PyTorch ops, on ragged rows."""
+    fast, reference, caches = _prefilled_bf16_runners(prompt_len=30, cache_len=64)
+    assert fast.native_glue and not reference.native
     start, counts = torch.tensor([30, 21, 25]), torch.tensor([2, 1, 0])
     step = torch.randint(3, 90, (3, 2))
     got, hidden = fast.forward(caches[0], step, start, counts=counts, hidden=True)
@@ -151,13 +159,9 @@ def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
             assert not out.any()  # declined: nothing written
 
 
-@pytest.mark.parametrize("amx", [False, True])
-def test_kernels_give_the_same_bits_on_one_thread_and_on_several(amx, monkeypatch):
+def test_kernels_give_the_same_bits_on_one_thread_and_on_several(amx):
     """The GEMMs split W and attention splits (row, kv head) pairs over torch's threads (OpenMP): the work
     each output gets is the same, so the bits are too, with an uneven split (3 threads) included."""
-    if amx and not native.amx_available():
-        pytest.skip("no AMX tiles on this CPU")
-    monkeypatch.setattr(native.SWITCHES, "amx", amx)
     model = _llama_head_dim_64(torch.bfloat16)
     runner = LlamaRunner(model)
     prompt = torch.randint(3, 90, (5, 30))
@@ -182,19 +186,10 @@ def test_kernels_give_the_same_bits_on_one_thread_and_on_several(amx, monkeypatc
     assert torch.equal(alone, shared)
 
 
-@pytest.mark.parametrize("amx", [False, True])
-def test_bfloat16_verify_steps_with_many_queries_match_the_pytorch_path(amx, monkeypatch):
+def test_bfloat16_verify_steps_with_many_queries_match_the_pytorch_path(amx):
     """Verification-sized steps: up to 11 new tokens per row (22 query rows per kv head: two AMX query blocks),
     keys not a multiple of 16, against PyTorch attention."""
-    if amx and not native.amx_available():
-        pytest.skip("no AMX tiles on this CPU")
-    monkeypatch.setattr(native.SWITCHES, "amx", amx)
-    model = _llama_head_dim_64(torch.bfloat16)
-    fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
-    prompt = torch.randint(3, 90, (3, 37))
-    caches = [runner.new_cache(3, 80) for runner in (fast, reference)]
-    for runner, cache in zip((fast, reference), caches):
-        runner.forward(cache, prompt, torch.zeros(3, dtype=torch.long))
+    fast, reference, caches = _prefilled_bf16_runners(prompt_len=37, cache_len=80)
     start, counts = torch.tensor([37, 19, 30]), torch.tensor([11, 4, 9])
     step = torch.randint(3, 90, (3, 11))
     got = fast.forward(caches[0], step, start, counts=counts)
