@@ -6,7 +6,7 @@
 
 Backends: `hf` (`generate`, left-padded batches), `quench` (regular), `quench-ngram` (prompt
 lookup, BASS draft length), `quench-hybrid` (prompt lookup where it matches, else the shipped draft
-model), `quench-draft` (the draft model alone; opt-in with --backends), and
+model; opt-in with --backends), `quench-draft` (the draft model alone; opt-in), and
 Hugging Face assisted generation. HF refuses batch > 1 there, so `hf-assisted-*` run one sequence
 at a time whatever the row's batch size (n samples = n `generate` calls, each with its own seed;
 ms/token/seq = 1000 / throughput). `hf-assisted-ngram`: HF's prompt lookup (--draft-tokens tokens
@@ -222,10 +222,12 @@ def near_tie_gaps(model, requests, reference, other) -> list[float]:
     return gaps
 
 
-def run(args) -> list[Measurement]:
+def run(args) -> tuple[list[Measurement], int]:
+    """The measurements, and the bytes of weights a decode step streams (for the bandwidth bound)."""
     torch.set_num_threads(args.threads)
     loaded = load_model(dtype="bfloat16")
     model = loaded.model
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())  # tied embedding/head: once
     draft = load_draft("auto", loaded) if {"quench-draft", "quench-hybrid", "hf-assisted-draft"} & set(args.backends) else None
     rows: list[Measurement] = []
     for batch_size in args.batch_sizes:
@@ -253,7 +255,7 @@ def run(args) -> list[Measurement]:
                     m.greedy_match = f"{same}/{len(outputs[name])}; gaps {gaps}"
                 rows.append(m)
                 print(format_row(m), flush=True)
-    return rows
+    return rows, weight_bytes
 
 
 def format_row(m: Measurement) -> str:
@@ -358,7 +360,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="samples per prompt when sampling")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--backends", nargs="+", default=list(DEFAULT_BACKENDS), choices=BACKENDS, metavar="NAME",
-                        help=f"from {', '.join(BACKENDS)} (default: all but quench-draft)")
+                        help=f"from {', '.join(BACKENDS)} (default: {' '.join(DEFAULT_BACKENDS)})")
     parser.add_argument("--draft-tokens", type=int, default=7, help="BASS's starting length; HF prompt lookup's length")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU-time rates assume 1)")
@@ -368,10 +370,9 @@ def main() -> None:
     if args.quick:
         args.batch_sizes, args.max_new_tokens, args.waves = [1, 8], 48, 1
     print(f"torch threads: {args.threads}")
-    rows = run(args)
+    rows, weight_bytes = run(args)
     print()
     print(markdown(rows))
-    weight_bytes = sum(t.numel() * t.element_size() for t in load_model(dtype="bfloat16").model.parameters())
     print("\n".join(bandwidth_report(rows, weight_bytes, args.threads)))
     if args.json:
         args.json.write_text(json.dumps([asdict(m) for m in rows], indent=2))
