@@ -68,7 +68,6 @@ class EngineConfig:
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be 'auto' or one of {sorted(_DTYPES)}, got {self.dtype!r}")
 
-
     @property
     def confidence(self) -> float:
         """The draft-confidence cut in force (see `draft_confidence`)."""
