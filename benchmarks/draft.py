@@ -49,8 +49,14 @@ class TimedRunner:
         return self.inner.new_cache(batch, max_len)
 
     def forward(self, cache, tokens, start, logits_at=None, counts=None):
+        return self._timed(tokens, self.inner.forward, cache, tokens, start, logits_at=logits_at, counts=counts)
+
+    def greedy_tokens(self, cache, tokens, start, counts=None):
+        return self._timed(tokens, self.inner.greedy_tokens, cache, tokens, start, counts=counts)
+
+    def _timed(self, tokens, call, *args, **kwargs):
         begin = time.process_time()
-        out = self.inner.forward(cache, tokens, start, logits_at=logits_at, counts=counts)
+        out = call(*args, **kwargs)
         if tokens.shape[1] <= PREFILL:
             self.seconds += time.process_time() - begin
             self.calls += 1

@@ -158,13 +158,16 @@ class DecodeLoop:
         start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
         keeps: list[int | None] = [None] * len(self.slots)
         full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
-        if self.guard is None:
-            logits = self.runner.forward(self.cache, inputs, start, counts=counts)  # (B, 1 + width, V)
-            verdict = self._verify(logits if full else logits[active], draft, width, active)
-        else:
+        if self.guard is not None:
             logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
             verdict = self._verify(logits if full else logits[active], draft, width, active)
             keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
+        elif self.sampling.greedy:  # the target's tokens are all a greedy step needs: no float32 logits
+            targets = self.runner.greedy_tokens(self.cache, inputs, start, counts=counts)  # (B, 1 + width)
+            verdict = self._verify_greedy(targets[active], draft, width, active)
+        else:
+            logits = self.runner.forward(self.cache, inputs, start, counts=counts)  # (B, 1 + width, V)
+            verdict = self._verify(logits if full else logits[active], draft, width, active)
         self.stats.steps += 1
         yield from self._commit(verdict, draft, width, active, keeps)
 
@@ -178,15 +181,22 @@ class DecodeLoop:
         return fed
 
     def _verify(self, logits: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:
+        """logits (A, 1 + K, V) of the active rows -> their verdict."""
+        if self.sampling.greedy:
+            return self._verify_greedy(native.argmax(logits), draft, width, active)
         generators = [self.slots[b].generator for b in active]
         if width == 0:
             tokens = next_tokens(logits[:, 0], self.sampling, generators)  # (A,)
             return Verdict(torch.zeros(len(active), dtype=torch.long), tokens[:, None])
-        draft_tokens = draft.tokens[active, :width]  # (A, K)
-        if self.sampling.greedy:
-            return verify_greedy(draft_tokens, native.argmax(logits))
         draft_probs = draft.probs[active, :width] if draft.probs is not None else None
-        return verify_sampling(draft_tokens, draft_probs, logits_to_probs(logits, self.sampling), generators)
+        return verify_sampling(draft.tokens[active, :width], draft_probs, logits_to_probs(logits, self.sampling), generators)
+
+    @staticmethod
+    def _verify_greedy(targets: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:
+        """targets (A, 1 + K): the target's argmax tokens of the active rows -> their verdict."""
+        if width == 0:
+            return Verdict(torch.zeros(len(active), dtype=torch.long), targets[:, :1])
+        return verify_greedy(draft.tokens[active, :width], targets)
 
     def _commit(
         self, verdict: Verdict, draft: Draft | None, width: int, active: list[int], keeps: Sequence[int | None]

@@ -14,6 +14,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
+from quench.generation import native
 from quench.generation.kv_cache import KVCache, attention_window, causal_mask
 
 
@@ -50,6 +51,12 @@ class HFRunner:
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         return KVCache(self.num_layers, batch, max_len, self.dtype, self.device)
+
+    def greedy_tokens(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The argmax token at each fed position (B, S) (the `Runner` protocol's greedy step)."""
+        return native.argmax(self.forward(cache, tokens, start, counts=counts))
 
     @torch.inference_mode()
     def forward(

@@ -66,6 +66,11 @@ def is_llama(model: torch.nn.Module) -> bool:
     return rotary is not None and "dynamic" not in str(getattr(rotary, "rope_type", "default"))
 
 
+def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
+    if int(start.max()) + num_new > cache.max_len:
+        raise ValueError(f"a row would pass the cache length {cache.max_len}")
+
+
 def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
     if all(lin.bias is None for lin in linears):
         return None
@@ -155,9 +160,8 @@ class LlamaRunner:
         (B, Dm) at `logits_at`, in the model's dtype (zeros at padding on the native path).
         """
         batch, num_new = tokens.shape
-        if int(start.max()) + num_new > cache.max_len:
-            raise ValueError(f"a row would pass the cache length {cache.max_len}")
-        if self.native and num_new <= NATIVE_MAX_NEW:
+        _check_room(cache, start, num_new)
+        if self._packed(num_new):
             if counts is None:
                 counts = torch.full((batch,), num_new, dtype=torch.long)
             logits, states = self._forward_packed(cache, tokens, start, counts, logits_at, hidden)
@@ -166,6 +170,58 @@ class LlamaRunner:
             mask = causal_mask(start, num_new, window)  # (B, 1, S, Tk)
             logits, states = self._forward(cache.keys, cache.values, tokens, start, mask, logits_at)
         return (logits, states) if hidden else logits
+
+    def _packed(self, num_new: int) -> bool:
+        """Whether a step of num_new tokens per row runs the packed path (C attention over real tokens only)."""
+        return self.native and num_new <= NATIVE_MAX_NEW
+
+    @torch.inference_mode()
+    def greedy_tokens(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Feed tokens (B, S) as `forward` does -> the argmax token at each position (B, S), int64.
+
+        The packed path never builds float32 logits: it takes the first maximum of the real tokens'
+        logits in the model's dtype (bfloat16 -> float32 is exact, so the token is the one `forward`'s
+        logits give) and leaves 0 at padding. A greedy verification step at batch 8 with 4 drafts per
+        row spent 2-5 ms padding and converting (B, S, V) float32 logits for this.
+        """
+        batch, num_new = tokens.shape
+        if not self._packed(num_new):
+            return native.argmax(self.forward(cache, tokens, start, counts=counts))  # (B, S)
+        _check_room(cache, start, num_new)
+        if counts is None:
+            counts = torch.full((batch,), num_new, dtype=torch.long)
+        h, real, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm), (B, S)
+        best = native.argmax(self.lm_head(h))  # (N,)
+        if best.shape[0] == batch * num_new:
+            return best.view(batch, num_new)
+        out = best.new_zeros(batch, num_new)
+        out[real] = best
+        return out
+
+    def _hidden_packed(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Only real tokens go through the matrix products: final-norm hidden states (N, Dm) with
+        N = counts.sum(); the (B, S) mask of the real positions (row-major, as the N rows); and the
+        (B + 1,) offsets of each row's tokens among the N."""
+        batch, num_new = tokens.shape
+        real = torch.arange(num_new)[None, :] < counts[:, None]  # (B, S)
+        offsets = torch.zeros(batch + 1, dtype=torch.long)
+        torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
+        start = start.to(torch.long).contiguous()
+        x = F.embedding(tokens[real], self.embed)  # (N, Dm)
+        if self.native_glue:
+            return self._layers_glued(x, cache, start, offsets), real, offsets
+        width = self.heads + 2 * self.kv_heads
+        for index, layer in enumerate(self.layers):
+            qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
+            attn = native.rope_attend(
+                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
+            )  # (N, H D)
+            x = self._mlp(x + layer.o(attn), layer)
+        return self._rms_norm(x, self.final_norm), real, offsets
 
     def _forward_packed(
         self,
@@ -176,24 +232,9 @@ class LlamaRunner:
         logits_at: torch.Tensor | None,
         hidden: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Only real tokens go through the matrix products: (N, Dm) with N = counts.sum()."""
+        """`forward` on the packed path: logits (B, S, V) or (B, V), and hidden states if asked."""
         batch, num_new = tokens.shape
-        real = torch.arange(num_new)[None, :] < counts[:, None]  # (B, S)
-        offsets = torch.zeros(batch + 1, dtype=torch.long)
-        torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
-        start = start.to(torch.long).contiguous()
-        x = F.embedding(tokens[real], self.embed)  # (N, Dm)
-        if self.native_glue:
-            h = self._layers_glued(x, cache, start, offsets)  # (N, Dm)
-        else:
-            width = self.heads + 2 * self.kv_heads
-            for index, layer in enumerate(self.layers):
-                qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
-                attn = native.rope_attend(
-                    qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
-                )  # (N, H D)
-                x = self._mlp(x + layer.o(attn), layer)
-            h = self._rms_norm(x, self.final_norm)  # (N, Dm)
+        h, real, offsets = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm), (B, S), (B + 1,)
         if logits_at is not None:  # rows without tokens get some other row's logits; callers ignore them
             at = (offsets[:-1] + logits_at).clamp(max=max(h.shape[0] - 1, 0))
             h = h[at]  # (B, Dm): the norm is per row, so normalising all rows first changes nothing

@@ -34,6 +34,15 @@ class Runner(Protocol):
         """
         ...
 
+    def greedy_tokens(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Feed tokens as `forward` does -> the argmax token (first maximum) at each position (B, S).
+
+        Greedy steps need nothing else; a runner may skip building float32 logits. Padding: any value.
+        """
+        ...
+
 
 @dataclass(frozen=True)
 class WorkItem:
