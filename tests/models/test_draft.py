@@ -11,7 +11,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers import char_tokenizer, tiny_llama  # noqa: E402
 from quench.errors import QuenchError  # noqa: E402
-from quench.generation.engine import EngineConfig, QuenchBackend  # noqa: E402
+from quench.generation.drafters import ModelDrafter  # noqa: E402
+from quench.generation.engine import EngineConfig, QuenchBackend, make_draft_runner  # noqa: E402
+from quench.generation.rows import Row  # noqa: E402
+from quench.generation.scheduler import WorkItem  # noqa: E402
 from quench.generation.types import GenerationRequest, SamplingParams  # noqa: E402
 from quench.models import LoadedModel  # noqa: E402
 from quench.models.draft import (  # noqa: E402
@@ -152,11 +155,34 @@ def test_engine_greedy_with_a_loaded_draft_equals_greedy_without(target, tmp_pat
 def test_the_engine_maps_a_reduced_head_draft_back_to_the_full_vocabulary(target, tmp_path, drafter):
     draft = load_draft(str(subset_draft_file(target, tmp_path / "d.safetensors")), target)
     config = EngineConfig(batch_size=2, drafter=drafter, draft_length="fixed", draft_tokens=3)
-    backend = QuenchBackend(target.model, target.tokenizer, config, draft_model=draft)  # no wrapping by the caller
-    assert backend.draft_runner.vocab_size == target.model.config.vocab_size
+    backend = QuenchBackend(target.model, target.tokenizer, config, draft_model=draft)  # no mapping by the caller
+    assert backend.draft_columns.ids.tolist() == list(range(3, 60))  # the fast path scores the head's rows only
+    assert backend.draft_columns.vocab_size == target.model.config.vocab_size
     requests = [GenerationRequest(f"p{i}", tuple(target.tokenizer(p)["input_ids"])) for i, p in enumerate(PROMPTS)]
     sampled = list(backend.generate(requests, SamplingParams(temperature=1.0, max_new_tokens=12, seed=1)))
     assert len(sampled) == len(PROMPTS) and backend.last_stats.drafted > 0  # draft probabilities over the whole vocabulary
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_reduced_head_draft_proposes_the_same_on_the_fast_path_as_through_its_module(target, tmp_path, temperature):
+    """The fast path scores the head's 57 rows only and maps its picks back; the generic path calls the
+    module, whose head returns full logits (-inf elsewhere). Same tokens, same probabilities (float64)."""
+    draft = load_draft(str(subset_draft_file(target, tmp_path / "d.safetensors")), target).double()
+    proposals = []
+    for fast_path in (True, False):
+        runner, columns = make_draft_runner(draft, EngineConfig(fast_path=fast_path))
+        assert (columns is not None) == fast_path
+        drafter = ModelDrafter(runner, 2, 64, columns=columns)
+        prompts = [[5, 6, 7], [8, 9, 10, 11]]
+        rows = [Row(b, GenerationRequest(f"r{b}", tuple(p)), 0, torch.Generator().manual_seed(b), list(p), len(p))
+                for b, p in enumerate(prompts)]
+        drafter.admit([(b, WorkItem(b, row.request, 0)) for b, row in enumerate(rows)])
+        proposals.append(drafter.propose(rows, [3, 3], SamplingParams(temperature=temperature)))
+    fast, generic = proposals
+    assert torch.equal(fast.tokens, generic.tokens) and set(fast.tokens.flatten().tolist()) <= set(range(3, 60))
+    if temperature:
+        assert fast.probs.shape == generic.probs.shape == (2, 3, target.model.config.vocab_size)
+        assert torch.allclose(fast.probs, generic.probs, rtol=0, atol=1e-6) and not fast.probs[..., :3].any()
 
 
 @pytest.mark.slow

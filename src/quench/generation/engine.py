@@ -12,14 +12,14 @@ import torch
 from quench.errors import QuenchError
 from quench.generation.decode import DecodeLoop, LoopStats
 from quench.generation.draft_length import make_policy
-from quench.generation.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
+from quench.generation.drafters import Drafter, HeadColumns, HybridDrafter, ModelDrafter, NgramDrafter
 from quench.generation.hf_runner import HFRunner
 from quench.generation.kv_cache import KVCache, round_up
 from quench.generation.llama import LlamaRunner, is_llama
 from quench.generation.rows import StopRules, eos_token_ids
 from quench.generation.scheduler import Runner, WorkQueue
 from quench.generation.types import GenerationRequest, GenerationResult, SamplingParams, StopHook
-from quench.models.draft import wrap_runner
+from quench.models.draft import SubsetHead
 from quench.stopping.guard import GenGuard
 
 log = logging.getLogger(__name__)
@@ -99,13 +99,18 @@ def make_runner(model: torch.nn.Module, config: EngineConfig) -> Runner:
     return HFRunner(model)
 
 
-def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> Runner:
-    """The runner of a draft model: full-vocabulary logits even where the draft scores a reduced head.
+def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tuple[Runner, HeadColumns | None]:
+    """The runner of a draft model, and the vocabulary of its logits where it is not the whole one.
 
-    The fast path reads `lm_head.weight`, so for a draft with a `SubsetHead` (quench.models.draft)
-    it scores only the head's rows; `wrap_runner` maps them back (-inf elsewhere).
+    The fast path reads `lm_head.weight`, so for a draft with a `SubsetHead` (quench.models.draft) it
+    scores only the head's rows: the drafter picks among them and maps its picks back. The generic
+    Hugging Face path calls the module, whose head returns full logits (-inf elsewhere).
     """
-    return wrap_runner(draft_model, make_runner(draft_model, config))
+    runner = make_runner(draft_model, config)
+    head = draft_model.get_output_embeddings()
+    if isinstance(runner, LlamaRunner) and isinstance(head, SubsetHead):
+        return runner, HeadColumns(head.token_ids, head.vocab_size)
+    return runner, None
 
 
 def position_limit(model: torch.nn.Module) -> int | None:
@@ -149,7 +154,9 @@ class QuenchBackend:
         self.guard = guard  # GenGuard early stopping (None: no hidden states are even returned)
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.runner = make_runner(model, config)
-        self.draft_runner = make_draft_runner(draft_model, config) if config.drafter in MODEL_DRAFTERS else None
+        self.draft_runner, self.draft_columns = (
+            make_draft_runner(draft_model, config) if config.drafter in MODEL_DRAFTERS else (None, None)
+        )
         self.position_limits = {"target": position_limit(model)}
         if self.draft_runner is not None:
             self.position_limits["draft"] = position_limit(draft_model)
@@ -215,7 +222,9 @@ class QuenchBackend:
             return NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
         if self.config.drafter in MODEL_DRAFTERS:
             assert self.draft_runner is not None
-            model = ModelDrafter(self.draft_runner, self.config.batch_size, max_len, self.config.confidence)
+            model = ModelDrafter(
+                self.draft_runner, self.config.batch_size, max_len, self.config.confidence, self.draft_columns
+            )
             if self.config.drafter == "model":
                 return model
             ngram = NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)

@@ -59,39 +59,6 @@ def scatter_logits(subset_logits: torch.Tensor, token_ids: torch.Tensor, vocab_s
     return full
 
 
-class SubsetHeadRunner:
-    """Wraps an engine runner that scored only a draft's subset head: its logits back to the full vocabulary."""
-
-    def __init__(self, inner: Any, token_ids: torch.Tensor, vocab_size: int) -> None:
-        self.inner = inner
-        self.token_ids = token_ids
-        self.vocab_size = vocab_size
-
-    def new_cache(self, batch: int, max_len: int) -> Any:
-        return self.inner.new_cache(batch, max_len)
-
-    def forward(self, cache: Any, tokens: torch.Tensor, start: torch.Tensor, logits_at: torch.Tensor | None = None,
-                counts: torch.Tensor | None = None) -> torch.Tensor:
-        logits = self.inner.forward(cache, tokens, start, logits_at=logits_at, counts=counts)  # (B, [S,] V')
-        if logits.shape[-1] == self.vocab_size:  # the runner called SubsetHead.forward: already full
-            return logits
-        return scatter_logits(logits, self.token_ids, self.vocab_size)  # (B, [S,] V)
-
-
-def wrap_runner(draft: nn.Module, runner: Any) -> Any:
-    """The runner the engine built for `draft`, made to return full-vocabulary logits.
-
-    Runners that read `lm_head.weight` directly (the Llama fast path) score only a subset head's
-    tokens (and report its size as their vocab_size); the wrapper maps them back. Runners that call
-    the module (Hugging Face path) already get full logits. Drafts with a full head come back unchanged.
-    The engine applies it to every draft runner it builds (`quench.generation.engine.make_draft_runner`).
-    """
-    head = draft.get_output_embeddings()
-    if isinstance(head, SubsetHead) and not isinstance(runner, SubsetHeadRunner):
-        return SubsetHeadRunner(runner, head.token_ids, head.vocab_size)
-    return runner
-
-
 def shipped_draft_path(preset: str) -> Path:
     return ASSETS / f"{preset}.draft.safetensors"
 
