@@ -51,6 +51,9 @@ class TimedRunner:
     def forward(self, cache, tokens, start, logits_at=None, counts=None):
         return self._timed(tokens, self.inner.forward, cache, tokens, start, logits_at=logits_at, counts=counts)
 
+    def packed_logits(self, cache, tokens, start, counts=None):
+        return self._timed(tokens, self.inner.packed_logits, cache, tokens, start, counts=counts)
+
     def greedy_tokens(self, cache, tokens, start, counts=None):
         return self._timed(tokens, self.inner.greedy_tokens, cache, tokens, start, counts=counts)
 

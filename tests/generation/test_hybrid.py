@@ -91,8 +91,9 @@ def test_a_sampled_hybrid_row_is_the_same_alone_and_inside_a_batch(tokenizer):
 
 
 def test_a_copied_draft_is_verified_as_a_one_hot_draft_distribution():
-    """A copied row inside a model-drafted batch carries one-hot probabilities; verification treats
-    them exactly as a deterministic draft (accept x with target(x), else draw from target without x)."""
+    """A copy is a draft with probability 1: verification treats one-hot draft probabilities exactly as
+    a deterministic draft (accept x with target(x), else draw from target without x). So hybrid marks
+    copied rows deterministic (`Draft.deterministic`) instead of spelling their one-hot rows out."""
     torch.manual_seed(0)
     target_probs = torch.softmax(torch.randn(3, 4, 7), dim=-1)  # (B, K + 1, V)
     draft_tokens = torch.tensor([[1, 2, 3], [4, 4, PLACEHOLDER], [0, 6, 5]])  # (B, K)
@@ -127,6 +128,9 @@ def test_lookup_rows_copy_and_other_rows_ask_the_model_for_their_own_length(toke
     rows[1].tokens += [int(draft.tokens[1, 0]) + 1]  # rejected at once
     drafter.propose(rows, [4, 4], SamplingParams())
     assert drafter.model_length[1] == 1
+    sampled = drafter.propose(rows, [4, 4], SamplingParams(temperature=1.0))  # the copy: probability 1, not spelled out
+    assert sampled.tokens[0].tolist() == [7, 8, 5, 6] and sampled.deterministic.tolist() == [True, False]
+    assert sampled.probs.shape[1] == 1 and torch.isclose(sampled.probs[1, 0].sum(), torch.tensor(1.0, dtype=sampled.probs.dtype))
 
 
 def test_row_copy_lengths_cap_a_row_after_a_rejected_copy_and_lift_the_cap_after_a_kept_one(tokenizer):

@@ -231,25 +231,31 @@ def test_argmax_picks_the_first_maximum_as_torch_does(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_greedy_tokens_are_the_first_argmax_of_the_forward_logits(dtype):
-    """The greedy step skips float32 logits: its tokens must be those `forward`'s logits give, on ragged
-    rows (padding and an empty row), and it must write the same keys/values."""
+def test_greedy_tokens_and_packed_logits_are_what_forward_gives_at_real_positions(dtype):
+    """Greedy steps take only tokens, sampled steps only the real positions' logits: both must be what
+    `forward`'s padded logits hold there, on ragged rows (padding, an empty row), and write the same cache."""
     model = _llama_head_dim_64(dtype) if dtype == torch.bfloat16 else tiny_llama(dtype=dtype)
     runner = LlamaRunner(model)
     prompt = torch.randint(3, 90, (3, 20))
-    caches = [runner.new_cache(3, 64) for _ in range(2)]
+    caches = [runner.new_cache(3, 64) for _ in range(3)]
     for cache in caches:
         runner.forward(cache, prompt, torch.zeros(3, dtype=torch.long))
     start, counts = torch.tensor([20, 14, 17]), torch.tensor([4, 1, 0])
     step = torch.randint(3, 90, (3, 4))
     logits = runner.forward(caches[0], step, start, counts=counts)  # (3, 4, V)
     tokens = runner.greedy_tokens(caches[1], step, start, counts=counts)  # (3, 4)
+    packed = runner.packed_logits(caches[2], step, start, counts=counts)  # (5, V)
     real = torch.arange(4)[None, :] < counts[:, None]
     assert tokens.shape == (3, 4) and tokens.dtype == torch.long
     assert torch.equal(tokens[real], logits.argmax(dim=-1)[real])
+    assert packed.shape == (5, runner.vocab_size) and torch.equal(packed, logits[real])
     for layer in range(len(runner.layers)):
-        assert torch.equal(caches[0].keys[layer], caches[1].keys[layer])
-        assert torch.equal(caches[0].values[layer], caches[1].values[layer])
-    long_step = torch.randint(3, 90, (3, 20))  # past NATIVE_MAX_NEW: the PyTorch path, then the argmax
-    want = runner.forward(caches[0], long_step, torch.tensor([24, 24, 24])).argmax(dim=-1)
-    assert torch.equal(runner.greedy_tokens(caches[1], long_step, torch.tensor([24, 24, 24])), want)
+        for other in caches[1:]:
+            assert torch.equal(caches[0].keys[layer], other.keys[layer])
+            assert torch.equal(caches[0].values[layer], other.values[layer])
+    long_step = torch.randint(3, 90, (3, 20))  # past NATIVE_MAX_NEW: the PyTorch path, then the argmax / packing
+    at = torch.tensor([24, 24, 24])
+    want = runner.forward(caches[0], long_step, at)
+    assert torch.equal(runner.greedy_tokens(caches[1], long_step, at), want.argmax(dim=-1))
+    assert torch.equal(runner.packed_logits(caches[2], long_step, at, counts=torch.tensor([20, 3, 0])),
+                       torch.cat([want[0], want[1, :3]]))

@@ -101,8 +101,8 @@ def test_speculative_sampling_follows_the_target_distribution():
 
 def test_the_chi_square_test_rejects_a_wrong_sampler(monkeypatch):
     # A classic bug: at a rejection, draw the recovered token from the target instead of the residual.
-    def target_instead_of_residual(draft_tokens, draft_probs, target_probs, num_accepted, valid):
-        return target_probs[torch.arange(len(num_accepted)), num_accepted]
+    def target_instead_of_residual(draft_tokens, draft_probs, deterministic, target_at, num_accepted, valid):
+        return target_at
 
     monkeypatch.setattr(verify_module, "_final_distribution", target_instead_of_residual)
     counts = first_token_counts(verify_sampling)
@@ -136,3 +136,45 @@ def test_acceptance_rate_matches_the_theory(k):
     expected = sum(alpha**i for i in range(1, k + 1))  # E[accepted] = alpha + alpha^2 + ... + alpha^k
     observed = float(verdict.num_accepted.double().mean())
     assert math.isclose(observed, expected, rel_tol=0.08)
+
+
+def ragged_case(seed=0, batch=5, k=4, vocab=7):
+    """Random ragged drafts (row b drafts b % (k + 1) tokens), their draft and target distributions."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [b % (k + 1) for b in range(batch)]
+    tokens = torch.full((batch, k), P, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        tokens[b, :n] = torch.randint(0, vocab, (n,), generator=g)
+    draft = torch.softmax(3 * torch.randn(batch, k, vocab, generator=g), dim=-1)
+    target = torch.softmax(3 * torch.randn(batch, k + 1, vocab, generator=g), dim=-1)
+    return lengths, tokens, draft, target
+
+
+def verdicts_equal(a, b):
+    return torch.equal(a.num_accepted, b.num_accepted) and torch.equal(a.tokens, b.tokens)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_packed_target_rows_give_the_padded_verdict(seed):
+    """A verification step's real positions only ((N, V) and each row's first) decide as the padded block."""
+    lengths, tokens, draft, target = ragged_case(seed)
+    padded = verify_sampling(tokens, draft, target, generators(5, seed))
+    packed_rows = torch.cat([target[b, : n + 1] for b, n in enumerate(lengths)])  # (N, V), N = sum(1 + n)
+    first = torch.tensor([0] + [n + 1 for n in lengths]).cumsum(0)[:-1]
+    packed = verify_sampling(tokens, draft, packed_rows, generators(5, seed), first=first)
+    assert packed_rows.shape[0] == sum(lengths) + 5 and verdicts_equal(packed, padded)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_deterministic_rows_among_model_rows_decide_as_one_hot_distributions(seed):
+    """Hybrid drafting: copied rows (probability 1, any length) beside model rows whose draft_probs are
+    narrower than the draft. The same verdict as spelling the copies out as one-hot rows."""
+    lengths, tokens, draft, target = ragged_case(seed)
+    copied = torch.tensor([n > 2 for n in lengths])  # the long drafts are copies; model rows draft <= 2
+    spelled = draft.clone()
+    for b in torch.nonzero(copied).flatten().tolist():
+        spelled[b] = 0.0
+        spelled[b, torch.arange(lengths[b]), tokens[b, : lengths[b]]] = 1.0
+    want = verify_sampling(tokens, spelled, target, generators(5, seed))
+    got = verify_sampling(tokens, draft[:, :2], target, generators(5, seed), deterministic=copied)
+    assert verdicts_equal(got, want)

@@ -165,9 +165,10 @@ class DecodeLoop:
         elif self.sampling.greedy:  # the target's tokens are all a greedy step needs: no float32 logits
             targets = self.runner.greedy_tokens(self.cache, inputs, start, counts=counts)  # (B, 1 + width)
             verdict = self._verify_greedy(targets[active], draft, width, active)
-        else:
-            logits = self.runner.forward(self.cache, inputs, start, counts=counts)  # (B, 1 + width, V)
-            verdict = self._verify(logits if full else logits[active], draft, width, active)
+        else:  # sampling: the real positions' logits only, row after row
+            logits = self.runner.packed_logits(self.cache, inputs, start, counts=counts)  # (N, V)
+            first = (torch.cumsum(counts, dim=0) - counts)[active]  # (A,) each active row's first position
+            verdict = self._verify_sampled(logits, first, draft, width, active)
         self.stats.steps += 1
         yield from self._commit(verdict, draft, width, active, keeps)
 
@@ -184,12 +185,22 @@ class DecodeLoop:
         """logits (A, 1 + K, V) of the active rows -> their verdict."""
         if self.sampling.greedy:
             return self._verify_greedy(native.argmax(logits), draft, width, active)
+        first = torch.arange(len(active)) * logits.shape[1]  # (A,)
+        return self._verify_sampled(logits.flatten(0, 1), first, draft, width, active)
+
+    def _verify_sampled(
+        self, logits: torch.Tensor, first: torch.Tensor, draft: Draft | None, width: int, active: list[int]
+    ) -> Verdict:
+        """logits (N, V): the active rows' positions, active row j's pending token at first[j] and its
+        drafts right after -> their verdict."""
         generators = [self.slots[b].generator for b in active]
         if width == 0:
-            tokens = next_tokens(logits[:, 0], self.sampling, generators)  # (A,)
+            tokens = next_tokens(logits[first], self.sampling, generators)  # (A,)
             return Verdict(torch.zeros(len(active), dtype=torch.long), tokens[:, None])
+        probs = logits_to_probs(logits, self.sampling)  # (N, V)
         draft_probs = draft.probs[active, :width] if draft.probs is not None else None
-        return verify_sampling(draft.tokens[active, :width], draft_probs, logits_to_probs(logits, self.sampling), generators)
+        deterministic = draft.deterministic[active] if draft.deterministic is not None else None
+        return verify_sampling(draft.tokens[active, :width], draft_probs, probs, generators, first, deterministic)
 
     @staticmethod
     def _verify_greedy(targets: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:

@@ -31,7 +31,8 @@ CATCH_UP = 16  # tokens per row per catch-up forward of a draft model (a decode-
 @dataclass(frozen=True)
 class Draft:
     tokens: torch.Tensor  # (B, K), PLACEHOLDER where a row proposes fewer
-    probs: torch.Tensor | None  # (B, K, V) draft distribution of each token; None = deterministic
+    probs: torch.Tensor | None  # (B, Kp, V), Kp <= K: draft distribution of each token; None = deterministic
+    deterministic: torch.Tensor | None = None  # (B,) bool: rows drafted with probability 1 although probs is set
 
     @property
     def width(self) -> int:
@@ -243,7 +244,7 @@ class HybridDrafter:
     induction circuit; docs/draft.md). A model-drafted row gets its own length, grown by one when
     the target accepted its whole last model draft and cut to what was accepted otherwise, so rows
     the draft predicts badly stop paying for long drafts that the batch-level length would give them.
-    Sampling stays lossless: a copied token is a draft with probability 1 (a one-hot row of `probs`).
+    Sampling stays lossless: a copied token is a draft with probability 1 (`Draft.deterministic`).
     With `row_copy_lengths`, copies get a per-row cap too: cut to one past what the target kept of
     the row's last copy, lifted (back to the batch length) when it kept a whole copy.
     """
@@ -280,26 +281,22 @@ class HybridDrafter:
         ]
         width = max([len(c) for c in copies] + model_limits + [0])
         tokens = torch.full((len(rows), width), PLACEHOLDER, dtype=torch.long)  # (B, K)
-        probs = None
+        probs = None  # (B, Km, V): the model rows' draft distributions (sampling only)
         if any(model_limits):
             drafted = self.model.propose(rows, model_limits, sampling)
             tokens[:, : drafted.tokens.shape[1]] = drafted.tokens
-            if drafted.probs is not None:  # (B, Km, V) -> (B, K, V); copied rows get one-hots below
-                probs = drafted.probs.new_zeros(len(rows), width, drafted.probs.shape[-1])
-                probs[:, : drafted.probs.shape[1]] = drafted.probs
+            probs = drafted.probs
         for b, copy in enumerate(copies):
             if copy:
                 tokens[b, : len(copy)] = torch.tensor(copy, dtype=torch.long)
-                if probs is not None:
-                    probs[b] = 0.0
-                    probs[b, torch.arange(len(copy)), tokens[b, : len(copy)]] = 1.0
                 self.last_draft[b] = (True, len(rows[b].tokens), list(copy))
             elif model_limits[b]:
                 proposal = [t for t in tokens[b, : model_limits[b]].tolist() if t != PLACEHOLDER]  # unsure ones cut
                 self.last_draft[b] = (False, len(rows[b].tokens), proposal) if proposal else None
         self.copied += sum(bool(c) for c in copies)
         self.modelled += sum(bool(m) for m in model_limits)
-        return Draft(tokens, probs)
+        # Copied rows: probability 1 on each copied token (verification's deterministic rows), never spelled out.
+        return Draft(tokens, probs, torch.tensor([bool(c) for c in copies]) if probs is not None else None)
 
     def _learn(self, rows: Sequence[Row | None]) -> None:
         """Adapt each row's draft length to how much of its last draft the target kept."""

@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from quench.generation import native
-from quench.generation.kv_cache import KVCache, attention_window, causal_mask
+from quench.generation.kv_cache import KVCache, attention_window, causal_mask, real_positions
 
 
 class RaggedCache(DynamicCache):
@@ -57,6 +57,13 @@ class HFRunner:
     ) -> torch.Tensor:
         """The argmax token at each fed position (B, S) (the `Runner` protocol's greedy step)."""
         return native.argmax(self.forward(cache, tokens, start, counts=counts))
+
+    def packed_logits(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The real tokens' float32 logits (N, V), row after row (the `Runner` protocol's packed step)."""
+        logits = self.forward(cache, tokens, start, counts=counts)  # (B, S, V)
+        return logits.flatten(0, 1) if counts is None else logits[real_positions(counts, tokens.shape[1])]
 
     @torch.inference_mode()
     def forward(

@@ -81,3 +81,8 @@ def causal_mask(start: torch.Tensor, num_new: int, window: int) -> torch.Tensor:
     query_pos = start[:, None] + torch.arange(num_new, device=start.device)  # (B, S)
     key_pos = torch.arange(window, device=start.device)  # (Tk,)
     return (key_pos[None, None, :] <= query_pos[:, :, None])[:, None]  # (B, 1, S, Tk)
+
+
+def real_positions(counts: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, S) bool: row b's first counts[b] of `width` fed positions are real tokens, the rest padding."""
+    return torch.arange(width)[None, :] < counts[:, None]

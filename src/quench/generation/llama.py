@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from quench.generation import native
-from quench.generation.kv_cache import KVCache, attention_window, causal_mask
+from quench.generation.kv_cache import KVCache, attention_window, causal_mask, real_positions
 
 
 NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
@@ -200,6 +200,22 @@ class LlamaRunner:
         out[real] = best
         return out
 
+    @torch.inference_mode()
+    def packed_logits(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Feed tokens (B, S) as `forward` does -> float32 logits of the real tokens only, (N, V) with
+        N = counts.sum(), row after row. A sampled verification step reads nothing else; hybrid rows
+        draft 1 to 12 tokens, so the padded (B, S, V) block was up to 3x larger than its real rows."""
+        batch, num_new = tokens.shape
+        if counts is None:
+            counts = torch.full((batch,), num_new, dtype=torch.long)
+        if not self._packed(num_new):
+            return self.forward(cache, tokens, start, counts=counts)[real_positions(counts, num_new)]
+        _check_room(cache, start, num_new)
+        h, _, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm)
+        return self.lm_head(h).to(self.logits_dtype)  # (N, V)
+
     def _hidden_packed(
         self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -207,7 +223,7 @@ class LlamaRunner:
         N = counts.sum(); the (B, S) mask of the real positions (row-major, as the N rows); and the
         (B + 1,) offsets of each row's tokens among the N."""
         batch, num_new = tokens.shape
-        real = torch.arange(num_new)[None, :] < counts[:, None]  # (B, S)
+        real = real_positions(counts, num_new)  # (B, S)
         offsets = torch.zeros(batch + 1, dtype=torch.long)
         torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
         start = start.to(torch.long).contiguous()

@@ -34,6 +34,13 @@ class Runner(Protocol):
         """
         ...
 
+    def packed_logits(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Feed tokens as `forward` does -> float32 logits of the real tokens only: (N, V) with
+        N = counts.sum(), row 0's counts[0] tokens first, then row 1's, and so on."""
+        ...
+
     def greedy_tokens(
         self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
     ) -> torch.Tensor:

@@ -61,25 +61,43 @@ def verify_sampling(
     draft_probs: torch.Tensor | None,
     target_probs: torch.Tensor,
     generators: list[torch.Generator],
+    first: torch.Tensor | None = None,
+    deterministic: torch.Tensor | None = None,
 ) -> Verdict:
     """Speculative sampling; the output tokens follow target_probs exactly.
 
-    draft_tokens (B, K); draft_probs (B, K, V), or None for deterministic drafts (n-gram lookup:
-    probability 1 on the proposed token); target_probs (B, K + 1, V); one generator per row.
-    Row b draws exactly (its draft length) uniforms and one final token, whatever its batch.
+    draft_tokens (B, K). draft_probs (B, Kp, V) with Kp <= K: the draft distribution of each
+    drafted token, or None for deterministic drafts (n-gram lookup: probability 1 on the proposed
+    token). deterministic (B,) bool, optional: rows whose draft is deterministic although
+    draft_probs is given (hybrid drafting's copied rows; their draft_probs rows are never read, and
+    only they may draft past Kp). target_probs (B, K + 1, V); or, packed, (N, V) rows with first
+    (B,): row b's target distribution for its draft token i is target_probs[first[b] + i] (a
+    verification step's real positions only, without padding). One generator per row. Row b draws
+    exactly (its draft length) uniforms and one final token, whatever its batch.
     """
     batch, k = draft_tokens.shape
+    if first is None:  # (B, K + 1, V) -> rows of (K + 1)
+        first = torch.arange(batch) * target_probs.shape[1]
+        target_probs = target_probs.flatten(0, 1)
+    if draft_probs is None or deterministic is None:
+        deterministic = torch.full((batch,), draft_probs is None)
     valid = draft_tokens != PLACEHOLDER  # (B, K)
-    safe = draft_tokens.clamp(min=0)[..., None]  # (B, K, 1)
-    target_p = target_probs[:, :k].gather(-1, safe).squeeze(-1)  # (B, K)
-    draft_p = draft_probs.gather(-1, safe).squeeze(-1) if draft_probs is not None else torch.ones_like(target_p)
+    safe = draft_tokens.clamp(min=0)  # (B, K)
+    at_drafts = (first[:, None] + torch.arange(k)[None, :]).clamp(max=target_probs.shape[0] - 1)  # (B, K)
+    target_p = target_probs[at_drafts, safe]  # (B, K); junk where not valid
+    draft_p = torch.ones_like(target_p)
+    if draft_probs is not None and draft_probs.shape[1]:
+        kp = draft_probs.shape[1]
+        modelled = draft_probs.gather(-1, safe[:, :kp, None]).squeeze(-1)  # (B, Kp)
+        draft_p[:, :kp] = torch.where(deterministic[:, None], 1.0, modelled)
     uniforms = torch.ones(batch, k)
     for b, generator in enumerate(generators):
         num_draft = int(valid[b].sum())
         uniforms[b, :num_draft] = torch.rand(num_draft, generator=generator)
     accept = valid & (uniforms * draft_p < target_p)  # u < target / draft, without dividing by 0
     num_accepted = _accepted_prefix(accept)
-    final_probs = _final_distribution(draft_tokens, draft_probs, target_probs, num_accepted, valid)
+    target_at = target_probs[first + num_accepted]  # (B, V): where each row's last token comes from
+    final_probs = _final_distribution(draft_tokens, draft_probs, deterministic, target_at, num_accepted, valid)
     last = sample_rows(final_probs, generators)
     return Verdict(num_accepted, _assemble(draft_tokens, num_accepted, last))
 
@@ -87,23 +105,22 @@ def verify_sampling(
 def _final_distribution(
     draft_tokens: torch.Tensor,
     draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
+    deterministic: torch.Tensor,
+    target_at: torch.Tensor,
     num_accepted: torch.Tensor,
     valid: torch.Tensor,
 ) -> torch.Tensor:
     """(B, V): the recovered distribution at a rejection, the target's (bonus) after a full accept."""
-    batch = draft_tokens.shape[0]
-    rows = torch.arange(batch, device=draft_tokens.device)
-    target_at = target_probs[rows, num_accepted]  # (B, V)
-    k = draft_tokens.shape[1]
+    batch, k = draft_tokens.shape
     if k == 0:
         return target_at
+    rows = torch.arange(batch, device=draft_tokens.device)
     at = num_accepted.clamp(max=k - 1)
     rejected = valid[rows, at] & (num_accepted < k)  # (B,) a draft token was rejected here
-    if draft_probs is not None:
-        draft_at = draft_probs[rows, at]  # (B, V)
-    else:
-        draft_at = torch.zeros_like(target_at).scatter(1, draft_tokens[rows, at].clamp(min=0)[:, None], 1.0)
+    draft_at = torch.zeros_like(target_at).scatter(1, draft_tokens[rows, at].clamp(min=0)[:, None], 1.0)  # one-hot
+    if draft_probs is not None and draft_probs.shape[1]:
+        modelled = draft_probs[rows, at.clamp(max=draft_probs.shape[1] - 1)]  # (B, V)
+        draft_at = torch.where(deterministic[:, None], draft_at, modelled)
     residual = (target_at - draft_at).clamp(min=0)
     mass = residual.sum(dim=-1, keepdim=True)  # (B, 1)
     # A rejection with zero residual mass cannot happen in exact arithmetic; guard against rounding.
