@@ -73,6 +73,7 @@ class Measurement:
     acceptance_rate: float | None = None
     tokens_per_row_step: float | None = None
     greedy_match: str | None = None
+    mean_context: float = 0.0  # positions a row attends over, averaged over its decode steps and the sequences
 
 
 class PeakMemory:
@@ -191,6 +192,8 @@ def measure(name: str, backend: Backend, requests, sampling: SamplingParams, bat
         results = list(backend.generate(requests, sampling))
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     tokens = sum(len(r.token_ids) + (r.finish_reason == "eos") for r in results)  # EOS counts as generated
+    prompt_lengths = {r.key: len(r.prompt_ids) for r in requests}
+    context = sum(prompt_lengths[r.key] + len(r.token_ids) / 2 for r in results) / max(len(results), 1)
     rate = tokens / cpu_seconds
     stats = getattr(backend, "last_stats", None)
     speculative = stats is not None and stats.drafted > 0
@@ -201,6 +204,7 @@ def measure(name: str, backend: Backend, requests, sampling: SamplingParams, bat
         round(1000 * decoded_together(backend) / rate, 1), round(memory.mb, 1),
         round(stats.acceptance_rate, 3) if speculative else None,
         round(stats.tokens_per_row_step, 2) if speculative else None,
+        mean_context=round(context, 1),
     )
     return m, {(r.key, r.sample_index): r.token_ids for r in results}
 
@@ -222,8 +226,8 @@ def near_tie_gaps(model, requests, reference, other) -> list[float]:
     return gaps
 
 
-def run(args) -> tuple[list[Measurement], int]:
-    """The measurements, and the bytes of weights a decode step streams (for the bandwidth bound)."""
+def run(args) -> tuple[list[Measurement], int, int]:
+    """The measurements, the bytes of weights a decode step streams and the KV bytes per cached position."""
     torch.set_num_threads(args.threads)
     loaded = load_model(dtype="bfloat16")
     model = loaded.model
@@ -255,7 +259,7 @@ def run(args) -> tuple[list[Measurement], int]:
                     m.greedy_match = f"{same}/{len(outputs[name])}; gaps {gaps}"
                 rows.append(m)
                 print(format_row(m), flush=True)
-    return rows, weight_bytes
+    return rows, weight_bytes, kv_bytes_per_position(model)
 
 
 def format_row(m: Measurement) -> str:
@@ -335,11 +339,20 @@ def read_bandwidth_gbs(megabytes: int = 512) -> float:
     return buffer.numel() * 4 / best / 1e9
 
 
-def bandwidth_report(rows: list[Measurement], weight_bytes: int, threads: int) -> list[str]:
-    """Regular quench decoding against the weight-streaming bound (batch x bandwidth / weight bytes)."""
+def kv_bytes_per_position(model: nn.Module) -> int:
+    """Bytes of keys and values one cached position holds over all layers (what attention reads per position)."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * next(model.parameters()).element_size()
+
+
+def bandwidth_report(rows: list[Measurement], weight_bytes: int, kv_bytes: int, threads: int) -> list[str]:
+    """Regular quench decoding against the weight-streaming bound (batch x bandwidth / weight bytes), and
+    against the floor that also reads each row's KV cache once per step (kv_bytes per cached position)."""
     bandwidth = read_bandwidth_gbs()
     lines = [f"bandwidth bound: {bandwidth:.1f} GB/s read here ({threads} thread(s)), {weight_bytes / 1e6:.0f} MB of "
              f"weights per step; at 43 GB/s (the issue's figure) batch 8 would be {8 * 43e9 / weight_bytes:.0f} tokens/s"]
+    hf = {(m.batch_size, m.mode): m for m in rows if m.backend == "hf"}
     for m in rows:
         if m.backend != "quench":
             continue
@@ -347,6 +360,12 @@ def bandwidth_report(rows: list[Measurement], weight_bytes: int, threads: int) -
         decode = f", decode only {m.decode_tokens_per_s / bound:.0%} (per CPU-second)" if threads == 1 else ""
         lines.append(f"  batch {m.batch_size} {m.mode}: bound {bound:.0f} tokens/s; quench {m.wall_tokens_per_s} "
                      f"tokens/s wall = {m.wall_tokens_per_s / bound:.0%} end to end{decode}")
+        step_bytes = weight_bytes + m.batch_size * m.mean_context * kv_bytes
+        floor = m.batch_size * bandwidth * 1e9 / step_bytes
+        reference = hf.get((m.batch_size, m.mode))
+        ceiling = f"; a backend at that floor would be {floor / reference.decode_tokens_per_s:.2f}x HF's decode-only rate" if reference else ""
+        lines.append(f"    with the KV cache ({m.mean_context:.0f} positions per row, {m.batch_size * m.mean_context * kv_bytes / 1e6:.0f} MB "
+                     f"per step): floor {floor:.0f} tokens/s; quench decode only {m.decode_tokens_per_s / floor:.0%} of it{ceiling}")
     return lines
 
 
@@ -370,10 +389,10 @@ def main() -> None:
     if args.quick:
         args.batch_sizes, args.max_new_tokens, args.waves = [1, 8], 48, 1
     print(f"torch threads: {args.threads}")
-    rows, weight_bytes = run(args)
+    rows, weight_bytes, kv_bytes = run(args)
     print()
     print(markdown(rows))
-    print("\n".join(bandwidth_report(rows, weight_bytes, args.threads)))
+    print("\n".join(bandwidth_report(rows, weight_bytes, kv_bytes, args.threads)))
     if args.json:
         args.json.write_text(json.dumps([asdict(m) for m in rows], indent=2))
     if args.plot:
