@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,9 +10,9 @@ import torch
 from quench.errors import InputFileError, QuenchError
 from quench.models.draft import build_draft, load_draft
 from quench.training import distill_data
-from quench.training.distill import DistillConfig, distill
+from quench.training.distill import DistillConfig, answer_prompts, distill
 from quench.training.distill_data import TRAINING_SPLITS
-from quench.training.distill_data import Example, fit_length, generate_answers, read_examples
+from quench.training.distill_data import Example, fit_length, generate_answers, read_examples, stdlib_functions, stdlib_prompts
 from quench.training.distill_teacher import teacher_targets
 from quench.training.distill_train import HeadView, evaluate, frequent_tokens, train_draft
 from training_helpers import tiny_loaded
@@ -189,6 +190,7 @@ def test_the_whole_pipeline_writes_a_loadable_draft(monkeypatch, problems, tmp_p
                              max_new_tokens=6, max_tokens=96, top_k=4, epochs=1, batch_size=2, heldout_every=2)
     result = distill(target, tmp_path, settings)
     assert result.draft_path == tmp_path / "draft.safetensors" and result.heldout_examples > 0
+    assert {source for source, _ in result.after_by_source} <= {"Tiny", "stdlib"} and result.after_by_source
     draft = load_draft(str(result.draft_path), target)
     assert draft.config.num_hidden_layers == 1
     logits = draft(torch.tensor([[1, 5, 6]])).logits
@@ -200,9 +202,87 @@ def test_training_prompts_never_come_from_the_evaluation_sets():
     assert TRAINING_SPLITS == ("train", "validation")
     keys = {p.task_id for p in distill_data.training_prompts()}
     assert len(keys) == 464 and not any(k.startswith("HumanEval") for k in keys)
-    from quench.benchmarks import load_mbpp
+    from quench.benchmarks import load_humaneval, load_mbpp
 
     assert not keys & {p.task_id for p in load_mbpp("test")}
+    answered = answer_prompts(DistillConfig(stdlib_prompts=100))
+    assert len(answered) == 564 and {p.task_id for p in answered[:464]} == keys
+    evaluation = load_mbpp("test") + load_humaneval()
+    assert not {p.task_id for p in answered} & {p.task_id for p in evaluation}
+    assert not {p.prompt.strip() for p in answered} & {p.prompt.strip() for p in evaluation}
+
+
+def test_stdlib_prompts_come_after_the_real_code_functions_of_the_same_shuffle():
+    functions = stdlib_functions(12, seed=3)
+    prompts = stdlib_prompts(7, skip=5, seed=3)
+    assert [p.task_id for p in prompts] == ["stdlib-answer/" + key.removeprefix("stdlib/") for key, _, _ in functions[5:]]
+    assert [p.prompt + p.canonical_solution for p in prompts] == [source for _, _, source in functions[5:]]
+    assert all(p.prompt.rstrip().endswith(('"""', "'''")) and p.entry_point in p.prompt for p in prompts)
+    assert [p.task_id for p in stdlib_prompts(7, skip=5, seed=3)] == [p.task_id for p in prompts]  # seeded
+    assert [p.task_id for p in stdlib_prompts(7, skip=5, seed=4)] != [p.task_id for p in prompts]
+    assert stdlib_prompts(0, skip=5) == []
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.advanced: dict[str, int] = {}
+        self.phase = ""
+
+    def begin(self, phase, total):
+        self.phase = phase
+        self.advanced[phase] = 0
+
+    def advance(self, count=1, **info):
+        self.advanced[self.phase] += count
+
+    def end(self):
+        pass
+
+
+FUNCTIONS = [(f"stdlib/m.f{i}", f'def f{i}(a):\n    """{i} times a."""\n',
+              f'def f{i}(a):\n    """{i} times a."""\n    return {i} * a\n') for i in range(6)]
+
+
+def test_stdlib_prompts_are_answered_by_the_target_appended_and_resumed(monkeypatch, problems, tmp_path):
+    from quench.models import encode_prompt
+    from quench.training import distill as pipeline
+
+    target = tiny_loaded("chat")
+    monkeypatch.setattr(pipeline, "training_prompts", lambda limit: problems[:limit])
+    monkeypatch.setattr(distill_data, "stdlib_functions", lambda limit, seed=0: FUNCTIONS[:limit])
+    settings = DistillConfig(prompts=2, stdlib_functions=2, stdlib_prompts=2, max_new_tokens=6, max_tokens=96)
+    first = pipeline.distillation_examples(target, settings, tmp_path, Counting())
+    answers = read_examples(tmp_path / "answers.jsonl")
+    assert [e.key for e in answers] == ["Tiny/0", "Tiny/1", "stdlib-answer/m.f2", "stdlib-answer/m.f3"]
+    assert [e.key for e in first] == [e.key for e in answers] + ["stdlib/m.f0", "stdlib/m.f1"]
+    assert answers[2].ids[: answers[2].answer_start] == encode_prompt(target, FUNCTIONS[2][1])  # the chat prompt
+    assert all(len(e.ids) > e.answer_start for e in answers)
+
+    progress = Counting()
+    more = pipeline.distillation_examples(target, replace(settings, stdlib_prompts=3), tmp_path, progress)
+    assert more[:4] == first[:4] and more[4].key == "stdlib-answer/m.f4" and progress.advanced["answers"] == 5
+    assert len(read_examples(tmp_path / "answers.jsonl")) == 5  # only the new prompt was answered, and appended
+
+    teachers = pipeline.targets_for(target, more, settings, tmp_path, Counting())
+    real = [t for e, t in zip(more, teachers) if e.key.startswith("stdlib/")]
+    answered = [t for e, t in zip(more, teachers) if e.key.startswith("stdlib-answer/")]
+    assert all(torch.isinf(t.logprobs[:, 1:]).all() for t in real)  # labelled with their own tokens
+    assert all(torch.isfinite(t.logprobs).all() for t in answered)  # labelled by the target, like MBPP answers
+
+
+def test_held_out_figures_by_source_add_up_to_the_overall_figures(target, tmp_path):
+    from quench.training.distill import evaluate_by_source
+
+    examples = examples_of(target, SNIPPETS[:5], "MBPP") + examples_of(target, SNIPPETS[5:], "stdlib-answer")
+    teachers = teacher_targets(target.model, examples, tmp_path, top_k=8)
+    draft, head = build_draft(target.model, (0,)), HeadView(target.model.lm_head.weight, None)
+    overall = evaluate(draft, head, examples, teachers)
+    by_source = evaluate_by_source(draft, head, examples, teachers)
+    assert [source for source, _ in by_source] == ["MBPP", "stdlib-answer"]
+    positions = [sum(len(t.indices) for e, t in zip(examples, teachers) if e.key.startswith(s + "/")) for s, _ in by_source]
+    weighted = sum(n * figures.agreement for n, (_, figures) in zip(positions, by_source)) / sum(positions)
+    assert weighted == pytest.approx(overall.agreement)
+    assert sum(n * f.kl for n, (_, f) in zip(positions, by_source)) / sum(positions) == pytest.approx(overall.kl)
 
 
 def test_a_bfloat16_target_trains_under_autocast(tmp_path):

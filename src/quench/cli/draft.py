@@ -27,7 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--head-tokens", type=int, default=defaults.head_tokens,
                        help="draft only among the N most frequent answer tokens (0 = whole vocabulary)")
     train.add_argument("--prompts", type=int, default=defaults.prompts, help="MBPP train+validation prompts to answer")
-    train.add_argument("--stdlib", type=int, default=defaults.stdlib_functions, help="standard-library functions to add")
+    train.add_argument("--stdlib", type=int, default=defaults.stdlib_functions,
+                       help="standard-library functions to add as real code")
+    train.add_argument("--stdlib-prompts", type=int, default=defaults.stdlib_prompts,
+                       help="further standard-library signatures + docstrings for the target to answer")
     train.add_argument("--stdlib-labels", default=defaults.stdlib_labels, choices=["real", "teacher"],
                        help="label stdlib code with its own next tokens (free) or the target's top-k (a teacher pass)")
     train.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
@@ -55,7 +58,8 @@ def config_from_args(args: argparse.Namespace) -> DistillConfig:
     try:
         return DistillConfig(
             source_layers=parse_layers(args.layers), head_tokens=args.head_tokens, prompts=args.prompts,
-            stdlib_functions=args.stdlib, stdlib_labels=args.stdlib_labels, max_new_tokens=args.max_new_tokens, max_tokens=args.max_tokens,
+            stdlib_functions=args.stdlib, stdlib_prompts=args.stdlib_prompts, stdlib_labels=args.stdlib_labels,
+            max_new_tokens=args.max_new_tokens, max_tokens=args.max_tokens,
             top_k=args.top_k, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, seed=args.seed,
         )
     except ValueError as err:
@@ -100,5 +104,7 @@ def run(args: argparse.Namespace) -> int:
           f"{result.train_examples} training / {result.heldout_examples} held-out examples, {minutes:.1f} min)")
     print(f"held-out KL {result.before.kl:.3f} -> {result.after.kl:.3f}; "
           f"argmax agreement {result.before.agreement:.3f} -> {result.after.agreement:.3f}")
+    for source, figures in result.after_by_source:
+        print(f"  {source}: KL {figures.kl:.3f}, agreement {figures.agreement:.3f}")
     print(f"use it: --draft {result.draft_path}")
     return 0

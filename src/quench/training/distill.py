@@ -1,7 +1,8 @@
 """`quench draft train`: distil a small draft model for speculative decoding from any target.
 
 Pipeline (each phase resumes where a killed run stopped; `out/` holds everything):
-  1. answers.jsonl       the target's greedy answers to MBPP train + validation prompts (distill_data)
+  1. answers.jsonl       the target's greedy answers to MBPP train + validation prompts and to
+                         stdlib signatures + docstrings (distill_data)
   2. (in memory)         real functions with docstrings from the installed standard library
   3. teacher/            the target's top-k log-probabilities on every answer position (distill_teacher)
   4. state.pt            training: forward KL(teacher || draft) on answer tokens (distill_train)
@@ -17,11 +18,15 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Sequence
 
+from torch import nn
+
+from quench.benchmarks import Problem
 from quench.models import LoadedModel
 from quench.models.draft import build_draft, save_draft
 from quench.training.distill_data import (
-    Example, fit_length, generate_answers, stdlib_examples, training_prompts,
+    Example, fit_length, generate_answers, stdlib_examples, stdlib_prompts, training_prompts,
 )
 from quench.training.distill_teacher import TeacherTargets, own_tokens, teacher_targets
 from quench.training.distill_train import (
@@ -34,7 +39,8 @@ DRAFT_FILE = "draft.safetensors"
 ANSWERS_FILE = "answers.jsonl"
 STDLIB_PREFIX = "stdlib/"
 
-__all__ = ["DistillConfig", "DistillResult", "Evaluation", "Progress", "distill", "distillation_examples"]
+__all__ = ["DistillConfig", "DistillResult", "Evaluation", "Progress", "answer_prompts", "distill", "distillation_examples",
+           "evaluate_by_source"]
 
 
 @dataclass(frozen=True)
@@ -46,11 +52,32 @@ class DistillResult:
     head_tokens: int  # size of the draft's head (the vocabulary size when not reduced)
     before: Evaluation  # the initial draft on the held-out examples
     after: Evaluation
+    after_by_source: tuple[tuple[str, Evaluation], ...] = ()  # (source, held-out figures), see source_of
+
+
+def answer_prompts(config: DistillConfig) -> list[Problem]:
+    """What the target answers: MBPP train + validation, then stdlib signatures + docstrings (no evaluation set)."""
+    return training_prompts(config.prompts) + stdlib_prompts(config.stdlib_prompts, config.stdlib_functions, config.seed)
+
+
+def source_of(key: str) -> str:
+    """Where an example comes from: its key up to the first '/' ("MBPP", "stdlib", "stdlib-answer")."""
+    return key.split("/", 1)[0]
+
+
+def evaluate_by_source(
+    draft: nn.Module, head: HeadView, examples: Sequence[Example], teachers: Sequence[TeacherTargets]
+) -> tuple[tuple[str, Evaluation], ...]:
+    """Held-out figures per source, sorted by source name."""
+    sources = sorted({source_of(e.key) for e in examples})
+    picked = {s: [i for i, e in enumerate(examples) if source_of(e.key) == s] for s in sources}
+    return tuple((s, evaluate(draft, head, [examples[i] for i in picked[s]], [teachers[i] for i in picked[s]]))
+                 for s in sources)
 
 
 def distillation_examples(target: LoadedModel, config: DistillConfig, out: Path, progress: Progress) -> list[Example]:
     """The target's answers (generated now or read back) and stdlib functions, cut to config.max_tokens."""
-    prompts = training_prompts(config.prompts)
+    prompts = answer_prompts(config)
     progress.begin("answers", len(prompts))
     answers = generate_answers(target, prompts, out / ANSWERS_FILE, max_new_tokens=config.max_new_tokens,
                                progress=progress.advance)
@@ -100,10 +127,12 @@ def distill(
     log.info("held-out before training: %s", before)
     steps = train_draft(draft, head, [examples[i] for i in train], [teachers[i] for i in train], config, out, progress)
     after = evaluate(draft, head, held_examples, held_teachers)
-    log.info("held-out after training: %s", after)
+    by_source = evaluate_by_source(draft, head, held_examples, held_teachers)
+    log.info("held-out after training: %s; by source: %s", after, by_source)
     draft.to(target.model.get_output_embeddings().weight.dtype)
-    extra = {"before": json.dumps(asdict(before)), "after": json.dumps(asdict(after)), "distill": json.dumps(asdict(config))}
+    extra = {"before": json.dumps(asdict(before)), "after": json.dumps(asdict(after)), "distill": json.dumps(asdict(config)),
+             "after_by_source": json.dumps({s: asdict(e) for s, e in by_source})}
     path = out / DRAFT_FILE
     save_draft(path, draft, target.tokenizer, target.name, extra, head_ids)
     return DistillResult(path, steps, len(train), len(heldout), len(head_ids) if head_ids is not None else
-                         head.weight.shape[0], before, after)
+                         head.weight.shape[0], before, after, by_source)

@@ -1,8 +1,9 @@
 """Distillation data for draft models: code the target writes itself, plus real Python from the stdlib.
 
 Two sources, both in the target's prompt format so the draft learns the contexts it will draft in:
-- the target's own greedy answers to training prompts (MBPP train + validation; never MBPP test or
-  HumanEval), generated with quench's engine and stored as they finish (a killed run resumes);
+- the target's own greedy answers to training prompts (MBPP train + validation, and signatures +
+  docstrings of standard-library functions; never MBPP test or HumanEval), generated with quench's
+  engine and stored as they finish (a killed run resumes);
 - functions with docstrings from the installed Python standard library, framed as an answer to a
   prompt holding their signature and docstring (real code the target did not write).
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]  # called with the number of items just finished
 TRAINING_SPLITS = ("train", "validation")  # MBPP test and HumanEval are the evaluation sets: never trained on
+STDLIB_ANSWER_PREFIX = "stdlib-answer/"  # keys of the target's answers to stdlib prompts (not "stdlib/": not real code)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,21 @@ class Example:
 def training_prompts(limit: int | None = None) -> list[Problem]:
     problems = [p for split in TRAINING_SPLITS for p in load_mbpp(split)]
     return problems[:limit] if limit is not None else problems
+
+
+def stdlib_prompts(count: int, skip: int, seed: int = 0) -> list[Problem]:
+    """`count` stdlib signatures + docstrings for the target to answer, after the `skip` used as real code.
+
+    Both come from the same seeded shuffle (stdlib_functions), so a function is never both a
+    real-code example and a prompt. Fewer than `count` when the installation has fewer functions.
+    """
+    if count <= 0:
+        return []
+    functions = stdlib_functions(skip + count, seed)[skip:]
+    if len(functions) < count:
+        log.warning("only %d standard-library functions left for prompts (asked for %d)", len(functions), count)
+    return [Problem(STDLIB_ANSWER_PREFIX + key.removeprefix("stdlib/"), prompt, source[len(prompt) :], "",
+                    key.rsplit(".", 1)[-1], "stdlib") for key, prompt, source in functions]
 
 
 def read_examples(path: Path) -> list[Example]:
