@@ -197,3 +197,7 @@ def test_cost_aware_drafting_is_off_at_batch_1_and_on_above_unless_set():
     assert EngineConfig(batch_size=1, draft_confidence=0.3).confidence == 0.3
     with pytest.raises(ValueError, match="draft_confidence"):
         EngineConfig(draft_confidence=1.0)
+    assert one.model_draft_floor == engine.AUTO_BATCH1_MODEL_DRAFT and eight.model_draft_floor == 1
+    assert EngineConfig(batch_size=1, min_model_draft=1).model_draft_floor == 1
+    with pytest.raises(ValueError, match="min_model_draft"):
+        EngineConfig(min_model_draft=0)

@@ -80,7 +80,8 @@ def test_a_sampled_hybrid_row_is_the_same_alone_and_inside_a_batch(tokenizer):
     draft = perturbed(model, 0.3)
     reqs = requests(tokenizer, n=2)
     sampling = SamplingParams(temperature=1.0, top_k=20, max_new_tokens=24, seed=3)
-    config = dict(drafter="hybrid", draft_length="fixed", draft_tokens=3)
+    # the same drafting at both sizes: the automatic settings depend on the batch size
+    config = dict(drafter="hybrid", draft_length="fixed", draft_tokens=3, row_copy_lengths=True, min_model_draft=1)
     alone = QuenchBackend(model, tokenizer, EngineConfig(batch_size=1, **config), draft_model=draft)
     batched = QuenchBackend(model, tokenizer, EngineConfig(batch_size=4, **config), draft_model=draft)
     first = {(r.key, r.sample_index): r.token_ids for r in alone.generate(reqs, sampling)}
@@ -109,6 +110,20 @@ def test_a_copied_draft_is_verified_as_a_one_hot_draft_distribution():
 def make_row(slot_tokens, generator=None):
     request = GenerationRequest("r", tuple(slot_tokens[:3]))
     return Row(0, request, 0, generator or torch.Generator(), list(slot_tokens), 3)
+
+
+def test_a_model_draft_floor_keeps_rows_drafting_at_least_that_many_tokens():
+    model = tiny_llama(dtype=torch.float64)
+    drafter = HybridDrafter(NgramDrafter(1, 3, 2), ModelDrafter(make_runner(model, EngineConfig()), 1, 64), 1,
+                            min_model_tokens=2)
+    row = make_row([9, 10, 11, 12])
+    drafter.admit([(0, WorkItem(0, GenerationRequest("r0", tuple(row.tokens[:3])), 0))])
+    row.prompt_len = 3
+    draft = drafter.propose([row], [4], SamplingParams())
+    assert (draft.tokens[0] != PLACEHOLDER).sum() == 2  # two from the start (the default floor: one)
+    row.tokens += [int(draft.tokens[0, 0]) + 1]  # rejected at once
+    draft = drafter.propose([row], [4], SamplingParams())
+    assert drafter.model_length[0] == 2 and (draft.tokens[0] != PLACEHOLDER).sum() == 2
 
 
 def test_lookup_rows_copy_and_other_rows_ask_the_model_for_their_own_length(tokenizer):

@@ -250,12 +250,13 @@ class HybridDrafter:
     """
 
     def __init__(self, ngram: NgramDrafter, model: ModelDrafter, batch_size: int, max_model_tokens: int = 8,
-                 row_copy_lengths: bool = False) -> None:
+                 row_copy_lengths: bool = False, min_model_tokens: int = 1) -> None:
         self.ngram = ngram
         self.model = model
         self.max_model_tokens = max_model_tokens
+        self.min_model_tokens = min(min_model_tokens, max_model_tokens)  # the shortest model draft a row gets
         self.row_copy_lengths = row_copy_lengths
-        self.model_length = [1] * batch_size  # tokens the draft model proposes for the row next time
+        self.model_length = [self.min_model_tokens] * batch_size  # tokens the draft model proposes for the row next time
         self.copy_cap: list[int | None] = [None] * batch_size  # most tokens the row copies next time (None: no cap)
         # Per slot: whether its last draft was a copy, the row's length then, and that draft's tokens.
         self.last_draft: list[tuple[bool, int, list[int]] | None] = [None] * batch_size
@@ -266,7 +267,7 @@ class HybridDrafter:
         self.ngram.admit(slots)
         self.model.admit(slots)
         for slot, _ in slots:
-            self.model_length[slot], self.copy_cap[slot], self.last_draft[slot] = 1, None, None
+            self.model_length[slot], self.copy_cap[slot], self.last_draft[slot] = self.min_model_tokens, None, None
 
     def release(self, request_index: int) -> None:
         self.model.release(request_index)
@@ -314,4 +315,4 @@ class HybridDrafter:
             elif accepted == len(proposal):
                 self.model_length[b] = min(self.model_length[b] + 1, self.max_model_tokens)
             else:
-                self.model_length[b] = max(1, accepted)
+                self.model_length[b] = max(self.min_model_tokens, accepted)
