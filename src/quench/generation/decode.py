@@ -157,9 +157,9 @@ class DecodeLoop:
             counts = counts + (draft.tokens[:, :width] != PLACEHOLDER).sum(dim=1)
         start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
         keeps: list[int | None] = [None] * len(self.slots)
-        full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
-        if self.guard is not None:
+        if self.guard is not None:  # GenGuard reads each fed position's hidden state: the padded (B, 1 + width) block
             logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
+            full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
             verdict = self._verify(logits if full else logits[active], draft, width, active)
             keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
         elif self.sampling.greedy:  # the target's tokens are all a greedy step needs: no float32 logits
