@@ -110,19 +110,28 @@ def _final_distribution(
     num_accepted: torch.Tensor,
     valid: torch.Tensor,
 ) -> torch.Tensor:
-    """(B, V): the recovered distribution at a rejection, the target's (bonus) after a full accept."""
+    """(B, V): the recovered distribution at a rejection, the target's (bonus) after a full accept.
+
+    Only the rows with a rejection get the residual's (V,)-wide passes; target_at (B, V), a fresh
+    gather, is overwritten there and returned.
+    """
     batch, k = draft_tokens.shape
     if k == 0:
         return target_at
     rows = torch.arange(batch, device=draft_tokens.device)
     at = num_accepted.clamp(max=k - 1)
     rejected = valid[rows, at] & (num_accepted < k)  # (B,) a draft token was rejected here
-    draft_at = torch.zeros_like(target_at).scatter(1, draft_tokens[rows, at].clamp(min=0)[:, None], 1.0)  # one-hot
+    picked = torch.nonzero(rejected).squeeze(1)  # (R,)
+    if picked.numel() == 0:
+        return target_at
+    at = at[picked]
+    target_rows = target_at[picked]  # (R, V)
+    draft_at = torch.zeros_like(target_rows).scatter(1, draft_tokens[picked, at].clamp(min=0)[:, None], 1.0)  # one-hot
     if draft_probs is not None and draft_probs.shape[1]:
-        modelled = draft_probs[rows, at.clamp(max=draft_probs.shape[1] - 1)]  # (B, V)
-        draft_at = torch.where(deterministic[:, None], draft_at, modelled)
-    residual = (target_at - draft_at).clamp(min=0)
-    mass = residual.sum(dim=-1, keepdim=True)  # (B, 1)
+        modelled = draft_probs[picked, at.clamp(max=draft_probs.shape[1] - 1)]  # (R, V)
+        draft_at = torch.where(deterministic[picked, None], draft_at, modelled)
+    residual = (target_rows - draft_at).clamp(min=0)
+    mass = residual.sum(dim=-1, keepdim=True)  # (R, 1)
     # A rejection with zero residual mass cannot happen in exact arithmetic; guard against rounding.
-    recovered = torch.where(mass > 0, residual / mass.clamp(min=1e-30), target_at)
-    return torch.where(rejected[:, None], recovered, target_at)
+    target_at[picked] = torch.where(mass > 0, residual / mass.clamp(min=1e-30), target_rows)
+    return target_at
