@@ -24,6 +24,7 @@ from quench.generation.sampling import logits_to_probs, sample_rows
 from quench.generation.scheduler import PrefixStore, Runner, WorkItem
 from quench.generation.types import SamplingParams
 from quench.generation.verify import PLACEHOLDER
+from quench.models.draft import scatter_columns
 
 CATCH_UP = 16  # tokens per row per catch-up forward of a draft model (a decode-sized step)
 
@@ -120,9 +121,7 @@ class HeadColumns:
 
     def full_probs(self, probs: torch.Tensor) -> torch.Tensor:
         """(..., V') probabilities over the columns -> (..., V), 0 elsewhere."""
-        out = probs.new_zeros(*probs.shape[:-1], self.vocab_size)
-        out[..., self.ids] = probs
-        return out
+        return scatter_columns(probs, self.ids, self.vocab_size, 0.0)
 
 
 class ModelDrafter:

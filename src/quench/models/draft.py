@@ -49,13 +49,14 @@ class SubsetHead(nn.Module):
         self.bias = None  # what runners reading `lm_head.bias` expect
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return scatter_logits(torch.nn.functional.linear(hidden, self.weight), self.token_ids, self.vocab_size)
+        logits = torch.nn.functional.linear(hidden, self.weight)  # (..., V')
+        return scatter_columns(logits, self.token_ids, self.vocab_size, float("-inf"))
 
 
-def scatter_logits(subset_logits: torch.Tensor, token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """(..., V') logits over token_ids -> (..., V) logits, -inf elsewhere."""
-    full = subset_logits.new_full((*subset_logits.shape[:-1], vocab_size), float("-inf"))
-    full[..., token_ids] = subset_logits
+def scatter_columns(values: torch.Tensor, token_ids: torch.Tensor, vocab_size: int, fill: float) -> torch.Tensor:
+    """(..., V') values over token_ids -> (..., V), `fill` elsewhere (-inf for logits, 0 for probabilities)."""
+    full = values.new_full((*values.shape[:-1], vocab_size), fill)
+    full[..., token_ids] = values
     return full
 
 
