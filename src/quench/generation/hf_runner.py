@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from quench.generation import native
-from quench.generation.kv_cache import KVCache, attention_window, causal_mask, real_positions
+from quench.generation.kv_cache import KVCache, attention_window, causal_mask, real_rows
 
 
 class RaggedCache(DynamicCache):
@@ -62,8 +62,7 @@ class HFRunner:
         self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The real tokens' float32 logits (N, V), row after row (the `Runner` protocol's packed step)."""
-        logits = self.forward(cache, tokens, start, counts=counts)  # (B, S, V)
-        return logits.flatten(0, 1) if counts is None else logits[real_positions(counts, tokens.shape[1])]
+        return real_rows(self.forward(cache, tokens, start, counts=counts), counts)  # (N, V)
 
     @torch.inference_mode()
     def forward(

@@ -86,3 +86,8 @@ def causal_mask(start: torch.Tensor, num_new: int, window: int) -> torch.Tensor:
 def real_positions(counts: torch.Tensor, width: int) -> torch.Tensor:
     """(B, S) bool: row b's first counts[b] of `width` fed positions are real tokens, the rest padding."""
     return torch.arange(width)[None, :] < counts[:, None]
+
+
+def real_rows(padded: torch.Tensor, counts: torch.Tensor | None) -> torch.Tensor:
+    """(B, S, ...) per fed position -> the real positions' entries (N, ...), row after row (counts None: all)."""
+    return padded.flatten(0, 1) if counts is None else padded[real_positions(counts, padded.shape[1])]

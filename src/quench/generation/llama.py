@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from quench.generation import native
-from quench.generation.kv_cache import KVCache, attention_window, causal_mask, real_positions
+from quench.generation.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 
 
 NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
@@ -160,12 +160,10 @@ class LlamaRunner:
         (B, Dm) at `logits_at`, in the model's dtype (zeros at padding on the native path).
         """
         batch, num_new = tokens.shape
-        _check_room(cache, start, num_new)
         if self._packed(num_new):
-            if counts is None:
-                counts = torch.full((batch,), num_new, dtype=torch.long)
             logits, states = self._forward_packed(cache, tokens, start, counts, logits_at, hidden)
         else:
+            _check_room(cache, start, num_new)
             window = attention_window(start, num_new, cache.max_len)
             mask = causal_mask(start, num_new, window)  # (B, 1, S, Tk)
             logits, states = self._forward(cache.keys, cache.values, tokens, start, mask, logits_at)
@@ -189,9 +187,6 @@ class LlamaRunner:
         batch, num_new = tokens.shape
         if not self._packed(num_new):
             return native.argmax(self.forward(cache, tokens, start, counts=counts))  # (B, S)
-        _check_room(cache, start, num_new)
-        if counts is None:
-            counts = torch.full((batch,), num_new, dtype=torch.long)
         h, real, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm), (B, S)
         best = native.argmax(self.lm_head(h))  # (N,)
         if best.shape[0] == batch * num_new:
@@ -207,22 +202,21 @@ class LlamaRunner:
         """Feed tokens (B, S) as `forward` does -> float32 logits of the real tokens only, (N, V) with
         N = counts.sum(), row after row. A sampled verification step reads nothing else; hybrid rows
         draft 1 to 12 tokens, so the padded (B, S, V) block was up to 3x larger than its real rows."""
-        batch, num_new = tokens.shape
-        if counts is None:
-            counts = torch.full((batch,), num_new, dtype=torch.long)
-        if not self._packed(num_new):
-            return self.forward(cache, tokens, start, counts=counts)[real_positions(counts, num_new)]
-        _check_room(cache, start, num_new)
+        if not self._packed(tokens.shape[1]):
+            return real_rows(self.forward(cache, tokens, start, counts=counts), counts)  # (N, V)
         h, _, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm)
         return self.lm_head(h).to(self.logits_dtype)  # (N, V)
 
     def _hidden_packed(
-        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Only real tokens go through the matrix products: final-norm hidden states (N, Dm) with
-        N = counts.sum(); the (B, S) mask of the real positions (row-major, as the N rows); and the
-        (B + 1,) offsets of each row's tokens among the N."""
+        N = counts.sum() (None: every token real); the (B, S) mask of the real positions (row-major,
+        as the N rows); and the (B + 1,) offsets of each row's tokens among the N."""
         batch, num_new = tokens.shape
+        _check_room(cache, start, num_new)
+        if counts is None:
+            counts = torch.full((batch,), num_new, dtype=torch.long)
         real = real_positions(counts, num_new)  # (B, S)
         offsets = torch.zeros(batch + 1, dtype=torch.long)
         torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
@@ -244,7 +238,7 @@ class LlamaRunner:
         cache: KVCache,
         tokens: torch.Tensor,
         start: torch.Tensor,
-        counts: torch.Tensor,
+        counts: torch.Tensor | None,
         logits_at: torch.Tensor | None,
         hidden: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
