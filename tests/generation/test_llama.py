@@ -1,5 +1,6 @@
 """The hand-written Llama forward against Hugging Face's, logit for logit."""
 
+import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -42,3 +43,13 @@ def test_rope_tables_grow_past_the_trained_length():
 def test_only_llama_models_take_the_fast_path():
     assert is_llama(tiny_llama())
     assert not is_llama(GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50)))
+
+
+def test_a_step_past_the_cache_length_is_refused_on_every_entry_point():
+    runner = LlamaRunner(tiny_llama())
+    cache = runner.new_cache(2, 16)
+    start = torch.tensor([14, 3])
+    for step in (torch.ones(2, 3, dtype=torch.long), torch.ones(2, 17, dtype=torch.long)):  # packed, then PyTorch path
+        for call in (runner.forward, runner.greedy_tokens, runner.packed_logits):
+            with pytest.raises(ValueError, match="cache length 16"):
+                call(cache, step, start)
