@@ -1,0 +1,356 @@
+"""C source of quench's decode attention: RoPE on the new tokens, their keys/values into the cache, and
+attention over ragged rows (a generic kernel for any head size, and an AVX512-BF16/AMX one for bfloat16
+with head size 64). `native_sources` prefixes it with the shared preludes and compiles it as its own unit
+(with OpenMP); `native.rope_attend` calls it.
+"""
+
+# bfloat16 with head size 64 on CPUs with AVX512-BF16 (the default model, this machine): the loops of
+# the generic kernel ran ~4x below what the cache reads allow (one horizontal sum per query-key dot,
+# and every key converted to float32 first). Here q.k is two vdpbf16ps per key (q is bfloat16-exact
+# after RoPE's rounding, so products are exact in float32; the sum order differs, as any vectorised
+# sum does), and p.v keeps four query rows' accumulators in registers while each value row is read once.
+_ATTEND_BF16_64 = r"""
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#define HAVE_AVX512_BF16 1
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+/* RoPE for head size 64, with rope_bf16's exact roundings (each product, then the sum, rounded to
+   bfloat16 nearest-even) in four 16-wide vectors: explicit multiplies and adds, no FMA to contract. */
+static inline __m512 round_to_bf16(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
+}
+void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* out, bf16* store) {
+    __m512 v[4];
+    for (int c = 0; c < 4; c++) v[c] = bf16x16_to_f32(x + 16 * c);
+    for (int c = 0; c < 4; c++) {
+        __m512 a = round_to_bf16(_mm512_mul_ps(v[c], bf16x16_to_f32(cos + 16 * c)));
+        __m512 b = round_to_bf16(_mm512_mul_ps(v[(c + 2) % 4], bf16x16_to_f32(sin_signed + 16 * c)));
+        __m512 sum = round_to_bf16(_mm512_add_ps(a, b));
+        _mm512_storeu_ps(out + 16 * c, sum);
+        if (store) _mm256_storeu_si256((__m256i*)(store + 16 * c), (__m256i)_mm512_cvtneps_pbh(sum));
+    }
+}
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define HAVE_AMX_ATTEND 1
+/* scores (M, keys) = scale * q k^T, causal (query m sees keys t <= first + m / G), with AMX tiles:
+   S^T = K Q^T per block of 16 keys (tiles 1, 2: the keys' two halves of D = 64, read straight from the
+   cache) against 16 queries (tiles 3, 4: Q^T pair-interleaved, built once), float32 in tile 0. The
+   products are exact (q is bfloat16-exact after RoPE's rounding); only the summation order differs. */
+static void scores_amx(const float* q, bf16* qt, const bf16* kb, float* scores, int M, int keys, int64_t first,
+                       int G, float scale) {
+    enum { D = 64 };
+    int blocks = (M + 15) / 16;
+    memset(qt, 0, sizeof(bf16) * (size_t)blocks * 2 * 16 * 32);
+    for (int m = 0; m < M; m++) {  /* qt[block][half][r][2 n + p] = q[16 block + n][32 half + 2 r + p] */
+        const uint32_t* bits = (const uint32_t*)(q + m * D);  /* bfloat16-exact floats: the top half is the value */
+        bf16* column = qt + (m / 16) * 2 * 512 + 2 * (m % 16);
+        for (int d = 0; d < D; d += 2) {
+            bf16* at = column + (d / 32) * 512 + ((d % 32) / 2) * 32;
+            at[0] = (bf16)(bits[d] >> 16);
+            at[1] = (bf16)(bits[d + 1] >> 16);
+        }
+    }
+    bf16 tail[16 * D] __attribute__((aligned(64)));
+    float buf[16 * 16] __attribute__((aligned(64)));
+    for (int blk = 0; blk < blocks; blk++) {
+        _tile_loadd(3, qt + (blk * 2) * 512, 64);
+        _tile_loadd(4, qt + (blk * 2 + 1) * 512, 64);
+        int queries = M - 16 * blk < 16 ? M - 16 * blk : 16;
+        for (int t0 = 0; t0 < keys; t0 += 16) {
+            const bf16* kt = kb + (int64_t)t0 * D;
+            int kn = keys - t0 < 16 ? keys - t0 : 16;
+            if (kn < 16) {  /* the last block: zero-padded, never read past the row's keys */
+                memcpy(tail, kt, sizeof(bf16) * kn * D);
+                memset(tail + kn * D, 0, sizeof(bf16) * (16 - kn) * D);
+                kt = tail;
+            }
+            _tile_zero(0);
+            _tile_loadd(1, kt, D * 2);
+            _tile_loadd(2, kt + 32, D * 2);
+            _tile_dpbf16ps(0, 1, 3);
+            _tile_dpbf16ps(0, 2, 4);
+            _tile_stored(0, buf, 64);
+            for (int n = 0; n < queries; n++) {
+                int m = 16 * blk + n;
+                int64_t limit = first + m / G;
+                float* sc = scores + (int64_t)m * keys + t0;
+                for (int i = 0; i < kn; i++) sc[i] = (t0 + i <= limit) ? buf[i * 16 + n] * scale : -INFINITY;
+            }
+        }
+    }
+}
+#else
+#define HAVE_AMX_ATTEND 0
+#endif
+/* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0): 2^n e^r with n = round(x / ln 2),
+   r = x - n ln 2 in two steps, e^r by Cephes' degree-7 polynomial (~1 ulp, as libm's expf). */
+static inline __m512 exp_nonpositive(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  /* exp(-104) is below the smallest float: 0 */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+/* One row of scores (masked entries -inf) -> its softmax, in place, 16 keys at a time. */
+static void softmax_avx512(float* sc, int keys) {
+    const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
+    __m512 top = minus_inf;
+    for (int t = 0; t < keys; t += 16) {
+        __mmask16 live = keys - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (keys - t)) - 1);
+        top = _mm512_max_ps(top, _mm512_mask_loadu_ps(minus_inf, live, sc + t));
+    }
+    __m512 high = _mm512_set1_ps(_mm512_reduce_max_ps(top)), total = _mm512_setzero_ps();
+    for (int t = 0; t < keys; t += 16) {
+        __mmask16 live = keys - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (keys - t)) - 1);
+        __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_mask_loadu_ps(minus_inf, live, sc + t), high));
+        total = _mm512_add_ps(total, e);  /* masked-off lanes loaded -inf: e = 0 there */
+        _mm512_mask_storeu_ps(sc + t, live, e);
+    }
+    __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total));
+    for (int t = 0; t < keys; t += 16) {
+        __mmask16 live = keys - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (keys - t)) - 1);
+        _mm512_mask_storeu_ps(sc + t, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, sc + t), inverse));
+    }
+}
+/* The same scores with vdpbf16ps: per key, two dot-product instructions and a horizontal sum per query. */
+static void scores_avx512(const float* q, __m512bh* qb, const bf16* kb, float* scores, int M, int keys, int64_t first,
+                          int G, float scale) {
+    enum { D = 64 };
+    for (int m = 0; m < M; m++) {  /* exact: RoPE rounded q to bfloat16 */
+        qb[2 * m] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 16), _mm512_loadu_ps(q + m * D));
+        qb[2 * m + 1] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + m * D + 48), _mm512_loadu_ps(q + m * D + 32));
+    }
+    for (int t = 0; t < keys; t++) {
+        __m512bh k0 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D);
+        __m512bh k1 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D + 32);
+        for (int m = 0; m < M; m++) {
+            __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[2 * m], k0);
+            dot = _mm512_dpbf16_ps(dot, qb[2 * m + 1], k1);
+            scores[(int64_t)m * keys + t] = (t <= first + m / G) ? _mm512_reduce_add_ps(dot) * scale : -INFINITY;
+        }
+    }
+}
+static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed,
+                                const int64_t* start, const int64_t* offsets, bf16* out, int B, int H, int Hkv,
+                                int Tmax, float scale, int threads, int amx) {
+    enum { D = 64 };
+    int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;
+    for (int b = 0; b < B; b++) {
+        int n = (int)(offsets[b + 1] - offsets[b]);
+        if (n > most) most = n;
+        if (n && start[b] + n > longest) longest = (int)(start[b] + n);
+    }
+    if (threads < 1) threads = 1;
+    if (threads > B * Hkv) threads = B * Hkv > 0 ? B * Hkv : 1;
+    int rows = (most * G + 3) / 4 * 4;  /* query rows rounded up to the p.v block of 4 (extra rows: p = 0) */
+    size_t q_size = (size_t)(rows + 1) * D, qb_size = 2 * (size_t)(rows + 1), scores_size = (size_t)rows * longest + 1;
+    size_t qt_size = (size_t)(rows + 15) / 16 * 2 * 16 * 32;  /* AMX: Q^T tiles, 16 queries x 2 halves of D */
+#if !HAVE_AMX_ATTEND
+    amx = 0;
+#endif
+    /* one set of buffers per thread */
+    float* q_all = malloc(sizeof(float) * q_size * threads);
+    __m512bh* qb_all = aligned_alloc(64, sizeof(__m512bh) * qb_size * threads);  /* vector stores need 64-byte alignment */
+    float* scores_all = calloc(scores_size * threads, sizeof(float));
+    bf16* qt_all = aligned_alloc(64, sizeof(bf16) * qt_size * threads);
+    if (!q_all || !qb_all || !scores_all || !qt_all) { free(q_all); free(qb_all); free(scores_all); free(qt_all); return 1; }
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int b = 0; b < B; b++) {  /* the new tokens' keys (RoPE) and values into the caches */
+        float scratch[D];
+        for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++) {
+            int64_t pos = start[b] + s;
+            const bf16* tok = qkv + (offsets[b] + s) * width * D;
+            for (int j = 0; j < Hkv; j++) {
+                int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;
+                rope64_bf16(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, scratch, kc + at);
+                memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(bf16) * D);
+            }
+        }
+    }
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+    int worker = 0;
+#ifdef _OPENMP
+    worker = omp_get_thread_num();
+#endif
+#if HAVE_AMX_ATTEND
+    if (amx) load_tiles_16x64(5);
+#endif
+    #pragma omp for schedule(static)
+    for (int pair = 0; pair < B * Hkv; pair++) {
+        int b = pair / Hkv, j = pair % Hkv;
+        float* q = q_all + q_size * worker;
+        __m512bh* qb = qb_all + qb_size * worker;
+        float* scores = scores_all + scores_size * worker;
+        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;
+        if (S == 0) continue;
+        int blocks = (M + 3) / 4 * 4;
+        memset(scores, 0, sizeof(float) * (size_t)blocks * keys);
+        for (int s = 0; s < S; s++) {
+            int64_t pos = start[b] + s;
+            const bf16* tok = qkv + (offsets[b] + s) * width * D;
+            for (int g = 0; g < G; g++)
+                rope64_bf16(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, q + (s * G + g) * D, 0);
+        }
+        const bf16* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;
+        const bf16* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;
+#if HAVE_AMX_ATTEND
+        if (amx) scores_amx(q, qt_all + qt_size * worker, kb, scores, M, keys, start[b], G, scale);
+        else
+#endif
+        scores_avx512(q, qb, kb, scores, M, keys, start[b], G, scale);
+        for (int m = 0; m < M; m++) softmax_avx512(scores + (int64_t)m * keys, keys);
+        for (int m0 = 0; m0 < M; m0 += 4) {
+            __m512 acc[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
+            for (int t = 0; t < keys; t++) {
+                __m512 v[4];
+                for (int c = 0; c < 4; c++) v[c] = bf16x16_to_f32(vb + (int64_t)t * D + 16 * c);
+                for (int i = 0; i < 4; i++) {
+                    __m512 p = _mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]);
+                    for (int c = 0; c < 4; c++) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
+                }
+            }
+            for (int i = 0; i < 4 && m0 + i < M; i++) {
+                int m = m0 + i, s = m / G, g = m % G;
+                float row[D];
+                for (int c = 0; c < 4; c++) _mm512_storeu_ps(row + 16 * c, acc[i][c]);
+                bf16* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;
+                for (int d = 0; d < D; d++) o[d] = store_bf16(row[d]);
+            }
+        }
+    }
+#if HAVE_AMX_ATTEND
+    if (amx) _tile_release();
+#endif
+    }
+    free(q_all); free(qb_all); free(scores_all); free(qt_all);
+    return 0;
+}
+#else
+#define HAVE_AVX512_BF16 0
+#endif
+"""
+
+# The generic kernel (any head size; bfloat16 and float32, the latter for tests and tiny models), then
+# the bfloat16 head-64 kernel above, and the two entry points `native.rope_attend` calls.
+ATTEND = r"""
+#include <math.h>
+#include <stdlib.h>
+void rope_bf16(const bf16*, const bf16*, const bf16*, int, float*, bf16*);
+void rope_f32(const float*, const float*, const float*, int, float*, float*);
+
+/* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
+   its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
+   cos, sin_signed (positions, D); out (N, H D). */
+#define ATTEND(T, SUFFIX, NAME, HD)                                                                \
+static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,                     \
+                const int64_t* start, const int64_t* offsets, T* out, int B, int H,                 \
+                int Hkv, int D_, int Tmax, float scale) {                                          \
+    const int D = HD;                                                                             \
+    int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
+    for (int b = 0; b < B; b++) {                                                                 \
+        int n = (int)(offsets[b + 1] - offsets[b]);                                               \
+        if (n > most) most = n;                                                                   \
+        if (n && start[b] + n > longest) longest = (int)(start[b] + n);                           \
+    }                                                                                             \
+    float* q = malloc(sizeof(float) * (most * G + 1) * D);                                        \
+    float* scores = malloc(sizeof(float) * ((int64_t)most * G * longest + 1));                    \
+    float* acc = malloc(sizeof(float) * (most * G + 1) * D);                                      \
+    float* row = malloc(sizeof(float) * D);                                                       \
+    if (!q || !scores || !acc || !row) { free(q); free(scores); free(acc); free(row); return 1; } \
+    for (int b = 0; b < B; b++) {                                                                 \
+        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;          \
+        if (S == 0) continue;                                                                     \
+        for (int s = 0; s < S; s++) {                                                             \
+            int64_t pos = start[b] + s;                                                           \
+            const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
+            for (int j = 0; j < Hkv; j++) {                                                       \
+                int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                          \
+                rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row, kc + at); \
+                memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(T) * D);                          \
+            }                                                                                     \
+        }                                                                                         \
+        for (int j = 0; j < Hkv; j++) {                                                           \
+            for (int s = 0; s < S; s++) {                                                         \
+                int64_t pos = start[b] + s;                                                       \
+                const T* tok = qkv + (offsets[b] + s) * width * D;                                \
+                for (int g = 0; g < G; g++)                                                       \
+                    rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,  \
+                                  q + (s * G + g) * D, 0);                                       \
+            }                                                                                     \
+            const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
+            const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
+            for (int t = 0; t < keys; t++) {                                                      \
+                for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);      \
+                for (int m = 0; m < M; m++) {                                                     \
+                    float dot = 0.0f;                                                             \
+                    for (int d = 0; d < D; d++) dot += q[m * D + d] * row[d];                    \
+                    scores[(int64_t)m * keys + t] = (t <= start[b] + m / G) ? dot * scale : -INFINITY; \
+                }                                                                                 \
+            }                                                                                     \
+            for (int m = 0; m < M; m++) {                                                         \
+                float* sc = scores + (int64_t)m * keys, top = -INFINITY, total = 0.0f;           \
+                for (int t = 0; t < keys; t++) top = sc[t] > top ? sc[t] : top;                   \
+                for (int t = 0; t < keys; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }     \
+                for (int t = 0; t < keys; t++) sc[t] /= total;                                    \
+            }                                                                                     \
+            memset(acc, 0, sizeof(float) * M * D);                                                \
+            for (int t = 0; t < keys; t++) {                                                      \
+                for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);      \
+                for (int m = 0; m < M; m++) {                                                     \
+                    float p = scores[(int64_t)m * keys + t];                                      \
+                    for (int d = 0; d < D; d++) acc[m * D + d] += p * row[d];                     \
+                }                                                                                 \
+            }                                                                                     \
+            for (int s = 0; s < S; s++)                                                           \
+                for (int g = 0; g < G; g++) {                                                     \
+                    T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                      \
+                    for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);  \
+                }                                                                                 \
+        }                                                                                         \
+    }                                                                                             \
+    free(q); free(scores); free(acc); free(row);                                                  \
+    return 0;                                                                                     \
+}
+/* A constant head size lets the compiler unroll and vectorize the inner loops fully. */
+#define DISPATCH(T, SUFFIX)                                                                        \
+ATTEND(T, SUFFIX, attend64_##SUFFIX, 64)                                                          \
+ATTEND(T, SUFFIX, attend128_##SUFFIX, 128)                                                        \
+ATTEND(T, SUFFIX, attend_any_##SUFFIX, D_)                                                        \
+static int rope_attend_generic_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed, \
+                         const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
+                         int Hkv, int D, int Tmax, float scale) {                                   \
+    if (D == 64) return attend64_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+    if (D == 128) return attend128_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+    return attend_any_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+}
+DISPATCH(bf16, bf16)
+DISPATCH(float, f32)
+""" + _ATTEND_BF16_64 + r"""
+int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
+                     const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
+                     int amx) {
+#if HAVE_AVX512_BF16
+    if (D == 64) return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale, threads, amx);
+#endif
+    (void)amx;
+    return rope_attend_generic_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
+}
+int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
+                    const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
+                    int amx) {
+    (void)threads; (void)amx;  /* float32: tests and tiny models, one thread */
+    return rope_attend_generic_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
+}
+"""
