@@ -58,9 +58,10 @@ needs_small_gemm = pytest.mark.skipif(
 
 @needs_small_gemm
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16, 27, 40])
-# 48-wide blocks; 16-wide ones (N not a multiple of 48); past 8 rows, W in chunks of 8 blocks (480, 160: two chunks);
+# 16-wide blocks walked S at a time (S = 8, 4, 3 in AVX512 by rows; 6 or 3 in AMX) with leftover blocks one by
+# one (25 blocks: a leftover for every S); past 8 rows the AVX512 kernel takes W in chunks of 24 blocks (480: two);
 # K = 130 is not a multiple of AMX's 32 inputs: the AVX512 kernel serves it
-@pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130), (480, 64), (160, 64), (96, 96)])
+@pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130), (480, 64), (400, 64), (160, 64), (96, 96)])
 def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape, amx):
     torch.manual_seed(rows)
     weight = torch.randn(shape, dtype=torch.bfloat16)
@@ -151,7 +152,7 @@ def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
         x = torch.randn(5, in_features, dtype=torch.bfloat16)
         packed = native.pack_small_gemm(weight)
         out = torch.zeros(5, 48, dtype=torch.bfloat16)
-        status = library.gemm_bf16_amx(x.data_ptr(), packed.data_ptr(), out.data_ptr(), 5, 48, in_features, 3, 1)
+        status = library.gemm_bf16_amx(x.data_ptr(), packed.data_ptr(), out.data_ptr(), 5, 48, in_features, 1)
         assert (status == 0) == served
         if served:
             assert torch.allclose(out.float(), x.float() @ weight.float().t(), rtol=2**-8, atol=1e-4)

@@ -95,10 +95,10 @@ def _library() -> ctypes.CDLL | None:
         function.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
     library.small_gemm_available.restype = ctypes.c_int
     library.gemm_bf16.restype = None
-    library.gemm_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
+    library.gemm_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
     library.amx_available.restype = ctypes.c_int
     library.gemm_bf16_amx.restype = ctypes.c_int
-    library.gemm_bf16_amx.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
+    library.gemm_bf16_amx.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
     for name in ("argmax_bf16", "argmax_f32"):
         getattr(library, name).restype = None
         getattr(library, name).argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_int64]
@@ -190,13 +190,13 @@ def small_gemm_rows() -> int:
 
 
 def pack_small_gemm(weight: torch.Tensor) -> torch.Tensor | None:
-    """W (N, K) bfloat16 -> (N/BW, K/2, BW, 2), BW = 48 or 16, for `small_gemm`; None where the kernel cannot serve it."""
+    """W (N, K) bfloat16 -> (N/16, K/2, 16, 2) for `small_gemm`: each block of 16 output features one contiguous
+    run; None where the kernel cannot serve it."""
     out_features, in_features = weight.shape
     library = _library() if weight.dtype == torch.bfloat16 and weight.device.type == "cpu" else None
     if library is None or not library.small_gemm_available() or out_features % 16 or in_features % 2:
         return None
-    block = 48 if out_features % 48 == 0 else 16
-    shape = (out_features // block, block, in_features // 2, 2)
+    shape = (out_features // 16, 16, in_features // 2, 2)
     return weight.detach().reshape(shape).permute(0, 2, 1, 3).contiguous()
 
 
@@ -207,8 +207,7 @@ def small_gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torc
     out = torch.empty(rows, out_features, dtype=torch.bfloat16)
     library = _library()
     assert library is not None
-    vectors = packed.shape[2] // 16  # 16-wide output vectors per block
-    args = (x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, vectors, torch.get_num_threads())
+    args = (x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, torch.get_num_threads())
     if rows == 1 or not amx_available() or library.gemm_bf16_amx(*args) != 0:  # one row: AVX512 streams as fast
         library.gemm_bf16(*args)
     return out

@@ -3,54 +3,71 @@ and AMX tiles where the CPU has them). `native_sources` prefixes it with the sha
 compiles it as its own unit; `native.small_gemm` calls it.
 """
 
-# y = x W^T in bfloat16 for a few rows (decode steps), on CPUs with AVX512-BF16. oneDNN's kernel for
-# 8 rows ran ~21 ms per step of the default model against ~15 ms with its weights in cache: streaming
-# 270 MB of weights and computing did not overlap. Here W is packed as (N/BW, K/2, BW, 2) with BW = 48
-# output features (16 where N is not a multiple of 48), so the weights are read as one sequential
-# stream: per pair of inputs, BW/16 64-byte lines, each multiplied (vdpbf16ps: 16 outputs x 2 inputs)
-# with a broadcast pair of x for up to 8 rows (24 accumulators). Measured on 30 layers + head at 8
-# rows: 12 ms, against 15 ms with 16-wide blocks read as three streams and 21 ms for oneDNN. Float32
-# accumulation, rounded to bfloat16 once, as oneDNN does; only the summation order differs (in ~1e-4
-# of outputs either differs from a float32 reference by one bfloat16 step, not always the same ones).
+# y = x W^T in bfloat16 for a few rows (decode steps), on CPUs with AVX512-BF16. A decode step is bound
+# by streaming the weights from memory, and one core streams faster from several places at once than
+# from one: on this host a plain read of 270 MB ran at ~9.5-12 GB/s as one sequential stream and at
+# ~14-17 GB/s as four interleaved ones (the L2 streamer prefetches within a 4 KB page, one stream per
+# page; several pages in flight hide each page's restart). Software prefetch did not help either way.
+# So W is packed as (N/16, K/2, 16, 2): 16 output features per block, each block one contiguous run
+# (the pair-interleaved layout AMX's `tdpbf16ps` reads), and the kernels walk S blocks side by side,
+# S streams, one 64-byte line (AVX512) or one 1 KB tile (AMX) from each in turn. Measured on 30
+# layers + head of the default model, one thread, in one process: 8 rows 1.29-1.31x and one row
+# 1.55-1.60x the previous kernel (48-wide blocks read as one stream). Each output is the same float32
+# sum over K in the same order as before (vdpbf16ps / tdpbf16ps per pair of inputs), rounded to
+# bfloat16 once, as oneDNN does; only the summation order differs from a float32 reference (in ~1e-4
+# of outputs either differs by one bfloat16 step, not always the same ones).
 GEMM = r"""
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 int small_gemm_available(void) { return 1; }
-/* MB rows (xr/yr: row pointers; only the first mb are stored) x NB 16-wide vectors per block. */
-#define GEMM(MB, NB)                                                                               \
-static void gemm_##MB##_##NB(const bf16* const* xr, const bf16* wp, bf16* const* yr, int N, int K, int mb) { \
+/* MB rows (xr/yr: row pointers; only the first mb are stored) x S 16-wide blocks of W starting at w, read
+   side by side (S streams); yr[i] points at the first block's output columns. */
+#define GEMM(MB, S)                                                                                \
+static void gemm_##MB##_##S(const bf16* const* xr, const bf16* w, bf16* const* yr, int K, int mb) { \
     int K2 = K / 2;                                                                                \
-    for (int nb = 0; nb < N / (16 * NB); nb++) {                                                   \
-        const bf16* w = wp + (int64_t)nb * K2 * 32 * NB;                                           \
-        __m512 acc[MB][NB];                                                                        \
-        for (int i = 0; i < MB; i++)                                                               \
-            for (int c = 0; c < NB; c++) acc[i][c] = _mm512_setzero_ps();                          \
-        for (int kk = 0; kk < K2; kk++) {                                                          \
-            __m512bh v[NB];                                                                        \
-            for (int c = 0; c < NB; c++) v[c] = (__m512bh)_mm512_loadu_si512(w + (kk * NB + c) * 32); \
-            for (int i = 0; i < MB; i++) {                                                         \
-                int32_t pair;                                                                      \
-                memcpy(&pair, xr[i] + 2 * kk, 4);                                                  \
-                __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);                                   \
-                for (int c = 0; c < NB; c++) acc[i][c] = _mm512_dpbf16_ps(acc[i][c], v[c], xb);   \
-            }                                                                                      \
+    int64_t blk = (int64_t)16 * K;                                                                 \
+    __m512 acc[MB][S];                                                                             \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < S; s++) acc[i][s] = _mm512_setzero_ps();                               \
+    for (int kk = 0; kk < K2; kk++) {                                                              \
+        __m512bh v[S];                                                                             \
+        for (int s = 0; s < S; s++) v[s] = (__m512bh)_mm512_loadu_si512(w + s * blk + kk * 32);   \
+        for (int i = 0; i < MB; i++) {                                                             \
+            int32_t pair;                                                                          \
+            memcpy(&pair, xr[i] + 2 * kk, 4);                                                      \
+            __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);                                       \
+            for (int s = 0; s < S; s++) acc[i][s] = _mm512_dpbf16_ps(acc[i][s], v[s], xb);         \
         }                                                                                          \
-        for (int i = 0; i < mb; i++)                                                               \
-            for (int c = 0; c < NB; c++)                                                           \
-                _mm256_storeu_si256((__m256i*)(yr[i] + (nb * NB + c) * 16), (__m256i)_mm512_cvtneps_pbh(acc[i][c])); \
+    }                                                                                              \
+    for (int i = 0; i < mb; i++)                                                                   \
+        for (int s = 0; s < S; s++)                                                                \
+            _mm256_storeu_si256((__m256i*)(yr[i] + 16 * s), (__m256i)_mm512_cvtneps_pbh(acc[i][s])); \
+}
+/* Rows of one row block over nblocks blocks: groups of S streams, then the leftover blocks one by one. */
+#define GEMM_BLOCKS(MB, S)                                                                         \
+GEMM(MB, S) GEMM(MB, 1)                                                                            \
+static void blocks_##MB(const bf16* const* xr, const bf16* w, bf16* const* yr, int nblocks, int K, int mb) { \
+    bf16* ys[MB];                                                                                  \
+    for (int b = 0; b < nblocks;) {                                                                \
+        int step = nblocks - b >= S ? S : 1;                                                       \
+        for (int i = 0; i < MB; i++) ys[i] = yr[i] + 16 * b;                                       \
+        if (step == S) gemm_##MB##_##S(xr, w + (int64_t)b * 16 * K, ys, K, mb);                    \
+        else gemm_##MB##_1(xr, w + (int64_t)b * 16 * K, ys, K, mb);                                \
+        b += step;                                                                                 \
     }                                                                                              \
 }
-GEMM(1, 1) GEMM(2, 1) GEMM(4, 1) GEMM(8, 1) GEMM(1, 3) GEMM(2, 3) GEMM(4, 3) GEMM(8, 3)
-/* x (M, K), W packed (N/BW, K/2, BW, 2) with BW = 16 * NB, y (M, N); rows in blocks of up to 8. Past 8
-   rows W goes in chunks of 8 blocks (<= 0.5 MB at K = 576, 1.5 MB at K = 1536) that every row block
-   uses while they are in cache, so W is read from memory once. */
-void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int NB, int threads) {
-    int BW = 16 * NB, chunk = M > 8 ? BW * 8 : N;
-    if (threads > 1 && M <= 8) chunk = (N / BW + threads - 1) / threads * BW;  /* one contiguous share of W per thread */
-    int chunks = (N + chunk - 1) / chunk;
+/* Accumulators MB x S <= 24 of the 32 vector registers. */
+GEMM_BLOCKS(1, 8) GEMM_BLOCKS(2, 8) GEMM_BLOCKS(4, 4) GEMM_BLOCKS(8, 3)
+/* x (M, K), W packed (N/16, K/2, 16, 2), y (M, N); rows in blocks of up to 8. Past 8 rows W goes in chunks
+   of 24 blocks (<= 0.75 MB at K = 576, 1.2 MB at K = 1536) that every row block uses while they are in
+   cache, so W is read from memory once. */
+void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
+    int nblocks = N / 16, chunk = M > 8 ? 24 : nblocks;
+    if (threads > 1 && M <= 8) chunk = (nblocks + threads - 1) / threads;  /* one contiguous share of W per thread */
+    int chunks = (nblocks + chunk - 1) / chunk;
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
     for (int part = 0; part < chunks; part++) {
-        int n0 = part * chunk, nc = N - n0 < chunk ? N - n0 : chunk;
-        const bf16* w = wp + (int64_t)n0 * K;
+        int b0 = part * chunk, nb = nblocks - b0 < chunk ? nblocks - b0 : chunk;
+        const bf16* w = wp + (int64_t)b0 * 16 * K;
         for (int m0 = 0; m0 < M; m0 += 8) {
             int mb = M - m0 < 8 ? M - m0 : 8;
             const bf16* xr[8];
@@ -58,26 +75,19 @@ void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int 
             for (int i = 0; i < 8; i++) {  /* rows past mb repeat row m0: computed, never stored */
                 int m = m0 + (i < mb ? i : 0);
                 xr[i] = x + (int64_t)m * K;
-                yr[i] = y + (int64_t)m * N + n0;
+                yr[i] = y + (int64_t)m * N + 16 * b0;
             }
-            if (NB == 3) {
-                if (mb == 1) gemm_1_3(xr, w, yr, nc, K, mb);
-                else if (mb == 2) gemm_2_3(xr, w, yr, nc, K, mb);
-                else if (mb <= 4) gemm_4_3(xr, w, yr, nc, K, mb);
-                else gemm_8_3(xr, w, yr, nc, K, mb);
-            } else {
-                if (mb == 1) gemm_1_1(xr, w, yr, nc, K, mb);
-                else if (mb == 2) gemm_2_1(xr, w, yr, nc, K, mb);
-                else if (mb <= 4) gemm_4_1(xr, w, yr, nc, K, mb);
-                else gemm_8_1(xr, w, yr, nc, K, mb);
-            }
+            if (mb == 1) blocks_1(xr, w, yr, nb, K, mb);
+            else if (mb == 2) blocks_2(xr, w, yr, nb, K, mb);
+            else if (mb <= 4) blocks_4(xr, w, yr, nb, K, mb);
+            else blocks_8(xr, w, yr, nb, K, mb);
         }
     }
 }
 #else
 int small_gemm_available(void) { return 0; }
-void gemm_bf16(const void* x, const void* wp, void* y, int M, int N, int K, int NB, int threads) {
-    (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)NB; (void)threads;
+void gemm_bf16(const void* x, const void* wp, void* y, int M, int N, int K, int threads) {
+    (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)threads;
 }
 #endif
 
@@ -85,92 +95,88 @@ void gemm_bf16(const void* x, const void* wp, void* y, int M, int N, int K, int 
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#ifndef AMX_AHEAD
-#define AMX_AHEAD 4
-#endif
 static int amx_state = 0;  /* 0: not asked yet, 1: the kernel lets this process use AMX tiles, -1: it does not */
 int amx_available(void) {
     if (amx_state == 0) amx_state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0 ? 1 : -1;
     return amx_state == 1;
 }
-/* C tile T (16 x 16 float32) -> rows m0 .. m0 + mb of y at column n (bfloat16, rounded once). */
-#define AMX_STORE(T, C)                                                                            \
+/* C tile T (16 x 16 float32) -> rows m0 .. m0 + mb of y at block b's columns (bfloat16, rounded once). */
+#define AMX_STORE(T, b)                                                                            \
     _tile_stored(T, buf, 64);                                                                      \
     for (int i = 0; i < mb; i++)                                                                   \
-        _mm256_storeu_si256((__m256i*)(y + (int64_t)(m0 + i) * N + n + 16 * (C)),                  \
+        _mm256_storeu_si256((__m256i*)(y + (int64_t)(m0 + i) * N + 16 * (b)),                      \
                             (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + 16 * i)));
-/* The same product as gemm_bf16 with AMX tiles: x in blocks of 16 rows (a zero-padded copy; tile 3),
-   W's BW-wide blocks as NB tiles of 32 inputs x 16 outputs (tiles 4..6, the packed layout is already
-   the pair-interleaved one AMX reads, row stride BW * 4 bytes), float32 accumulators in tiles 0..2.
-   A block of W (BW x K: at most 147 KB) stays in cache while every row block uses it. Needs K % 32 == 0.
-   Returns 0, or -1 where AMX is unusable or the copy could not be allocated (nothing written). */
-int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int NB, int threads) {
-    if (K % 32 || (NB != 1 && NB != 3) || !amx_available()) return -1;
-    int Mp = (M + 15) & ~15, BW = 16 * NB;
+/* W block s of the group (32 inputs x 16 outputs from k0: one 1 KB tile) into tile 7. */
+#define AMX_W(s) _tile_loadd(7, w + (int64_t)(s) * 16 * K + (int64_t)k0 * 16, 64)
+/* The same product as gemm_bf16 with AMX tiles: x in blocks of 16 rows (a zero-padded copy), W's blocks as
+   tiles of 32 inputs x 16 outputs, float32 accumulators in tiles. W goes in groups of blocks, each group
+   (<= 6 blocks, 110 KB at K = 576) staying in cache while every row block uses it:
+   - up to 16 rows: 6 blocks side by side (6 streams), accumulators in tiles 0..5, x in 6, W in 7;
+   - more: 3 blocks side by side, two row blocks per pass sharing each W tile (tiles 0..2 and 3..5),
+     x reloaded into tile 6 (1 KB, in L1); a last odd row block and a last short group go block by block.
+   Needs K % 32 == 0. Returns 0, or -1 where AMX is unusable or the copy could not be allocated (nothing
+   written). */
+int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
+    if (K % 32 || !amx_available()) return -1;
+    int Mp = (M + 15) & ~15, nblocks = N / 16, S = Mp > 16 ? 3 : 6, groups = (nblocks + S - 1) / S;
     bf16* xp = aligned_alloc(64, (size_t)Mp * K * 2);
     if (!xp) return -1;
     memcpy(xp, x, (size_t)M * K * 2);
     memset(xp + (size_t)M * K, 0, (size_t)(Mp - M) * K * 2);
-    #pragma omp parallel num_threads(threads) if (threads > 1 && N / BW > 1)
+    #pragma omp parallel num_threads(threads) if (threads > 1 && groups > 1)
     {
         load_tiles_16x64(8);
         float buf[16 * 16] __attribute__((aligned(64)));
         #pragma omp for schedule(static)
-        for (int block = 0; block < N / BW; block++) {  /* static: each thread streams one contiguous share of W */
-            int n = block * BW;
-            const bf16* w = wp + (int64_t)n * K;
+        for (int g = 0; g < groups; g++) {  /* static: each thread streams one contiguous share of W */
+            int b0 = g * S, nb = nblocks - b0 < S ? nblocks - b0 : S;
+            const bf16* w = wp + (int64_t)b0 * 16 * K;
             for (int m0 = 0; m0 < Mp; m0 += 16) {
                 const bf16* xa = xp + (int64_t)m0 * K;
                 int mb = M - m0 < 16 ? M - m0 : 16;
-                if (NB == 3 && Mp - m0 >= 32) {
-                    /* Two row blocks share each W tile (read from cache once, not twice): float32 C tiles 0..2
-                       (rows m0..) and 3..5 (rows m0 + 16..), W in tile 7, x reloaded into tile 6 (1 KB, in L1). */
+                if (nb == 6) {
+                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4); _tile_zero(5);
+                    for (int k0 = 0; k0 < K; k0 += 32) {
+                        _tile_loadd(6, xa + k0, K * 2);
+                        AMX_W(0); _tile_dpbf16ps(0, 6, 7);
+                        AMX_W(1); _tile_dpbf16ps(1, 6, 7);
+                        AMX_W(2); _tile_dpbf16ps(2, 6, 7);
+                        AMX_W(3); _tile_dpbf16ps(3, 6, 7);
+                        AMX_W(4); _tile_dpbf16ps(4, 6, 7);
+                        AMX_W(5); _tile_dpbf16ps(5, 6, 7);
+                    }
+                    AMX_STORE(0, b0) AMX_STORE(1, b0 + 1) AMX_STORE(2, b0 + 2)
+                    AMX_STORE(3, b0 + 3) AMX_STORE(4, b0 + 4) AMX_STORE(5, b0 + 5)
+                } else if (nb == 3 && Mp - m0 >= 32) {
                     const bf16* xb = xa + (int64_t)16 * K;
                     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4); _tile_zero(5);
                     for (int k0 = 0; k0 < K; k0 += 32) {
-                        const bf16* wk = w + (int64_t)k0 * BW;
-                        if (m0 == 0)
-                            for (int l = 0; l < BW; l++) _mm_prefetch((const char*)(wk + AMX_AHEAD * 32 * BW) + 64 * l, _MM_HINT_T0);
-                        _tile_loadd(7, wk, BW * 4);
+                        AMX_W(0);
                         _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(0, 6, 7);
                         _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(3, 6, 7);
-                        _tile_loadd(7, wk + 32, BW * 4);
+                        AMX_W(1);
                         _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(1, 6, 7);
                         _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(4, 6, 7);
-                        _tile_loadd(7, wk + 64, BW * 4);
+                        AMX_W(2);
                         _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(2, 6, 7);
                         _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(5, 6, 7);
                     }
-                    AMX_STORE(0, 0) AMX_STORE(1, 1) AMX_STORE(2, 2)
+                    AMX_STORE(0, b0) AMX_STORE(1, b0 + 1) AMX_STORE(2, b0 + 2)
                     int second = m0 + 16;
                     {
                         int m0 = second, mb = M - second < 16 ? M - second : 16;
-                        AMX_STORE(3, 0) AMX_STORE(4, 1) AMX_STORE(5, 2)
+                        AMX_STORE(3, b0) AMX_STORE(4, b0 + 1) AMX_STORE(5, b0 + 2)
                     }
-                    m0 += 16;  /* with the loop's own step: past both blocks */
-                } else if (NB == 3) {
-                    _tile_zero(0); _tile_zero(1); _tile_zero(2);
-                    for (int k0 = 0; k0 < K; k0 += 32) {
-                        const bf16* wk = w + (int64_t)k0 * BW;
-                        if (m0 == 0)  /* the first row block streams W from memory: ask for it AMX_AHEAD chunks early */
-                            for (int l = 0; l < BW; l++) _mm_prefetch((const char*)(wk + AMX_AHEAD * 32 * BW) + 64 * l, _MM_HINT_T0);
-                        _tile_loadd(3, xa + k0, K * 2);
-                        _tile_loadd(4, wk, BW * 4);
-                        _tile_loadd(5, wk + 32, BW * 4);
-                        _tile_loadd(6, wk + 64, BW * 4);
-                        _tile_dpbf16ps(0, 3, 4);
-                        _tile_dpbf16ps(1, 3, 5);
-                        _tile_dpbf16ps(2, 3, 6);
-                    }
-                    AMX_STORE(0, 0) AMX_STORE(1, 1) AMX_STORE(2, 2)
+                    m0 += 16;  /* with the loop's own step: past both row blocks */
                 } else {
-                    _tile_zero(0);
-                    for (int k0 = 0; k0 < K; k0 += 32) {
-                        _tile_loadd(3, xa + k0, K * 2);
-                        _tile_loadd(4, w + (int64_t)k0 * BW, BW * 4);
-                        _tile_dpbf16ps(0, 3, 4);
+                    for (int s = 0; s < nb; s++) {
+                        _tile_zero(0);
+                        for (int k0 = 0; k0 < K; k0 += 32) {
+                            _tile_loadd(6, xa + k0, K * 2);
+                            AMX_W(s); _tile_dpbf16ps(0, 6, 7);
+                        }
+                        AMX_STORE(0, b0 + s)
                     }
-                    AMX_STORE(0, 0)
                 }
             }
         }
@@ -181,8 +187,8 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
 }
 #else
 int amx_available(void) { return 0; }
-int gemm_bf16_amx(const void* x, const void* wp, void* y, int M, int N, int K, int NB, int threads) {
-    (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)NB; (void)threads;
+int gemm_bf16_amx(const void* x, const void* wp, void* y, int M, int N, int K, int threads) {
+    (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)threads;
     return -1;
 }
 #endif
