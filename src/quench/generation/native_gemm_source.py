@@ -106,6 +106,13 @@ int amx_available(void) {
     for (int i = 0; i < mb; i++)                                                                   \
         _mm256_storeu_si256((__m256i*)(y + (int64_t)(m0 + i) * N + 16 * (b)),                      \
                             (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + 16 * i)));
+/* The first row block reads W from memory: ask for the next tile of each of the group's `count` blocks one
+   step early. Without it the 6-stream pass lost to one stream (0.76x) while the host's memory was busy;
+   with it, 1.05x then and 1.3-1.5x otherwise (30 layers + head, 8 rows, one process). */
+#define AMX_PREFETCH(count)                                                                        \
+    for (int s = 0; s < (count); s++)                                                              \
+        for (int l = 0; l < 16; l++)                                                               \
+            _mm_prefetch((const char*)(w + (int64_t)s * 16 * K + (int64_t)(k0 + 32) * 16) + 64 * l, _MM_HINT_T0);
 /* W block s of the group (32 inputs x 16 outputs from k0: one 1 KB tile) into tile 7. */
 #define AMX_W(s) _tile_loadd(7, w + (int64_t)(s) * 16 * K + (int64_t)k0 * 16, 64)
 /* The same product as gemm_bf16 with AMX tiles: x in blocks of 16 rows (a zero-padded copy), W's blocks as
@@ -137,6 +144,7 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
                 if (nb == 6) {
                     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4); _tile_zero(5);
                     for (int k0 = 0; k0 < K; k0 += 32) {
+                        if (m0 == 0) AMX_PREFETCH(6);
                         _tile_loadd(6, xa + k0, K * 2);
                         AMX_W(0); _tile_dpbf16ps(0, 6, 7);
                         AMX_W(1); _tile_dpbf16ps(1, 6, 7);
@@ -151,6 +159,7 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
                     const bf16* xb = xa + (int64_t)16 * K;
                     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4); _tile_zero(5);
                     for (int k0 = 0; k0 < K; k0 += 32) {
+                        if (m0 == 0) AMX_PREFETCH(3);
                         AMX_W(0);
                         _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(0, 6, 7);
                         _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(3, 6, 7);
