@@ -7,7 +7,9 @@ import torch
 
 from helpers import tiny_llama, torch_threads
 from quench.generation import native
+from quench.generation import llama
 from quench.generation.llama import LlamaRunner
+from quench.generation.scheduler import prefill
 
 pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason="no C compiler")
 
@@ -110,7 +112,7 @@ def _llama_head_dim_64(dtype):
 
 def _prefilled_bf16_runners(prompt_len: int, cache_len: int):
     """The head-64 bfloat16 model as the fast runner (C kernels) and the PyTorch reference, each with its
-    own cache prefilled with the same 3 random prompts (PyTorch path in both)."""
+    own cache prefilled with the same 3 random prompts (each on its own path)."""
     model = _llama_head_dim_64(torch.bfloat16)
     fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
     prompt = torch.randint(3, 90, (3, prompt_len))
@@ -143,6 +145,23 @@ def test_bfloat16_decode_kernels_match_the_pytorch_path(amx):
 
 
 @needs_small_gemm
+def test_bfloat16_prefills_on_the_packed_path_match_the_pytorch_path(amx):
+    """Head size 64 in bfloat16: prompts up to NATIVE_PREFILL_MAX tokens go through the C kernels (ragged
+    lengths in one batch: the padding is skipped), longer ones through PyTorch's attention."""
+    model = _llama_head_dim_64(torch.bfloat16)
+    fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
+    assert fast._packed(llama.NATIVE_PREFILL_MAX) and not fast._packed(llama.NATIVE_PREFILL_MAX + 1)
+    assert not LlamaRunner(_llama_head_dim_64(torch.float32))._packed(llama.NATIVE_MAX_NEW + 1)
+    torch.manual_seed(1)
+    prompts = [torch.randint(3, 90, (n,)).tolist() for n in (70, 41, 100)]
+    for (got, got_logits), (want, want_logits) in zip(prefill(fast, prompts), prefill(reference, prompts)):
+        assert got.length == want.length
+        assert torch.allclose(got_logits, want_logits, atol=0.1)
+        for layer in range(2):
+            assert torch.allclose(got.keys[layer].float(), want.keys[layer].float(), rtol=0.02, atol=0.05)
+            assert torch.allclose(got.values[layer].float(), want.values[layer].float(), rtol=0.02, atol=0.05)
+
+
 def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
     if not native.amx_available():
         pytest.skip("no AMX tiles on this CPU")

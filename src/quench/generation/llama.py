@@ -18,6 +18,9 @@ from quench.generation.kv_cache import KVCache, attention_window, causal_mask, r
 
 
 NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
+# bfloat16 with head size 64 (C glue, the AVX512 attention kernel): prompts up to this many tokens per row are
+# prefilled on the packed path too (its attention is O(S x keys) per row and kv head, scores in memory).
+NATIVE_PREFILL_MAX = 512
 
 
 class Linear:
@@ -171,7 +174,9 @@ class LlamaRunner:
 
     def _packed(self, num_new: int) -> bool:
         """Whether a step of num_new tokens per row runs the packed path (C attention over real tokens only)."""
-        return self.native and num_new <= NATIVE_MAX_NEW
+        if not self.native:
+            return False
+        return num_new <= NATIVE_MAX_NEW or (self.native_glue and self.head_dim == 64 and num_new <= NATIVE_PREFILL_MAX)
 
     @torch.inference_mode()
     def greedy_tokens(

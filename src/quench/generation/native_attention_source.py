@@ -57,7 +57,8 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, float* scores, 
         _tile_loadd(3, qt + (blk * 2) * 512, 64);
         _tile_loadd(4, qt + (blk * 2 + 1) * 512, 64);
         int queries = M - 16 * blk < 16 ? M - 16 * blk : 16;
-        for (int t0 = 0; t0 < keys; t0 += 16) {
+        int64_t visible = first + (16 * blk + queries - 1) / G + 1;  /* keys the block's last query sees */
+        for (int t0 = 0; t0 < keys && t0 < visible; t0 += 16) {
             const bf16* kt = kb + (int64_t)t0 * D;
             int kn = keys - t0 < 16 ? keys - t0 : 16;
             if (kn < 16) {  /* the last block: zero-padded, never read past the row's keys */
@@ -75,7 +76,7 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, float* scores, 
                 int m = 16 * blk + n;
                 int64_t limit = first + m / G;
                 float* sc = scores + (int64_t)m * keys + t0;
-                for (int i = 0; i < kn; i++) sc[i] = (t0 + i <= limit) ? buf[i * 16 + n] * scale : -INFINITY;
+                for (int i = 0; i < kn; i++) sc[i] = (t0 + i <= limit) ? buf[i * 16 + n] * scale : 0.0f;
             }
         }
     }
@@ -100,7 +101,7 @@ static inline __m512 exp_nonpositive(__m512 x) {
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
 }
-/* One row of scores (masked entries -inf) -> its softmax, in place, 16 keys at a time. */
+/* One row's scores over the keys it sees -> their softmax, in place, 16 keys at a time. */
 static void softmax_avx512(float* sc, int keys) {
     const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
     __m512 top = minus_inf;
@@ -132,10 +133,10 @@ static void scores_avx512(const float* q, __m512bh* qb, const bf16* kb, float* s
     for (int t = 0; t < keys; t++) {
         __m512bh k0 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D);
         __m512bh k1 = (__m512bh)_mm512_loadu_si512(kb + (int64_t)t * D + 32);
-        for (int m = 0; m < M; m++) {
+        for (int m = t > first ? (int)(t - first) * G : 0; m < M; m++) {  /* the queries that see key t */
             __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[2 * m], k0);
             dot = _mm512_dpbf16_ps(dot, qb[2 * m + 1], k1);
-            scores[(int64_t)m * keys + t] = (t <= first + m / G) ? _mm512_reduce_add_ps(dot) * scale : -INFINITY;
+            scores[(int64_t)m * keys + t] = _mm512_reduce_add_ps(dot) * scale;
         }
     }
 }
@@ -208,12 +209,19 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
         else
 #endif
         scores_avx512(q, qb, kb, scores, M, keys, start[b], G, scale);
-        for (int m = 0; m < M; m++) softmax_avx512(scores + (int64_t)m * keys, keys);
+        /* Causal: query m (token m / G) sees keys 0 .. start + m / G. The entries past them stay 0 (the memset,
+           or written as 0), so the p.v block of 4 queries reads up to its last query's keys and adds nothing
+           from the others': the same bits as a full pass, ~half the work on a prefill. */
+        for (int m = 0; m < M; m++) {
+            int seen = (int)(start[b] + m / G + 1);
+            softmax_avx512(scores + (int64_t)m * keys, seen < keys ? seen : keys);
+        }
         for (int m0 = 0; m0 < M; m0 += 4) {
             __m512 acc[4][4];
             for (int i = 0; i < 4; i++)
                 for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
-            for (int t = 0; t < keys; t++) {
+            int last = (m0 + 3 < M ? m0 + 3 : M - 1) / G, seen = (int)(start[b] + last + 1);
+            for (int t = 0; t < keys && t < seen; t++) {
                 __m512 v[4];
                 for (int c = 0; c < 4; c++) v[c] = bf16x16_to_f32(vb + (int64_t)t * D + 16 * c);
                 for (int i = 0; i < 4; i++) {

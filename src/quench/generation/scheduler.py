@@ -131,5 +131,6 @@ def prefill(runner: Runner, prompts: list[Sequence[int]], bucket: int = 64) -> l
     for r, prompt in enumerate(prompts):
         tokens[r, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
     cache = runner.new_cache(len(prompts), round_up(width, bucket))
-    logits = runner.forward(cache, tokens, torch.zeros(len(prompts), dtype=torch.long), logits_at=lengths - 1)
+    start = torch.zeros(len(prompts), dtype=torch.long)
+    logits = runner.forward(cache, tokens, start, logits_at=lengths - 1, counts=lengths)  # padding: skipped where it can be
     return [(cache.snapshot(r, int(n)), logits[r]) for r, n in enumerate(lengths)]
