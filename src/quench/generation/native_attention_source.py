@@ -37,8 +37,8 @@ void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* 
    S^T = K Q^T per block of 16 keys (tiles 1, 2: the keys' two halves of D = 64, read straight from the
    cache) against 16 queries (tiles 3, 4: Q^T pair-interleaved, built once), float32 in tile 0. The
    products are exact (q is bfloat16-exact after RoPE's rounding); only the summation order differs. */
-static void scores_amx(const float* q, bf16* qt, const bf16* kb, float* scores, int M, int keys, int64_t first,
-                       int G, float scale) {
+static void scores_amx(const float* q, bf16* qt, const bf16* kb, const bf16* vb, float* scores, int M, int keys,
+                       int64_t first, int G, float scale) {
     enum { D = 64 };
     int blocks = (M + 15) / 16;
     memset(qt, 0, sizeof(bf16) * (size_t)blocks * 2 * 16 * 32);
@@ -60,6 +60,12 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, float* scores, 
         int64_t visible = first + (16 * blk + queries - 1) / G + 1;  /* keys the block's last query sees */
         for (int t0 = 0; t0 < keys && t0 < visible; t0 += 16) {
             const bf16* kt = kb + (int64_t)t0 * D;
+            if (blk == 0)  /* the first pass reads the cache from memory: keys two blocks ahead, and this block's
+                              values for p.v, as two streams (prefetches past the row land in the cache's buffer) */
+                for (int l = 0; l < 32; l++) {
+                    _mm_prefetch((const char*)(kt + 32 * D) + 64 * l, _MM_HINT_T0);
+                    _mm_prefetch((const char*)(vb + (int64_t)t0 * D) + 64 * l, _MM_HINT_T0);
+                }
             int kn = keys - t0 < 16 ? keys - t0 : 16;
             if (kn < 16) {  /* the last block: zero-padded, never read past the row's keys */
                 memcpy(tail, kt, sizeof(bf16) * kn * D);
@@ -205,7 +211,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
         const bf16* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;
         const bf16* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;
 #if HAVE_AMX_ATTEND
-        if (amx) scores_amx(q, qt_all + qt_size * worker, kb, scores, M, keys, start[b], G, scale);
+        if (amx) scores_amx(q, qt_all + qt_size * worker, kb, vb, scores, M, keys, start[b], G, scale);
         else
 #endif
         scores_avx512(q, qb, kb, scores, M, keys, start[b], G, scale);
