@@ -79,7 +79,41 @@ _ATTEND = _COMMON + _X86 + ATTEND
 _GLUE = _COMMON + _X86 + r"""
 #include <math.h>
 /* x (N, Dm) is the residual stream: x += delta (if given, rounded); out = w * norm(x) (N, Dm). */
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+/* 16 floats -> bfloat16, rounded to nearest even (as store_bf16 for finite values). */
+static inline __m256i f32x16_to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+/* The same arithmetic 16 lanes at a time: lane k sums the squares of elements k, k + 16, ... in order,
+   as the scalar loop's lanes[k] does, and the lanes are added in the same order: the same bits. */
+static void add_rms_norm_row16(bf16* xr, const bf16* dr, const bf16* weight, bf16* o, int Dm, float eps) {
+    __m512 lanes = _mm512_setzero_ps();
+    for (int i = 0; i < Dm; i += 16) {
+        __m512 v = bf16x16_to_f32(xr + i);
+        if (dr) {
+            __m256i sum = f32x16_to_bf16(_mm512_add_ps(v, bf16x16_to_f32(dr + i)));
+            _mm256_storeu_si256((__m256i*)(xr + i), sum);
+            v = bf16x16_to_f32(xr + i);
+        }
+        lanes = _mm512_add_ps(lanes, _mm512_mul_ps(v, v));
+    }
+    float part[16], total = 0.0f;
+    _mm512_storeu_ps(part, lanes);
+    for (int k = 0; k < 16; k++) total += part[k];
+    __m512 inv = _mm512_set1_ps(1.0f / sqrtf(total / (float)Dm + eps));
+    for (int i = 0; i < Dm; i += 16) {
+        __m256i r = f32x16_to_bf16(_mm512_mul_ps(bf16x16_to_f32(xr + i), inv));
+        __m512 rounded = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16));
+        _mm256_storeu_si256((__m256i*)(o + i), f32x16_to_bf16(_mm512_mul_ps(bf16x16_to_f32(weight + i), rounded)));
+    }
+}
+#endif
 void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out, int N, int Dm, float eps) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    if (Dm % 16 == 0) {
+        for (int n = 0; n < N; n++)
+            add_rms_norm_row16(x + (int64_t)n * Dm, delta ? delta + (int64_t)n * Dm : 0, weight, out + (int64_t)n * Dm, Dm, eps);
+        return;
+    }
+#endif
     for (int n = 0; n < N; n++) {
         bf16* xr = x + (int64_t)n * Dm;
         if (delta) {
