@@ -162,6 +162,36 @@ def test_bfloat16_prefills_on_the_packed_path_match_the_pytorch_path(amx):
             assert torch.allclose(got.values[layer].float(), want.values[layer].float(), rtol=0.02, atol=0.05)
 
 
+@pytest.mark.skipif(not native.layers_available(), reason="no AVX512-BF16 layer loop here")
+def test_the_c_layer_loop_gives_the_python_loops_bits(amx):
+    """bfloat16 head-64 packed steps run every layer in one C call where the weights allow: the logits, hidden
+    states and cached keys/values equal the Python loop's over the same kernels (decode, verify, prefill)."""
+    model = _llama_head_dim_64(torch.bfloat16)
+    runner = LlamaRunner(model)
+    table = runner._layer_table
+    assert table is not None
+    prompt, step = torch.randint(3, 90, (3, 40)), torch.randint(3, 90, (3, 5))
+    start, counts = torch.tensor([40, 33, 12]), torch.tensor([5, 1, 3])
+    outputs = []
+    for use in (None, table):
+        runner._layer_table = use
+        cache = runner.new_cache(3, 64)
+        prefilled = runner.forward(cache, prompt, torch.zeros(3, dtype=torch.long), logits_at=torch.tensor([39, 32, 11]))
+        logits, hidden = runner.forward(cache, step, start, counts=counts, hidden=True)
+        outputs.append((prefilled, logits, hidden, cache.keys + cache.values))
+    (*python, python_cache), (*c, c_cache) = outputs
+    assert all(torch.equal(a, b) for a, b in zip(python, c))
+    assert all(torch.equal(a, b) for a, b in zip(python_cache, c_cache))
+
+
+@pytest.mark.skipif(not native.layers_available(), reason="no AVX512-BF16 layer loop here")
+def test_silu_times_up_rounds_as_pytorch_does():
+    torch.manual_seed(0)
+    gate_up = (torch.randn(512, 1024) * torch.logspace(-2, 1.5, 1024)).to(torch.bfloat16)
+    want = torch.nn.functional.silu(gate_up[:, :512]) * gate_up[:, 512:]
+    assert torch.equal(native.silu_mul(gate_up), want)
+
+
 def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
     if not native.amx_available():
         pytest.skip("no AMX tiles on this CPU")

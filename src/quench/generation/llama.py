@@ -8,6 +8,7 @@ Numerics follow `transformers.models.llama.modeling_llama` operation for operati
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import torch
@@ -108,7 +109,23 @@ class LlamaRunner:
         # bfloat16 decode steps run their element-wise glue (residuals, RMSNorm, SiLU) in C too; float32/64
         # keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there).
         self.native_glue = self.native and self.dtype == torch.bfloat16
+        self._layer_table = self._native_layer_table()
         self._forward = torch.compile(self._forward_impl, dynamic=True) if compile else self._forward_impl
+
+    def _native_layer_table(self) -> ctypes.Array | None:
+        """The addresses `native.layers` reads (6 per layer), where the whole layer loop can run in C: bfloat16
+        glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take."""
+        linears = [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
+            return None
+        if any(linear.small is None for linear in linears) or self.layers[0].gate_up.out_features % 32:
+            return None
+        addresses = [
+            tensor.data_ptr()
+            for layer in self.layers
+            for tensor in (layer.input_norm, layer.post_norm, layer.qkv.small, layer.o.small, layer.gate_up.small, layer.down.small)
+        ]
+        return (ctypes.c_int64 * len(addresses))(*addresses)
 
     @torch.no_grad()
     def _layer(self, layer: torch.nn.Module, prepack: bool) -> LlamaLayer:
@@ -268,7 +285,12 @@ class LlamaRunner:
 
     def _layers_glued(self, x: torch.Tensor, cache: KVCache, start: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """The decoder layers of a bfloat16 packed step with C glue: x (N, Dm), updated in place -> final-norm
-        hidden states (N, Dm). Each norm is fused with the residual sum before it."""
+        hidden states (N, Dm). Each norm is fused with the residual sum before it. Where the table is built and
+        the step fits the small GEMM, the whole loop is one C call (`native.layers`)."""
+        if self._layer_table is not None and x.shape[0] <= native.small_gemm_rows():
+            caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
+            shape = native.LayerShape(self.heads, self.kv_heads, self.layers[0].gate_up.out_features // 2, self.scale, self.eps)
+            return native.layers(x, self._layer_table, caches, self.final_norm, shape, self.cos, self.sin_signed, start, offsets)
         width = self.heads + 2 * self.kv_heads
         h = native.add_rms_norm(x, None, self.layers[0].input_norm, self.eps, torch.empty_like(x))  # (N, Dm)
         for index, layer in enumerate(self.layers):

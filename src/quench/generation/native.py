@@ -102,6 +102,14 @@ def _library() -> ctypes.CDLL | None:
     for name in ("argmax_bf16", "argmax_f32"):
         getattr(library, name).restype = None
         getattr(library, name).argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_int64]
+    library.layers_available.restype = ctypes.c_int
+    library.layers_bf16.restype = ctypes.c_int
+    library.layers_bf16.argtypes = (
+        [ctypes.c_void_p] * 4 + [ctypes.c_int] + [ctypes.c_void_p] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 4
+        + [ctypes.c_int] * 2 + [ctypes.c_float] * 2 + [ctypes.c_int] * 2
+    )
+    library.silu_mul_bf16.restype = None
+    library.silu_mul_bf16.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
     library.add_rms_norm_bf16.restype = None
     library.add_rms_norm_bf16.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_float]
     return library
@@ -224,3 +232,63 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows.shape[0], dtype=torch.long)
     getattr(library, kernels[logits.dtype])(rows.data_ptr(), out.data_ptr(), rows.shape[0], rows.shape[1], rows.stride(0))
     return out.reshape(logits.shape[:-1])
+
+
+def layers_available() -> bool:
+    """Whether `layers` (the bfloat16 layer loop in C) is built for this CPU."""
+    library = _library()
+    return library is not None and bool(library.small_gemm_available()) and bool(library.layers_available())
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up (N, 2 I) bfloat16 -> bf16(bf16(silu(gate)) * up) (N, I), as the layer loop computes it."""
+    rows, width = gate_up.shape
+    assert gate_up.dtype == torch.bfloat16 and gate_up.is_contiguous() and width % 32 == 0
+    out = torch.empty(rows, width // 2, dtype=torch.bfloat16)
+    library = _library()
+    assert library is not None
+    library.silu_mul_bf16(gate_up.data_ptr(), out.data_ptr(), rows, width // 2)
+    return out
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What `layers` needs besides the tensors: the model's sizes and constants."""
+
+    heads: int
+    kv_heads: int
+    inner: int  # the MLP's intermediate size
+    scale: float
+    eps: float
+
+
+def layers(
+    x: torch.Tensor,
+    weights: ctypes.Array,
+    caches: list[torch.Tensor],
+    final_norm: torch.Tensor,
+    shape: LayerShape,
+    cos: torch.Tensor,
+    sin_signed: torch.Tensor,
+    start: torch.Tensor,
+    offsets: torch.Tensor,
+) -> torch.Tensor:
+    """Every decoder layer of a packed bfloat16 step (head size 64) in one C call: x (N, Dm), the residual
+    stream, updated in place -> the final-norm hidden states (N, Dm). weights: 6 addresses per layer
+    (input_norm, post_norm, packed qkv, o, gate_up, down); caches: each layer's key and value cache (B, Hkv,
+    T, 64); start (B,) and offsets (B + 1,) int64 as `rope_attend` takes them."""
+    rows, width = x.shape
+    batch, _, max_len, _ = caches[0].shape
+    assert x.dtype == torch.bfloat16 and x.is_contiguous() and start.is_contiguous() and offsets.is_contiguous()
+    library = _library()
+    assert library is not None
+    addresses = (ctypes.c_int64 * len(caches))(*(cache.data_ptr() for cache in caches))
+    out = torch.empty_like(x)
+    status = library.layers_bf16(
+        x.data_ptr(), out.data_ptr(), ctypes.cast(weights, ctypes.c_void_p), ctypes.cast(addresses, ctypes.c_void_p), len(caches) // 2, final_norm.data_ptr(), rows, width,
+        shape.heads, shape.kv_heads, shape.inner, cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
+        offsets.data_ptr(), batch, max_len, shape.scale, shape.eps, torch.get_num_threads(), int(amx_available()),
+    )
+    if status != 0:
+        raise MemoryError("the native layer loop could not allocate its buffers")
+    return out

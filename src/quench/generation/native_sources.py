@@ -8,6 +8,7 @@ are in `native_attention_source` and `native_gemm_source`.
 
 from quench.generation.native_attention_source import ATTEND
 from quench.generation.native_gemm_source import GEMM
+from quench.generation.native_layers_source import LAYERS
 
 _COMMON = r"""
 #include <stdint.h>
@@ -175,6 +176,7 @@ FLAGS = {
     "attend": ["-O3", "-march=native", "-ffast-math"],
     "glue": ["-O3", "-march=native", "-ffp-contract=off"],
     "gemm": ["-O3", "-march=native"],  # no fast-math: it turns 1/sqrtf into an approximation
+    "layers": ["-O3", "-march=native", "-ffp-contract=off"],
 }
 # Attention and the GEMMs split their work over torch's threads with OpenMP: built with -fopenmp, the
 # library asks for libgomp.so.1, and the dynamic loader hands it the copy torch already loaded, so both
@@ -182,4 +184,4 @@ FLAGS = {
 OPENMP = {"attend", "gemm"}
 
 
-SOURCES = {"rope": _ROPE, "attend": _ATTEND, "glue": _GLUE, "gemm": _COMMON + _X86 + GEMM}
+SOURCES = {"rope": _ROPE, "attend": _ATTEND, "glue": _GLUE, "gemm": _COMMON + _X86 + GEMM, "layers": _COMMON + _X86 + LAYERS}
