@@ -62,8 +62,11 @@ needs_small_gemm = pytest.mark.skipif(
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16, 27, 40])
 # 16-wide blocks walked S at a time (S = 8, 4, 3 in AVX512 by rows; 6 or 3 in AMX) with leftover blocks one by
 # one (25 blocks: a leftover for every S); past 8 rows the AVX512 kernel takes W in chunks of 24 blocks (480: two);
-# K = 130 is not a multiple of AMX's 32 inputs: the AVX512 kernel serves it
-@pytest.mark.parametrize("shape", [(48, 64), (32, 64), (16, 130), (480, 64), (400, 64), (160, 64), (96, 96)])
+# K = 130 is not a multiple of AMX's 32 inputs: the AVX512 kernel serves it; N = 15, 100, 6255: a last block
+# with fewer than 16 real outputs (the draft's reduced head has 6255 rows)
+@pytest.mark.parametrize(
+    "shape", [(48, 64), (32, 64), (16, 130), (480, 64), (400, 64), (160, 64), (96, 96), (15, 64), (100, 96), (6255, 64)]
+)
 def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape, amx):
     torch.manual_seed(rows)
     weight = torch.randn(shape, dtype=torch.bfloat16)
@@ -75,8 +78,17 @@ def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape, amx):
 
 
 def test_small_gemm_is_not_offered_for_unsupported_weights():
-    assert native.pack_small_gemm(torch.zeros(15, 4, dtype=torch.bfloat16)) is None  # outputs not a multiple of 16
+    assert native.pack_small_gemm(torch.zeros(16, 5, dtype=torch.bfloat16)) is None  # inputs not in pairs
     assert native.pack_small_gemm(torch.zeros(16, 4)) is None  # float32: oneDNN serves it
+
+
+@needs_small_gemm
+def test_small_gemm_writes_nothing_past_the_real_outputs(amx):
+    """N = 100: the last packed block holds 4 real outputs; the 12 columns after them belong to the next row."""
+    torch.manual_seed(0)
+    weight, x = torch.randn(100, 64, dtype=torch.bfloat16), torch.randn(9, 64, dtype=torch.bfloat16)
+    got = native.small_gemm(x, native.pack_small_gemm(weight), 100)
+    assert torch.allclose(got.float(), x.float() @ weight.float().t(), rtol=2**-8, atol=1e-4)  # row 1 starts where row 0's padding would
 
 
 def test_add_rms_norm_matches_pytorch_in_bfloat16():

@@ -198,14 +198,16 @@ def small_gemm_rows() -> int:
 
 
 def pack_small_gemm(weight: torch.Tensor) -> torch.Tensor | None:
-    """W (N, K) bfloat16 -> (N/16, K/2, 16, 2) for `small_gemm`: each block of 16 output features one contiguous
-    run; None where the kernel cannot serve it."""
+    """W (N, K) bfloat16 -> (ceil(N/16), K/2, 16, 2) for `small_gemm`: each block of 16 output features one
+    contiguous run (zero rows past N); None where the kernel cannot serve it."""
     out_features, in_features = weight.shape
     library = _library() if weight.dtype == torch.bfloat16 and weight.device.type == "cpu" else None
-    if library is None or not library.small_gemm_available() or out_features % 16 or in_features % 2:
+    if library is None or not library.small_gemm_available() or in_features % 2:
         return None
-    shape = (out_features // 16, 16, in_features // 2, 2)
-    return weight.detach().reshape(shape).permute(0, 2, 1, 3).contiguous()
+    padded = weight.detach().new_zeros((out_features + 15) // 16 * 16, in_features)
+    padded[:out_features] = weight.detach()
+    shape = (padded.shape[0] // 16, 16, in_features // 2, 2)
+    return padded.reshape(shape).permute(0, 2, 1, 3).contiguous()
 
 
 def small_gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:

@@ -8,7 +8,8 @@ compiles it as its own unit; `native.small_gemm` calls it.
 # from one: on this host a plain read of 270 MB ran at ~9.5-12 GB/s as one sequential stream and at
 # ~14-17 GB/s as four interleaved ones (the L2 streamer prefetches within a 4 KB page, one stream per
 # page; several pages in flight hide each page's restart). Software prefetch did not help either way.
-# So W is packed as (N/16, K/2, 16, 2): 16 output features per block, each block one contiguous run
+# So W is packed as (ceil(N/16), K/2, 16, 2): 16 output features per block (zeros past N; those outputs are
+# never stored), each block one contiguous run
 # (the pair-interleaved layout AMX's `tdpbf16ps` reads), and the kernels walk S blocks side by side,
 # S streams, one 64-byte line (AVX512) or one 1 KB tile (AMX) from each in turn. Measured on 30
 # layers + head of the default model, one thread, in one process: 8 rows 1.29-1.31x and one row
@@ -19,10 +20,17 @@ compiles it as its own unit; `native.small_gemm` calls it.
 GEMM = r"""
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 int small_gemm_available(void) { return 1; }
+/* 16 float32 outputs -> bfloat16 at p; only the first `cols` of them where fewer than 16 columns are real
+   (the last block of W when N is not a multiple of 16: its packed rows past N are zeros). */
+static inline void store_outputs(bf16* p, __m512 v, int cols) {
+    __m256i packed = (__m256i)_mm512_cvtneps_pbh(v);
+    if (cols >= 16) _mm256_storeu_si256((__m256i*)p, packed);
+    else if (cols > 0) _mm256_mask_storeu_epi16(p, (__mmask16)((1u << cols) - 1), packed);
+}
 /* MB rows (xr/yr: row pointers; only the first mb are stored) x S 16-wide blocks of W starting at w, read
    side by side (S streams); yr[i] points at the first block's output columns. */
 #define GEMM(MB, S)                                                                                \
-static void gemm_##MB##_##S(const bf16* const* xr, const bf16* w, bf16* const* yr, int K, int mb) { \
+static void gemm_##MB##_##S(const bf16* const* xr, const bf16* w, bf16* const* yr, int K, int mb, int cols) { \
     int K2 = K / 2;                                                                                \
     int64_t blk = (int64_t)16 * K;                                                                 \
     __m512 acc[MB][S];                                                                             \
@@ -40,18 +48,18 @@ static void gemm_##MB##_##S(const bf16* const* xr, const bf16* w, bf16* const* y
     }                                                                                              \
     for (int i = 0; i < mb; i++)                                                                   \
         for (int s = 0; s < S; s++)                                                                \
-            _mm256_storeu_si256((__m256i*)(yr[i] + 16 * s), (__m256i)_mm512_cvtneps_pbh(acc[i][s])); \
+            store_outputs(yr[i] + 16 * s, acc[i][s], cols - 16 * s);                             \
 }
 /* Rows of one row block over nblocks blocks: groups of S streams, then the leftover blocks one by one. */
 #define GEMM_BLOCKS(MB, S)                                                                         \
 GEMM(MB, S) GEMM(MB, 1)                                                                            \
-static void blocks_##MB(const bf16* const* xr, const bf16* w, bf16* const* yr, int nblocks, int K, int mb) { \
+static void blocks_##MB(const bf16* const* xr, const bf16* w, bf16* const* yr, int nblocks, int K, int mb, int cols) { \
     bf16* ys[MB];                                                                                  \
     for (int b = 0; b < nblocks;) {                                                                \
         int step = nblocks - b >= S ? S : 1;                                                       \
         for (int i = 0; i < MB; i++) ys[i] = yr[i] + 16 * b;                                       \
-        if (step == S) gemm_##MB##_##S(xr, w + (int64_t)b * 16 * K, ys, K, mb);                    \
-        else gemm_##MB##_1(xr, w + (int64_t)b * 16 * K, ys, K, mb);                                \
+        if (step == S) gemm_##MB##_##S(xr, w + (int64_t)b * 16 * K, ys, K, mb, cols - 16 * b);     \
+        else gemm_##MB##_1(xr, w + (int64_t)b * 16 * K, ys, K, mb, cols - 16 * b);                 \
         b += step;                                                                                 \
     }                                                                                              \
 }
@@ -61,7 +69,7 @@ GEMM_BLOCKS(1, 8) GEMM_BLOCKS(2, 8) GEMM_BLOCKS(4, 4) GEMM_BLOCKS(8, 3)
    of 24 blocks (<= 0.75 MB at K = 576, 1.2 MB at K = 1536) that every row block uses while they are in
    cache, so W is read from memory once. */
 void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
-    int nblocks = N / 16, chunk = M > 8 ? 24 : nblocks;
+    int nblocks = (N + 15) / 16, chunk = M > 8 ? 24 : nblocks;
     if (threads > 1 && M <= 8) chunk = (nblocks + threads - 1) / threads;  /* one contiguous share of W per thread */
     int chunks = (nblocks + chunk - 1) / chunk;
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
@@ -77,10 +85,10 @@ void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int 
                 xr[i] = x + (int64_t)m * K;
                 yr[i] = y + (int64_t)m * N + 16 * b0;
             }
-            if (mb == 1) blocks_1(xr, w, yr, nb, K, mb);
-            else if (mb == 2) blocks_2(xr, w, yr, nb, K, mb);
-            else if (mb <= 4) blocks_4(xr, w, yr, nb, K, mb);
-            else blocks_8(xr, w, yr, nb, K, mb);
+            if (mb == 1) blocks_1(xr, w, yr, nb, K, mb, N - 16 * b0);
+            else if (mb == 2) blocks_2(xr, w, yr, nb, K, mb, N - 16 * b0);
+            else if (mb <= 4) blocks_4(xr, w, yr, nb, K, mb, N - 16 * b0);
+            else blocks_8(xr, w, yr, nb, K, mb, N - 16 * b0);
         }
     }
 }
@@ -104,8 +112,7 @@ int amx_available(void) {
 #define AMX_STORE(T, b)                                                                            \
     _tile_stored(T, buf, 64);                                                                      \
     for (int i = 0; i < mb; i++)                                                                   \
-        _mm256_storeu_si256((__m256i*)(y + (int64_t)(m0 + i) * N + 16 * (b)),                      \
-                            (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + 16 * i)));
+        store_outputs(y + (int64_t)(m0 + i) * N + 16 * (b), _mm512_load_ps(buf + 16 * i), N - 16 * (b));
 /* The first row block reads W from memory: ask for the next tile of each of the group's `count` blocks one
    step early. Without it the 6-stream pass lost to one stream (0.76x) while the host's memory was busy;
    with it, 1.05x then and 1.3-1.5x otherwise (30 layers + head, 8 rows, one process). */
@@ -125,7 +132,7 @@ int amx_available(void) {
    written). */
 int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
     if (K % 32 || !amx_available()) return -1;
-    int Mp = (M + 15) & ~15, nblocks = N / 16, S = Mp > 16 ? 3 : 6, groups = (nblocks + S - 1) / S;
+    int Mp = (M + 15) & ~15, nblocks = (N + 15) / 16, S = Mp > 16 ? 3 : 6, groups = (nblocks + S - 1) / S;
     bf16* xp = aligned_alloc(64, (size_t)Mp * K * 2);
     if (!xp) return -1;
     memcpy(xp, x, (size_t)M * K * 2);
