@@ -90,23 +90,6 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, const bf16* vb,
 #else
 #define HAVE_AMX_ATTEND 0
 #endif
-/* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0): 2^n e^r with n = round(x / ln 2),
-   r = x - n ln 2 in two steps, e^r by Cephes' degree-7 polynomial (~1 ulp, as libm's expf). */
-static inline __m512 exp_nonpositive(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  /* exp(-104) is below the smallest float: 0 */
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
 /* One row's scores over the keys it sees -> their softmax, in place, 16 keys at a time. */
 static void softmax_avx512(float* sc, int keys) {
     const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
@@ -118,7 +101,7 @@ static void softmax_avx512(float* sc, int keys) {
     __m512 high = _mm512_set1_ps(_mm512_reduce_max_ps(top)), total = _mm512_setzero_ps();
     for (int t = 0; t < keys; t += 16) {
         __mmask16 live = keys - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (keys - t)) - 1);
-        __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_mask_loadu_ps(minus_inf, live, sc + t), high));
+        __m512 e = exp_ps(_mm512_sub_ps(_mm512_mask_loadu_ps(minus_inf, live, sc + t), high));
         total = _mm512_add_ps(total, e);  /* masked-off lanes loaded -inf: e = 0 there */
         _mm512_mask_storeu_ps(sc + t, live, e);
     }
