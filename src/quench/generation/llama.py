@@ -110,14 +110,17 @@ class LlamaRunner:
         # keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there).
         self.native_glue = self.native and self.dtype == torch.bfloat16
         self._layer_table = self._native_layer_table()
+        self._layer_shape = native.LayerShape(
+            self.heads, self.kv_heads, self.layers[0].gate_up.out_features // 2, self.scale, self.eps
+        )
         self._forward = torch.compile(self._forward_impl, dynamic=True) if compile else self._forward_impl
 
     def _native_layer_table(self) -> ctypes.Array | None:
         """The addresses `native.layers` reads (6 per layer), where the whole layer loop can run in C: bfloat16
         glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take."""
-        linears = [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
             return None
+        linears = [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         if any(linear.small is None for linear in linears) or self.layers[0].gate_up.out_features % 32:
             return None
         addresses = [
@@ -289,8 +292,9 @@ class LlamaRunner:
         the step fits the small GEMM, the whole loop is one C call (`native.layers`)."""
         if self._layer_table is not None and x.shape[0] <= native.small_gemm_rows():
             caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
-            shape = native.LayerShape(self.heads, self.kv_heads, self.layers[0].gate_up.out_features // 2, self.scale, self.eps)
-            return native.layers(x, self._layer_table, caches, self.final_norm, shape, self.cos, self.sin_signed, start, offsets)
+            return native.layers(
+                x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets
+            )
         width = self.heads + 2 * self.kv_heads
         h = native.add_rms_norm(x, None, self.layers[0].input_norm, self.eps, torch.empty_like(x))  # (N, Dm)
         for index, layer in enumerate(self.layers):

@@ -94,8 +94,8 @@ def _library() -> ctypes.CDLL | None:
         function.restype = ctypes.c_int
         function.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
     library.small_gemm_available.restype = ctypes.c_int
-    library.gemm_bf16.restype = None
-    library.gemm_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
+    library.small_gemm_bf16.restype = None
+    library.small_gemm_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
     library.amx_available.restype = ctypes.c_int
     library.gemm_bf16_amx.restype = ctypes.c_int
     library.gemm_bf16_amx.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
@@ -217,9 +217,10 @@ def small_gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torc
     out = torch.empty(rows, out_features, dtype=torch.bfloat16)
     library = _library()
     assert library is not None
-    args = (x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, torch.get_num_threads())
-    if rows == 1 or not amx_available() or library.gemm_bf16_amx(*args) != 0:  # one row: AVX512 streams as fast
-        library.gemm_bf16(*args)
+    library.small_gemm_bf16(
+        x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, torch.get_num_threads(),
+        int(amx_available()),
+    )
     return out
 
 

@@ -17,9 +17,6 @@ _ATTEND_BF16_64 = r"""
 #endif
 /* RoPE for head size 64, with rope_bf16's exact roundings (each product, then the sum, rounded to
    bfloat16 nearest-even) in four 16-wide vectors: explicit multiplies and adds, no FMA to contract. */
-static inline __m512 round_to_bf16(__m512 v) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
-}
 void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* out, bf16* store) {
     __m512 v[4];
     for (int c = 0; c < 4; c++) v[c] = bf16x16_to_f32(x + 16 * c);

@@ -208,4 +208,9 @@ int gemm_bf16_amx(const void* x, const void* wp, void* y, int M, int N, int K, i
     return -1;
 }
 #endif
+/* The entry point (`native.small_gemm`, the layer loop): AMX tiles where allowed and served, else AVX512;
+   one row always takes the AVX512 kernel, which streams as fast. */
+void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx) {
+    if (M == 1 || !amx || gemm_bf16_amx(x, wp, y, M, N, K, threads) != 0) gemm_bf16(x, wp, y, M, N, K, threads);
+}
 """

@@ -14,8 +14,7 @@ prefixes it with the shared preludes and compiles it as its own unit; `native.la
 LAYERS = r"""
 #include <math.h>
 #include <stdlib.h>
-void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
-int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
+void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
 int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
                      const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
                      int amx);
@@ -23,23 +22,17 @@ void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 int layers_available(void) { return 1; }
-static inline __m512 rounded_bf16(__m512 v) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
-}
 /* gate_up (N, 2 I) -> act (N, I) = bf16(bf16(silu(gate)) * up); I % 16 == 0. */
 void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) {
     for (int n = 0; n < N; n++) {
         const bf16* g = gate_up + (int64_t)n * 2 * I;
         for (int i = 0; i < I; i += 16) {
             __m512 x = bf16x16_to_f32(g + i);
-            __m512 silu = rounded_bf16(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
+            __m512 silu = round_to_bf16(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
             __m512 product = _mm512_mul_ps(silu, bf16x16_to_f32(g + I + i));
             _mm256_storeu_si256((__m256i*)(act + (int64_t)n * I + i), (__m256i)_mm512_cvtneps_pbh(product));
         }
     }
-}
-static void gemm(const bf16* x, const bf16* w, bf16* y, int M, int N, int K, int threads, int amx) {
-    if (M == 1 || !amx || gemm_bf16_amx(x, w, y, M, N, K, threads) != 0) gemm_bf16(x, w, y, M, N, K, threads);
 }
 /* Every decoder layer of a packed bfloat16 step with head size 64. x (N, Dm) is the residual stream, updated
    in place; h (N, Dm) gets the final-norm hidden states. weights: per layer the addresses of input_norm,
@@ -59,15 +52,15 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
     #define W(l, k) ((const bf16*)(intptr_t)weights[6 * (l) + (k)])
     if (!status) add_rms_norm_bf16(x, 0, W(0, 0), h, N, Dm, eps);
     for (int l = 0; l < L && !status; l++) {
-        gemm(h, W(l, 2), qkv, N, width, Dm, threads, amx);
+        small_gemm_bf16(h, W(l, 2), qkv, N, width, Dm, threads, amx);
         status = rope_attend_bf16(qkv, (bf16*)(intptr_t)caches[2 * l], (bf16*)(intptr_t)caches[2 * l + 1], cos, sin_signed,
                                   start, offsets, attn, B, H, Hkv, D, Tmax, scale, threads, amx);
         if (status) break;
-        gemm(attn, W(l, 3), delta, N, Dm, H * D, threads, amx);
+        small_gemm_bf16(attn, W(l, 3), delta, N, Dm, H * D, threads, amx);
         add_rms_norm_bf16(x, delta, W(l, 1), h, N, Dm, eps);
-        gemm(h, W(l, 4), gate_up, N, 2 * I, Dm, threads, amx);
+        small_gemm_bf16(h, W(l, 4), gate_up, N, 2 * I, Dm, threads, amx);
         silu_mul_bf16(gate_up, act, N, I);
-        gemm(act, W(l, 5), delta, N, Dm, I, threads, amx);
+        small_gemm_bf16(act, W(l, 5), delta, N, Dm, I, threads, amx);
         add_rms_norm_bf16(x, delta, l + 1 < L ? W(l + 1, 0) : final_norm, h, N, Dm, eps);
     }
     #undef W

@@ -36,6 +36,14 @@ _X86 = r"""
 static inline __m512 bf16x16_to_f32(const bf16* p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
+#if defined(__AVX512BF16__)
+/* 16 floats -> bfloat16, rounded to nearest even (as store_bf16 for finite values). */
+static inline __m256i f32x16_to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+/* 16 floats rounded to bfloat16 and back (round_bf16, 16 at a time). */
+static inline __m512 round_to_bf16(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(f32x16_to_bf16(v)), 16));
+}
+#endif
 /* exp(x) in float32: 2^n e^r with n = round(x / ln 2), r = x - n ln 2 in two steps, e^r by Cephes' degree-7
    polynomial (~1 ulp, as libm's expf; max relative error 1.2e-7 against double precision over [-87, 0]).
    Below -104 it is 0 (-inf too), above ~88.7 scalef gives inf. The attention's softmax and SiLU use it. */
@@ -93,14 +101,12 @@ _ATTEND = _COMMON + _X86 + ATTEND
 # the norm runs in float32, is rounded, multiplied by the weight and rounded again. The float32 sum of
 # squares adds in another order than PyTorch's reduction, so the mean square can differ in its last
 # bit: on real decode steps of the default model 15 of 29,280 normed rows differed from PyTorch's, by
-# one bfloat16 step in a few elements (a near-tie in rounding). SiLU stays in PyTorch: a vectorised
-# expf here (glibc's) differs from PyTorch's in ~0.1% of bfloat16 results, a scalar one is slower.
+# one bfloat16 step in a few elements (a near-tie in rounding). SiLU is in the layer loop's unit
+# (native_layers_source), with the prelude's exp_ps.
 _GLUE = _COMMON + _X86 + r"""
 #include <math.h>
 /* x (N, Dm) is the residual stream: x += delta (if given, rounded); out = w * norm(x) (N, Dm). */
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
-/* 16 floats -> bfloat16, rounded to nearest even (as store_bf16 for finite values). */
-static inline __m256i f32x16_to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
 /* The same arithmetic 16 lanes at a time: lane k sums the squares of elements k, k + 16, ... in order,
    as the scalar loop's lanes[k] does, and the lanes are added in the same order: the same bits. */
 static void add_rms_norm_row16(bf16* xr, const bf16* dr, const bf16* weight, bf16* o, int Dm, float eps) {
@@ -108,9 +114,8 @@ static void add_rms_norm_row16(bf16* xr, const bf16* dr, const bf16* weight, bf1
     for (int i = 0; i < Dm; i += 16) {
         __m512 v = bf16x16_to_f32(xr + i);
         if (dr) {
-            __m256i sum = f32x16_to_bf16(_mm512_add_ps(v, bf16x16_to_f32(dr + i)));
-            _mm256_storeu_si256((__m256i*)(xr + i), sum);
-            v = bf16x16_to_f32(xr + i);
+            v = round_to_bf16(_mm512_add_ps(v, bf16x16_to_f32(dr + i)));
+            _mm256_storeu_si256((__m256i*)(xr + i), f32x16_to_bf16(v));
         }
         lanes = _mm512_add_ps(lanes, _mm512_mul_ps(v, v));
     }
@@ -119,8 +124,7 @@ static void add_rms_norm_row16(bf16* xr, const bf16* dr, const bf16* weight, bf1
     for (int k = 0; k < 16; k++) total += part[k];
     __m512 inv = _mm512_set1_ps(1.0f / sqrtf(total / (float)Dm + eps));
     for (int i = 0; i < Dm; i += 16) {
-        __m256i r = f32x16_to_bf16(_mm512_mul_ps(bf16x16_to_f32(xr + i), inv));
-        __m512 rounded = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16));
+        __m512 rounded = round_to_bf16(_mm512_mul_ps(bf16x16_to_f32(xr + i), inv));
         _mm256_storeu_si256((__m256i*)(o + i), f32x16_to_bf16(_mm512_mul_ps(bf16x16_to_f32(weight + i), rounded)));
     }
 }
