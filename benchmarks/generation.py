@@ -4,9 +4,11 @@
     python benchmarks/generation.py --json out.json    # batch 1, 4, 8, 16; greedy and sampling
     python benchmarks/generation.py --plot out.png     # also a figure: throughput and latency vs batch size
 
-Backends: `hf` (`generate`, left-padded batches), `quench` (regular), `quench-ngram` (prompt
-lookup, BASS draft length), `quench-hybrid` (prompt lookup where it matches, else the shipped draft
-model; opt-in with --backends), `quench-draft` (the draft model alone; opt-in), and
+Backends: `hf` (`generate`, left-padded batches), `quench` (regular; a prompt that starts like a
+recent one copies those positions' keys/values), `quench-whole-prefill` (regular, every prompt
+prefilled whole; opt-in), `quench-ngram` (prompt lookup, BASS draft length), `quench-hybrid`
+(prompt lookup where it matches, else the shipped draft model; opt-in with --backends),
+`quench-draft` (the draft model alone; opt-in), and
 Hugging Face assisted generation. HF refuses batch > 1 there, so `hf-assisted-*` run one sequence
 at a time whatever the row's batch size (n samples = n `generate` calls, each with its own seed;
 ms/token/seq = 1000 / throughput). `hf-assisted-ngram`: HF's prompt lookup (--draft-tokens tokens
@@ -50,7 +52,7 @@ from quench.models import load_model
 from quench.models.draft import load_draft
 from quench.models.prompts import encode_prompt
 
-BACKENDS = ("hf", "quench", "quench-ngram", "quench-draft", "quench-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
+BACKENDS = ("hf", "quench", "quench-whole-prefill", "quench-ngram", "quench-draft", "quench-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
 DEFAULT_BACKENDS = ("hf", "quench", "quench-ngram", "hf-assisted-ngram", "hf-assisted-draft")
 LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matched, as quench's
 Backend = HFBackend | QuenchBackend
@@ -74,6 +76,7 @@ class Measurement:
     tokens_per_row_step: float | None = None
     greedy_match: str | None = None
     mean_context: float = 0.0  # positions a row attends over, averaged over its decode steps and the sequences
+    prefill_shared: float | None = None  # quench: share of prompt tokens copied from another prompt's prefill
 
 
 class PeakMemory:
@@ -142,8 +145,8 @@ def make_backends(
 ) -> dict[str, Backend]:
     model, tokenizer = loaded.model, loaded.tokenizer
 
-    def quench(drafter: str) -> QuenchBackend:
-        config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens)
+    def quench(drafter: str, share_prefixes: bool = True) -> QuenchBackend:
+        config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens, share_prefixes=share_prefixes)
         return QuenchBackend(model, tokenizer, config, draft_model=draft if drafter in ("model", "hybrid") else None)
 
     def assisted(options: AssistOptions) -> HFBackend:
@@ -152,6 +155,7 @@ def make_backends(
     build = {
         "hf": lambda: HFBackend(model, tokenizer, batch_size),
         "quench": lambda: quench("none"),
+        "quench-whole-prefill": lambda: quench("none", share_prefixes=False),  # every prompt prefilled whole
         "quench-ngram": lambda: quench("ngram"),
         "quench-draft": lambda: quench("model"),
         "quench-hybrid": lambda: quench("hybrid"),  # prompt lookup where it matches, else the draft model
@@ -205,6 +209,7 @@ def measure(name: str, backend: Backend, requests, sampling: SamplingParams, bat
         round(stats.acceptance_rate, 3) if speculative else None,
         round(stats.tokens_per_row_step, 2) if speculative else None,
         mean_context=round(context, 1),
+        prefill_shared=round(stats.prefill_shared_tokens / max(stats.prefill_tokens, 1), 3) if stats is not None else None,
     )
     return m, {(r.key, r.sample_index): r.token_ids for r in results}
 
@@ -265,12 +270,13 @@ def run(args) -> tuple[list[Measurement], int, int]:
 def format_row(m: Measurement) -> str:
     spec = f" accept {m.acceptance_rate:.0%} tokens/row-step {m.tokens_per_row_step}" if m.acceptance_rate is not None else ""
     match = f" match-hf {m.greedy_match}" if m.greedy_match else ""
+    shared = f" prefill shared {m.prefill_shared:.0%}" if m.prefill_shared else ""
     return (
         f"B={m.batch_size:<2} {m.mode:8} {m.backend:17} {m.tokens_per_s:7.1f} tok/cpu-s"
         f" {m.wall_tokens_per_s:7.1f} tok/s wall"
         f" {m.decode_tokens_per_s:7.1f} decode tok/cpu-s"
         f" {m.ms_per_token_per_seq:7.1f} ms/tok/seq"
-        f" peak +{m.peak_mb:.0f} MB ({m.tokens} tokens, {m.seconds}s){spec}{match}"
+        f" peak +{m.peak_mb:.0f} MB ({m.tokens} tokens, {m.seconds}s){shared}{spec}{match}"
     )
 
 

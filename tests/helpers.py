@@ -36,6 +36,21 @@ def tiny_llama(vocab_size: int = len(CHARS) + 3, seed: int = 0, dtype: torch.dty
     return LlamaForCausalLM(config).to(dtype).eval()
 
 
+def llama_head_dim_64(dtype: torch.dtype, vocab_size: int = 96) -> LlamaForCausalLM:
+    """A small Llama with head size 64 (the C kernels' bfloat16 fast path), 2 layers."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=128, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=256,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # sharper attention than the random init's near-uniform one, so a wrong kernel shows
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(15)
+            layer.self_attn.k_proj.weight.mul_(15)
+    return model.to(dtype).eval()
+
+
 def perturbed(model: LlamaForCausalLM, scale: float, seed: int = 0) -> LlamaForCausalLM:
     """A draft model that agrees with `model` often, but not always."""
     draft = copy.deepcopy(model)

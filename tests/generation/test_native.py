@@ -5,7 +5,7 @@ import ctypes
 import pytest
 import torch
 
-from helpers import tiny_llama, torch_threads
+from helpers import llama_head_dim_64, tiny_llama, torch_threads
 from quench.generation import native
 from quench.generation import llama
 from quench.generation.llama import LlamaRunner
@@ -106,26 +106,10 @@ def test_add_rms_norm_matches_pytorch_in_bfloat16():
     assert torch.equal(residual, summed) and torch.equal(out, want)
 
 
-def _llama_head_dim_64(dtype):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96, hidden_size=128, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=256,
-    )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():  # sharper attention than the random init's near-uniform one, so a wrong kernel shows
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(15)
-            layer.self_attn.k_proj.weight.mul_(15)
-    return model.to(dtype).eval()
-
-
 def _prefilled_bf16_runners(prompt_len: int, cache_len: int):
     """The head-64 bfloat16 model as the fast runner (C kernels) and the PyTorch reference, each with its
     own cache prefilled with the same 3 random prompts (each on its own path)."""
-    model = _llama_head_dim_64(torch.bfloat16)
+    model = llama_head_dim_64(torch.bfloat16)
     fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
     prompt = torch.randint(3, 90, (3, prompt_len))
     caches = [runner.new_cache(3, cache_len) for runner in (fast, reference)]
@@ -160,10 +144,10 @@ def test_bfloat16_decode_kernels_match_the_pytorch_path(amx):
 def test_bfloat16_prefills_on_the_packed_path_match_the_pytorch_path(amx):
     """Head size 64 in bfloat16: prompts up to NATIVE_PREFILL_MAX tokens go through the C kernels (ragged
     lengths in one batch: the padding is skipped), longer ones through PyTorch's attention."""
-    model = _llama_head_dim_64(torch.bfloat16)
+    model = llama_head_dim_64(torch.bfloat16)
     fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
     assert fast._packed(llama.NATIVE_PREFILL_MAX) and not fast._packed(llama.NATIVE_PREFILL_MAX + 1)
-    assert not LlamaRunner(_llama_head_dim_64(torch.float32))._packed(llama.NATIVE_MAX_NEW + 1)
+    assert not LlamaRunner(llama_head_dim_64(torch.float32))._packed(llama.NATIVE_MAX_NEW + 1)
     torch.manual_seed(1)
     prompts = [torch.randint(3, 90, (n,)).tolist() for n in (70, 41, 100)]
     for (got, got_logits), (want, want_logits) in zip(prefill(fast, prompts), prefill(reference, prompts)):
@@ -178,7 +162,7 @@ def test_bfloat16_prefills_on_the_packed_path_match_the_pytorch_path(amx):
 def test_the_c_layer_loop_gives_the_python_loops_bits(amx):
     """bfloat16 head-64 packed steps run every layer in one C call where the weights allow: the logits, hidden
     states and cached keys/values equal the Python loop's over the same kernels (decode, verify, prefill)."""
-    model = _llama_head_dim_64(torch.bfloat16)
+    model = llama_head_dim_64(torch.bfloat16)
     runner = LlamaRunner(model)
     table = runner._layer_table
     assert table is not None
@@ -224,7 +208,7 @@ def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
 def test_kernels_give_the_same_bits_on_one_thread_and_on_several(amx):
     """The GEMMs split W and attention splits (row, kv head) pairs over torch's threads (OpenMP): the work
     each output gets is the same, so the bits are too, with an uneven split (3 threads) included."""
-    model = _llama_head_dim_64(torch.bfloat16)
+    model = llama_head_dim_64(torch.bfloat16)
     runner = LlamaRunner(model)
     prompt = torch.randint(3, 90, (5, 30))
     start, counts = torch.tensor([30, 21, 25, 30, 12]), torch.tensor([3, 1, 0, 2, 3])
@@ -296,7 +280,7 @@ def test_argmax_picks_the_first_maximum_as_torch_does(shape, dtype):
 def test_greedy_tokens_and_packed_logits_are_what_forward_gives_at_real_positions(dtype):
     """Greedy steps take only tokens, sampled steps only the real positions' logits: both must be what
     `forward`'s padded logits hold there, on ragged rows (padding, an empty row), and write the same cache."""
-    model = _llama_head_dim_64(dtype) if dtype == torch.bfloat16 else tiny_llama(dtype=dtype)
+    model = llama_head_dim_64(dtype) if dtype == torch.bfloat16 else tiny_llama(dtype=dtype)
     runner = LlamaRunner(model)
     prompt = torch.randint(3, 90, (3, 20))
     caches = [runner.new_cache(3, 64) for _ in range(3)]

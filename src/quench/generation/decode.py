@@ -35,6 +35,7 @@ class LoopStats:
     accepted: int = 0
     prefill_tokens: int = 0
     prefill_cpu_s: float = 0.0  # process CPU time spent in prompt prefills (benchmarks split it out)
+    prefill_shared_tokens: int = 0  # of prefill_tokens, copied from another prompt's keys/values (not computed)
 
     @property
     def acceptance_rate(self) -> float:
@@ -60,6 +61,7 @@ class DecodeLoop:
         policy: DraftLengthPolicy | None = None,
         deadline: float | None = None,
         guard: GuardState | None = None,
+        share_prefixes: bool = True,
     ) -> None:
         self.runner = runner
         self.cache = cache
@@ -70,7 +72,7 @@ class DecodeLoop:
         self.policy = policy
         self.deadline = deadline
         self.guard = guard  # GenGuard over the slots: reads each fed token's hidden state from the verify pass
-        self.prefixes = PrefixStore(runner)
+        self.prefixes = PrefixStore(runner, share=share_prefixes)
         self.slots: list[Row | None] = [None] * cache.batch
         self.stats = LoopStats()
         self.started = time.perf_counter()
@@ -109,6 +111,7 @@ class DecodeLoop:
         self.prefixes.ensure([item for _, item in items])
         self.stats.prefill_cpu_s += time.process_time() - cpu
         self.stats.prefill_tokens += sum(len(request.prompt_ids) for request in fresh.values())
+        self.stats.prefill_shared_tokens = self.prefixes.shared_tokens
         logits = []
         for slot, item in items:
             prefix, prefix_logits = self.prefixes.get(item.request_index)

@@ -135,7 +135,13 @@ class ModelDrafter:
     """
 
     def __init__(
-        self, runner: Runner, batch_size: int, max_len: int, confidence: float = 0.0, columns: HeadColumns | None = None
+        self,
+        runner: Runner,
+        batch_size: int,
+        max_len: int,
+        confidence: float = 0.0,
+        columns: HeadColumns | None = None,
+        share_prefixes: bool = True,
     ) -> None:
         self.runner = runner
         self.columns = columns
@@ -145,7 +151,7 @@ class ModelDrafter:
         self.confidence = confidence
         # CATCH_UP more positions: a row that skipped drafting catches up in blocks of that many tokens.
         self.cache: KVCache = runner.new_cache(batch_size, max_len + CATCH_UP)
-        self.prefixes = PrefixStore(runner)
+        self.prefixes = PrefixStore(runner, share=share_prefixes)
         # What this cache holds per slot: the row's first `base` tokens, then `fed` draft tokens.
         self.base = [0] * batch_size
         self.fed: list[list[int]] = [[] for _ in range(batch_size)]

@@ -54,6 +54,8 @@ class EngineConfig:
     draft_confidence: float | None = None  # draft model: a row's draft ends before a token it gives less
     row_copy_lengths: bool | None = None  # hybrid: cap each row's copies by what the target kept of its last one
     min_model_draft: int | None = None  # hybrid: the shortest model draft a row gets (None: 2 at batch 1, else 1)
+    share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
+    # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -209,6 +211,7 @@ class QuenchBackend:
             else None,
             deadline=deadline,
             guard=self.guard.start(self.tokenizer, self.config.batch_size) if self.guard is not None else None,
+            share_prefixes=self.config.share_prefixes,
         )
         self.last_stats = loop.stats
         begin = time.perf_counter()
@@ -236,7 +239,8 @@ class QuenchBackend:
         if self.config.drafter in MODEL_DRAFTERS:
             assert self.draft_runner is not None
             model = ModelDrafter(
-                self.draft_runner, self.config.batch_size, max_len, self.config.confidence, self.draft_columns
+                self.draft_runner, self.config.batch_size, max_len, self.config.confidence, self.draft_columns,
+                self.config.share_prefixes,
             )
             if self.config.drafter == "model":
                 return model

@@ -21,6 +21,14 @@ class Prefix:
     values: tuple[torch.Tensor, ...]  # per layer (H, P, D)
     length: int  # P
 
+    def head(self, length: int) -> Prefix:
+        """The first `length` positions (views)."""
+        if not 0 < length <= self.length:
+            raise ValueError(f"a prefix of {self.length} positions has no head of {length}")
+        keys = tuple(k[:, :length] for k in self.keys)
+        values = tuple(v[:, :length] for v in self.values)
+        return Prefix(keys, values, length)
+
 
 class KVCache:
     """Per-layer key/value buffers of shape (B, H, T, D), allocated on the first write of a layer."""

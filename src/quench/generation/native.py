@@ -197,6 +197,18 @@ def small_gemm_rows() -> int:
     return AMX_GEMM_ROWS if amx_available() else SMALL_GEMM_ROWS
 
 
+def gemm_kernel(rows: int) -> str:
+    """Which kernel `Linear` runs a product of `rows` rows on: "avx512", "amx" (quench's own) or "onednn".
+
+    Each of quench's kernels sums every output over K in one fixed order whatever the number of rows, so a
+    row's output bits depend on the kernel only; oneDNN picks its blocking by shape, which quench does not
+    rely on. The runner uses this to tell whether a prompt prefilled in two parts gives the same bits as
+    prefilled whole (`LlamaRunner.prefill_splits_exactly`)."""
+    if rows > small_gemm_rows():
+        return "onednn"
+    return "amx" if rows > 1 and amx_available() else "avx512"
+
+
 def pack_small_gemm(weight: torch.Tensor) -> torch.Tensor | None:
     """W (N, K) bfloat16 -> (ceil(N/16), K/2, 16, 2) for `small_gemm`: each block of 16 output features one
     contiguous run (zero rows past N); None where the kernel cannot serve it."""
