@@ -29,6 +29,7 @@ import torch
 from quench.benchmarks import load_humaneval
 from quench.generation import native
 from quench.generation.engine import EngineConfig, QuenchBackend
+from quench.generation.scheduler import PrefixStore
 from quench.generation.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
 from quench.models.draft import load_draft
@@ -44,9 +45,13 @@ class TimedRunner:
         self.vocab_size = inner.vocab_size
         self.seconds = 0.0
         self.calls = 0
+        self.prefilling = False  # set by `untimed_prefills` while a PrefixStore prefills prompts
 
     def new_cache(self, batch: int, max_len: int):
         return self.inner.new_cache(batch, max_len)
+
+    def prefill_splits_exactly(self, total: int, cached: int) -> bool:
+        return self.inner.prefill_splits_exactly(total, cached)
 
     def forward(self, cache, tokens, start, logits_at=None, counts=None):
         return self._timed(tokens, self.inner.forward, cache, tokens, start, logits_at=logits_at, counts=counts)
@@ -60,10 +65,28 @@ class TimedRunner:
     def _timed(self, tokens, call, *args, **kwargs):
         begin = time.process_time()
         out = call(*args, **kwargs)
-        if tokens.shape[1] <= PREFILL:
+        if tokens.shape[1] <= PREFILL and not self.prefilling:
             self.seconds += time.process_time() - begin
             self.calls += 1
         return out
+
+
+def untimed_prefills() -> None:
+    """Prompt prefills are not decode steps: a prompt whose beginning is copied from another's feeds only its
+    rest, which may be shorter than PREFILL tokens, so mark every forward a PrefixStore makes."""
+    ensure = PrefixStore.ensure
+
+    def marked(store: PrefixStore, items) -> None:
+        runner = store.runner
+        if isinstance(runner, TimedRunner):
+            runner.prefilling = True
+        try:
+            ensure(store, items)
+        finally:
+            if isinstance(runner, TimedRunner):
+                runner.prefilling = False
+
+    PrefixStore.ensure = marked
 
 
 @dataclass
@@ -140,6 +163,7 @@ def requests_for(loaded, count: int, n: int) -> list[GenerationRequest]:
 
 def run(args) -> list[Row]:
     torch.set_num_threads(args.threads)
+    untimed_prefills()
     loaded = load_model(dtype="bfloat16")
     draft = load_draft(args.draft, loaded)
     if args.full_head:  # the same layers scoring the whole vocabulary: what the reduced head saves

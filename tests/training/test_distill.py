@@ -313,3 +313,36 @@ def test_the_cli_turns_bad_settings_into_clear_errors():
         cli.config_from_args(parser.parse_args(["draft", "train", "--layers", "first"]))
     with pytest.raises(QuenchError, match="epochs"):
         cli.config_from_args(parser.parse_args(["draft", "train", "--epochs", "0"]))
+
+
+def test_sampled_answers_are_keyed_by_round_seeded_and_held_out_with_their_prompt(monkeypatch, problems, tmp_path):
+    from quench.training import distill as pipeline
+    from quench.training.distill_data import prompt_key
+    from quench.training.distill_train import is_heldout
+
+    assert prompt_key("sampled2/MBPP/12") == "MBPP/12" and prompt_key("MBPP/12") == "MBPP/12"
+    assert prompt_key("sampledX/a") == "sampledX/a"  # only sampled<digits>/ is a round prefix
+    target = tiny_loaded("chat")
+    monkeypatch.setattr(pipeline, "training_prompts", lambda limit: problems[:limit])
+    monkeypatch.setattr(distill_data, "stdlib_functions", lambda limit, seed=0: FUNCTIONS[:limit])
+    settings = DistillConfig(prompts=3, stdlib_functions=1, stdlib_prompts=0, max_new_tokens=8, max_tokens=96,
+                             sampled_answers=2, sample_temperature=1.0, seed=5)
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    examples = pipeline.distillation_examples(target, settings, tmp_path / "a", Counting())
+    keys = [e.key for e in examples]
+    assert keys == ["Tiny/0", "Tiny/1", "Tiny/2"] + [f"sampled{r}/Tiny/{i}" for r in (1, 2) for i in range(3)] + ["stdlib/m.f0"]
+    greedy, sampled = read_examples(tmp_path / "a" / "answers.jsonl"), read_examples(tmp_path / "a" / "sampled.jsonl")
+    assert sorted(e.key for e in sampled) == keys[3:9]
+    sampled = sorted(sampled, key=lambda e: keys.index(e.key))
+    assert all(s.ids[: s.answer_start] == g.ids[: g.answer_start] for s, g in zip(sampled, greedy * 2))  # same prompts
+    assert any(s.ids != g.ids for s, g in zip(sampled, greedy * 2))  # sampled at temperature 1: not all greedy
+    again = pipeline.distillation_examples(target, settings, tmp_path / "b", Counting())
+    assert again == examples  # the same seed gives the same samples
+    other = pipeline.distillation_examples(target, replace(settings, seed=6), tmp_path / "c", Counting())
+    assert [e.ids for e in other[3:9]] != [e.ids for e in examples[3:9]]
+    for every in (2, 3):  # a prompt's answers are all held out or all trained on
+        for i in range(3):
+            assert len({is_heldout(prompt_key(k), every) for k in keys if prompt_key(k) == f"Tiny/{i}"}) == 1
+    with pytest.raises(ValueError, match="sample_temperature"):
+        replace(settings, sample_temperature=0.0)

@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="further standard-library signatures + docstrings for the target to answer")
     train.add_argument("--stdlib-labels", default=defaults.stdlib_labels, choices=["real", "teacher"],
                        help="label stdlib code with its own next tokens (free) or the target's top-k (a teacher pass)")
+    train.add_argument("--sampled-answers", type=int, default=defaults.sampled_answers,
+                       help="further answers per prompt, sampled at --sample-temperature (more target-written code)")
+    train.add_argument("--sample-temperature", type=float, default=defaults.sample_temperature)
     train.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     train.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens per training sequence")
     train.add_argument("--epochs", type=int, default=defaults.epochs)
@@ -60,6 +63,7 @@ def config_from_args(args: argparse.Namespace) -> DistillConfig:
             source_layers=parse_layers(args.layers), head_tokens=args.head_tokens, prompts=args.prompts,
             stdlib_functions=args.stdlib, stdlib_prompts=args.stdlib_prompts, stdlib_labels=args.stdlib_labels,
             max_new_tokens=args.max_new_tokens, max_tokens=args.max_tokens,
+            sampled_answers=args.sampled_answers, sample_temperature=args.sample_temperature,
             top_k=args.top_k, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, seed=args.seed,
         )
     except ValueError as err:

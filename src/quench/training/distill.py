@@ -2,7 +2,8 @@
 
 Pipeline (each phase resumes where a killed run stopped; `out/` holds everything):
   1. answers.jsonl       the target's greedy answers to MBPP train + validation prompts and to
-                         stdlib signatures + docstrings (distill_data)
+                         stdlib signatures + docstrings (distill_data); sampled.jsonl: further answers
+                         to the same prompts sampled at a temperature (--sampled-answers)
   2. (in memory)         real functions with docstrings from the installed standard library
   3. teacher/            the target's top-k log-probabilities on every answer position (distill_teacher)
   4. state.pt            training: forward KL(teacher || draft) on answer tokens (distill_train)
@@ -26,7 +27,7 @@ from quench.benchmarks import Problem
 from quench.models import LoadedModel
 from quench.models.draft import build_draft, save_draft
 from quench.training.distill_data import (
-    Example, fit_length, generate_answers, stdlib_examples, stdlib_prompts, training_prompts,
+    Example, fit_length, generate_answers, prompt_key, sampled_problems, stdlib_examples, stdlib_prompts, training_prompts,
 )
 from quench.training.distill_teacher import TeacherTargets, own_tokens, teacher_targets
 from quench.training.distill_train import (
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 DRAFT_FILE = "draft.safetensors"
 ANSWERS_FILE = "answers.jsonl"
+SAMPLED_FILE = "sampled.jsonl"
 STDLIB_PREFIX = "stdlib/"
 
 __all__ = ["DistillConfig", "DistillResult", "Evaluation", "Progress", "answer_prompts", "distill", "distillation_examples",
@@ -61,7 +63,7 @@ def answer_prompts(config: DistillConfig) -> list[Problem]:
 
 
 def source_of(key: str) -> str:
-    """Where an example comes from: its key up to the first '/' ("MBPP", "stdlib", "stdlib-answer")."""
+    """Where an example comes from: its key up to the first '/' ("MBPP", "stdlib", "stdlib-answer", "sampled1")."""
     return key.split("/", 1)[0]
 
 
@@ -82,8 +84,15 @@ def distillation_examples(target: LoadedModel, config: DistillConfig, out: Path,
     answers = generate_answers(target, prompts, out / ANSWERS_FILE, max_new_tokens=config.max_new_tokens,
                                progress=progress.advance)
     progress.end()
+    sampled: list[Example] = []
+    if config.sampled_answers:
+        again = sampled_problems(prompts, config.sampled_answers)
+        progress.begin("sampled answers", len(again))
+        sampled = generate_answers(target, again, out / SAMPLED_FILE, max_new_tokens=config.max_new_tokens,
+                                   progress=progress.advance, temperature=config.sample_temperature, seed=config.seed)
+        progress.end()
     stdlib = stdlib_examples(target, config.stdlib_functions, config.seed, max_tokens=4 * config.max_tokens)
-    return [fit_length(e, config.max_tokens, config.max_tokens // 2) for e in answers + stdlib]
+    return [fit_length(e, config.max_tokens, config.max_tokens // 2) for e in answers + sampled + stdlib]
 
 
 def targets_for(
@@ -114,8 +123,9 @@ def distill(
     (out / "distill.json").write_text(json.dumps({"target": target.name, **asdict(config)}, indent=2) + "\n")
     examples = distillation_examples(target, config, out, progress)
     teachers = targets_for(target, examples, config, out, progress)
-    train = [i for i, e in enumerate(examples) if not is_heldout(e.key, config.heldout_every)]
-    heldout = [i for i, e in enumerate(examples) if is_heldout(e.key, config.heldout_every)]
+    # by prompt: a sampled answer is held out with its prompt's greedy answer, so no held-out prompt is trained on
+    heldout = [i for i, e in enumerate(examples) if is_heldout(prompt_key(e.key), config.heldout_every)]
+    train = sorted(set(range(len(examples))) - set(heldout))
     head_ids = None
     if config.head_tokens:
         eos = [t for t in [target.tokenizer.eos_token_id, target.tokenizer.pad_token_id] if t is not None]

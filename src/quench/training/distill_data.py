@@ -18,7 +18,7 @@ import logging
 import random
 import sysconfig
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[int], None]  # called with the number of items just finished
 TRAINING_SPLITS = ("train", "validation")  # MBPP test and HumanEval are the evaluation sets: never trained on
 STDLIB_ANSWER_PREFIX = "stdlib-answer/"  # keys of the target's answers to stdlib prompts (not "stdlib/": not real code)
+SAMPLED_PREFIX = "sampled"  # sampled<r>/<prompt key>: the target's r-th sampled answer to that prompt
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,17 @@ def stdlib_prompts(count: int, skip: int, seed: int = 0) -> list[Problem]:
                     key.rsplit(".", 1)[-1], "stdlib") for key, prompt, source in functions]
 
 
+def sampled_problems(problems: Sequence[Problem], rounds: int) -> list[Problem]:
+    """The same prompts again, once per sampling round, keyed sampled<r>/<task id> (r = 1 .. rounds)."""
+    return [replace(p, task_id=f"{SAMPLED_PREFIX}{r}/{p.task_id}") for r in range(1, rounds + 1) for p in problems]
+
+
+def prompt_key(key: str) -> str:
+    """The key of the prompt an example answers: a sampled answer's key without its sampled<r>/ prefix."""
+    head, _, rest = key.partition("/")
+    return rest if head.startswith(SAMPLED_PREFIX) and head[len(SAMPLED_PREFIX) :].isdigit() else key
+
+
 def read_examples(path: Path) -> list[Example]:
     if not path.is_file():
         return []
@@ -89,8 +101,11 @@ def generate_answers(
     batch_size: int = 16,
     max_new_tokens: int = 128,
     progress: Progress | None = None,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> list[Example]:
-    """The target's greedy answers to `problems`, appended to `path` as each finishes (resumable)."""
+    """The target's answers to `problems` (greedy, or sampled at `temperature` with `seed`: each answer's
+    generator is seeded by its key), appended to `path` as each finishes (resumable)."""
     from quench.generation.engine import EngineConfig, QuenchBackend
     from quench.generation.types import GenerationRequest, SamplingParams
 
@@ -103,7 +118,7 @@ def generate_answers(
         requests = [GenerationRequest(p.task_id, encode_prompt(target, p.prompt)) for p in todo]
         prompts = {r.key: r.prompt_ids for r in requests}
         backend = QuenchBackend(target.model, target.tokenizer, EngineConfig(batch_size=batch_size))
-        sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+        sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
         with path.open("a") as out:
             for result in backend.generate(requests, sampling):
                 prompt = prompts[result.key]

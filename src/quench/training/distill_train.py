@@ -41,6 +41,9 @@ class DistillConfig:
     stdlib_prompts: int = 1082  # further stdlib signatures + docstrings answered by the target (all Python 3.11 has left)
     stdlib_labels: str = "real"  # "real": their own next tokens (no teacher pass); "teacher": the target's top-k
     max_new_tokens: int = 128  # per generated answer
+    sampled_answers: int = 0  # further answers per answered prompt, sampled at sample_temperature (more target-written
+    # code from the same prompts; keys sampled<r>/<prompt key>, held out with their prompt's greedy answer)
+    sample_temperature: float = 0.7
     max_tokens: int = 256  # per training sequence (long prompts lose their middle, see fit_length)
     top_k: int = 32  # teacher log-probabilities kept per position
     epochs: int = 5
@@ -59,6 +62,8 @@ class DistillConfig:
             raise ValueError(f"stdlib_labels must be 'real' or 'teacher', got {self.stdlib_labels!r}")
         if self.stdlib_functions < 0 or self.stdlib_prompts < 0:
             raise ValueError("stdlib_functions and stdlib_prompts must be >= 0")
+        if self.sampled_answers < 0 or not self.sample_temperature > 0:
+            raise ValueError("sampled_answers must be >= 0 and sample_temperature > 0")
         if self.epochs < 1 or self.batch_size < 1 or self.top_k < 1 or self.max_tokens < 16:
             raise ValueError("epochs, batch_size and top_k must be >= 1, max_tokens >= 16")
 
