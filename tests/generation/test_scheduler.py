@@ -46,9 +46,11 @@ def test_a_prompt_that_starts_like_an_earlier_one_gets_the_bits_of_a_whole_prefi
     prompts = shared_prompts()
     store = PrefixStore(runner)
     store.ensure(items(prompts))
-    # 20 shared by the second; the third shares all 30 of the first but feeds at least 2 tokens where a
-    # 1-token rest would run another GEMM kernel (AVX512 for one row, AMX for several); the fourth nothing
-    kept = 30 if runner.prefill_splits_exactly(31, 30) else 29
+    # 20 shared by the second; the third shares all 30 of the first where its 1-token rest runs the whole
+    # prompt's GEMM kernel (no AMX: AVX512 for both), else it feeds enough tokens to run AMX as the whole
+    # prompt does (AVX512 up to 4 rows); the fourth shares nothing
+    kept = 30 if not native.amx_available() else 31 - (native._avx512_gemm_rows() + 1)
+    assert runner.prefill_splits_exactly(31, kept) and (kept == 30 or not runner.prefill_splits_exactly(31, kept + 1))
     assert store.shared_tokens == 20 + kept
     for index, prompt in enumerate(prompts):
         assert same_bits(store.get(index), prefill(runner, [prompt])[0]), index
@@ -62,7 +64,7 @@ def test_copying_is_refused_where_the_runner_promises_nothing():
     too_long = native.small_gemm_rows() + 1  # oneDNN's own blocking: not promised
     assert native.gemm_kernel(too_long) == "onednn" and not bf16.prefill_splits_exactly(too_long, 20)
     if native.amx_available():
-        assert native.gemm_kernel(1) == "avx512" and native.gemm_kernel(2) == "amx"
+        assert native.gemm_kernel(4) == "avx512" and native.gemm_kernel(5) == "amx"
         assert not bf16.prefill_splits_exactly(31, 30)  # the rest's one row takes the AVX512 kernel
     float32 = LlamaRunner(tiny_llama(dtype=torch.float32))
     store = PrefixStore(float32)

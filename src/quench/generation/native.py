@@ -97,6 +97,7 @@ def _library() -> ctypes.CDLL | None:
     library.small_gemm_bf16.restype = None
     library.small_gemm_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
     library.amx_available.restype = ctypes.c_int
+    library.avx512_gemm_rows.restype = ctypes.c_int
     library.gemm_bf16_amx.restype = ctypes.c_int
     library.gemm_bf16_amx.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
     for name in ("argmax_bf16", "argmax_f32"):
@@ -206,7 +207,14 @@ def gemm_kernel(rows: int) -> str:
     prefilled whole (`LlamaRunner.prefill_splits_exactly`)."""
     if rows > small_gemm_rows():
         return "onednn"
-    return "amx" if rows > 1 and amx_available() else "avx512"
+    return "amx" if rows > _avx512_gemm_rows() and amx_available() else "avx512"
+
+
+@lru_cache(maxsize=1)
+def _avx512_gemm_rows() -> int:
+    """Up to this many rows `small_gemm` takes the AVX512 kernel even where AMX is on (decided in C)."""
+    library = _library()
+    return library.avx512_gemm_rows() if library is not None else 0
 
 
 def pack_small_gemm(weight: torch.Tensor) -> torch.Tensor | None:

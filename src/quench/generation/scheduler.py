@@ -102,6 +102,7 @@ class WorkQueue:
 # instead of computing them (shorter shared runs are not worth the copy).
 MIN_SHARED_TOKENS = 16
 RECENT_PROMPTS = 8  # prompts whose keys/values stay available for sharing
+SHORTEN_AT_MOST = 16  # tokens a shared run may be cut by to make the rest run the whole prompt's kernels
 
 
 class PrefixStore:
@@ -152,8 +153,9 @@ class PrefixStore:
             return best, source
         for tokens, prefix in self._recent.items():
             common = common_length(tokens, prompt)
-            for shared in (common, common - 1):  # a 1-token rest may run another GEMM kernel than the whole
-                if shared > best and shared >= MIN_SHARED_TOKENS and self.runner.prefill_splits_exactly(len(prompt), shared):
+            # a short rest may run another GEMM kernel than the whole prompt: copy a few tokens less
+            for shared in range(common, max(common - SHORTEN_AT_MOST, MIN_SHARED_TOKENS - 1), -1):
+                if shared > best and self.runner.prefill_splits_exactly(len(prompt), shared):
                     best, source = shared, prefix
                     break
         return best, source
