@@ -50,8 +50,8 @@ class TimedRunner:
     def new_cache(self, batch: int, max_len: int):
         return self.inner.new_cache(batch, max_len)
 
-    def prefill_splits_exactly(self, total: int, cached: int) -> bool:
-        return self.inner.prefill_splits_exactly(total, cached)
+    def prefill_kernel(self, tokens: int) -> str | None:
+        return self.inner.prefill_kernel(tokens)
 
     def forward(self, cache, tokens, start, logits_at=None, counts=None):
         return self._timed(tokens, self.inner.forward, cache, tokens, start, logits_at=logits_at, counts=counts)

@@ -50,7 +50,8 @@ def test_a_prompt_that_starts_like_an_earlier_one_gets_the_bits_of_a_whole_prefi
     # prompt's GEMM kernel (no AMX: AVX512 for both), else it feeds enough tokens to run AMX as the whole
     # prompt does (AVX512 up to 4 rows); the fourth shares nothing
     kept = 30 if not native.amx_available() else 31 - (native._avx512_gemm_rows() + 1)
-    assert runner.prefill_splits_exactly(31, kept) and (kept == 30 or not runner.prefill_splits_exactly(31, kept + 1))
+    assert runner.prefill_kernel(31 - kept) == runner.prefill_kernel(31)
+    assert kept == 30 or runner.prefill_kernel(31 - kept - 1) != runner.prefill_kernel(31)
     assert store.shared_tokens == 20 + kept
     for index, prompt in enumerate(prompts):
         assert same_bits(store.get(index), prefill(runner, [prompt])[0]), index
@@ -59,13 +60,12 @@ def test_a_prompt_that_starts_like_an_earlier_one_gets_the_bits_of_a_whole_prefi
 @needs_layer_loop
 def test_copying_is_refused_where_the_runner_promises_nothing():
     bf16 = LlamaRunner(llama_head_dim_64(torch.bfloat16))
-    assert bf16.prefill_splits_exactly(30, 20)
-    assert not bf16.prefill_splits_exactly(30, 0) and not bf16.prefill_splits_exactly(30, 30)
+    assert bf16.prefill_kernel(30) == bf16.prefill_kernel(10) is not None
     too_long = native.small_gemm_rows() + 1  # oneDNN's own blocking: not promised
-    assert native.gemm_kernel(too_long) == "onednn" and not bf16.prefill_splits_exactly(too_long, 20)
+    assert native.gemm_kernel(too_long) == "onednn" and bf16.prefill_kernel(too_long) is None
     if native.amx_available():
         assert native.gemm_kernel(4) == "avx512" and native.gemm_kernel(5) == "amx"
-        assert not bf16.prefill_splits_exactly(31, 30)  # the rest's one row takes the AVX512 kernel
+        assert bf16.prefill_kernel(1) != bf16.prefill_kernel(31)  # one row takes the AVX512 kernel
     float32 = LlamaRunner(tiny_llama(dtype=torch.float32))
     store = PrefixStore(float32)
     store.ensure(items([[5] * 40 + [6], [5] * 40 + [7]]))
@@ -126,3 +126,20 @@ def test_humaneval_prompts_share_the_chat_template_on_the_default_model():
     store.ensure(items(prompts))
     assert store.shared_tokens == common_length(*prompts) >= 30
     assert same_bits(store.get(1), prefill(runner, [prompts[1]])[0])
+
+
+@needs_layer_loop
+def test_a_prompt_prefilled_by_other_kernels_lends_nothing(monkeypatch):
+    """A lending prompt's keys/values must come from the kernels the borrower's whole prefill runs: a prompt
+    longer than quench's GEMM serves (oneDNN) lends nothing to a shorter one starting like it."""
+    runner = LlamaRunner(llama_head_dim_64(torch.bfloat16))
+    monkeypatch.setattr(native, "AMX_GEMM_ROWS", 24)
+    monkeypatch.setattr(native, "SMALL_GEMM_ROWS", 24)
+    [long_prompt, short_prompt] = [p for p in shared_prompts()[:2]]  # 30 and 27 tokens sharing 20
+    assert runner.prefill_kernel(len(long_prompt)) is None and runner.prefill_kernel(len(short_prompt)) is None
+    short_prompt = short_prompt[:22]  # 22 tokens: quench's GEMM again
+    assert runner.prefill_kernel(22) is not None
+    store = PrefixStore(runner)
+    store.ensure(items([long_prompt, short_prompt]))
+    assert store.shared_tokens == 0
+    assert same_bits(store.get(1), prefill(runner, [short_prompt])[0])

@@ -52,9 +52,9 @@ class HFRunner:
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         return KVCache(self.num_layers, batch, max_len, self.dtype, self.device)
 
-    def prefill_splits_exactly(self, total: int, cached: int) -> bool:
-        """Never promised on the generic path (the `Runner` protocol's question): prompts are prefilled whole."""
-        return False
+    def prefill_kernel(self, tokens: int) -> str | None:
+        """Nothing promised on the generic path (the `Runner` protocol's question): prompts are prefilled whole."""
+        return None
 
     def greedy_tokens(
         self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None

@@ -198,21 +198,21 @@ class LlamaRunner:
             return False
         return num_new <= NATIVE_MAX_NEW or (self.native_glue and self.head_dim == 64 and num_new <= NATIVE_PREFILL_MAX)
 
-    def prefill_splits_exactly(self, total: int, cached: int) -> bool:
-        """Whether feeding a prompt's last total - cached tokens after a copy of its first `cached` positions'
-        keys/values gives the same bits (logits and cache) as feeding all `total` tokens at once.
+    def prefill_kernel(self, tokens: int) -> str | None:
+        """Which kernels a prefill feed of `tokens` tokens per row runs, where that fixes every row's bits; None
+        where nothing is promised.
 
-        True on the bfloat16 head-64 packed path when both feeds run the same one of quench's GEMM kernels
-        (`native.gemm_kernel`) and the C layer loop: there every operation treats each token's row on its own
-        (the products sum over K in a fixed order, the norms and RoPE are per row, attention is per query
-        and stops at the query's own last key). Elsewhere (PyTorch's attention and oneDNN choose their
-        blocking by shape) nothing is promised, and prompts are prefilled whole."""
-        rest = total - cached
-        if self._layer_table is None or cached < 1 or rest < 1:
-            return False
-        if not (self._packed(total) and self._packed(rest)) or total > native.small_gemm_rows():
-            return False
-        return native.gemm_kernel(total) == native.gemm_kernel(rest) != "onednn"
+        Two feeds with the same answer give a token the same keys/values and logits whatever else they
+        contain: on the bfloat16 head-64 packed path with the C layer loop, every operation treats each
+        token's row on its own (quench's GEMM kernels sum over K in one fixed order, norms and RoPE are per
+        row, attention is per query and stops at the query's own last key), so only the GEMM kernel
+        (`native.gemm_kernel`) decides the bits. PyTorch's attention and oneDNN choose their blocking by
+        shape: None there. `PrefixStore` copies a prompt's beginning from another only where the other's
+        prefill, the whole new prompt and its rest all give the same answer."""
+        if self._layer_table is None or not self._packed(tokens) or tokens > native.small_gemm_rows():
+            return None
+        kernel = native.gemm_kernel(tokens)
+        return None if kernel == "onednn" else kernel
 
     @torch.inference_mode()
     def greedy_tokens(

@@ -204,7 +204,7 @@ def gemm_kernel(rows: int) -> str:
     Each of quench's kernels sums every output over K in one fixed order whatever the number of rows, so a
     row's output bits depend on the kernel only; oneDNN picks its blocking by shape, which quench does not
     rely on. The runner uses this to tell whether a prompt prefilled in two parts gives the same bits as
-    prefilled whole (`LlamaRunner.prefill_splits_exactly`)."""
+    prefilled whole (`LlamaRunner.prefill_kernel`)."""
     if rows > small_gemm_rows():
         return "onednn"
     return "amx" if rows > _avx512_gemm_rows() and amx_available() else "avx512"

@@ -35,9 +35,10 @@ class Runner(Protocol):
         """
         ...
 
-    def prefill_splits_exactly(self, total: int, cached: int) -> bool:
-        """Whether feeding a prompt's last total - cached tokens after a copy of its first `cached` positions'
-        keys/values gives the same bits as feeding the whole prompt (False where not promised)."""
+    def prefill_kernel(self, tokens: int) -> str | None:
+        """Which kernels a prefill feed of `tokens` tokens per row runs, where that alone fixes each token's
+        keys/values and logits (two feeds with the same answer give a token the same bits); None where
+        nothing is promised."""
         ...
 
     def packed_logits(
@@ -111,8 +112,9 @@ class PrefixStore:
     Prompts often share their beginning (a chat template's system turn and instruction: 47 of ~156 tokens
     on HumanEval with the default model). With `share` on, a prompt whose first tokens match one of the
     last RECENT_PROMPTS prompts copies those positions' keys/values and feeds only the rest, where the runner
-    promises the same bits as a whole prefill (`Runner.prefill_splits_exactly`), so outputs do not depend
-    on which prompts came before (batch invariance)."""
+    promises the same bits as a whole prefill, so outputs do not depend on which prompts came before (batch
+    invariance): the lending prompt's keys/values, the new prompt's whole prefill and the rest it feeds
+    must all come from the same kernels (`Runner.prefill_kernel`, not None)."""
 
     def __init__(self, runner: Runner, bucket: int = 64, share: bool = True) -> None:
         self.runner = runner
@@ -120,7 +122,8 @@ class PrefixStore:
         self.share = share
         self.shared_tokens = 0  # prompt positions copied instead of computed, over this store's life
         self._prefixes: dict[int, tuple[Prefix, torch.Tensor]] = {}
-        self._recent: OrderedDict[tuple[int, ...], Prefix] = OrderedDict()
+        # recent prompts: their keys/values and the kernels that computed them (None: not to be lent)
+        self._recent: OrderedDict[tuple[int, ...], tuple[Prefix, str | None]] = OrderedDict()
 
     def __contains__(self, request_index: int) -> bool:
         return request_index in self._prefixes
@@ -141,7 +144,7 @@ class PrefixStore:
                 self.shared_tokens += shared
             self._prefixes[request_index] = entry
             if self.share:
-                self._recent[tuple(prompt)] = entry[0]
+                self._recent[tuple(prompt)] = (entry[0], self.runner.prefill_kernel(len(prompt)))
                 self._recent.move_to_end(tuple(prompt))
                 while len(self._recent) > RECENT_PROMPTS:
                     self._recent.popitem(last=False)
@@ -149,13 +152,16 @@ class PrefixStore:
     def _longest_shared(self, prompt: Sequence[int]) -> tuple[int, Prefix | None]:
         """The most leading tokens of `prompt` whose keys/values a recent prompt holds and may lend, and its prefix."""
         best, source = 0, None
-        if not self.share:
+        whole = self.runner.prefill_kernel(len(prompt))
+        if not self.share or whole is None:
             return best, source
-        for tokens, prefix in self._recent.items():
+        for tokens, (prefix, kernel) in self._recent.items():
+            if kernel != whole:  # computed by other kernels than this prompt's whole prefill would use
+                continue
             common = common_length(tokens, prompt)
             # a short rest may run another GEMM kernel than the whole prompt: copy a few tokens less
-            for shared in range(common, max(common - SHORTEN_AT_MOST, MIN_SHARED_TOKENS - 1), -1):
-                if shared > best and self.runner.prefill_splits_exactly(len(prompt), shared):
+            for shared in range(min(common, len(prompt) - 1), max(common - SHORTEN_AT_MOST, MIN_SHARED_TOKENS - 1), -1):
+                if shared > best and self.runner.prefill_kernel(len(prompt) - shared) == whole:
                     best, source = shared, prefix
                     break
         return best, source
