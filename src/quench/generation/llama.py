@@ -209,10 +209,10 @@ class LlamaRunner:
         (`native.gemm_kernel`) decides the bits. PyTorch's attention and oneDNN choose their blocking by
         shape: None there. `PrefixStore` copies a prompt's beginning from another only where the other's
         prefill, the whole new prompt and its rest all give the same answer."""
-        if self._layer_table is None or not self._packed(tokens) or tokens > native.small_gemm_rows():
+        kernel = native.gemm_kernel(tokens)  # "onednn" past what the small GEMM (and the C layer loop) serves
+        if self._layer_table is None or not self._packed(tokens) or kernel == "onednn":
             return None
-        kernel = native.gemm_kernel(tokens)
-        return None if kernel == "onednn" else kernel
+        return kernel
 
     @torch.inference_mode()
     def greedy_tokens(

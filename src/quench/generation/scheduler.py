@@ -122,8 +122,8 @@ class PrefixStore:
         self.share = share
         self.shared_tokens = 0  # prompt positions copied instead of computed, over this store's life
         self._prefixes: dict[int, tuple[Prefix, torch.Tensor]] = {}
-        # recent prompts: their keys/values and the kernels that computed them (None: not to be lent)
-        self._recent: OrderedDict[tuple[int, ...], tuple[Prefix, str | None]] = OrderedDict()
+        # recent prompts that may lend: their keys/values and the kernels that computed them
+        self._recent: OrderedDict[tuple[int, ...], tuple[Prefix, str]] = OrderedDict()
 
     def __contains__(self, request_index: int) -> bool:
         return request_index in self._prefixes
@@ -136,25 +136,25 @@ class PrefixStore:
         """
         todo = {item.request_index: item.request.prompt_ids for item in items if item.request_index not in self}
         for request_index, prompt in todo.items():
-            shared, source = self._longest_shared(prompt)
+            whole = self.runner.prefill_kernel(len(prompt)) if self.share else None  # None: neither borrows nor lends
+            shared, source = self._longest_shared(prompt, whole) if whole is not None else (0, None)
             if source is None:
                 [entry] = prefill(self.runner, [prompt], self.bucket)
             else:
                 entry = prefill_after(self.runner, source.head(shared), prompt, self.bucket)
                 self.shared_tokens += shared
             self._prefixes[request_index] = entry
-            if self.share:
-                self._recent[tuple(prompt)] = (entry[0], self.runner.prefill_kernel(len(prompt)))
-                self._recent.move_to_end(tuple(prompt))
+            if whole is not None:
+                key = tuple(prompt)
+                self._recent[key] = (entry[0], whole)
+                self._recent.move_to_end(key)
                 while len(self._recent) > RECENT_PROMPTS:
                     self._recent.popitem(last=False)
 
-    def _longest_shared(self, prompt: Sequence[int]) -> tuple[int, Prefix | None]:
-        """The most leading tokens of `prompt` whose keys/values a recent prompt holds and may lend, and its prefix."""
+    def _longest_shared(self, prompt: Sequence[int], whole: str) -> tuple[int, Prefix | None]:
+        """The most leading tokens of `prompt` whose keys/values a recent prompt holds and may lend, and its
+        prefix; `whole`: the kernels of the prompt's whole prefill (`Runner.prefill_kernel`)."""
         best, source = 0, None
-        whole = self.runner.prefill_kernel(len(prompt))
-        if not self.share or whole is None:
-            return best, source
         for tokens, (prefix, kernel) in self._recent.items():
             if kernel != whole:  # computed by other kernels than this prompt's whole prefill would use
                 continue

@@ -124,8 +124,9 @@ def distill(
     examples = distillation_examples(target, config, out, progress)
     teachers = targets_for(target, examples, config, out, progress)
     # by prompt: a sampled answer is held out with its prompt's greedy answer, so no held-out prompt is trained on
-    heldout = [i for i, e in enumerate(examples) if is_heldout(prompt_key(e.key), config.heldout_every)]
-    train = sorted(set(range(len(examples))) - set(heldout))
+    held = [is_heldout(prompt_key(e.key), config.heldout_every) for e in examples]
+    train = [i for i, h in enumerate(held) if not h]
+    heldout = [i for i, h in enumerate(held) if h]
     head_ids = None
     if config.head_tokens:
         eos = [t for t in [target.tokenizer.eos_token_id, target.tokenizer.pad_token_id] if t is not None]
