@@ -59,8 +59,8 @@ needs_small_gemm = pytest.mark.skipif(
 
 
 @needs_small_gemm
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16, 27, 40])
-# 16-wide blocks walked S at a time (S = 8, 4, 3 in AVX512 by rows; 6 or 3 in AMX) with leftover blocks one by
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 11, 16, 27, 40])
+# 16-wide blocks walked S at a time (S = 8, 8, 6, 3 in AVX512 by rows; 6 or 3 in AMX) with leftover blocks one by
 # one (25 blocks: a leftover for every S); past 8 rows the AVX512 kernel takes W in chunks of 24 blocks (480: two);
 # K = 130 is not a multiple of AMX's 32 inputs: the AVX512 kernel serves it; N = 15, 100, 6255: a last block
 # with fewer than 16 real outputs (the draft's reduced head has 6255 rows)
@@ -305,3 +305,18 @@ def test_greedy_tokens_and_packed_logits_are_what_forward_gives_at_real_position
     assert torch.equal(runner.greedy_tokens(caches[1], long_step, at), want.argmax(dim=-1))
     assert torch.equal(runner.packed_logits(caches[2], long_step, at, counts=torch.tensor([20, 3, 0])),
                        torch.cat([want[0], want[1, :3]]))
+
+
+@needs_small_gemm
+def test_small_gemm_gives_a_row_the_same_bits_alone_and_among_up_to_four():
+    """Up to `avx512_gemm_rows` rows the AVX512 kernel runs whatever the CPU (rows in blocks of 1, 2 or 4, with
+    8, 8 or 6 streams): each output is the same sum in the same order, so a batch-1 verification of up to 3
+    drafts scores its tokens with a regular step's bits. 9608 outputs: 601 blocks, a leftover for every S and a
+    last block of 8. (AMX for 3-4 rows, which sums in another order, fails this: ~1e-4 of outputs differ.)"""
+    torch.manual_seed(3)
+    weight = torch.randn(9608, 576, dtype=torch.bfloat16)
+    packed = native.pack_small_gemm(weight)
+    x = torch.randn(native._avx512_gemm_rows(), 576, dtype=torch.bfloat16)
+    alone = torch.cat([native.small_gemm(x[i : i + 1], packed, 9608) for i in range(x.shape[0])])  # (R, N)
+    for rows in range(2, x.shape[0] + 1):
+        assert torch.equal(native.small_gemm(x[:rows], packed, 9608), alone[:rows])
