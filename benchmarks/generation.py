@@ -243,7 +243,7 @@ def run(args) -> tuple[list[Measurement], int, int]:
         backends = make_backends(loaded, draft, batch_size, args.backends, args.draft_tokens)
         for mode in args.modes:
             n = 1 if mode == "greedy" else args.samples
-            sequences = max(batch_size * args.waves, n)
+            sequences = max(batch_size * args.waves, n, args.min_sequences)
             requests = build_requests(loaded, -(-sequences // n), n)
             sampling = SamplingParams(
                 temperature=0.0 if mode == "greedy" else args.temperature, max_new_tokens=args.max_new_tokens, seed=1
@@ -381,7 +381,9 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--modes", nargs="+", default=["greedy", "sampling"], choices=["greedy", "sampling"])
     parser.add_argument("--max-new-tokens", type=int, default=192)
-    parser.add_argument("--waves", type=int, default=2, help="sequences per run = waves x batch size")
+    parser.add_argument("--waves", type=int, default=2, help="sequences per run = waves x batch size ...")
+    parser.add_argument("--min-sequences", type=int, default=8,
+                        help="... but at least this many (batch 1 greedy ran 2 prompts before: too few to rank drafters)")
     parser.add_argument("--samples", type=int, default=8, help="samples per prompt when sampling")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--backends", nargs="+", default=list(DEFAULT_BACKENDS), choices=BACKENDS, metavar="NAME",
@@ -393,7 +395,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="also draw throughput and latency against batch size (PNG)")
     args = parser.parse_args()
     if args.quick:
-        args.batch_sizes, args.max_new_tokens, args.waves = [1, 8], 48, 1
+        args.batch_sizes, args.max_new_tokens, args.waves, args.min_sequences = [1, 8], 48, 1, 1
     print(f"torch threads: {args.threads}")
     rows, weight_bytes, kv_bytes = run(args)
     print()
