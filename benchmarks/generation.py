@@ -262,10 +262,9 @@ def run(args) -> tuple[list[Measurement], int, int]:
                     rates[name].append(m.tokens_per_s)
                     if name not in best or m.cpu_seconds < best[name].cpu_seconds:
                         best[name] = m
-            for name, m in best.items():  # each round against HF's run next to it: the host moves between rounds
-                if name != "hf" and "hf" in rates:
-                    m.round_ratios = [round(r / h, 2) for r, h in zip(rates[name], rates["hf"])]
             for name, m in best.items():
+                if name != "hf" and "hf" in rates:  # each round against HF's run next to it: the host moves between rounds
+                    m.round_ratios = [round(r / h, 2) for r, h in zip(rates[name], rates["hf"])]
                 if mode == "greedy" and name != "hf" and "hf" in outputs:
                     same = sum(outputs["hf"][k] == v for k, v in outputs[name].items())
                     gaps = near_tie_gaps(model, requests, outputs["hf"], outputs[name])

@@ -135,7 +135,7 @@ def test_a_prompt_prefilled_by_other_kernels_lends_nothing(monkeypatch):
     runner = LlamaRunner(llama_head_dim_64(torch.bfloat16))
     monkeypatch.setattr(native, "AMX_GEMM_ROWS", 24)
     monkeypatch.setattr(native, "SMALL_GEMM_ROWS", 24)
-    [long_prompt, short_prompt] = [p for p in shared_prompts()[:2]]  # 30 and 27 tokens sharing 20
+    long_prompt, short_prompt = shared_prompts()[:2]  # 30 and 27 tokens sharing 20
     assert runner.prefill_kernel(len(long_prompt)) is None and runner.prefill_kernel(len(short_prompt)) is None
     short_prompt = short_prompt[:22]  # 22 tokens: quench's GEMM again
     assert runner.prefill_kernel(22) is not None
