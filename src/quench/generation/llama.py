@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from quench.generation import native
 from quench.generation.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
+from quench.generation.screen import ScreenedHead, screen_head
 
 
 NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
@@ -102,6 +103,10 @@ class LlamaRunner:
         self.embed = inner.embed_tokens.weight.detach()
         self.final_norm = inner.norm.weight.detach()
         self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack)
+        # greedy steps read an int8 copy of the head first (quench.generation.screen); same tokens
+        self.head_screen: ScreenedHead | None = (
+            screen_head(model.lm_head.weight.detach(), self.lm_head.small) if self.lm_head.bias is None else None
+        )
         self.layers = [self._layer(layer, prepack) for layer in inner.layers]
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)
@@ -229,12 +234,18 @@ class LlamaRunner:
         if not self._packed(num_new):
             return native.argmax(self.forward(cache, tokens, start, counts=counts))  # (B, S)
         h, real, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm), (B, S)
-        best = native.argmax(self.lm_head(h))  # (N,)
+        best = self._head_argmax(h)  # (N,)
         if best.shape[0] == batch * num_new:
             return best.view(batch, num_new)
         out = best.new_zeros(batch, num_new)
         out[real] = best
         return out
+
+    def _head_argmax(self, h: torch.Tensor) -> torch.Tensor:
+        """h (N, Dm) final-norm hidden states -> (N,) their greedy tokens: screened in int8 where the CPU
+        allows (the tokens the AVX512 GEMM's bfloat16 logits give), else from the whole head's logits."""
+        best = self.head_screen.argmax(h) if self.head_screen is not None else None
+        return best if best is not None else native.argmax(self.lm_head(h))
 
     @torch.inference_mode()
     def packed_logits(

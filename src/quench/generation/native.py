@@ -113,6 +113,13 @@ def _library() -> ctypes.CDLL | None:
     library.silu_mul_bf16.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
     library.add_rms_norm_bf16.restype = None
     library.add_rms_norm_bf16.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_float]
+    library.screen_available.restype = ctypes.c_int
+    library.screen_work_bytes.restype = ctypes.c_int64
+    library.screen_work_bytes.argtypes = [ctypes.c_int] * 3
+    library.screen_argmax_bf16.restype = ctypes.c_int
+    library.screen_argmax_bf16.argtypes = (
+        [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 6 + [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int]
+    )
     return library
 
 
@@ -174,9 +181,11 @@ AMX_GEMM_ROWS = 256  # with AMX tiles (30 layers + head, one thread, against one
 
 @dataclass
 class Switches:
-    """Kernel choices a benchmark may flip at run time (side-by-side runs); QUENCH_AMX=0 turns AMX off."""
+    """Kernel choices a benchmark may flip at run time (side-by-side runs); QUENCH_AMX=0 turns AMX off,
+    QUENCH_SCREEN=0 the screened greedy head."""
 
     amx: bool = os.environ.get("QUENCH_AMX", "1") != "0"
+    screen: bool = os.environ.get("QUENCH_SCREEN", "1") != "0"  # greedy heads screened in int8 (quench.generation.screen)
 
 
 SWITCHES = Switches()

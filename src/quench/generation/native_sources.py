@@ -1,14 +1,15 @@
 """C source of quench's native decode kernels (compiled and loaded by `quench.generation.native`).
 
-Four translation units, each with its own compiler flags: RoPE (exact PyTorch rounding), attention,
-the norm glue, and the small bfloat16 GEMM. `SOURCES` and `FLAGS` are what `native._build` compiles;
+Six translation units, each with its own compiler flags: RoPE (exact PyTorch rounding), attention,
+the norm glue, the small bfloat16 GEMM, the layer loop and the screened greedy head. `SOURCES` and `FLAGS` are what `native._build` compiles;
 both are part of the cache key, so editing a kernel rebuilds the library. The attention and GEMM sources
-are in `native_attention_source` and `native_gemm_source`.
+are in `native_attention_source`, `native_gemm_source`, `native_layers_source` and `native_screen_source`.
 """
 
 from quench.generation.native_attention_source import ATTEND
 from quench.generation.native_gemm_source import GEMM
 from quench.generation.native_layers_source import LAYERS
+from quench.generation.native_screen_source import SCREEN
 
 _COMMON = r"""
 #include <stdint.h>
@@ -199,11 +200,13 @@ FLAGS = {
     "glue": ["-O3", "-march=native", "-ffp-contract=off"],
     "gemm": ["-O3", "-march=native"],  # no fast-math: it turns 1/sqrtf into an approximation
     "layers": ["-O3", "-march=native", "-ffp-contract=off"],
+    "screen": ["-O3", "-march=native"],
 }
 # Attention and the GEMMs split their work over torch's threads with OpenMP: built with -fopenmp, the
 # library asks for libgomp.so.1, and the dynamic loader hands it the copy torch already loaded, so both
 # share one thread pool. Where the compiler has no OpenMP the pragmas are ignored: one thread.
-OPENMP = {"attend", "gemm"}
+OPENMP = {"attend", "gemm", "screen"}
 
 
-SOURCES = {"rope": _ROPE, "attend": _ATTEND, "glue": _GLUE, "gemm": _COMMON + _X86 + GEMM, "layers": _COMMON + _X86 + LAYERS}
+SOURCES = {"rope": _ROPE, "attend": _ATTEND, "glue": _GLUE, "gemm": _COMMON + _X86 + GEMM, "layers": _COMMON + _X86 + LAYERS,
+           "screen": _COMMON + _X86 + SCREEN}

@@ -1,0 +1,93 @@
+"""The screened greedy head: a greedy step's token without reading the whole LM head in bfloat16.
+
+`ScreenedHead.argmax(h)` gives, for each row of final-norm hidden states, the first maximum of the
+bfloat16 logits that quench's AVX512 GEMM computes for it (`native.small_gemm` at 1-4 rows), bit for bit,
+while reading an int8 copy of the head (half the bytes) plus ~6 exact rows per token: the proof that
+no token is lost, and the kernel, are in `native_screen_source`. Greedy decode and greedy verification
+steps use it (`LlamaRunner.greedy_tokens`); sampling needs every logit and keeps the full head.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from quench.generation import native
+
+log = logging.getLogger(__name__)
+
+TILE_K = 64  # inputs per AMX int8 tile row
+MAX_ROWS = 64  # rows per call (SCREEN_MAX_ROWS in the C source); more go through the full head
+BOUND_SLACK = 1.0 + 1e-6  # norms stored in float32 are rounded up by this factor
+CHUNK = 4096  # head rows converted to float64 at a time
+
+
+@dataclass(frozen=True)
+class ScreenedHead:
+    """An LM head W (V, K) as the screen reads it, next to its packed bfloat16 copy."""
+
+    quantized: torch.Tensor  # (ceil(V/16), K/64, 16, 16, 4) int8: per block of 16 tokens, one 1 KB tile per 64 inputs
+    scale: torch.Tensor  # (V,) float32 s_j: W_j ~ s_j q_j
+    column_sums: torch.Tensor  # (V,) int32 sum_k q_jk
+    norms: torch.Tensor  # (V,) float32 |W_j| (2-norm, rounded up)
+    errors: torch.Tensor  # (V,) float32 |W_j - s_j q_j| (2-norm, rounded up)
+    packed: torch.Tensor  # the head packed for native.small_gemm, (ceil(V/16), K/2, 16, 2) bfloat16
+    vocab_size: int
+    in_features: int
+
+    def argmax(self, h: torch.Tensor) -> torch.Tensor | None:
+        """h (M, K) bfloat16 -> (M,) int64 first-maximum tokens; None where the screen cannot serve the call."""
+        library = native._library()
+        rows = h.shape[0]
+        if library is None or not native.SWITCHES.screen or not 0 < rows <= MAX_ROWS or h.dtype != torch.bfloat16:
+            return None
+        h = h.contiguous()
+        out = torch.empty(rows, dtype=torch.long)
+        work = torch.empty(library.screen_work_bytes(rows, self.vocab_size, self.in_features), dtype=torch.uint8)
+        status = library.screen_argmax_bf16(
+            h.data_ptr(), rows, self.in_features, self.quantized.data_ptr(), self.scale.data_ptr(),
+            self.column_sums.data_ptr(), self.norms.data_ptr(), self.errors.data_ptr(), self.packed.data_ptr(),
+            self.vocab_size, out.data_ptr(), work.data_ptr(), torch.get_num_threads(),
+        )
+        return out if status == 0 else None
+
+
+def screen_available() -> bool:
+    library = native._library()
+    return library is not None and bool(library.screen_available())
+
+
+def screen_head(weight: torch.Tensor, packed: torch.Tensor | None) -> ScreenedHead | None:
+    """W (V, K) bfloat16 and its `native.pack_small_gemm` copy -> the screen's int8 copy; None where the
+    kernel cannot serve it (no AMX int8, K not a multiple of 64, a head too large for int32 offsets)."""
+    vocab, in_features = weight.shape
+    if packed is None or weight.dtype != torch.bfloat16 or in_features % TILE_K or not screen_available():
+        return None
+    blocks = (vocab + 15) // 16
+    if blocks * 8 * in_features >= 2**31:
+        return None
+    scale = torch.empty(vocab, dtype=torch.float32)
+    sums = torch.empty(vocab, dtype=torch.int32)
+    norms = torch.empty(vocab, dtype=torch.float64)
+    errors = torch.empty(vocab, dtype=torch.float64)
+    padded = torch.zeros(blocks * 16, in_features, dtype=torch.int8)
+    for first in range(0, vocab, CHUNK):  # float64 in chunks: the whole head would take 8 bytes per weight
+        w = weight[first : first + CHUNK].detach().to(torch.float64)  # (C, K)
+        top = w.abs().amax(dim=1)  # (C,)
+        s = torch.where(top > 0, top / 127, torch.ones_like(top)).to(torch.float32)  # the float32 s_j the kernel uses
+        q = torch.round(w / s.double()[:, None]).clamp(-127, 127)  # (C, K)
+        rows = slice(first, first + w.shape[0])
+        scale[rows], sums[rows], padded[rows] = s, q.sum(dim=1).to(torch.int32), q.to(torch.int8)
+        errors[rows] = (w - q * s.double()[:, None]).norm(dim=1) * BOUND_SLACK
+        norms[rows] = w.norm(dim=1) * BOUND_SLACK
+    # (blocks, 16 tokens n, K/64 chunks c, 16 rows r, 4 inputs i) -> tile layout (blocks, c, r, n, i)
+    tiles = padded.view(blocks, 16, in_features // TILE_K, 16, 4).permute(0, 2, 3, 1, 4).contiguous()
+    return ScreenedHead(tiles, scale, sums, _round_up(norms), _round_up(errors), packed, vocab, in_features)
+
+
+def _round_up(values: torch.Tensor) -> torch.Tensor:
+    """float64 -> float32 never below the float64 value."""
+    out = values.to(torch.float32)
+    return torch.where(out.double() < values, torch.nextafter(out, torch.full_like(out, float("inf"))), out)
