@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import llama_head_dim_64
+from helpers import llama_head_dim_64, torch_threads
 from quench.generation import native
 from quench.generation.llama import LlamaRunner
 from quench.generation.screen import MAX_ROWS, screen_available, screen_head
@@ -47,6 +47,18 @@ def test_screened_tokens_equal_the_whole_heads_row_by_row(rows, coarse):
     if coarse:  # the case needs the bound: the int8 logits alone pick another token for some rows
         int8_logits = (h.float() @ (torch.round(weight.float() / screen.scale[:, None]) * screen.scale[:, None]).T)
         assert rows < 8 or (int8_logits.argmax(dim=1) != got).any()
+
+
+@needs_screen
+def test_two_threads_give_the_same_tokens():
+    torch.manual_seed(1)
+    weight = (torch.randn(3000, 192) * 0.05).to(torch.bfloat16)
+    packed = native.pack_small_gemm(weight)
+    screen = screen_head(weight, packed)
+    h = hidden_with_outliers(11, 192, seed=1)
+    with torch_threads(2):
+        two = screen.argmax(h)
+    assert torch.equal(two, screen.argmax(h)) and torch.equal(two, head_tokens_row_by_row(h, packed, 3000))
 
 
 @needs_screen
