@@ -6,7 +6,8 @@
 
 Backends: `hf` (`generate`, left-padded batches), `quench` (regular; a prompt that starts like a
 recent one copies those positions' keys/values), `quench-whole-prefill` (regular, every prompt
-prefilled whole; opt-in), `quench-ngram` (prompt lookup, BASS draft length), `quench-hybrid`
+prefilled whole; opt-in), `quench-whole-head` (regular, greedy steps read the whole bfloat16 LM head
+instead of screening it in int8; opt-in), `quench-ngram` (prompt lookup, BASS draft length), `quench-hybrid`
 (prompt lookup where it matches, else the shipped draft model; opt-in with --backends),
 `quench-draft` (the draft model alone; opt-in), and
 Hugging Face assisted generation. HF refuses batch > 1 there, so `hf-assisted-*` run one sequence
@@ -48,6 +49,7 @@ import torch
 from torch import nn
 
 from quench.benchmarks import load_humaneval
+from quench.generation import native
 from quench.generation.engine import EngineConfig, QuenchBackend
 from quench.generation.hf_backend import HFBackend
 from quench.generation.types import GenerationRequest, SamplingParams
@@ -55,7 +57,7 @@ from quench.models import load_model
 from quench.models.draft import load_draft
 from quench.models.prompts import encode_prompt
 
-BACKENDS = ("hf", "quench", "quench-whole-prefill", "quench-ngram", "quench-draft", "quench-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
+BACKENDS = ("hf", "quench", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
 DEFAULT_BACKENDS = ("hf", "quench", "quench-ngram", "hf-assisted-ngram", "hf-assisted-draft")
 LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matched, as quench's
 Backend = HFBackend | QuenchBackend
@@ -144,6 +146,24 @@ class AssistedModel:
         return self.target.generate(**inputs, **self.options.generate_kwargs())
 
 
+class WholeHead:
+    """A quench backend whose greedy steps read the whole bfloat16 LM head (`native.SWITCHES.screen` off while
+    it generates): the screened head's A/B in one process."""
+
+    def __init__(self, inner: QuenchBackend) -> None:
+        self.inner = inner
+
+    def generate(self, requests, sampling):
+        native.SWITCHES.screen = False
+        try:
+            yield from self.inner.generate(requests, sampling)
+        finally:
+            native.SWITCHES.screen = True
+
+    def __getattr__(self, name: str) -> Any:  # last_stats, runner, ... of the wrapped backend
+        return getattr(self.inner, name)
+
+
 def make_backends(
     loaded, draft: nn.Module | None, batch_size: int, names: list[str], draft_tokens: int
 ) -> dict[str, Backend]:
@@ -160,6 +180,7 @@ def make_backends(
         "hf": lambda: HFBackend(model, tokenizer, batch_size),
         "quench": lambda: quench("none"),
         "quench-whole-prefill": lambda: quench("none", share_prefixes=False),  # every prompt prefilled whole
+        "quench-whole-head": lambda: WholeHead(quench("none")),  # greedy steps without the int8 screen
         "quench-ngram": lambda: quench("ngram"),
         "quench-draft": lambda: quench("model"),
         "quench-hybrid": lambda: quench("hybrid"),  # prompt lookup where it matches, else the draft model
