@@ -42,8 +42,10 @@ def test_screened_tokens_equal_the_whole_heads_row_by_row(rows, coarse):
     packed = native.pack_small_gemm(weight)
     screen = screen_head(weight, packed)
     h = hidden_with_outliers(rows, 128, seed=rows)
-    got = screen.argmax(h)
+    counts = torch.zeros(rows, dtype=torch.int32)
+    got = screen.argmax(h, counts=counts)
     assert got is not None and torch.equal(got, head_tokens_row_by_row(h, packed, 4001))
+    assert (counts >= 1).all() and (counts <= 4001).all()  # the winner itself is always computed exactly
     if coarse:  # the case needs the bound: the int8 logits alone pick another token for some rows
         int8_logits = (h.float() @ (torch.round(weight.float() / screen.scale[:, None]) * screen.scale[:, None]).T)
         assert rows < 8 or (int8_logits.argmax(dim=1) != got).any()

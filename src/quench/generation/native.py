@@ -118,7 +118,7 @@ def _library() -> ctypes.CDLL | None:
     library.screen_work_bytes.argtypes = [ctypes.c_int] * 3
     library.screen_argmax_bf16.restype = ctypes.c_int
     library.screen_argmax_bf16.argtypes = (
-        [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 6 + [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int]
+        [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 6 + [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int]
     )
     return library
 

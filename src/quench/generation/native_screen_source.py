@@ -158,7 +158,8 @@ static void screen_pass(const uint8_t* planes, int M, int K, const int8_t* wq, c
    candidate's block of 16 tokens in the packed bfloat16 head (ceil(V/16), K/2, 16, 2) is one contiguous
    run, read whole (a gather of one token's pairs touched the same cache lines, 3-4x slower). -1 if no
    token reaches T. */
-static int64_t screen_exact(const bf16* x, const bf16* wp, const float* up, float lower, int V, int K, int32_t* cand) {
+static int64_t screen_exact(const bf16* x, const bf16* wp, const float* up, float lower, int V, int K, int32_t* cand,
+                            int32_t* count) {
     float T = lower - fabsf(lower) * (1.0f / 64.0f) - 1e-3f;
     int n = 0, j = 0;
     for (; j + 16 <= V; j += 16) {
@@ -166,6 +167,7 @@ static int64_t screen_exact(const bf16* x, const bf16* wp, const float* up, floa
         while (hit) { cand[n++] = j + __builtin_ctz(hit); hit &= hit - 1; }
     }
     for (; j < V; j++) if (up[j] >= T) cand[n++] = j;
+    if (count) *count = n;
     if (n == 0) return -1;
     int K2 = K / 2;
     float best = -INFINITY, values[16] __attribute__((aligned(64)));
@@ -188,13 +190,15 @@ static int64_t screen_exact(const bf16* x, const bf16* wp, const float* up, floa
 
 /* x (M, K) bfloat16 -> out (M,) the first maximum of each row's bfloat16 logits x W^T, W given as its int8
    copy (wq, wscale, colq: column sums of q, w2 = |W_j|, e2 = |W_j - s_j q_j|) and packed for gemm_bf16 (wp).
-   work: at least screen_work_bytes(M, V, K) bytes. Returns 0, or -1 where the screen cannot serve the
+   work: at least screen_work_bytes(M, V, K) bytes; counts (M,), if given: the tokens computed exactly per row.
+   Returns 0, or -1 where the screen cannot serve the
    call (no AMX, K not a multiple of 64, too many rows, a row without candidates): nothing promised in out. */
 int64_t screen_work_bytes(int M, int V, int K) {
     return (int64_t)((M + 7) / 8) * 16 * K + (int64_t)M * V * 4 + (int64_t)M * V * 4 + 64 * 3;
 }
 int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq,
-                       const float* w2, const float* e2, const bf16* wp, int V, int64_t* out, void* work, int threads) {
+                       const float* w2, const float* e2, const bf16* wp, int V, int64_t* out, int32_t* counts, void* work,
+                       int threads) {
     if (K % 64 || M < 1 || M > SCREEN_MAX_ROWS || !screen_available()) return -1;
     row_terms terms[SCREEN_MAX_ROWS];
     float lower[SCREEN_MAX_ROWS];
@@ -207,7 +211,8 @@ int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const floa
     int failed = 0;
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && M > 1) reduction(|:failed)
     for (int m = 0; m < M; m++) {
-        out[m] = screen_exact(x + (int64_t)m * K, wp, upper + (int64_t)m * V, lower[m], V, K, cand + (int64_t)m * V);
+        out[m] = screen_exact(x + (int64_t)m * K, wp, upper + (int64_t)m * V, lower[m], V, K, cand + (int64_t)m * V,
+                              counts ? counts + m : NULL);
         failed |= out[m] < 0;
     }
     return failed ? -1 : 0;
@@ -216,8 +221,8 @@ int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const floa
 int screen_available(void) { return 0; }
 int64_t screen_work_bytes(int M, int V, int K) { (void)M; (void)V; (void)K; return 0; }
 int screen_argmax_bf16(const void* x, int M, int K, const void* wq, const void* wscale, const void* colq, const void* w2,
-                       const void* e2, const void* wp, int V, void* out, void* work, int threads) {
-    (void)x; (void)M; (void)K; (void)wq; (void)wscale; (void)colq; (void)w2; (void)e2; (void)wp; (void)V; (void)out;
+                       const void* e2, const void* wp, int V, void* out, void* counts, void* work, int threads) {
+    (void)x; (void)counts; (void)M; (void)K; (void)wq; (void)wscale; (void)colq; (void)w2; (void)e2; (void)wp; (void)V; (void)out;
     (void)work; (void)threads;
     return -1;
 }

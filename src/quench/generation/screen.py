@@ -37,8 +37,9 @@ class ScreenedHead:
     vocab_size: int
     in_features: int
 
-    def argmax(self, h: torch.Tensor) -> torch.Tensor | None:
-        """h (M, K) bfloat16 -> (M,) int64 first-maximum tokens; None where the screen cannot serve the call."""
+    def argmax(self, h: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor | None:
+        """h (M, K) bfloat16 -> (M,) int64 first-maximum tokens; None where the screen cannot serve the call.
+        counts, if given ((M,) int32, contiguous): filled with the tokens computed exactly per row."""
         library = native._library()
         rows = h.shape[0]
         if library is None or not native.SWITCHES.screen or not 0 < rows <= MAX_ROWS or h.dtype != torch.bfloat16:
@@ -49,7 +50,8 @@ class ScreenedHead:
         status = library.screen_argmax_bf16(
             h.data_ptr(), rows, self.in_features, self.quantized.data_ptr(), self.scale.data_ptr(),
             self.column_sums.data_ptr(), self.norms.data_ptr(), self.errors.data_ptr(), self.packed.data_ptr(),
-            self.vocab_size, out.data_ptr(), work.data_ptr(), torch.get_num_threads(),
+            self.vocab_size, out.data_ptr(), counts.data_ptr() if counts is not None else None, work.data_ptr(),
+            torch.get_num_threads(),
         )
         return out if status == 0 else None
 
