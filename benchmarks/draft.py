@@ -8,7 +8,9 @@ thread. Configurations (`--configs`): regular decoding, `ngram` (prompt lookup),
 distilled draft model, `--draft auto` or a path) and `hybrid` (per row: prompt lookup where the
 row's last n-gram occurred before, else the draft model). Per batch size and mode the
 configurations run interleaved, best of `--repeats` (contention only ever slows a run), in tokens
-per CPU-second of this process (steady on a shared machine) and per wall-second. For speculative
+per CPU-second of this process (steady on a shared machine) and per wall-second; each speculative
+configuration is also compared with regular decoding's run of the same round, with the median over
+the rounds (the host's speed moves between rounds). For speculative
 runs: acceptance rate (accepted / drafted), mean accepted draft tokens per row per step, tokens
 per row per step, where the time goes — ms per step in the draft model (proposing) and in the
 target (verifying), next to the ms of one regular decoding step — and, for hybrid, the share of
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -107,6 +110,7 @@ class Row:
     verify_ms_per_step: float | None = None  # target forward per step (regular: one decoding step)
     greedy_match: str | None = None
     copied_share: float | None = None  # hybrid: row drafts made by prompt lookup / all row drafts
+    round_ratios: list[float] | None = None  # tokens/CPU-s against regular's run of the same round, one per round
 
 
 DRAFTERS = {"regular": "none", "ngram": "ngram", "draft": "model", "hybrid": "hybrid",
@@ -181,12 +185,16 @@ def run(args) -> list[Row]:
             warm = [GenerationRequest(r.key, r.prompt_ids) for r in requests[:batch_size]]
             for backend in backends.values():  # one-time set-up (oneDNN kernels, native attention)
                 list(backend.generate(warm, SamplingParams(max_new_tokens=8)))
-            best, outputs = {}, {}
+            best, outputs, rates = {}, {}, {name: [] for name in backends}
             for _ in range(args.repeats):
                 for name, backend in backends.items():
                     row, outputs[name] = measure(name, backend, requests, sampling, batch_size, mode)
+                    rates[name].append(row.tokens_per_cpu_s)
                     if name not in best or row.cpu_seconds < best[name].cpu_seconds:
                         best[name] = row
+            for name, row in best.items():  # the host's speed moves between rounds: also each round on its own
+                if name != "regular":
+                    row.round_ratios = [round(r / g, 2) for r, g in zip(rates[name], rates["regular"])]
             if mode == "greedy":
                 for name in best:
                     if name != "regular":
@@ -219,6 +227,11 @@ def markdown(rows: list[Row]) -> str:
                      f"{r.acceptance_rate or ''} | {r.accepted_per_step or ''} | {r.tokens_per_row_step or ''} | "
                      f"{r.draft_ms_per_step or ''} | {r.verify_ms_per_step} | {r.greedy_match or ''} | "
                      f"{'' if r.copied_share is None else r.copied_share} |")
+    paired = [r for r in rows if r.round_ratios and len(r.round_ratios) > 1]
+    if paired:
+        lines.append("\nvs regular, round by round:")
+        lines.extend(f"B={r.batch_size} {r.mode} {r.backend}: " + ", ".join(f"{x:.2f}x" for x in r.round_ratios)
+                     + f" (median {statistics.median(r.round_ratios):.2f}x)" for r in paired)
     return "\n".join(lines)
 
 
