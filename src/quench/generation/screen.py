@@ -19,7 +19,10 @@ from quench.generation import native
 log = logging.getLogger(__name__)
 
 TILE_K = 64  # inputs per AMX int8 tile row
-MAX_ROWS = 64  # rows per call (SCREEN_MAX_ROWS in the C source); more go through the full head
+# Rows per call; more go through the whole head. The C kernel takes up to 64, but its cost grows by ~1.6 ms
+# per 8 rows (benchmarks/head.py, one thread: 1.43-1.58x the whole head at 1-8 rows, 1.09x at 16, 1.02x at
+# 24, 0.73-0.81x at 32-64).
+MAX_ROWS = 16
 BOUND_SLACK = 1.0 + 1e-6  # norms stored in float32 are rounded up by this factor
 CHUNK = 4096  # head rows converted to float64 at a time
 
