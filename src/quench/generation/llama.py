@@ -104,9 +104,7 @@ class LlamaRunner:
         self.final_norm = inner.norm.weight.detach()
         self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack)
         # greedy steps read an int8 copy of the head first (quench.generation.screen); same tokens
-        self.head_screen: ScreenedHead | None = (
-            screen_head(model.lm_head.weight.detach(), self.lm_head.small) if self.lm_head.bias is None else None
-        )
+        self.head_screen: ScreenedHead | None = screen_head(model.lm_head.weight.detach(), self.lm_head.small)
         self.layers = [self._layer(layer, prepack) for layer in inner.layers]
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)

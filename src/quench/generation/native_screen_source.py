@@ -1,5 +1,5 @@
 """C source of the screened greedy head: the argmax of x W^T over the vocabulary without reading all of W
-in bfloat16 (`native.screened_argmax`; `native_sources` compiles it as its own unit).
+in bfloat16 (`screen.ScreenedHead.argmax`; `native_sources` compiles it as its own unit).
 
 A greedy step needs one token per row, the first maximum of the head's bfloat16 logits. The head of the
 default model is 49,152 x 576 (57 MB in bfloat16, a fifth of what a decode step reads). Here each row is
@@ -24,13 +24,8 @@ SCREEN = r"""
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)
 #include <math.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-static int screen_state = 0;  /* 0: not asked yet, 1: AMX tiles allowed, -1: not */
-int screen_available(void) {
-    if (screen_state == 0) screen_state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0 ? 1 : -1;
-    return screen_state == 1;
-}
+int amx_available(void);  /* the GEMM unit's: asks the kernel once whether this process may use AMX tiles */
+int screen_available(void) { return amx_available(); }
 #define SCREEN_MAX_ROWS 64
 typedef struct { float scale, alpha, beta; } row_terms;
 

@@ -23,6 +23,7 @@ TILE_K = 64  # inputs per AMX int8 tile row
 # per 8 rows (benchmarks/head.py, one thread: 1.43-1.58x the whole head at 1-8 rows, 1.09x at 16, 1.02x at
 # 24, 0.73-0.81x at 32-64).
 MAX_ROWS = 16
+KERNEL_MAX_ROWS = 64  # SCREEN_MAX_ROWS in the C source: what a call may ask for with max_rows
 BOUND_SLACK = 1.0 + 1e-6  # norms stored in float32 are rounded up by this factor
 CHUNK = 4096  # head rows converted to float64 at a time
 
@@ -40,12 +41,16 @@ class ScreenedHead:
     vocab_size: int
     in_features: int
 
-    def argmax(self, h: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor | None:
-        """h (M, K) bfloat16 -> (M,) int64 first-maximum tokens; None where the screen cannot serve the call.
+    def argmax(
+        self, h: torch.Tensor, counts: torch.Tensor | None = None, max_rows: int = MAX_ROWS
+    ) -> torch.Tensor | None:
+        """h (M, K) bfloat16 -> (M,) int64 first-maximum tokens; None where the screen cannot serve the call
+        (more than max_rows rows: the whole head is faster there; benchmarks/head.py passes KERNEL_MAX_ROWS).
         counts, if given ((M,) int32, contiguous): filled with the tokens computed exactly per row."""
         library = native._library()
         rows = h.shape[0]
-        if library is None or not native.SWITCHES.screen or not 0 < rows <= MAX_ROWS or h.dtype != torch.bfloat16:
+        served = 0 < rows <= min(max_rows, KERNEL_MAX_ROWS) and h.dtype == torch.bfloat16
+        if library is None or not native.SWITCHES.screen or not served:
             return None
         h = h.contiguous()
         out = torch.empty(rows, dtype=torch.long)
