@@ -14,6 +14,7 @@ from quench.generation.drafters import CATCH_UP, HybridDrafter, ModelDrafter, Ng
 from quench.generation.engine import EngineConfig, QuenchBackend, make_runner
 from quench.generation.rows import Row, StopRules
 from quench.generation.scheduler import WorkItem, WorkQueue
+from quench.generation.screen import screen_available
 from quench.generation.types import GenerationRequest, SamplingParams
 from quench.generation.verify import PLACEHOLDER, verify_sampling
 
@@ -201,3 +202,46 @@ def test_a_prompt_past_the_position_limit_is_a_clear_error(tokenizer):
     with pytest.raises(QuenchError, match="position limit of 64"):  # learned positions: was a bare IndexError
         list(QuenchBackend(gpt2, tokenizer, EngineConfig(batch_size=1)).generate(
             [GenerationRequest("g", (5,) * 65)], SamplingParams(max_new_tokens=2)))
+
+
+def test_a_cumulative_stop_ends_model_drafts_after_the_floor_and_keeps_greedy_output(tokenizer):
+    """Tiny random models give every token ~1/vocab, so the product of the draft's probabilities falls below
+    any useful stop at once: drafts keep exactly their floor, and none without one; 0 turns the rule off."""
+    model = tiny_llama(dtype=torch.float64)
+    runner = make_runner(model, EngineConfig())
+    for stop, floor, want in [(0.5, 2, 2), (0.5, 0, 0), (0.0, 2, 5)]:
+        drafter = ModelDrafter(runner, 1, 64, stop=stop, floor=floor)
+        row = make_row([9, 10, 11, 12])
+        drafter.admit([(0, WorkItem(0, GenerationRequest("r0", tuple(row.tokens[:3])), 0))])
+        draft = drafter.propose([row], [5], SamplingParams())
+        assert int((draft.tokens[0] != PLACEHOLDER).sum()) == want, (stop, floor)
+    reqs = requests(tokenizer)
+    config = EngineConfig(batch_size=2, drafter="hybrid", draft_stop=0.3, min_model_draft=2)
+    backend = QuenchBackend(model, tokenizer, config, draft_model=perturbed(model, 0.3))
+    out = {r.key: r.token_ids for r in backend.generate(reqs, SamplingParams(max_new_tokens=20))}
+    assert out == {r.key: tuple(hf_greedy(model, r, 20)) for r in reqs}
+    with pytest.raises(ValueError, match="draft_stop"):
+        EngineConfig(draft_stop=1.0)
+
+
+def test_an_int8_draft_proposes_and_the_target_keeps_its_own_greedy_output(tokenizer):
+    """A bfloat16 draft runs from int8 weight copies where the CPU has AMX int8 (`draft_int8`, the default):
+    its proposals change a little, the target's greedy output does not."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+    model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    draft = perturbed(model, 0.3)
+    reqs = requests(tokenizer)
+    sampling = SamplingParams(max_new_tokens=24)
+    regular = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2))
+    want = {r.key: r.token_ids for r in regular.generate(reqs, sampling)}
+    for int8 in (True, False):
+        backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2, drafter="model", draft_length="fixed",
+                                                              draft_tokens=3, draft_int8=int8), draft_model=draft)
+        assert backend.draft_runner.int8 == (int8 and screen_available())
+        assert (backend.draft_runner.lm_head.int8 is not None) == backend.draft_runner.int8
+        assert {r.key: r.token_ids for r in backend.generate(reqs, sampling)} == want, int8
+        assert backend.last_stats.drafted > 0

@@ -1,12 +1,17 @@
-"""The screened greedy head gives the tokens the whole bfloat16 head gives (quench.generation.screen)."""
+"""The screened greedy head gives the tokens the whole bfloat16 head gives, and int8 weight copies give products
+close to the bfloat16 ones, each row on its own (quench.generation.screen)."""
+
+import ctypes
+from contextlib import contextmanager
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from helpers import llama_head_dim_64, torch_threads
 from quench.generation import native
-from quench.generation.llama import LlamaRunner
-from quench.generation.screen import MAX_ROWS, screen_available, screen_head
+from quench.generation.llama import INT8_MAX_ROWS, LlamaRunner
+from quench.generation.screen import MAX_ROWS, int8_weight, screen_available, screen_head
 
 needs_screen = pytest.mark.skipif(
     native.pack_small_gemm(torch.zeros(16, 2, dtype=torch.bfloat16)) is None or not screen_available(),
@@ -132,3 +137,78 @@ def test_greedy_steps_take_the_same_tokens_with_and_without_the_screen():
     logits = runner.packed_logits(cache, step, start, counts=counts)  # (10, V): the real positions
     assert torch.equal(screened, whole)
     assert torch.equal(screened[counts[:, None] > torch.arange(4)], native.argmax(logits))
+
+
+@contextmanager
+def few_row_pass(rows: int):
+    """Let the AVX512-VNNI pass serve calls of up to `rows` rows (0: every call takes the AMX tiles)."""
+    flag = ctypes.c_int.in_dll(native._library(), "screen_vnni_rows")
+    before = flag.value
+    flag.value = rows
+    try:
+        yield
+    finally:
+        flag.value = before
+
+
+@needs_screen
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 70])
+def test_int8_products_are_close_and_each_row_is_computed_alone(rows):
+    """Close to the float product (x rounded to 15 bits, W to 8 bits per output, the result to bfloat16), and
+    a row's output is the same alone and in any batch (1-4 rows: VNNI; 8 and 70: tiles, 70 in two calls)."""
+    torch.manual_seed(rows)
+    weight = (torch.randn(300, 192) * 0.05).to(torch.bfloat16)
+    x = hidden_with_outliers(rows, 192, seed=rows)
+    product = int8_weight(weight)
+    out = product(x)
+    want = x.float() @ weight.float().T
+    assert out.shape == (rows, 300) and out.dtype == torch.bfloat16
+    assert ((out.float() - want).norm() / want.norm()).item() < 0.02
+    alone = torch.cat([product(x[i : i + 1]) for i in range(rows)])
+    assert torch.equal(alone.view(torch.int16), out.view(torch.int16))
+
+
+@needs_screen
+def test_the_few_row_pass_sums_exactly_what_the_tile_pass_sums():
+    """1-4 rows take AVX512-VNNI instead of AMX tiles: the integer sums, hence every product and every screened
+    token, must be the same (4,001 tokens: a partial last group of blocks)."""
+    torch.manual_seed(3)
+    weight = (torch.randn(4001, 128) * 0.05).to(torch.bfloat16)
+    product, screen = int8_weight(weight), screen_head(weight, native.pack_small_gemm(weight))
+    for rows in (1, 2, 3, 4):
+        x = hidden_with_outliers(rows, 128, seed=rows)
+        with few_row_pass(4):
+            vnni = product(x), screen.argmax(x)
+        with few_row_pass(0):
+            tiles = product(x), screen.argmax(x)
+        assert torch.equal(vnni[0].view(torch.int16), tiles[0].view(torch.int16)), rows
+        assert torch.equal(vnni[1], tiles[1]), rows
+
+
+@needs_screen
+def test_int8_weights_decline_what_the_kernel_cannot_serve():
+    assert int8_weight(torch.randn(256, 96).to(torch.bfloat16)) is None  # 96 inputs: not a multiple of 64
+    assert int8_weight(torch.randn(256, 64)) is None  # float32
+    assert int8_weight(torch.randn(256, 64).to(torch.bfloat16)) is not None
+
+
+@needs_screen
+def test_an_int8_runner_scores_close_to_the_bfloat16_one():
+    """A draft runner with int8 weights: decode steps of up to INT8_MAX_ROWS rows read the int8 copies (and
+    give logits close to the bfloat16 runner's), longer feeds the bfloat16 kernels (the same logits)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+    model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    plain, int8 = LlamaRunner(model), LlamaRunner(model, int8=True)
+    assert int8.layers[1].down.int8 is not None and int8.lm_head.int8 is not None and int8.head_screen is None
+    assert plain.layers[1].down.int8 is None
+    prompt = torch.randint(0, 512, (2, INT8_MAX_ROWS + 4))
+    caches = [runner.new_cache(2, 64) for runner in (plain, int8)]
+    fed = [runner.forward(cache, prompt, torch.zeros(2, dtype=torch.long)) for runner, cache in zip((plain, int8), caches)]
+    assert torch.equal(fed[0], fed[1])  # 24 rows: past INT8_MAX_ROWS, the bfloat16 kernels
+    step = torch.randint(0, 512, (2, 1))
+    start = torch.full((2,), prompt.shape[1])
+    logits = [runner.forward(cache, step, start) for runner, cache in zip((plain, int8), caches)]
+    assert not torch.equal(logits[0], logits[1])  # 2 rows: the int8 copies
+    assert ((logits[1] - logits[0]).norm() / logits[0].norm()).item() < 0.05

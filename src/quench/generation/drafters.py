@@ -142,6 +142,8 @@ class ModelDrafter:
         confidence: float = 0.0,
         columns: HeadColumns | None = None,
         share_prefixes: bool = True,
+        stop: float = 0.0,
+        floor: int = 0,
     ) -> None:
         self.runner = runner
         self.columns = columns
@@ -149,6 +151,11 @@ class ModelDrafter:
         # (0: never): at batch > 1 each drafted token costs verification work, and unsure ones are
         # mostly rejected. The cut depends on the draft alone, so verification stays lossless.
         self.confidence = confidence
+        # ... and, past its first `floor` tokens, before the token at which the product of the draft's
+        # probabilities of the row's tokens so far (the chance the target keeps them all, were the draft
+        # calibrated) falls below `stop` (0: never).
+        self.stop = stop
+        self.floor = floor
         # CATCH_UP more positions: a row that skipped drafting catches up in blocks of that many tokens.
         self.cache: KVCache = runner.new_cache(batch_size, max_len + CATCH_UP)
         self.prefixes = PrefixStore(runner, share=share_prefixes)
@@ -189,20 +196,23 @@ class ModelDrafter:
         lengths = torch.tensor([len(row.tokens) if d else v for d, v, row in zip(drafting, valid, rows)])  # (B,)
         probs_steps: list[torch.Tensor] = []
         kept = list(limits)  # tokens each row keeps: its limit, or fewer where the draft was unsure
+        sure = [1.0] * batch  # per row: the product of its draft tokens' probabilities so far
+        unsure = bool(self.confidence or self.stop)
         for i in range(k):
             if sampling.greedy:
                 column = native.argmax(logits)  # (B,)
-                chosen = torch.softmax(logits.float(), dim=-1).gather(1, column[:, None])[:, 0] if self.confidence else None
+                chosen = torch.softmax(logits.float(), dim=-1).gather(1, column[:, None])[:, 0] if unsure else None
             else:
                 probs = logits_to_probs(logits, sampling)  # (B, V')
                 generators = [r.generator if r is not None and i < kept[b] else scratch for b, r in enumerate(rows)]
                 column = sample_rows(probs, generators)
                 probs_steps.append(probs)
-                chosen = probs.gather(1, column[:, None])[:, 0] if self.confidence else None  # (B,)
+                chosen = probs.gather(1, column[:, None])[:, 0] if unsure else None  # (B,)
             step = self.columns.ids[column] if self.columns is not None else column  # (B,) token ids
             tokens[:, i] = step
             if chosen is not None:
-                kept = [i if i < n and float(p) < self.confidence else n for n, p in zip(kept, chosen)]
+                sure = [s * float(p) for s, p in zip(sure, chosen)]
+                kept = [i if i < n and self._cut(i, float(p), s) else n for n, p, s in zip(kept, chosen, sure)]
             live = [int(d and i + 1 < n) for d, n in zip(drafting, kept)]
             if not any(live):
                 break
@@ -216,6 +226,11 @@ class ModelDrafter:
         if probs is not None and self.columns is not None:
             probs = self.columns.full_probs(probs)  # (B, <= K, V)
         return Draft(tokens[:, :width], probs)
+
+    def _cut(self, i: int, p: float, sure: float) -> bool:
+        """Whether a row's draft ends before its token i, drafted with probability p (sure: the product
+        of its tokens' probabilities up to and including i)."""
+        return p < self.confidence or (i >= self.floor and sure < self.stop)
 
     def _catch_up(self, rows: Sequence[Row | None], drafting: list[bool], valid: list[int]) -> torch.Tensor:
         """Feed each drafting row's committed tokens that this cache lacks (at least the last one).
@@ -282,8 +297,10 @@ class HybridDrafter:
         self._learn(rows)
         caps = [min(limit, cap or limit) for limit, cap in zip(limits, self.copy_cap)]
         copies = [self.ngram.lookup(b, row, cap) for b, (row, cap) in enumerate(zip(rows, caps))]
+        # With a stop on the draft's cumulative probability, that rule sets each model draft's length.
+        lengths = self.model_length if not self.model.stop else [self.max_model_tokens] * len(rows)
         model_limits = [
-            0 if copy or row is None else min(limit, self.model_length[b])
+            0 if copy or row is None else min(limit, lengths[b])
             for b, (row, limit, copy) in enumerate(zip(rows, limits, copies))
         ]
         width = max([len(c) for c in copies] + model_limits + [0])

@@ -54,6 +54,10 @@ class EngineConfig:
     draft_confidence: float | None = None  # draft model: a row's draft ends before a token it gives less
     row_copy_lengths: bool | None = None  # hybrid: cap each row's copies by what the target kept of its last one
     min_model_draft: int | None = None  # hybrid: the shortest model draft a row gets (None: 2 at batch 1, else 1)
+    draft_stop: float | None = None  # draft model: past that floor, a row's draft ends before the token at
+    # which the product of the draft's probabilities of its tokens falls below this (0: never; None: by batch size)
+    draft_int8: bool = True  # the draft model's products of a few rows from int8 weight copies where the CPU
+    # has AMX int8 (half the bytes; the target verifies, so output is unchanged; docs/draft.md)
     share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
     # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
 
@@ -68,6 +72,8 @@ class EngineConfig:
             raise ValueError("need 1 <= draft_tokens <= max_draft_tokens")
         if self.draft_confidence is not None and not 0.0 <= self.draft_confidence < 1.0:
             raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence}")
+        if self.draft_stop is not None and not 0.0 <= self.draft_stop < 1.0:
+            raise ValueError(f"draft_stop must be in [0, 1), got {self.draft_stop}")
         if self.min_model_draft is not None and self.min_model_draft < 1:
             raise ValueError(f"min_model_draft must be >= 1, got {self.min_model_draft}")
         if self.dtype != "auto" and self.dtype not in _DTYPES:
@@ -79,6 +85,13 @@ class EngineConfig:
         if self.draft_confidence is not None:
             return self.draft_confidence
         return 0.0 if self.batch_size == 1 else AUTO_DRAFT_CONFIDENCE
+
+    @property
+    def stop(self) -> float:
+        """The cumulative-probability stop in force (see `draft_stop`)."""
+        if self.draft_stop is not None:
+            return self.draft_stop
+        return AUTO_DRAFT_STOP
 
     @property
     def model_draft_floor(self) -> int:
@@ -97,10 +110,12 @@ AUTO_DRAFT_CONFIDENCE = 0.4  # batch 8, hybrid with copy caps: 0.4 gave 1.10-1.2
 # Batch 1 greedy, hybrid, two interleaved rounds: a floor of 2 tokens per model draft gave 1.05-1.09x the
 # speed of a floor of 1 (2.10 vs 2.04 tokens per step): a drafted token costs little to verify there.
 AUTO_BATCH1_MODEL_DRAFT = 2
+AUTO_DRAFT_STOP = 0.0
 
 
-def make_runner(model: torch.nn.Module, config: EngineConfig) -> Runner:
-    """The Llama fast path when it applies (and is enabled), else the generic Hugging Face path."""
+def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False) -> Runner:
+    """The Llama fast path when it applies (and is enabled), else the generic Hugging Face path.
+    int8: int8 weight copies for products of a few rows (draft models; `LlamaRunner`)."""
     if config.dtype != "auto":
         model.to(_DTYPES[config.dtype])
     model.eval()
@@ -110,6 +125,7 @@ def make_runner(model: torch.nn.Module, config: EngineConfig) -> Runner:
             prepack=config.prepack and not config.compile,
             compile=config.compile,
             native_attention=config.native_attention and not config.compile,
+            int8=int8,
         )
     return HFRunner(model)
 
@@ -121,7 +137,7 @@ def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tup
     scores only the head's rows: the drafter picks among them and maps its picks back. The generic
     Hugging Face path calls the module, whose head returns full logits (-inf elsewhere).
     """
-    runner = make_runner(draft_model, config)
+    runner = make_runner(draft_model, config, int8=config.draft_int8)
     head = draft_model.get_output_embeddings()
     if isinstance(runner, LlamaRunner) and isinstance(head, SubsetHead):
         return runner, HeadColumns(head.token_ids, head.vocab_size)
@@ -240,7 +256,7 @@ class QuenchBackend:
             assert self.draft_runner is not None
             model = ModelDrafter(
                 self.draft_runner, self.config.batch_size, max_len, self.config.confidence, self.draft_columns,
-                self.config.share_prefixes,
+                self.config.share_prefixes, self.config.stop, self.config.model_draft_floor,
             )
             if self.config.drafter == "model":
                 return model

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from quench.generation import native
 from quench.generation.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
-from quench.generation.screen import ScreenedHead, screen_head
+from quench.generation.screen import Int8Weight, ScreenedHead, int8_weight, screen_available, screen_head
 
 
 NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
@@ -25,18 +25,29 @@ NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills us
 NATIVE_PREFILL_MAX = 512
 
 
-class Linear:
-    """y = x W^T + b, with W pre-packed for oneDNN where that is available (CPU, bf16/fp32)."""
+# Int8 weights (draft models) serve products of up to this many rows; more take the bfloat16 kernels, which are
+# faster there (the draft's 2 layers + head, one thread: int8 1.2-1.65x at 1-8 rows, 0.7-0.9x at 16-48).
+INT8_MAX_ROWS = 8
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool) -> None:
+
+class Linear:
+    """y = x W^T + b, with W pre-packed for oneDNN where that is available (CPU, bf16/fp32).
+
+    int8: also keep an int8 copy of W (`screen.Int8Weight`) for products of few rows: half the bytes, not the
+    bfloat16 bits (draft models only)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool, int8: bool = False) -> None:
         self.out_features = weight.shape[0]
         self.bias = bias
         self.packed = prepack and _can_prepack(weight)
         # bfloat16 decode steps (a few rows) use quench's own kernel (native.small_gemm); prefills oneDNN's.
         self.small = native.pack_small_gemm(weight) if prepack and bias is None else None
+        self.int8: Int8Weight | None = int8_weight(weight) if int8 and bias is None else None
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 8) if self.packed else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.int8 is not None and x.dtype == torch.bfloat16 and x.numel() <= INT8_MAX_ROWS * x.shape[-1]:
+            return self.int8(x)
         if self.small is not None and x.dim() == 2 and x.shape[0] <= native.small_gemm_rows() and x.is_contiguous():
             return native.small_gemm(x, self.small, self.out_features)
         if self.packed:
@@ -86,8 +97,14 @@ class LlamaRunner:
     """Runs a Llama model over a `KVCache`: `forward(cache, tokens, start)` -> float32 logits (and hidden states)."""
 
     def __init__(
-        self, model: torch.nn.Module, prepack: bool = True, compile: bool = False, native_attention: bool = True
+        self,
+        model: torch.nn.Module,
+        prepack: bool = True,
+        compile: bool = False,
+        native_attention: bool = True,
+        int8: bool = False,
     ) -> None:
+        """int8: run products of a few rows from int8 copies of the weights (`Linear`), for draft models."""
         config = model.config
         inner = model.model
         self.dtype = inner.embed_tokens.weight.dtype
@@ -102,9 +119,12 @@ class LlamaRunner:
         self.vocab_size = model.lm_head.weight.shape[0]
         self.embed = inner.embed_tokens.weight.detach()
         self.final_norm = inner.norm.weight.detach()
-        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack)
+        self.int8 = int8 and prepack and self.dtype == torch.bfloat16 and screen_available()
+        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8)
         # greedy steps read an int8 copy of the head first (quench.generation.screen); same tokens
-        self.head_screen: ScreenedHead | None = screen_head(model.lm_head.weight.detach(), self.lm_head.small)
+        self.head_screen: ScreenedHead | None = (
+            None if self.int8 else screen_head(model.lm_head.weight.detach(), self.lm_head.small)
+        )
         self.layers = [self._layer(layer, prepack) for layer in inner.layers]
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)
@@ -113,6 +133,7 @@ class LlamaRunner:
         # keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there).
         self.native_glue = self.native and self.dtype == torch.bfloat16
         self._layer_table = self._native_layer_table()
+        self._int8_table = self._int8_layer_table() if self.int8 else None
         self._layer_shape = native.LayerShape(
             self.heads, self.kv_heads, self.layers[0].gate_up.out_features // 2, self.scale, self.eps
         )
@@ -133,6 +154,18 @@ class LlamaRunner:
         ]
         return (ctypes.c_int64 * len(addresses))(*addresses)
 
+    def _int8_layer_table(self) -> ctypes.Array | None:
+        """The int8 copies' addresses `native.layers` reads (12 per layer), where every projection has one."""
+        linears = [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        if self._layer_table is None or any(linear.int8 is None for linear in linears):
+            return None
+        addresses = [
+            tensor.data_ptr()
+            for linear in linears
+            for tensor in (linear.int8.quantized, linear.int8.scale, linear.int8.column_sums)
+        ]
+        return (ctypes.c_int64 * len(addresses))(*addresses)
+
     @torch.no_grad()
     def _layer(self, layer: torch.nn.Module, prepack: bool) -> LlamaLayer:
         attn, mlp = layer.self_attn, layer.mlp
@@ -140,11 +173,11 @@ class LlamaRunner:
         gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
         return LlamaLayer(
             input_norm=layer.input_layernorm.weight.detach(),
-            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), prepack),
-            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, prepack),
+            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), prepack, self.int8),
+            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, prepack, self.int8),
             post_norm=layer.post_attention_layernorm.weight.detach(),
-            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), prepack),
-            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, prepack),
+            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), prepack, self.int8),
+            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, prepack, self.int8),
         )
 
     @torch.no_grad()
@@ -213,8 +246,8 @@ class LlamaRunner:
         shape: None there. `PrefixStore` copies a prompt's beginning from another only where the other's
         prefill, the whole new prompt and its rest all give the same answer."""
         kernel = native.gemm_kernel(tokens)  # "onednn" past what the small GEMM (and the C layer loop) serves
-        if self._layer_table is None or not self._packed(tokens) or kernel == "onednn":
-            return None
+        if self._layer_table is None or self.int8 or not self._packed(tokens) or kernel == "onednn":
+            return None  # int8 copies (drafts): a short rest would take other kernels than the whole prompt
         return kernel
 
     @torch.inference_mode()
@@ -318,7 +351,8 @@ class LlamaRunner:
         if self._layer_table is not None and x.shape[0] <= native.small_gemm_rows():
             caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
             return native.layers(
-                x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets
+                x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets,
+                self._int8_table, INT8_MAX_ROWS,
             )
         width = self.heads + 2 * self.kv_heads
         h = native.add_rms_norm(x, None, self.layers[0].input_norm, self.eps, torch.empty_like(x))  # (N, Dm)

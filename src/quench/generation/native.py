@@ -107,7 +107,7 @@ def _library() -> ctypes.CDLL | None:
     library.layers_bf16.restype = ctypes.c_int
     library.layers_bf16.argtypes = (
         [ctypes.c_void_p] * 4 + [ctypes.c_int] + [ctypes.c_void_p] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 4
-        + [ctypes.c_int] * 2 + [ctypes.c_float] * 2 + [ctypes.c_int] * 2
+        + [ctypes.c_int] * 2 + [ctypes.c_float] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p, ctypes.c_int]
     )
     library.silu_mul_bf16.restype = None
     library.silu_mul_bf16.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
@@ -116,6 +116,12 @@ def _library() -> ctypes.CDLL | None:
     library.screen_available.restype = ctypes.c_int
     library.screen_work_bytes.restype = ctypes.c_int64
     library.screen_work_bytes.argtypes = [ctypes.c_int] * 3
+    library.w8_work_bytes.restype = ctypes.c_int64
+    library.w8_work_bytes.argtypes = [ctypes.c_int] * 2
+    library.w8_gemm_bf16.restype = ctypes.c_int
+    library.w8_gemm_bf16.argtypes = (
+        [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int]
+    )
     library.screen_argmax_bf16.restype = ctypes.c_int
     library.screen_argmax_bf16.argtypes = (
         [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 6 + [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -304,11 +310,14 @@ def layers(
     sin_signed: torch.Tensor,
     start: torch.Tensor,
     offsets: torch.Tensor,
+    int8: ctypes.Array | None = None,
+    int8_rows: int = 0,
 ) -> torch.Tensor:
     """Every decoder layer of a packed bfloat16 step (head size 64) in one C call: x (N, Dm), the residual
     stream, updated in place -> the final-norm hidden states (N, Dm). weights: 6 addresses per layer
     (input_norm, post_norm, packed qkv, o, gate_up, down); caches: each layer's key and value cache (B, Hkv,
-    T, 64); start (B,) and offsets (B + 1,) int64 as `rope_attend` takes them."""
+    T, 64); start (B,) and offsets (B + 1,) int64 as `rope_attend` takes them. int8: 12 addresses per layer
+    (each projection's `screen.Int8Weight` tiles, scales, column sums), used by steps of at most int8_rows rows."""
     rows, width = x.shape
     batch, _, max_len, _ = caches[0].shape
     assert x.dtype == torch.bfloat16 and x.is_contiguous() and start.is_contiguous() and offsets.is_contiguous()
@@ -320,6 +329,7 @@ def layers(
         x.data_ptr(), out.data_ptr(), ctypes.cast(weights, ctypes.c_void_p), ctypes.cast(addresses, ctypes.c_void_p), len(caches) // 2, final_norm.data_ptr(), rows, width,
         shape.heads, shape.kv_heads, shape.inner, cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
         offsets.data_ptr(), batch, max_len, shape.scale, shape.eps, torch.get_num_threads(), int(amx_available()),
+        ctypes.cast(int8, ctypes.c_void_p) if int8 is not None else None, int8_rows,
     )
     if status != 0:
         raise MemoryError("the native layer loop could not allocate its buffers")

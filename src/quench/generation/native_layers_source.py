@@ -19,6 +19,9 @@ int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const
                      const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
                      int amx);
 void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out, int N, int Dm, float eps);
+int64_t w8_work_bytes(int M, int K);
+int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq, int N,
+                 bf16* out, void* work, int threads);
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 int layers_available(void) { return 1; }
@@ -37,34 +40,46 @@ void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) {
 /* Every decoder layer of a packed bfloat16 step with head size 64. x (N, Dm) is the residual stream, updated
    in place; h (N, Dm) gets the final-norm hidden states. weights: per layer the addresses of input_norm,
    post_norm and the packed qkv, o, gate_up, down (6 per layer); caches: per layer the key and value cache
-   (2 per layer). Returns 0, 1 where a buffer could not be allocated (x is then partly updated). */
+   (2 per layer). w8, if given (draft models): per layer the int8 copies of qkv, o, gate_up, down (int8 tiles,
+   scales, column sums: 12 per layer), which steps of at most w8_rows rows use instead (w8_gemm_bf16).
+   Returns 0, 1 where a buffer could not be allocated (x is then partly updated). */
 int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,
                 int N, int Dm, int H, int Hkv, int I, const bf16* cos, const bf16* sin_signed, const int64_t* start,
-                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int amx) {
+                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int amx,
+                const int64_t* w8, int w8_rows) {
     enum { D = 64 };
-    int width = (H + 2 * Hkv) * D;
+    int width = (H + 2 * Hkv) * D, widest = Dm > I ? Dm : I;
+    if (!w8 || N > w8_rows) w8 = 0;
     bf16* qkv = malloc(sizeof(bf16) * (size_t)N * width);
     bf16* attn = malloc(sizeof(bf16) * (size_t)N * H * D);
     bf16* gate_up = malloc(sizeof(bf16) * (size_t)N * 2 * I);
     bf16* act = malloc(sizeof(bf16) * (size_t)N * I);
     bf16* delta = malloc(sizeof(bf16) * (size_t)N * Dm);
-    int status = (!qkv || !attn || !gate_up || !act || !delta);
+    void* work = w8 ? malloc((size_t)w8_work_bytes(N, widest > H * D ? widest : H * D)) : 0;
+    int status = (!qkv || !attn || !gate_up || !act || !delta || (w8 && !work));
     #define W(l, k) ((const bf16*)(intptr_t)weights[6 * (l) + (k)])
+    /* projection k (0 qkv, 1 o, 2 gate_up, 3 down) of layer l: y (N, n) = a (N, in) W^T */
+    #define GEMM(l, k, a, y, n, in)                                                                 \
+        if (w8) status |= w8_gemm_bf16(a, N, in, (const int8_t*)(intptr_t)w8[12 * (l) + 3 * (k)],    \
+                                       (const float*)(intptr_t)w8[12 * (l) + 3 * (k) + 1],           \
+                                       (const int32_t*)(intptr_t)w8[12 * (l) + 3 * (k) + 2], n, y, work, threads) != 0; \
+        else small_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, amx);
     if (!status) add_rms_norm_bf16(x, 0, W(0, 0), h, N, Dm, eps);
     for (int l = 0; l < L && !status; l++) {
-        small_gemm_bf16(h, W(l, 2), qkv, N, width, Dm, threads, amx);
+        GEMM(l, 0, h, qkv, width, Dm)
         status = rope_attend_bf16(qkv, (bf16*)(intptr_t)caches[2 * l], (bf16*)(intptr_t)caches[2 * l + 1], cos, sin_signed,
                                   start, offsets, attn, B, H, Hkv, D, Tmax, scale, threads, amx);
         if (status) break;
-        small_gemm_bf16(attn, W(l, 3), delta, N, Dm, H * D, threads, amx);
+        GEMM(l, 1, attn, delta, Dm, H * D)
         add_rms_norm_bf16(x, delta, W(l, 1), h, N, Dm, eps);
-        small_gemm_bf16(h, W(l, 4), gate_up, N, 2 * I, Dm, threads, amx);
+        GEMM(l, 2, h, gate_up, 2 * I, Dm)
         silu_mul_bf16(gate_up, act, N, I);
-        small_gemm_bf16(act, W(l, 5), delta, N, Dm, I, threads, amx);
+        GEMM(l, 3, act, delta, Dm, I)
         add_rms_norm_bf16(x, delta, l + 1 < L ? W(l + 1, 0) : final_norm, h, N, Dm, eps);
     }
+    #undef GEMM
     #undef W
-    free(qkv); free(attn); free(gate_up); free(act); free(delta);
+    free(qkv); free(attn); free(gate_up); free(act); free(delta); free(work);
     return status ? 1 : 0;
 }
 #else

@@ -21,7 +21,7 @@ most ~100 on HumanEval answers) are computed exactly, a block of 16 tokens of th
 """
 
 SCREEN = r"""
-#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)
 #include <math.h>
 #include <stdlib.h>
 int amx_available(void);  /* the GEMM unit's: asks the kernel once whether this process may use AMX tiles */
@@ -82,9 +82,28 @@ static void screen_finish(const int32_t* buf, int b, int g, int M, int V, const 
     }
 }
 
+/* The same tile as plain products (int8 weights, `w8_gemm_bf16`): out (M, V) = s_x s_j (c . q_j), rounded to
+   bfloat16. */
+static void w8_finish(const int32_t* buf, int b, int g, int M, int V, const float* wscale, const int32_t* colq,
+                      const row_terms* terms, bf16* out) {
+    int j0 = 16 * b;
+    __mmask16 keep = V - j0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (V - j0)) - 1);
+    __m512 ws = _mm512_maskz_loadu_ps(keep, wscale + j0);
+    __m512i q128 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(keep, colq + j0), 7);
+    for (int i = 0; i < 8 && 8 * g + i < M; i++) {
+        int m = 8 * g + i;
+        __m512i high = _mm512_sub_epi32(_mm512_load_si512(buf + 16 * i), q128);
+        __m512 sum = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(128.0f)),
+                                   _mm512_cvtepi32_ps(_mm512_load_si512(buf + 16 * (8 + i))));
+        __m512 a = _mm512_mul_ps(sum, _mm512_mul_ps(ws, _mm512_set1_ps(terms[m].scale)));
+        _mm256_mask_storeu_epi16(out + (int64_t)m * V + j0, keep, (__m256i)_mm512_cvtneps_pbh(a));
+    }
+}
+
 #define SCREEN_STORE(T, s)                                                                         \
     _tile_stored(T, buf, 64);                                                                      \
-    screen_finish(buf, b0 + (s), g, M, V, wscale, colq, w2, e2, terms, upper, local);
+    if (out) w8_finish(buf, b0 + (s), g, M, V, wscale, colq, terms, out);                          \
+    else screen_finish(buf, b0 + (s), g, M, V, wscale, colq, w2, e2, terms, upper, local);
 /* Next K chunk's tile of each of the group's blocks, asked one step early (as the bf16 AMX GEMM does). */
 #define SCREEN_PREFETCH(count)                                                                     \
     if (g == 0 && kc + 1 < K64)                                                                    \
@@ -93,12 +112,85 @@ static void screen_finish(const int32_t* buf, int b, int g, int M, int V, const 
                 _mm_prefetch((const char*)(w + (int64_t)s * K64 * 1024 + (int64_t)(kc + 1) * 1024) + 64 * l, _MM_HINT_T0);
 #define SCREEN_W(s) _tile_loadd(7, w + (int64_t)(s) * K64 * 1024 + (int64_t)kc * 1024, 64)
 
+/* The pass below for a few rows, with AVX512-VNNI instead of tiles: a block's 64-byte tile row holds 4 inputs of
+   each of its 16 tokens, the operand `vpdpbusd` takes, so a block is one sequential run in input order. Each
+   row's two planes are broadcast 4 bytes at a time; BLOCKS blocks are read side by side. The integer sums are
+   the tiles' exactly, so the finish (and the screen's bound) is unchanged. */
+int screen_vnni_rows = 4;  /* up to this many rows take this pass (0: never; benchmarks flip it) */
+static inline __attribute__((always_inline)) void vnni_blocks(const uint8_t* planes, int M, int K, const int8_t* w,
+                                                              int nb, int32_t* bufs) {
+    enum { BLOCKS = 4, ROWS = 4 };
+    __m512i acc[BLOCKS][ROWS][2];
+    for (int s = 0; s < BLOCKS; s++)
+        for (int m = 0; m < ROWS; m++) acc[s][m][0] = acc[s][m][1] = _mm512_setzero_si512();
+    int64_t stride = (int64_t)K * 16;  /* one block: K/4 rows of 64 bytes */
+    for (int j = 0; j < K / 4; j++) {
+        __m512i wv[BLOCKS];
+        for (int s = 0; s < BLOCKS; s++)
+            if (s < nb) wv[s] = _mm512_loadu_si512(w + s * stride + 64 * (int64_t)j);
+        for (int m = 0; m < ROWS; m++) {
+            if (m >= M) break;
+            int32_t hi4, lo4;
+            memcpy(&hi4, planes + (size_t)m * K + 4 * j, 4);
+            memcpy(&lo4, planes + (size_t)(8 + m) * K + 4 * j, 4);
+            __m512i hi = _mm512_set1_epi32(hi4), lo = _mm512_set1_epi32(lo4);
+            for (int s = 0; s < BLOCKS; s++)
+                if (s < nb) {
+                    acc[s][m][0] = _mm512_dpbusd_epi32(acc[s][m][0], hi, wv[s]);
+                    acc[s][m][1] = _mm512_dpbusd_epi32(acc[s][m][1], lo, wv[s]);
+                }
+        }
+    }
+    for (int s = 0; s < nb; s++)
+        for (int m = 0; m < M && m < ROWS; m++) {
+            _mm512_store_si512(bufs + s * 256 + 16 * m, acc[s][m][0]);
+            _mm512_store_si512(bufs + s * 256 + 16 * (8 + m), acc[s][m][1]);
+        }
+}
+static void screen_pass_vnni(const uint8_t* planes, int M, int K, const int8_t* wq, const float* wscale,
+                             const int32_t* colq, const float* w2, const float* e2, const row_terms* terms, int V,
+                             float* upper, float* lower, int threads, bf16* out) {
+    int nblocks = (V + 15) / 16, K64 = K / 64, groups = (nblocks + 3) / 4;
+    for (int m = 0; m < M; m++) lower[m] = -INFINITY;
+    #pragma omp parallel num_threads(threads) if (threads > 1 && groups > 1)
+    {
+        int32_t bufs[4 * 16 * 16] __attribute__((aligned(64)));
+        __m512 local[SCREEN_MAX_ROWS];
+        for (int m = 0; m < M; m++) local[m] = _mm512_set1_ps(-INFINITY);
+        #pragma omp for schedule(static)
+        for (int part = 0; part < groups; part++) {
+            int b0 = part * 4, nb = nblocks - b0 < 4 ? nblocks - b0 : 4;
+            const int8_t* w = wq + (int64_t)b0 * K64 * 1024;
+            switch (M) {  /* a constant row count per call lets the compiler keep every sum in a register */
+                case 1: vnni_blocks(planes, 1, K, w, nb, bufs); break;
+                case 2: vnni_blocks(planes, 2, K, w, nb, bufs); break;
+                case 3: vnni_blocks(planes, 3, K, w, nb, bufs); break;
+                default: vnni_blocks(planes, 4, K, w, nb, bufs); break;
+            }
+            for (int s = 0; s < nb; s++) {
+                if (out) w8_finish(bufs + s * 256, b0 + s, 0, M, V, wscale, colq, terms, out);
+                else screen_finish(bufs + s * 256, b0 + s, 0, M, V, wscale, colq, w2, e2, terms, upper, local);
+            }
+        }
+        #pragma omp critical
+        for (int m = 0; m < M; m++) {
+            float low = _mm512_reduce_max_ps(local[m]);
+            if (low > lower[m]) lower[m] = low;
+        }
+    }
+}
+
 /* Screened logits of every row: W's int8 copy (nblocks, K/64, 16 x 16 x 4: one 1 KB tile per block and
    64 inputs) in groups of 6 blocks side by side (C tiles 0..5, planes in 6, W in 7); each group stays in
-   cache while every row group of 8 uses it. */
+   cache while every row group of 8 uses it. With out, the products themselves go there (w8_finish) and
+   no bound is formed (w2, e2, upper unused). */
 static void screen_pass(const uint8_t* planes, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq,
                         const float* w2, const float* e2, const row_terms* terms, int V, float* upper, float* lower,
-                        int threads) {
+                        int threads, bf16* out) {
+    if (M <= screen_vnni_rows && M <= 4) {
+        screen_pass_vnni(planes, M, K, wq, wscale, colq, w2, e2, terms, V, upper, lower, threads, out);
+        return;
+    }
     int nblocks = (V + 15) / 16, K64 = K / 64, groups = (nblocks + 5) / 6, rgroups = (M + 7) / 8;
     for (int m = 0; m < M; m++) lower[m] = -INFINITY;
     #pragma omp parallel num_threads(threads) if (threads > 1 && groups > 1)
@@ -202,7 +294,7 @@ int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const floa
     float* upper = (float*)(p + (((size_t)((M + 7) / 8) * 16 * K + 63) & ~(size_t)63));
     int32_t* cand = (int32_t*)(upper + (size_t)M * V);
     screen_quantize(x, M, K, planes, terms, (4.0 * K + 16.0) * 5.9604644775390625e-8);
-    screen_pass(planes, M, K, wq, wscale, colq, w2, e2, terms, V, upper, lower, threads);
+    screen_pass(planes, M, K, wq, wscale, colq, w2, e2, terms, V, upper, lower, threads, NULL);
     int failed = 0;
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && M > 1) reduction(|:failed)
     for (int m = 0; m < M; m++) {
@@ -212,7 +304,35 @@ int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const floa
     }
     return failed ? -1 : 0;
 }
+
+/* out (M, N) bfloat16 = x (M, K) W^T from W's int8 copy (wq, wscale, colq as for the screen): x rounded to 15
+   bits per row, exact integer sums, one float32 scaling, one rounding to bfloat16. Every row is computed
+   alone, so a row's output does not depend on the others. Not the bfloat16 GEMM's bits: for draft models.
+   work: w8_work_bytes(M, K) bytes. Returns 0, or -1 where it cannot serve the call (no AMX, K % 64). */
+int64_t w8_work_bytes(int M, int K) {
+    int rows = M < SCREEN_MAX_ROWS ? M : SCREEN_MAX_ROWS;
+    return (int64_t)((rows + 7) / 8) * 16 * K + 64;
+}
+int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq, int N,
+                 bf16* out, void* work, int threads) {
+    if (K % 64 || M < 1 || !screen_available()) return -1;
+    row_terms terms[SCREEN_MAX_ROWS];
+    float lower[SCREEN_MAX_ROWS];
+    uint8_t* planes = (uint8_t*)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    for (int m0 = 0; m0 < M; m0 += SCREEN_MAX_ROWS) {
+        int rows = M - m0 < SCREEN_MAX_ROWS ? M - m0 : SCREEN_MAX_ROWS;
+        screen_quantize(x + (int64_t)m0 * K, rows, K, planes, terms, 0.0);
+        screen_pass(planes, rows, K, wq, wscale, colq, NULL, NULL, terms, N, NULL, lower, threads, out + (int64_t)m0 * N);
+    }
+    return 0;
+}
 #else
+int64_t w8_work_bytes(int M, int K) { (void)M; (void)K; return 0; }
+int w8_gemm_bf16(const void* x, int M, int K, const void* wq, const void* wscale, const void* colq, int N, void* out,
+                 void* work, int threads) {
+    (void)x; (void)M; (void)K; (void)wq; (void)wscale; (void)colq; (void)N; (void)out; (void)work; (void)threads;
+    return -1;
+}
 int screen_available(void) { return 0; }
 int64_t screen_work_bytes(int M, int V, int K) { (void)M; (void)V; (void)K; return 0; }
 int screen_argmax_bf16(const void* x, int M, int K, const void* wq, const void* wscale, const void* colq, const void* w2,

@@ -72,16 +72,72 @@ def screen_available() -> bool:
 def screen_head(weight: torch.Tensor, packed: torch.Tensor | None) -> ScreenedHead | None:
     """W (V, K) bfloat16 and its `native.pack_small_gemm` copy -> the screen's int8 copy; None where the
     kernel cannot serve it (no AMX int8, K not a multiple of 64, a head too large for int32 offsets)."""
+    if packed is None or not _tiles_fit(weight):
+        return None
+    tiles, scale, sums, norms, errors = _quantize_rows(weight, bounds=True)
+    return ScreenedHead(tiles, scale, sums, _round_up(norms), _round_up(errors), packed, *weight.shape)
+
+
+@dataclass(frozen=True)
+class Int8Weight:
+    """A weight W (N, K) as int8 rows with a float32 scale each, in the screen's tile layout: `y = x W^T`
+    from half the bytes of bfloat16 (`native` `w8_gemm_bf16`). Not the bfloat16 products' bits (x is
+    rounded to 15 bits per row, W to 8 bits per output): for draft models, whose proposals the target
+    verifies. Each row's output depends on that row alone, whatever the batch."""
+
+    quantized: torch.Tensor  # (ceil(N/16), K/64, 16, 16, 4) int8, as ScreenedHead.quantized
+    scale: torch.Tensor  # (N,) float32
+    column_sums: torch.Tensor  # (N,) int32
+    out_features: int
+    in_features: int
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., K) bfloat16 -> (..., N) bfloat16."""
+        library = native._library()
+        assert library is not None
+        flat = x.reshape(-1, self.in_features).contiguous()  # (M, K)
+        rows = flat.shape[0]
+        out = torch.empty(rows, self.out_features, dtype=torch.bfloat16)
+        if rows:
+            work = torch.empty(library.w8_work_bytes(rows, self.in_features), dtype=torch.uint8)
+            status = library.w8_gemm_bf16(
+                flat.data_ptr(), rows, self.in_features, self.quantized.data_ptr(), self.scale.data_ptr(),
+                self.column_sums.data_ptr(), self.out_features, out.data_ptr(), work.data_ptr(), torch.get_num_threads(),
+            )
+            assert status == 0, "w8_gemm_bf16 refused a call int8_weight accepted"
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def int8_weight(weight: torch.Tensor) -> Int8Weight | None:
+    """W (N, K) bfloat16 -> its int8 copy for `Int8Weight`; None where the kernel cannot serve it."""
+    if not _tiles_fit(weight):
+        return None
+    tiles, scale, sums, _, _ = _quantize_rows(weight, bounds=False)
+    return Int8Weight(tiles, scale, sums, *weight.shape)
+
+
+def _tiles_fit(weight: torch.Tensor) -> bool:
+    """Whether the int8 tile kernels take W (N, K): bfloat16, K a multiple of 64, AMX int8 here, int32 offsets."""
+    rows, in_features = weight.shape
+    return (
+        weight.dtype == torch.bfloat16
+        and in_features % TILE_K == 0
+        and (rows + 15) // 16 * 8 * in_features < 2**31
+        and screen_available()
+    )
+
+
+def _quantize_rows(
+    weight: torch.Tensor, bounds: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """W (N, K) -> its int8 tiles, per-row scales s_j, column sums of q, and (with bounds) the float64 norms
+    |W_j| and |W_j - s_j q_j| (zeros without)."""
     vocab, in_features = weight.shape
-    if packed is None or weight.dtype != torch.bfloat16 or in_features % TILE_K or not screen_available():
-        return None
     blocks = (vocab + 15) // 16
-    if blocks * 8 * in_features >= 2**31:
-        return None
     scale = torch.empty(vocab, dtype=torch.float32)
     sums = torch.empty(vocab, dtype=torch.int32)
-    norms = torch.empty(vocab, dtype=torch.float64)
-    errors = torch.empty(vocab, dtype=torch.float64)
+    norms = torch.zeros(vocab, dtype=torch.float64)
+    errors = torch.zeros(vocab, dtype=torch.float64)
     padded = torch.zeros(blocks * 16, in_features, dtype=torch.int8)
     for first in range(0, vocab, CHUNK):  # float64 in chunks: the whole head would take 8 bytes per weight
         w = weight[first : first + CHUNK].detach().to(torch.float64)  # (C, K)
@@ -90,11 +146,12 @@ def screen_head(weight: torch.Tensor, packed: torch.Tensor | None) -> ScreenedHe
         q = torch.round(w / s.double()[:, None]).clamp(-127, 127)  # (C, K)
         rows = slice(first, first + w.shape[0])
         scale[rows], sums[rows], padded[rows] = s, q.sum(dim=1).to(torch.int32), q.to(torch.int8)
-        errors[rows] = (w - q * s.double()[:, None]).norm(dim=1) * BOUND_SLACK
-        norms[rows] = w.norm(dim=1) * BOUND_SLACK
+        if bounds:
+            errors[rows] = (w - q * s.double()[:, None]).norm(dim=1) * BOUND_SLACK
+            norms[rows] = w.norm(dim=1) * BOUND_SLACK
     # (blocks, 16 tokens n, K/64 chunks c, 16 rows r, 4 inputs i) -> tile layout (blocks, c, r, n, i)
     tiles = padded.view(blocks, 16, in_features // TILE_K, 16, 4).permute(0, 2, 3, 1, 4).contiguous()
-    return ScreenedHead(tiles, scale, sums, _round_up(norms), _round_up(errors), packed, vocab, in_features)
+    return tiles, scale, sums, norms, errors
 
 
 def _round_up(values: torch.Tensor) -> torch.Tensor:
