@@ -114,14 +114,16 @@ class Row:
 
 
 DRAFTERS = {"regular": "none", "ngram": "ngram", "draft": "model", "hybrid": "hybrid",
-            "regular-avx512": "none", "hybrid-avx512": "hybrid"}  # *-avx512: AMX tiles switched off (what they give)
+            "regular-avx512": "none", "hybrid-avx512": "hybrid",  # *-avx512: AMX tiles switched off (what they give)
+            "hybrid-bf16-draft": "hybrid"}  # the draft model's products in bfloat16 instead of its int8 copies
 
 
 def make_backends(loaded, draft, batch_size: int, args) -> dict[str, QuenchBackend]:
     backends = {}
     for name in ["regular"] + [c for c in args.configs if c != "regular"]:
         config = EngineConfig(batch_size=batch_size, drafter=DRAFTERS[name], draft_length=args.draft_length,
-                              draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens)
+                              draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens,
+                              draft_int8=not name.endswith("bf16-draft"))
         backend = QuenchBackend(loaded.model, loaded.tokenizer, config,
                                 draft_model=draft if config.drafter in ("model", "hybrid") else None)
         backend.runner = TimedRunner(backend.runner)

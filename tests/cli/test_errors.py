@@ -18,6 +18,7 @@ from quench.cli.main import main
     (["robustness", "--k", "1,5", "-n", "2"], "pass@5 needs at least 5 samples per prompt, got -n 2"),
     (["run", "--backend", "hf", "--speculate", "ngram"], "--speculate ngram needs --backend quench"),
     (["run", "--speculate", "hybrid", "--draft-confidence", "1.5"], "--draft-confidence must be in [0, 1), got 1.5"),
+    (["run", "--speculate", "hybrid", "--draft-stop", "-0.1"], "--draft-stop must be in [0, 1), got -0.1"),
     (["run", "--guard", "missing-guard.safetensors"], "missing-guard.safetensors"),
     (["--threads", "0", "perturb", "--list"], "--threads must be at least 1, got 0"),
 ])

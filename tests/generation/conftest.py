@@ -11,7 +11,8 @@ def one_thread():
 
 @pytest.fixture(autouse=True)
 def draft_everything(monkeypatch):
-    """Tiny random models give every token ~1/vocab: the engine's automatic draft-confidence cut (0.4
-    above batch 1) would leave them nothing to draft, and these tests are about drafting. The cut
-    itself is tested with explicit thresholds (test_engine.py)."""
-    monkeypatch.setattr("quench.generation.engine.AUTO_DRAFT_CONFIDENCE", 0.0)
+    """Tiny random models give every token ~1/vocab: the engine's automatic cumulative stop (0.15 at batch 1,
+    0.4 above) would cut every model draft to its floor, and these tests are about drafting. The stop
+    itself is tested with explicit thresholds (test_hybrid.py, test_engine.py)."""
+    monkeypatch.setattr("quench.generation.engine.AUTO_DRAFT_STOP", 0.0)
+    monkeypatch.setattr("quench.generation.engine.AUTO_DRAFT_STOP_BATCH1", 0.0)

@@ -186,14 +186,16 @@ def test_a_draft_cut_where_the_draft_model_is_unsure_keeps_greedy_exact(tokenize
     assert 0 < stats[cut].drafted < stats[0.0].drafted  # unsure tokens were not proposed, sure ones were
 
 
-def test_cost_aware_drafting_is_off_at_batch_1_and_on_above_unless_set():
+def test_cost_aware_drafting_depends_on_the_batch_size_unless_set(monkeypatch):
     from quench.generation import engine
 
+    monkeypatch.setattr(engine, "AUTO_DRAFT_STOP", 0.4)  # the conftest turns the automatic stop off
+    monkeypatch.setattr(engine, "AUTO_DRAFT_STOP_BATCH1", 0.15)
     one, eight = EngineConfig(batch_size=1), EngineConfig(batch_size=8)
-    assert one.confidence == 0.0 and not one.copy_caps  # verification is nearly free at batch 1
-    assert eight.confidence == engine.AUTO_DRAFT_CONFIDENCE and eight.copy_caps
-    explicit = EngineConfig(batch_size=8, draft_confidence=0.0, row_copy_lengths=False)
-    assert explicit.confidence == 0.0 and not explicit.copy_caps
+    assert one.confidence == eight.confidence == 0.0 and not one.copy_caps and eight.copy_caps
+    assert one.stop == 0.15 and eight.stop == 0.4  # a drafted token costs more to verify above batch 1
+    explicit = EngineConfig(batch_size=8, draft_confidence=0.4, draft_stop=0.0, row_copy_lengths=False)
+    assert explicit.confidence == 0.4 and explicit.stop == 0.0 and not explicit.copy_caps
     assert EngineConfig(batch_size=1, draft_confidence=0.3).confidence == 0.3
     with pytest.raises(ValueError, match="draft_confidence"):
         EngineConfig(draft_confidence=1.0)

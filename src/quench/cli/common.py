@@ -45,7 +45,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--draft-length", default="bass", choices=DRAFT_LENGTHS, help="bass: dynamic per batch; fixed")
     engine.add_argument("--draft-confidence", type=float, default=None, metavar="P",
                         help="draft model: end a row's draft before a token the draft gives probability < P "
-                             "(0: never; default: 0 at batch 1, 0.4 above)")
+                             "(default 0: never)")
+    engine.add_argument("--draft-stop", type=float, default=None, metavar="P",
+                        help="draft model: end a row's draft, past its floor, once the product of its tokens' draft "
+                             "probabilities falls below P (0: never; default: 0.15 at batch 1, 0.4 above)")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
 
@@ -152,7 +155,7 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
 
 def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
     return BackendOptions(args.backend, args.batch_size, args.speculate, args.draft, args.draft_tokens,
-                          args.draft_length, args.guard, args.draft_confidence).check()
+                          args.draft_length, args.guard, args.draft_confidence, args.draft_stop).check()
 
 
 def backend_from_args(args: argparse.Namespace, loaded):

@@ -28,6 +28,8 @@ class BackendOptions:
     guard: str | None = None  # GenGuard early stopping (quench only): "auto" (shipped) or a path
     draft_confidence: float | None = None  # draft model: a row's draft ends before a token it gives less
     # (None: by batch size, see EngineConfig)
+    draft_stop: float | None = None  # draft model: ... or once the product of its tokens' draft probabilities
+    # falls below this (None: by batch size, see EngineConfig)
 
     def check(self) -> "BackendOptions":
         """Self, or QuenchError naming the flag that is wrong."""
@@ -43,6 +45,8 @@ class BackendOptions:
             raise QuenchError(f"--draft-tokens must be between 1 and 32, got {self.draft_tokens}")
         if self.draft_confidence is not None and not 0.0 <= self.draft_confidence < 1.0:
             raise QuenchError(f"--draft-confidence must be in [0, 1), got {self.draft_confidence}")
+        if self.draft_stop is not None and not 0.0 <= self.draft_stop < 1.0:
+            raise QuenchError(f"--draft-stop must be in [0, 1), got {self.draft_stop}")
         if self.name == "hf" and self.speculate != "none":
             raise QuenchError(f"--speculate {self.speculate} needs --backend quench (Hugging Face generate is not batched-speculative)")
         if self.name == "hf" and self.guard:
@@ -64,7 +68,8 @@ def make_engine(loaded: LoadedModel, options: BackendOptions) -> Backend:
 
     drafter = DRAFTERS[options.speculate]
     config = EngineConfig(batch_size=options.batch_size, drafter=drafter, draft_length=options.draft_length,
-                          draft_tokens=options.draft_tokens, draft_confidence=options.draft_confidence)
+                          draft_tokens=options.draft_tokens, draft_confidence=options.draft_confidence,
+                          draft_stop=options.draft_stop)
     draft_model = None
     if options.speculate in ("draft", "hybrid"):
         from quench.models.draft import load_draft

@@ -48,14 +48,14 @@ class EngineConfig:
     compile: bool = False  # torch.compile the fast path's PyTorch forward (no prepack, no native kernel;
     # measured 1.6-1.8x slower than the default here, after a ~2 minute compile — see docs/engine.md)
     max_len: int | None = None  # KV cache length per slot; None = longest prompt + max_new_tokens + drafts
-    # Cost-aware drafting; None = by batch size: off at batch 1, where verifying drafted tokens is nearly
-    # free (the step streams the weights either way), on above it, where each drafted token costs
-    # verification work (measured in docs/draft.md).
-    draft_confidence: float | None = None  # draft model: a row's draft ends before a token it gives less
+    # Cost-aware drafting; None = by batch size (measured in docs/draft.md): each drafted token costs a draft
+    # forward and verification work, so a model draft runs while the draft model is sure enough of it.
+    draft_confidence: float | None = None  # draft model: a row's draft ends before a token it gives less (None: 0)
     row_copy_lengths: bool | None = None  # hybrid: cap each row's copies by what the target kept of its last one
     min_model_draft: int | None = None  # hybrid: the shortest model draft a row gets (None: 2 at batch 1, else 1)
-    draft_stop: float | None = None  # draft model: past that floor, a row's draft ends before the token at
-    # which the product of the draft's probabilities of its tokens falls below this (0: never; None: by batch size)
+    draft_stop: float | None = None  # draft model: past that floor, a row's draft ends before the token at which
+    # the product of the draft's probabilities of its tokens falls below this (0: never; None: 0.15 at batch 1,
+    # 0.4 above, where verifying a token costs more)
     draft_int8: bool = True  # the draft model's products of a few rows from int8 weight copies where the CPU
     # has AMX int8 (half the bytes; the target verifies, so output is unchanged; docs/draft.md)
     share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
@@ -82,16 +82,14 @@ class EngineConfig:
     @property
     def confidence(self) -> float:
         """The draft-confidence cut in force (see `draft_confidence`)."""
-        if self.draft_confidence is not None:
-            return self.draft_confidence
-        return 0.0 if self.batch_size == 1 else AUTO_DRAFT_CONFIDENCE
+        return self.draft_confidence if self.draft_confidence is not None else 0.0
 
     @property
     def stop(self) -> float:
         """The cumulative-probability stop in force (see `draft_stop`)."""
         if self.draft_stop is not None:
             return self.draft_stop
-        return AUTO_DRAFT_STOP
+        return AUTO_DRAFT_STOP_BATCH1 if self.batch_size == 1 else AUTO_DRAFT_STOP
 
     @property
     def model_draft_floor(self) -> int:
@@ -106,11 +104,16 @@ class EngineConfig:
         return self.row_copy_lengths if self.row_copy_lengths is not None else self.batch_size > 1
 
 
-AUTO_DRAFT_CONFIDENCE = 0.4  # batch 8, hybrid with copy caps: 0.4 gave 1.10-1.24x regular (0.0: 0.98-1.10x)
+# Stop 12 cut model drafts above batch 1 at the first token with draft probability < 0.4 (batch 8 hybrid 1.10-1.24x
+# regular, without 0.98-1.10x). Stop 18's cumulative stop, with that cut off, beat it in every paired round
+# (hybrid, int8 draft, one process): batch 8 greedy 1.25/1.18/1.14x against 1.11/1.13/1.13x, sampling 1.19/1.62x
+# against 1.16/1.45x; batch 1 (stop 0.15 against no rule) greedy 1.59/1.68/1.67x against 1.53/1.61/1.62x,
+# sampling 1.87/1.76x against 1.53/1.71x. So the per-token cut is off unless asked for.
+AUTO_DRAFT_STOP = 0.4
+AUTO_DRAFT_STOP_BATCH1 = 0.15
 # Batch 1 greedy, hybrid, two interleaved rounds: a floor of 2 tokens per model draft gave 1.05-1.09x the
 # speed of a floor of 1 (2.10 vs 2.04 tokens per step): a drafted token costs little to verify there.
 AUTO_BATCH1_MODEL_DRAFT = 2
-AUTO_DRAFT_STOP = 0.0
 
 
 def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False) -> Runner:

@@ -79,7 +79,14 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, const bf16* vb,
                 int m = 16 * blk + n;
                 int64_t limit = first + m / G;
                 float* sc = scores + (int64_t)m * keys + t0;
-                for (int i = 0; i < kn; i++) sc[i] = (t0 + i <= limit) ? buf[i * 16 + n] * scale : 0.0f;
+                /* column n of the tile (query n's scores for these 16 keys), masked where it sees no key */
+                __m512i at = _mm512_add_epi32(_mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192,
+                                                                208, 224, 240), _mm512_set1_epi32(n));
+                __m512 col = _mm512_mul_ps(_mm512_i32gather_ps(at, buf, 4), _mm512_set1_ps(scale));
+                int64_t seen = limit - t0 + 1;  /* keys of this block the query sees */
+                __mmask16 vis = seen >= 16 ? (__mmask16)0xffff : seen <= 0 ? 0 : (__mmask16)((1u << seen) - 1);
+                __mmask16 live = kn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << kn) - 1);
+                _mm512_mask_storeu_ps(sc, live, _mm512_maskz_mov_ps(vis, col));
             }
         }
     }
@@ -87,6 +94,15 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, const bf16* vb,
 #else
 #define HAVE_AMX_ATTEND 0
 #endif
+/* 16 floats -> bfloat16 exactly as store_bf16 rounds them (nearest even; NaN quieted), denormals kept. */
+static inline __m256i f32x16_to_bf16_exact(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
 /* One row's scores over the keys it sees -> their softmax, in place, 16 keys at a time. */
 static void softmax_avx512(float* sc, int keys) {
     const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
@@ -217,10 +233,8 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
             }
             for (int i = 0; i < 4 && m0 + i < M; i++) {
                 int m = m0 + i, s = m / G, g = m % G;
-                float row[D];
-                for (int c = 0; c < 4; c++) _mm512_storeu_ps(row + 16 * c, acc[i][c]);
                 bf16* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;
-                for (int d = 0; d < D; d++) o[d] = store_bf16(row[d]);
+                for (int c = 0; c < 4; c++) _mm256_storeu_si256((__m256i*)(o + 16 * c), f32x16_to_bf16_exact(acc[i][c]));
             }
         }
     }
