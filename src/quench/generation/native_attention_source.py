@@ -124,6 +124,22 @@ static void softmax_avx512(float* sc, int keys) {
         _mm512_mask_storeu_ps(sc + t, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, sc + t), inverse));
     }
 }
+/* p.v for Q <= 4 consecutive query rows from m0 (scores row-major, keys per row): acc[i] (64 floats) = the sum
+   over the keys t < seen of p[m0 + i][t] v[t], in key order, each value row read once for all Q rows. */
+static inline __attribute__((always_inline)) void pv_rows(const float* scores, const bf16* vb, int keys, int seen,
+                                                          int m0, int Q, __m512 acc[4][4]) {
+    enum { D = 64 };
+    for (int i = 0; i < Q; i++)
+        for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
+    for (int t = 0; t < keys && t < seen; t++) {
+        __m512 v[4];
+        for (int c = 0; c < 4; c++) v[c] = bf16x16_to_f32(vb + (int64_t)t * D + 16 * c);
+        for (int i = 0; i < Q; i++) {
+            __m512 p = _mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]);
+            for (int c = 0; c < 4; c++) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
+        }
+    }
+}
 /* The same scores with vdpbf16ps: per key, two dot-product instructions and a horizontal sum per query. */
 static void scores_avx512(const float* q, __m512bh* qb, const bf16* kb, float* scores, int M, int keys, int64_t first,
                           int G, float scale) {
@@ -220,18 +236,14 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
         }
         for (int m0 = 0; m0 < M; m0 += 4) {
             __m512 acc[4][4];
-            for (int i = 0; i < 4; i++)
-                for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
-            int last = (m0 + 3 < M ? m0 + 3 : M - 1) / G, seen = (int)(start[b] + last + 1);
-            for (int t = 0; t < keys && t < seen; t++) {
-                __m512 v[4];
-                for (int c = 0; c < 4; c++) v[c] = bf16x16_to_f32(vb + (int64_t)t * D + 16 * c);
-                for (int i = 0; i < 4; i++) {
-                    __m512 p = _mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]);
-                    for (int c = 0; c < 4; c++) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
-                }
+            int q = M - m0 < 4 ? M - m0 : 4, seen = (int)(start[b] + (m0 + q - 1) / G + 1);
+            switch (q) {  /* a constant count: no work for query slots past M */
+                case 1: pv_rows(scores, vb, keys, seen, m0, 1, acc); break;
+                case 2: pv_rows(scores, vb, keys, seen, m0, 2, acc); break;
+                case 3: pv_rows(scores, vb, keys, seen, m0, 3, acc); break;
+                default: pv_rows(scores, vb, keys, seen, m0, 4, acc); break;
             }
-            for (int i = 0; i < 4 && m0 + i < M; i++) {
+            for (int i = 0; i < q; i++) {
                 int m = m0 + i, s = m / G, g = m % G;
                 bf16* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;
                 for (int c = 0; c < 4; c++) _mm256_storeu_si256((__m256i*)(o + 16 * c), f32x16_to_bf16_exact(acc[i][c]));
