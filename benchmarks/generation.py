@@ -59,6 +59,7 @@ from quench.models.prompts import encode_prompt
 
 BACKENDS = ("hf", "quench", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
 DEFAULT_BACKENDS = ("hf", "quench", "quench-ngram", "hf-assisted-ngram", "hf-assisted-draft")
+SPECULATIVE = ("quench-ngram", "quench-draft", "quench-hybrid")  # also compared with `quench` (regular decoding)
 LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matched, as quench's
 Backend = HFBackend | QuenchBackend
 
@@ -83,6 +84,8 @@ class Measurement:
     mean_context: float = 0.0  # positions a row attends over, averaged over its decode steps and the sequences
     prefill_shared: float | None = None  # quench: share of prompt tokens copied from another prompt's prefill
     round_ratios: list[float] | None = None  # tokens/CPU-s against HF's in the same round, one per round
+    regular_round_ratios: list[float] | None = None  # speculative backends: against `quench`'s run of the same round
+    regular_decode_ratio: float | None = None  # speculative backends: decode-only rate against `quench`'s (best rounds)
 
 
 class PeakMemory:
@@ -286,6 +289,9 @@ def run(args) -> tuple[list[Measurement], int, int]:
             for name, m in best.items():
                 if name != "hf" and "hf" in rates:  # each round against HF's run next to it: the host moves between rounds
                     m.round_ratios = [round(r / h, 2) for r, h in zip(rates[name], rates["hf"])]
+                if name in SPECULATIVE and "quench" in rates:  # speculative decoding against regular, the same way
+                    m.regular_round_ratios = [round(r / q, 2) for r, q in zip(rates[name], rates["quench"])]
+                    m.regular_decode_ratio = round(m.decode_tokens_per_s / best["quench"].decode_tokens_per_s, 2)
                 if mode == "greedy" and name != "hf" and "hf" in outputs:
                     same = sum(outputs["hf"][k] == v for k, v in outputs[name].items())
                     gaps = near_tie_gaps(model, requests, outputs["hf"], outputs[name])
@@ -332,15 +338,20 @@ def markdown(rows: list[Measurement]) -> str:
 
 
 def round_ratio_lines(rows: list[Measurement]) -> list[str]:
-    """Each backend against HF's run of the same round (tokens/CPU-s), with the median: on a host whose speed
-    moves between rounds this is steadier than the ratio of the two best rounds in the table."""
-    lines = [
-        f"B={m.batch_size} {m.mode} {m.backend}: " + ", ".join(f"{r:.2f}x" for r in m.round_ratios)
-        + f" (median {statistics.median(m.round_ratios):.2f}x)"
-        for m in rows
-        if m.round_ratios and len(m.round_ratios) > 1
-    ]
-    return ["\nvs hf, round by round:", *lines] if lines else []
+    """Each backend against HF's run of the same round (tokens/CPU-s), with the median, and each speculative
+    backend against `quench`'s: on a host whose speed moves between rounds this is steadier than the ratio of
+    the two best rounds in the table."""
+    out = []
+    for title, field in (("vs hf", "round_ratios"), ("speculative vs quench regular", "regular_round_ratios")):
+        lines = [
+            f"B={m.batch_size} {m.mode} {m.backend}: " + ", ".join(f"{r:.2f}x" for r in getattr(m, field))
+            + f" (median {statistics.median(getattr(m, field)):.2f}x)"
+            + (f"; decode only, best rounds {m.regular_decode_ratio:.2f}x" if field == "regular_round_ratios" else "")
+            for m in rows
+            if getattr(m, field) and len(getattr(m, field)) > 1
+        ]
+        out += [f"\n{title}, round by round:", *lines] if lines else []
+    return out
 
 
 def plot(rows: list[Measurement], path: Path) -> None:
