@@ -60,21 +60,33 @@ static void screen_quantize(const bf16* x, int M, int K, uint8_t* planes, row_te
     }
 }
 
-/* C tile (16 x 16 int32, in buf) of column block b, row group g -> upper bounds A + R of those rows'
-   columns and each row's running max of A - R, 16 lanes wide (reduced once at the end). */
+/* Tokens j0 .. j0 + 15 of column block b (fewer in a partial last block): their lane mask. */
+static inline __mmask16 block_lanes(int b, int V) {
+    int j0 = 16 * b;
+    return V - j0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (V - j0)) - 1);
+}
+/* Row i of a C tile (16 x 16 int32, in buf: high-plane sums in rows 0..7, low-plane sums in 8..15) -> the screened
+   logits A = s_x s_j (c . q_j) of its 16 tokens. q128: 128 x the tokens' column sums of q (what the +128 of the
+   stored high plane added); ws: their scales s_j. */
+static inline __m512 screened_logits(const int32_t* buf, int i, __m512i q128, __m512 ws, float row_scale) {
+    __m512i high = _mm512_sub_epi32(_mm512_load_si512(buf + 16 * i), q128);
+    __m512 sum = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(128.0f)),
+                               _mm512_cvtepi32_ps(_mm512_load_si512(buf + 16 * (8 + i))));
+    return _mm512_mul_ps(sum, _mm512_mul_ps(ws, _mm512_set1_ps(row_scale)));
+}
+
+/* C tile of column block b, row group g -> upper bounds A + R of those rows' columns and each row's running max
+   of A - R, 16 lanes wide (reduced once at the end). */
 static void screen_finish(const int32_t* buf, int b, int g, int M, int V, const float* wscale, const int32_t* colq,
                           const float* w2, const float* e2, const row_terms* terms, float* upper, __m512* lower) {
     int j0 = 16 * b;
-    __mmask16 keep = V - j0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (V - j0)) - 1);
+    __mmask16 keep = block_lanes(b, V);
     __m512 ws = _mm512_maskz_loadu_ps(keep, wscale + j0), n2 = _mm512_maskz_loadu_ps(keep, w2 + j0);
     __m512 en = _mm512_maskz_loadu_ps(keep, e2 + j0);
     __m512i q128 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(keep, colq + j0), 7);
     for (int i = 0; i < 8 && 8 * g + i < M; i++) {
         int m = 8 * g + i;
-        __m512i high = _mm512_sub_epi32(_mm512_load_si512(buf + 16 * i), q128);
-        __m512 sum = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(128.0f)),
-                                   _mm512_cvtepi32_ps(_mm512_load_si512(buf + 16 * (8 + i))));
-        __m512 a = _mm512_mul_ps(sum, _mm512_mul_ps(ws, _mm512_set1_ps(terms[m].scale)));
+        __m512 a = screened_logits(buf, i, q128, ws, terms[m].scale);
         __m512 r = _mm512_fmadd_ps(_mm512_set1_ps(terms[m].alpha), n2,
                                    _mm512_fmadd_ps(_mm512_set1_ps(terms[m].beta), en, _mm512_set1_ps(1e-3f)));
         _mm512_mask_storeu_ps(upper + (int64_t)m * V + j0, keep, _mm512_add_ps(a, r));
@@ -82,20 +94,16 @@ static void screen_finish(const int32_t* buf, int b, int g, int M, int V, const 
     }
 }
 
-/* The same tile as plain products (int8 weights, `w8_gemm_bf16`): out (M, V) = s_x s_j (c . q_j), rounded to
-   bfloat16. */
+/* The same tile as plain products (int8 weights, `w8_gemm_bf16`): out (M, V) = A, rounded to bfloat16. */
 static void w8_finish(const int32_t* buf, int b, int g, int M, int V, const float* wscale, const int32_t* colq,
                       const row_terms* terms, bf16* out) {
     int j0 = 16 * b;
-    __mmask16 keep = V - j0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (V - j0)) - 1);
+    __mmask16 keep = block_lanes(b, V);
     __m512 ws = _mm512_maskz_loadu_ps(keep, wscale + j0);
     __m512i q128 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(keep, colq + j0), 7);
     for (int i = 0; i < 8 && 8 * g + i < M; i++) {
         int m = 8 * g + i;
-        __m512i high = _mm512_sub_epi32(_mm512_load_si512(buf + 16 * i), q128);
-        __m512 sum = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(128.0f)),
-                                   _mm512_cvtepi32_ps(_mm512_load_si512(buf + 16 * (8 + i))));
-        __m512 a = _mm512_mul_ps(sum, _mm512_mul_ps(ws, _mm512_set1_ps(terms[m].scale)));
+        __m512 a = screened_logits(buf, i, q128, ws, terms[m].scale);
         _mm256_mask_storeu_epi16(out + (int64_t)m * V + j0, keep, (__m256i)_mm512_cvtneps_pbh(a));
     }
 }
