@@ -19,6 +19,7 @@ from quench.cli.main import main
     (["run", "--backend", "hf", "--speculate", "ngram"], "--speculate ngram needs --backend quench"),
     (["run", "--speculate", "hybrid", "--draft-confidence", "1.5"], "--draft-confidence must be in [0, 1), got 1.5"),
     (["run", "--speculate", "hybrid", "--draft-stop", "-0.1"], "--draft-stop must be in [0, 1), got -0.1"),
+    (["run", "--speculate", "hybrid", "--draft-max-rows", "-1"], "--draft-max-rows must be >= 0 (0: never pause), got -1"),
     (["run", "--guard", "missing-guard.safetensors"], "missing-guard.safetensors"),
     (["--threads", "0", "perturb", "--list"], "--threads must be at least 1, got 0"),
 ])

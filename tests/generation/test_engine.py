@@ -170,6 +170,30 @@ def test_many_samples_flow_through_few_slots(tokenizer):
 
 
 @pytest.mark.parametrize("drafter", ["model", "hybrid"])
+def test_speculation_pauses_while_more_rows_than_draft_max_rows_are_live_and_resumes_exactly(tokenizer, drafter):
+    """Three rows live: regular steps. Row 0 stops early (a stop sequence), then the two others draft again,
+    the draft model catching up on the tokens it skipped; greedy output stays the target's own."""
+    model = tiny_llama(dtype=torch.float64)
+    reqs = requests(tokenizer, PROMPTS[:3])
+    sampling = SamplingParams(max_new_tokens=40)
+    early = quench_outputs(model, tokenizer, reqs[:1], sampling, batch_size=1)[0]["t/0", 0].text[8:11]
+    reqs[0] = GenerationRequest(reqs[0].key, reqs[0].prompt_ids, stop_sequences=(early,))
+    out, backend = quench_outputs(model, tokenizer, reqs, sampling, perturbed(model, 0.3), batch_size=3,
+                                  drafter=drafter, draft_length="fixed", draft_tokens=4, draft_max_rows=2)
+    assert out["t/0", 0].finish_reason == "stop" and "drafted" not in out["t/0", 0].extra  # never drafted
+    for r in reqs[1:]:
+        assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 40), r.key
+        assert out[r.key, 0].extra["drafted"] > 0  # drafting resumed once row 0 left
+        assert out[r.key, 0].extra["steps"] > 12  # ... after some regular steps
+    _, never = quench_outputs(model, tokenizer, reqs, sampling, perturbed(model, 0.3), batch_size=3,
+                              drafter=drafter, draft_length="fixed", draft_tokens=4, draft_max_rows=0)
+    assert never.last_stats.drafted > backend.last_stats.drafted  # 0: no pause
+    assert EngineConfig().speculative_rows == 8 and EngineConfig(draft_max_rows=0).speculative_rows is None
+    with pytest.raises(ValueError, match="draft_max_rows"):
+        EngineConfig(draft_max_rows=-1)
+
+
+@pytest.mark.parametrize("drafter", ["model", "hybrid"])
 def test_a_draft_cut_where_the_draft_model_is_unsure_keeps_greedy_exact(tokenizer, drafter):
     model = tiny_llama(dtype=torch.float64)
     draft_model = perturbed(model, 0.3)

@@ -49,6 +49,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--draft-stop", type=float, default=None, metavar="P",
                         help="draft model: end a row's draft, past its floor, once the product of its tokens' draft "
                              "probabilities falls below P (0: never; default: 0.15 at batch 1, 0.4 above)")
+    engine.add_argument("--draft-max-rows", type=int, default=None, metavar="N",
+                        help="speculation pauses (regular steps) while more than N rows are live (0: never; "
+                             "default 8: past that drafts cost more than they save)")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
 
@@ -155,7 +158,8 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
 
 def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
     return BackendOptions(args.backend, args.batch_size, args.speculate, args.draft, args.draft_tokens,
-                          args.draft_length, args.guard, args.draft_confidence, args.draft_stop).check()
+                          args.draft_length, args.guard, args.draft_confidence, args.draft_stop,
+                          args.draft_max_rows).check()
 
 
 def backend_from_args(args: argparse.Namespace, loaded):

@@ -30,6 +30,7 @@ class BackendOptions:
     # (None: by batch size, see EngineConfig)
     draft_stop: float | None = None  # draft model: ... or once the product of its tokens' draft probabilities
     # falls below this (None: by batch size, see EngineConfig)
+    draft_max_rows: int | None = None  # speculation pauses while more rows than this are live (0: never; None: 8)
 
     def check(self) -> "BackendOptions":
         """Self, or QuenchError naming the flag that is wrong."""
@@ -47,6 +48,8 @@ class BackendOptions:
             raise QuenchError(f"--draft-confidence must be in [0, 1), got {self.draft_confidence}")
         if self.draft_stop is not None and not 0.0 <= self.draft_stop < 1.0:
             raise QuenchError(f"--draft-stop must be in [0, 1), got {self.draft_stop}")
+        if self.draft_max_rows is not None and self.draft_max_rows < 0:
+            raise QuenchError(f"--draft-max-rows must be >= 0 (0: never pause), got {self.draft_max_rows}")
         if self.name == "hf" and self.speculate != "none":
             raise QuenchError(f"--speculate {self.speculate} needs --backend quench (Hugging Face generate is not batched-speculative)")
         if self.name == "hf" and self.guard:
@@ -69,7 +72,7 @@ def make_engine(loaded: LoadedModel, options: BackendOptions) -> Backend:
     drafter = DRAFTERS[options.speculate]
     config = EngineConfig(batch_size=options.batch_size, drafter=drafter, draft_length=options.draft_length,
                           draft_tokens=options.draft_tokens, draft_confidence=options.draft_confidence,
-                          draft_stop=options.draft_stop)
+                          draft_stop=options.draft_stop, draft_max_rows=options.draft_max_rows)
     draft_model = None
     if options.speculate in ("draft", "hybrid"):
         from quench.models.draft import load_draft

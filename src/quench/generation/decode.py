@@ -62,6 +62,7 @@ class DecodeLoop:
         deadline: float | None = None,
         guard: GuardState | None = None,
         share_prefixes: bool = True,
+        max_draft_rows: int | None = None,
     ) -> None:
         self.runner = runner
         self.cache = cache
@@ -71,6 +72,7 @@ class DecodeLoop:
         self.drafter = drafter
         self.policy = policy
         self.deadline = deadline
+        self.max_draft_rows = max_draft_rows  # steps with more live rows than this do not draft (None: all draft)
         self.guard = guard  # GenGuard over the slots: reads each fed token's hidden state from the verify pass
         self.prefixes = PrefixStore(runner, share=share_prefixes)
         self.slots: list[Row | None] = [None] * cache.batch
@@ -139,6 +141,8 @@ class DecodeLoop:
     def _draft(self, active: list[int]) -> Draft | None:
         if self.drafter is None or self.policy is None:
             return None
+        if self.max_draft_rows is not None and len(active) > self.max_draft_rows:
+            return None  # a regular step; a model drafter catches up on these tokens when drafting resumes
         k = self.policy.current
         limits = [0] * len(self.slots)
         for b in active:

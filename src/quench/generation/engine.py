@@ -58,6 +58,8 @@ class EngineConfig:
     # 0.4 above, where verifying a token costs more)
     draft_int8: bool = True  # the draft model's products of a few rows from int8 weight copies where the CPU
     # has AMX int8 (half the bytes; the target verifies, so output is unchanged; docs/draft.md)
+    draft_max_rows: int | None = None  # speculation pauses (regular steps) while more rows than this are live
+    # (0: never pauses; None: 8, see AUTO_DRAFT_MAX_ROWS); a paused model draft catches up when it resumes
     share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
     # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
 
@@ -74,6 +76,8 @@ class EngineConfig:
             raise ValueError(f"draft_confidence must be in [0, 1), got {self.draft_confidence}")
         if self.draft_stop is not None and not 0.0 <= self.draft_stop < 1.0:
             raise ValueError(f"draft_stop must be in [0, 1), got {self.draft_stop}")
+        if self.draft_max_rows is not None and self.draft_max_rows < 0:
+            raise ValueError(f"draft_max_rows must be >= 0, got {self.draft_max_rows}")
         if self.min_model_draft is not None and self.min_model_draft < 1:
             raise ValueError(f"min_model_draft must be >= 1, got {self.min_model_draft}")
         if self.dtype != "auto" and self.dtype not in _DTYPES:
@@ -90,6 +94,12 @@ class EngineConfig:
         if self.draft_stop is not None:
             return self.draft_stop
         return AUTO_DRAFT_STOP_BATCH1 if self.batch_size == 1 else AUTO_DRAFT_STOP
+
+    @property
+    def speculative_rows(self) -> int | None:
+        """The most live rows a step drafts for (None: no limit; see `draft_max_rows`)."""
+        rows = self.draft_max_rows if self.draft_max_rows is not None else AUTO_DRAFT_MAX_ROWS
+        return rows or None
 
     @property
     def model_draft_floor(self) -> int:
@@ -114,6 +124,10 @@ AUTO_DRAFT_STOP_BATCH1 = 0.15
 # Batch 1 greedy, hybrid, two interleaved rounds: a floor of 2 tokens per model draft gave 1.05-1.09x the
 # speed of a floor of 1 (2.10 vs 2.04 tokens per step): a drafted token costs little to verify there.
 AUTO_BATCH1_MODEL_DRAFT = 2
+# Stop 18 (hybrid against regular, engine defaults, 192 tokens): batch 8 1.27-1.31x (round medians), batch 16
+# greedy 0.99x and sampling 0.72x: past 8 rows a step's drafts cost more than they save (vLLM's
+# speculative_disable_by_batch_size does the same). A batch decodes regular steps while more than 8 rows are live.
+AUTO_DRAFT_MAX_ROWS = 8
 
 
 def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False) -> Runner:
@@ -229,6 +243,7 @@ class QuenchBackend:
             if self.config.drafter != "none"
             else None,
             deadline=deadline,
+            max_draft_rows=self.config.speculative_rows,
             guard=self.guard.start(self.tokenizer, self.config.batch_size) if self.guard is not None else None,
             share_prefixes=self.config.share_prefixes,
         )
