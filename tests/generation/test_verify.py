@@ -101,8 +101,8 @@ def test_speculative_sampling_follows_the_target_distribution():
 
 def test_the_chi_square_test_rejects_a_wrong_sampler(monkeypatch):
     # A classic bug: at a rejection, draw the recovered token from the target instead of the residual.
-    def target_instead_of_residual(draft_tokens, draft_probs, deterministic, target_at, num_accepted, valid):
-        return target_at
+    def target_instead_of_residual(draft_tokens, draft_probs, deterministic, target_probs, target_rows, *rest):
+        return target_probs[target_rows]
 
     monkeypatch.setattr(verify_module, "_final_distribution", target_instead_of_residual)
     counts = first_token_counts(verify_sampling)
@@ -178,3 +178,20 @@ def test_deterministic_rows_among_model_rows_decide_as_one_hot_distributions(see
     want = verify_sampling(tokens, spelled, target, generators(5, seed))
     got = verify_sampling(tokens, draft[:, :2], target, generators(5, seed), deterministic=copied)
     assert verdicts_equal(got, want)
+
+
+def test_a_reduced_head_draft_is_lossless_and_verified_as_its_full_vocabulary_spread():
+    # A draft whose head scores tokens 0, 2, 3 only: its probabilities come over those columns (draft_ids).
+    ids = torch.tensor([0, 2, 3])
+    sub = torch.tensor([0.5, 0.2, 0.3])  # over ids; tokens 1 and 4 are never drafted
+    full = torch.zeros(VOCAB).index_copy(0, ids, sub)
+    samples, k = 4000, 3
+    gens = generators(samples, seed=5)
+    tokens = torch.stack([ids[torch.multinomial(sub, k, replacement=True, generator=g)] for g in gens])  # (N, K)
+    target = TARGET.expand(samples, k + 1, VOCAB)
+    reduced = verify_sampling(tokens, sub.expand(samples, k, 3), target, generators(samples, seed=6), draft_ids=ids)
+    spread = verify_sampling(tokens, full.expand(samples, k, VOCAB), target, generators(samples, seed=6))
+    assert torch.equal(reduced.tokens, spread.tokens) and torch.equal(reduced.num_accepted, spread.num_accepted)
+    counts = torch.bincount(reduced.tokens[:, 0], minlength=VOCAB).double()
+    assert chi_square(counts, TARGET) < CRITICAL_DF4_P0001, counts
+    assert int((reduced.num_accepted < k).sum()) > samples // 4  # rejections happened: the residual was used

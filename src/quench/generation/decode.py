@@ -132,7 +132,7 @@ class DecodeLoop:
                 if self.drafter is not None:
                     self.drafter.release(request_index)
         rows = [self.slots[slot] for slot, _ in items]
-        first = next_tokens(torch.stack(logits), self.sampling, [row.generator for row in rows])  # (R,)
+        first = next_tokens(torch.stack(logits), self.sampling, [row.generator for row in rows], in_place=True)  # (R,)
         for (slot, _), row, token in zip(items, rows, first.tolist()):
             reason = self.stop.append(row, token)
             if reason is not None:
@@ -202,12 +202,13 @@ class DecodeLoop:
         drafts right after -> their verdict."""
         generators = [self.slots[b].generator for b in active]
         if width == 0:
-            tokens = next_tokens(logits[first], self.sampling, generators)  # (A,)
+            tokens = next_tokens(logits[first], self.sampling, generators, in_place=True)  # (A,) a gathered copy
             return Verdict(torch.zeros(len(active), dtype=torch.long), tokens[:, None])
-        probs = logits_to_probs(logits, self.sampling)  # (N, V)
+        probs = logits_to_probs(logits, self.sampling, in_place=True)  # (N, V); the step's logits are spent
         draft_probs = draft.probs[active, :width] if draft.probs is not None else None
         deterministic = draft.deterministic[active] if draft.deterministic is not None else None
-        return verify_sampling(draft.tokens[active, :width], draft_probs, probs, generators, first, deterministic)
+        return verify_sampling(draft.tokens[active, :width], draft_probs, probs, generators, first, deterministic,
+                               draft.draft_ids)
 
     @staticmethod
     def _verify_greedy(targets: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:

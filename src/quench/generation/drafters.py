@@ -24,7 +24,6 @@ from quench.generation.sampling import logits_to_probs, sample_rows
 from quench.generation.scheduler import PrefixStore, Runner, WorkItem
 from quench.generation.types import SamplingParams
 from quench.generation.verify import PLACEHOLDER
-from quench.models.draft import scatter_columns
 
 CATCH_UP = 16  # tokens per row per catch-up forward of a draft model (a decode-sized step)
 
@@ -34,6 +33,7 @@ class Draft:
     tokens: torch.Tensor  # (B, K), PLACEHOLDER where a row proposes fewer
     probs: torch.Tensor | None  # (B, Kp, V), Kp <= K: draft distribution of each token; None = deterministic
     deterministic: torch.Tensor | None = None  # (B,) bool: rows drafted with probability 1 although probs is set
+    draft_ids: torch.Tensor | None = None  # (V',): probs is (B, Kp, V') over these tokens only (a reduced head)
 
     @property
     def width(self) -> int:
@@ -117,11 +117,6 @@ class HeadColumns:
     """The vocabulary of a draft runner whose logits cover only some tokens (a reduced draft head)."""
 
     ids: torch.Tensor  # (V',) the full-vocabulary id of each logit column
-    vocab_size: int  # V, the target's vocabulary
-
-    def full_probs(self, probs: torch.Tensor) -> torch.Tensor:
-        """(..., V') probabilities over the columns -> (..., V), 0 elsewhere."""
-        return scatter_columns(probs, self.ids, self.vocab_size, 0.0)
 
 
 class ModelDrafter:
@@ -129,9 +124,10 @@ class ModelDrafter:
 
     columns: where the runner scores a reduced head's rows only, their full-vocabulary ids. Picks are
     made among the columns (argmax, confidence, sampling: the tokens outside have probability 0
-    anyway) and mapped back; only sampled drafts' probabilities are spread over the whole vocabulary,
-    for verification. At batch 8 this saves ~2.5 ms per drafted token against spreading every
-    step's logits over the 49152-token vocabulary.
+    anyway) and mapped back. Sampled drafts' probabilities stay over the columns too (`Draft.draft_ids`):
+    verification reads them by column and spreads one row over the vocabulary only at a rejection.
+    Spreading every step's logits over the 49152-token vocabulary cost ~2.5 ms per drafted token at
+    batch 8 (stop 12); spreading every sampled draft's probabilities, ~1.7 ms per step (stop 19).
     """
 
     def __init__(
@@ -203,7 +199,7 @@ class ModelDrafter:
                 column = native.argmax(logits)  # (B,)
                 chosen = torch.softmax(logits.float(), dim=-1).gather(1, column[:, None])[:, 0] if unsure else None
             else:
-                probs = logits_to_probs(logits, sampling)  # (B, V')
+                probs = logits_to_probs(logits, sampling, in_place=True)  # (B, V'); this step's logits are spent
                 generators = [r.generator if r is not None and i < kept[b] else scratch for b, r in enumerate(rows)]
                 column = sample_rows(probs, generators)
                 probs_steps.append(probs)
@@ -223,9 +219,8 @@ class ModelDrafter:
             tokens[b, kept[b] :] = PLACEHOLDER
         width = max(kept, default=0)
         probs = torch.stack(probs_steps, dim=1)[:, :width] if probs_steps else None  # (B, <= K, V')
-        if probs is not None and self.columns is not None:
-            probs = self.columns.full_probs(probs)  # (B, <= K, V)
-        return Draft(tokens[:, :width], probs)
+        ids = self.columns.ids if probs is not None and self.columns is not None else None
+        return Draft(tokens[:, :width], probs, draft_ids=ids)  # verification spreads probs only at rejections
 
     def _cut(self, i: int, p: float, sure: float) -> bool:
         """Whether a row's draft ends before its token i, drafted with probability p (sure: the product
@@ -305,11 +300,11 @@ class HybridDrafter:
         ]
         width = max([len(c) for c in copies] + model_limits + [0])
         tokens = torch.full((len(rows), width), PLACEHOLDER, dtype=torch.long)  # (B, K)
-        probs = None  # (B, Km, V): the model rows' draft distributions (sampling only)
+        probs, ids = None, None  # (B, Km, V or V'): the model rows' draft distributions (sampling only)
         if any(model_limits):
             drafted = self.model.propose(rows, model_limits, sampling)
             tokens[:, : drafted.tokens.shape[1]] = drafted.tokens
-            probs = drafted.probs
+            probs, ids = drafted.probs, drafted.draft_ids
         for b, copy in enumerate(copies):
             if copy:
                 tokens[b, : len(copy)] = torch.tensor(copy, dtype=torch.long)
@@ -320,7 +315,7 @@ class HybridDrafter:
         self.copied += sum(bool(c) for c in copies)
         self.modelled += sum(bool(m) for m in model_limits)
         # Copied rows: probability 1 on each copied token (verification's deterministic rows), never spelled out.
-        return Draft(tokens, probs, torch.tensor([bool(c) for c in copies]) if probs is not None else None)
+        return Draft(tokens, probs, torch.tensor([bool(c) for c in copies]) if probs is not None else None, ids)
 
     def _learn(self, rows: Sequence[Row | None]) -> None:
         """Adapt each row's draft length to how much of its last draft the target kept."""
@@ -335,6 +330,8 @@ class HybridDrafter:
             if copied:
                 if self.row_copy_lengths:
                     self.copy_cap[b] = None if accepted == len(proposal) else accepted + 1
+            elif self.model.stop:
+                continue  # the cumulative stop sets model drafts' lengths; the per-row length is unused
             elif accepted == len(proposal):
                 self.model_length[b] = min(self.model_length[b] + 1, self.max_model_tokens)
             else:

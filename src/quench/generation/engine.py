@@ -157,7 +157,7 @@ def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tup
     runner = make_runner(draft_model, config, int8=config.draft_int8)
     head = draft_model.get_output_embeddings()
     if isinstance(runner, LlamaRunner) and isinstance(head, SubsetHead):
-        return runner, HeadColumns(head.token_ids, head.vocab_size)
+        return runner, HeadColumns(head.token_ids)
     return runner, None
 
 

@@ -26,8 +26,18 @@ def row_generator(seed: int, key: str, sample_index: int) -> torch.Generator:
     return generator
 
 
-def logits_to_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
-    """Temperature, then top-k, then top-p (as Hugging Face orders them): logits (..., V) -> probs (..., V)."""
+def logits_to_probs(logits: torch.Tensor, sampling: SamplingParams, in_place: bool = False) -> torch.Tensor:
+    """Temperature, then top-k, then top-p (as Hugging Face orders them): logits (..., V) -> probs (..., V).
+
+    in_place: the caller no longer needs `logits`; float32 logits then become the probabilities in place
+    (temperature only: no (..., V) temporaries, 2.8 against 4.2 ms for 24 x 49152 here, where fresh
+    multi-megabyte buffers cost page faults).
+    """
+    if in_place and logits.dtype == torch.float32 and sampling.top_k == 0 and sampling.top_p == 1.0:
+        with torch.inference_mode():  # the engine's logits are inference tensors, updated in place only in there
+            logits.div_(sampling.temperature)
+            logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
+            return logits.div_(logits.sum(dim=-1, keepdim=True))
     logits = logits.float() / sampling.temperature
     if 0 < sampling.top_k < logits.shape[-1]:
         kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]  # (..., 1)
@@ -52,15 +62,18 @@ def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch
 
     (`torch.multinomial` costs ~3 ms per row over a 49k vocabulary on CPU; this costs one cumsum.)
     """
-    cdf = torch.cumsum(probs.double(), dim=-1)  # (B, V)
+    cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)  # (B, V)
     uniforms = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])  # (B,)
     targets = uniforms[:, None] * cdf[:, -1:]  # (B, 1)
     tokens = torch.searchsorted(cdf, targets, right=True).squeeze(1)  # first index whose cdf exceeds the target
     return tokens.clamp(max=probs.shape[-1] - 1)
 
 
-def next_tokens(logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]) -> torch.Tensor:
-    """Regular decoding: logits (B, V) -> tokens (B,), greedy (argmax) or sampled."""
+def next_tokens(
+    logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator], in_place: bool = False
+) -> torch.Tensor:
+    """Regular decoding: logits (B, V) -> tokens (B,), greedy (argmax) or sampled (in_place: as for
+    `logits_to_probs`)."""
     if sampling.greedy:
         return native.argmax(logits)
-    return sample_rows(logits_to_probs(logits, sampling), generators)
+    return sample_rows(logits_to_probs(logits, sampling, in_place), generators)

@@ -63,6 +63,7 @@ def verify_sampling(
     generators: list[torch.Generator],
     first: torch.Tensor | None = None,
     deterministic: torch.Tensor | None = None,
+    draft_ids: torch.Tensor | None = None,
 ) -> Verdict:
     """Speculative sampling; the output tokens follow target_probs exactly.
 
@@ -73,7 +74,9 @@ def verify_sampling(
     only they may draft past Kp). target_probs (B, K + 1, V); or, packed, (N, V) rows with first
     (B,): row b's target distribution for its draft token i is target_probs[first[b] + i] (a
     verification step's real positions only, without padding). One generator per row. Row b draws
-    exactly (its draft length) uniforms and one final token, whatever its batch.
+    exactly (its draft length) uniforms and one final token, whatever its batch. draft_ids (V',): the
+    token of each column where draft_probs is (B, Kp, V') over a reduced draft head's tokens only (0
+    elsewhere); it is spread over the whole vocabulary only at a rejection, for the recovered distribution.
     """
     batch, k = draft_tokens.shape
     if first is None:  # (B, K + 1, V) -> rows of (K + 1)
@@ -88,7 +91,9 @@ def verify_sampling(
     draft_p = torch.ones_like(target_p)
     if draft_probs is not None and draft_probs.shape[1]:
         kp = draft_probs.shape[1]
-        modelled = draft_probs.gather(-1, safe[:, :kp, None]).squeeze(-1)  # (B, Kp)
+        columns = safe[:, :kp] if draft_ids is None else column_of(draft_ids, target_probs.shape[-1])[safe[:, :kp]]
+        modelled = draft_probs.gather(-1, columns.clamp(min=0)[..., None]).squeeze(-1)  # (B, Kp)
+        modelled = torch.where(columns >= 0, modelled, 0.0)  # a token outside a reduced head: never drafted
         draft_p[:, :kp] = torch.where(deterministic[:, None], 1.0, modelled)
     uniforms = torch.ones(batch, k)
     for b, generator in enumerate(generators):
@@ -96,42 +101,57 @@ def verify_sampling(
         uniforms[b, :num_draft] = torch.rand(num_draft, generator=generator)
     accept = valid & (uniforms * draft_p < target_p)  # u < target / draft, without dividing by 0
     num_accepted = _accepted_prefix(accept)
-    target_at = target_probs[first + num_accepted]  # (B, V): where each row's last token comes from
-    final_probs = _final_distribution(draft_tokens, draft_probs, deterministic, target_at, num_accepted, valid)
+    final_probs = _final_distribution(draft_tokens, draft_probs, deterministic, target_probs, first + num_accepted,
+                                      num_accepted, valid, draft_ids)
     last = sample_rows(final_probs, generators)
     return Verdict(num_accepted, _assemble(draft_tokens, num_accepted, last))
+
+
+def column_of(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(V,): each token's column among ids (V',), -1 for tokens outside them."""
+    columns = torch.full((vocab_size,), -1, dtype=torch.long)
+    columns[ids] = torch.arange(len(ids))
+    return columns
 
 
 def _final_distribution(
     draft_tokens: torch.Tensor,
     draft_probs: torch.Tensor | None,
     deterministic: torch.Tensor,
-    target_at: torch.Tensor,
+    target_probs: torch.Tensor,
+    target_rows: torch.Tensor,
     num_accepted: torch.Tensor,
     valid: torch.Tensor,
+    draft_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(B, V): the recovered distribution at a rejection, the target's (bonus) after a full accept.
 
-    Only the rows with a rejection get the residual's (V,)-wide passes; target_at (B, V), a fresh
-    gather, is overwritten there and returned.
+    target_rows (B,): where each row's last token comes from among target_probs (N, V). Their gather is
+    made into the residual in place, row by row, at the rejections only (at most B rows of V-wide
+    passes, no (B, V) temporaries).
     """
-    batch, k = draft_tokens.shape
+    target_at = target_probs[target_rows]  # (B, V) a fresh gather
+    k = draft_tokens.shape[1]
     if k == 0:
         return target_at
-    rows = torch.arange(batch, device=draft_tokens.device)
     at = num_accepted.clamp(max=k - 1)
-    rejected = valid[rows, at] & (num_accepted < k)  # (B,) a draft token was rejected here
-    picked = torch.nonzero(rejected).squeeze(1)  # (R,)
-    if picked.numel() == 0:
-        return target_at
-    at = at[picked]
-    target_rows = target_at[picked]  # (R, V)
-    draft_at = torch.zeros_like(target_rows).scatter(1, draft_tokens[picked, at].clamp(min=0)[:, None], 1.0)  # one-hot
-    if draft_probs is not None and draft_probs.shape[1]:
-        modelled = draft_probs[picked, at.clamp(max=draft_probs.shape[1] - 1)]  # (R, V)
-        draft_at = torch.where(deterministic[picked, None], draft_at, modelled)
-    residual = (target_rows - draft_at).clamp(min=0)
-    mass = residual.sum(dim=-1, keepdim=True)  # (R, 1)
-    # A rejection with zero residual mass cannot happen in exact arithmetic; guard against rounding.
-    target_at[picked] = torch.where(mass > 0, residual / mass.clamp(min=1e-30), target_rows)
+    rejected = valid[torch.arange(len(at)), at] & (num_accepted < k)  # (B,) a draft token was rejected here
+    positions, fixed = at.tolist(), deterministic.tolist()
+    tokens = draft_tokens.gather(1, at[:, None])[:, 0].tolist()  # (B,) each row's token at `at`
+    for b in torch.nonzero(rejected).squeeze(1).tolist():
+        i = positions[b]
+        row = target_at[b]  # (V,) a view: becomes max(0, target - draft), normalised
+        if draft_probs is None or fixed[b] or i >= draft_probs.shape[1]:
+            row[tokens[b]] = 0.0  # a deterministic draft: probability 1 on its token
+        elif draft_ids is None:
+            row.sub_(draft_probs[b, i]).clamp_(min=0.0)
+        else:
+            kept = row.index_select(0, draft_ids).sub_(draft_probs[b, i]).clamp_(min=0.0)  # (V',)
+            row.index_copy_(0, draft_ids, kept)  # the draft is 0 elsewhere: the target stays there
+        mass = row.sum()
+        # A rejection with zero residual mass cannot happen in exact arithmetic; guard against rounding.
+        if float(mass) > 0:
+            row.div_(mass)
+        else:
+            row.copy_(target_probs[target_rows[b]])
     return target_at
