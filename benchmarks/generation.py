@@ -323,12 +323,12 @@ def markdown(rows: list[Measurement]) -> str:
     hf = {(m.batch_size, m.mode): m for m in rows if m.backend == "hf"}
     for m in rows:
         ref = hf.get((m.batch_size, m.mode))
-        ratio = m.tokens_per_s / ref.tokens_per_s if ref else float("nan")
-        decode_ratio = m.decode_tokens_per_s / ref.decode_tokens_per_s if ref else float("nan")
+        ratio = f"{m.tokens_per_s / ref.tokens_per_s:.2f}x" if ref else "-"  # no HF run: no ratio
+        decode_ratio = f"{m.decode_tokens_per_s / ref.decode_tokens_per_s:.2f}x" if ref else "-"
         accept = f"{m.acceptance_rate:.0%}" if m.acceptance_rate is not None else ""
         lines.append(
-            f"| {m.batch_size} | {m.mode} | {m.backend} | {m.tokens_per_s} | {ratio:.2f}x | {m.decode_tokens_per_s}"
-            f" | {decode_ratio:.2f}x | {m.wall_tokens_per_s}"
+            f"| {m.batch_size} | {m.mode} | {m.backend} | {m.tokens_per_s} | {ratio} | {m.decode_tokens_per_s}"
+            f" | {decode_ratio} | {m.wall_tokens_per_s}"
             f" | {m.ms_per_token_per_seq} | {m.peak_mb:.0f} | {accept} | {m.tokens_per_row_step or ''} |"
         )
     if any(m.backend.startswith("hf-assisted") for m in rows):
