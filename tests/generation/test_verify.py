@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from quench.generation import verify as verify_module
-from quench.generation.verify import PLACEHOLDER, verify_greedy, verify_sampling
+from quench.generation.verify import PLACEHOLDER, HeadColumns, verify_greedy, verify_sampling
 
 P = PLACEHOLDER
 
@@ -181,7 +181,7 @@ def test_deterministic_rows_among_model_rows_decide_as_one_hot_distributions(see
 
 
 def test_a_reduced_head_draft_is_lossless_and_verified_as_its_full_vocabulary_spread():
-    # A draft whose head scores tokens 0, 2, 3 only: its probabilities come over those columns (draft_ids).
+    # A draft whose head scores tokens 0, 2, 3 only: its probabilities come over those columns.
     ids = torch.tensor([0, 2, 3])
     sub = torch.tensor([0.5, 0.2, 0.3])  # over ids; tokens 1 and 4 are never drafted
     full = torch.zeros(VOCAB).index_copy(0, ids, sub)
@@ -189,7 +189,8 @@ def test_a_reduced_head_draft_is_lossless_and_verified_as_its_full_vocabulary_sp
     gens = generators(samples, seed=5)
     tokens = torch.stack([ids[torch.multinomial(sub, k, replacement=True, generator=g)] for g in gens])  # (N, K)
     target = TARGET.expand(samples, k + 1, VOCAB)
-    reduced = verify_sampling(tokens, sub.expand(samples, k, 3), target, generators(samples, seed=6), draft_ids=ids)
+    reduced = verify_sampling(tokens, sub.expand(samples, k, 3), target, generators(samples, seed=6),
+                              draft_columns=HeadColumns.of(ids, VOCAB))
     spread = verify_sampling(tokens, full.expand(samples, k, VOCAB), target, generators(samples, seed=6))
     assert torch.equal(reduced.tokens, spread.tokens) and torch.equal(reduced.num_accepted, spread.num_accepted)
     counts = torch.bincount(reduced.tokens[:, 0], minlength=VOCAB).double()

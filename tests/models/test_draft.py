@@ -157,6 +157,7 @@ def test_the_engine_maps_a_reduced_head_draft_back_to_the_full_vocabulary(target
     config = EngineConfig(batch_size=2, drafter=drafter, draft_length="fixed", draft_tokens=3)
     backend = QuenchBackend(target.model, target.tokenizer, config, draft_model=draft)  # no mapping by the caller
     assert backend.draft_columns.ids.tolist() == list(range(3, 60))  # the fast path scores the head's rows only
+    assert backend.draft_columns.positions.shape == (target.model.config.vocab_size,)
     requests = [GenerationRequest(f"p{i}", tuple(target.tokenizer(p)["input_ids"])) for i, p in enumerate(PROMPTS)]
     sampled = list(backend.generate(requests, SamplingParams(temperature=1.0, max_new_tokens=12, seed=1)))
     assert len(sampled) == len(PROMPTS) and backend.last_stats.drafted > 0  # sampled: verified by column
@@ -181,9 +182,9 @@ def test_a_reduced_head_draft_proposes_the_same_on_the_fast_path_as_through_its_
     assert torch.equal(fast.tokens, generic.tokens) and set(fast.tokens.flatten().tolist()) <= set(range(3, 60))
     if temperature:  # the fast path's probabilities stay over the head's columns, the generic path's cover all
         vocab = target.model.config.vocab_size
-        assert fast.draft_ids.tolist() == list(range(3, 60)) and generic.draft_ids is None
+        assert fast.columns.ids.tolist() == list(range(3, 60)) and generic.columns is None
         assert fast.probs.shape == (2, 3, 57) and generic.probs.shape == (2, 3, vocab)
-        spread = torch.zeros(2, 3, vocab, dtype=fast.probs.dtype).index_copy(-1, fast.draft_ids, fast.probs)
+        spread = torch.zeros(2, 3, vocab, dtype=fast.probs.dtype).index_copy(-1, fast.columns.ids, fast.probs)
         assert torch.allclose(spread, generic.probs, rtol=0, atol=1e-6) and not generic.probs[..., :3].any()
 
 

@@ -208,7 +208,7 @@ class DecodeLoop:
         draft_probs = draft.probs[active, :width] if draft.probs is not None else None
         deterministic = draft.deterministic[active] if draft.deterministic is not None else None
         return verify_sampling(draft.tokens[active, :width], draft_probs, probs, generators, first, deterministic,
-                               draft.draft_ids)
+                               draft.columns)
 
     @staticmethod
     def _verify_greedy(targets: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:

@@ -23,7 +23,7 @@ from quench.generation.rows import Row
 from quench.generation.sampling import logits_to_probs, sample_rows
 from quench.generation.scheduler import PrefixStore, Runner, WorkItem
 from quench.generation.types import SamplingParams
-from quench.generation.verify import PLACEHOLDER
+from quench.generation.verify import PLACEHOLDER, HeadColumns
 
 CATCH_UP = 16  # tokens per row per catch-up forward of a draft model (a decode-sized step)
 
@@ -33,7 +33,7 @@ class Draft:
     tokens: torch.Tensor  # (B, K), PLACEHOLDER where a row proposes fewer
     probs: torch.Tensor | None  # (B, Kp, V), Kp <= K: draft distribution of each token; None = deterministic
     deterministic: torch.Tensor | None = None  # (B,) bool: rows drafted with probability 1 although probs is set
-    draft_ids: torch.Tensor | None = None  # (V',): probs is (B, Kp, V') over these tokens only (a reduced head)
+    columns: HeadColumns | None = None  # probs is (B, Kp, V') over these tokens only (a reduced head)
 
     @property
     def width(self) -> int:
@@ -112,19 +112,12 @@ class NgramDrafter:
         return Draft(tokens, None)
 
 
-@dataclass(frozen=True)
-class HeadColumns:
-    """The vocabulary of a draft runner whose logits cover only some tokens (a reduced draft head)."""
-
-    ids: torch.Tensor  # (V',) the full-vocabulary id of each logit column
-
-
 class ModelDrafter:
     """A draft model with its own KV cache; keeps in step with the committed tokens of each row.
 
     columns: where the runner scores a reduced head's rows only, their full-vocabulary ids. Picks are
     made among the columns (argmax, confidence, sampling: the tokens outside have probability 0
-    anyway) and mapped back. Sampled drafts' probabilities stay over the columns too (`Draft.draft_ids`):
+    anyway) and mapped back. Sampled drafts' probabilities stay over the columns too (`Draft.columns`):
     verification reads them by column and spreads one row over the vocabulary only at a rejection.
     Spreading every step's logits over the 49152-token vocabulary cost ~2.5 ms per drafted token at
     batch 8 (stop 12); spreading every sampled draft's probabilities, ~1.7 ms per step (stop 19).
@@ -219,8 +212,8 @@ class ModelDrafter:
             tokens[b, kept[b] :] = PLACEHOLDER
         width = max(kept, default=0)
         probs = torch.stack(probs_steps, dim=1)[:, :width] if probs_steps else None  # (B, <= K, V')
-        ids = self.columns.ids if probs is not None and self.columns is not None else None
-        return Draft(tokens[:, :width], probs, draft_ids=ids)  # verification spreads probs only at rejections
+        columns = self.columns if probs is not None else None
+        return Draft(tokens[:, :width], probs, columns=columns)  # verification spreads probs only at rejections
 
     def _cut(self, i: int, p: float, sure: float) -> bool:
         """Whether a row's draft ends before its token i, drafted with probability p (sure: the product
@@ -300,11 +293,11 @@ class HybridDrafter:
         ]
         width = max([len(c) for c in copies] + model_limits + [0])
         tokens = torch.full((len(rows), width), PLACEHOLDER, dtype=torch.long)  # (B, K)
-        probs, ids = None, None  # (B, Km, V or V'): the model rows' draft distributions (sampling only)
+        probs, columns = None, None  # (B, Km, V or V'): the model rows' draft distributions (sampling only)
         if any(model_limits):
             drafted = self.model.propose(rows, model_limits, sampling)
             tokens[:, : drafted.tokens.shape[1]] = drafted.tokens
-            probs, ids = drafted.probs, drafted.draft_ids
+            probs, columns = drafted.probs, drafted.columns
         for b, copy in enumerate(copies):
             if copy:
                 tokens[b, : len(copy)] = torch.tensor(copy, dtype=torch.long)
@@ -315,7 +308,7 @@ class HybridDrafter:
         self.copied += sum(bool(c) for c in copies)
         self.modelled += sum(bool(m) for m in model_limits)
         # Copied rows: probability 1 on each copied token (verification's deterministic rows), never spelled out.
-        return Draft(tokens, probs, torch.tensor([bool(c) for c in copies]) if probs is not None else None, ids)
+        return Draft(tokens, probs, torch.tensor([bool(c) for c in copies]) if probs is not None else None, columns)
 
     def _learn(self, rows: Sequence[Row | None]) -> None:
         """Adapt each row's draft length to how much of its last draft the target kept."""

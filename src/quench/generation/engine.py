@@ -12,13 +12,14 @@ import torch
 from quench.errors import QuenchError
 from quench.generation.decode import DecodeLoop, LoopStats
 from quench.generation.draft_length import make_policy
-from quench.generation.drafters import Drafter, HeadColumns, HybridDrafter, ModelDrafter, NgramDrafter
+from quench.generation.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from quench.generation.hf_runner import HFRunner
 from quench.generation.kv_cache import KVCache, round_up
 from quench.generation.llama import LlamaRunner, is_llama
 from quench.generation.rows import StopRules, eos_token_ids
 from quench.generation.scheduler import Runner, WorkQueue
 from quench.generation.types import GenerationRequest, GenerationResult, SamplingParams, StopHook
+from quench.generation.verify import HeadColumns
 from quench.models.draft import SubsetHead
 from quench.stopping.guard import GenGuard
 
@@ -157,7 +158,7 @@ def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tup
     runner = make_runner(draft_model, config, int8=config.draft_int8)
     head = draft_model.get_output_embeddings()
     if isinstance(runner, LlamaRunner) and isinstance(head, SubsetHead):
-        return runner, HeadColumns(head.token_ids)
+        return runner, HeadColumns.of(head.token_ids, head.vocab_size)
     return runner, None
 
 

@@ -23,6 +23,20 @@ PLACEHOLDER = -1  # a missing draft / output token (ragged rows)
 
 
 @dataclass(frozen=True)
+class HeadColumns:
+    """The vocabulary of a reduced draft head: its logits and probabilities cover these tokens only."""
+
+    ids: torch.Tensor  # (V',) the full-vocabulary id of each column
+    positions: torch.Tensor  # (V,) each token's column, -1 for tokens outside the head
+
+    @classmethod
+    def of(cls, ids: torch.Tensor, vocab_size: int) -> "HeadColumns":
+        positions = torch.full((vocab_size,), -1, dtype=torch.long)
+        positions[ids] = torch.arange(len(ids))
+        return cls(ids, positions)
+
+
+@dataclass(frozen=True)
 class Verdict:
     """Per row: how many draft tokens were accepted, and the tokens to append."""
 
@@ -63,7 +77,7 @@ def verify_sampling(
     generators: list[torch.Generator],
     first: torch.Tensor | None = None,
     deterministic: torch.Tensor | None = None,
-    draft_ids: torch.Tensor | None = None,
+    draft_columns: HeadColumns | None = None,
 ) -> Verdict:
     """Speculative sampling; the output tokens follow target_probs exactly.
 
@@ -74,8 +88,8 @@ def verify_sampling(
     only they may draft past Kp). target_probs (B, K + 1, V); or, packed, (N, V) rows with first
     (B,): row b's target distribution for its draft token i is target_probs[first[b] + i] (a
     verification step's real positions only, without padding). One generator per row. Row b draws
-    exactly (its draft length) uniforms and one final token, whatever its batch. draft_ids (V',): the
-    token of each column where draft_probs is (B, Kp, V') over a reduced draft head's tokens only (0
+    exactly (its draft length) uniforms and one final token, whatever its batch. draft_columns: the
+    tokens of draft_probs' columns where it is (B, Kp, V') over a reduced draft head's tokens only (0
     elsewhere); it is spread over the whole vocabulary only at a rejection, for the recovered distribution.
     """
     batch, k = draft_tokens.shape
@@ -91,7 +105,7 @@ def verify_sampling(
     draft_p = torch.ones_like(target_p)
     if draft_probs is not None and draft_probs.shape[1]:
         kp = draft_probs.shape[1]
-        columns = safe[:, :kp] if draft_ids is None else column_of(draft_ids, target_probs.shape[-1])[safe[:, :kp]]
+        columns = safe[:, :kp] if draft_columns is None else draft_columns.positions[safe[:, :kp]]
         modelled = draft_probs.gather(-1, columns.clamp(min=0)[..., None]).squeeze(-1)  # (B, Kp)
         modelled = torch.where(columns >= 0, modelled, 0.0)  # a token outside a reduced head: never drafted
         draft_p[:, :kp] = torch.where(deterministic[:, None], 1.0, modelled)
@@ -102,16 +116,9 @@ def verify_sampling(
     accept = valid & (uniforms * draft_p < target_p)  # u < target / draft, without dividing by 0
     num_accepted = _accepted_prefix(accept)
     final_probs = _final_distribution(draft_tokens, draft_probs, deterministic, target_probs, first + num_accepted,
-                                      num_accepted, valid, draft_ids)
+                                      num_accepted, valid, draft_columns)
     last = sample_rows(final_probs, generators)
     return Verdict(num_accepted, _assemble(draft_tokens, num_accepted, last))
-
-
-def column_of(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """(V,): each token's column among ids (V',), -1 for tokens outside them."""
-    columns = torch.full((vocab_size,), -1, dtype=torch.long)
-    columns[ids] = torch.arange(len(ids))
-    return columns
 
 
 def _final_distribution(
@@ -122,7 +129,7 @@ def _final_distribution(
     target_rows: torch.Tensor,
     num_accepted: torch.Tensor,
     valid: torch.Tensor,
-    draft_ids: torch.Tensor | None = None,
+    draft_columns: HeadColumns | None = None,
 ) -> torch.Tensor:
     """(B, V): the recovered distribution at a rejection, the target's (bonus) after a full accept.
 
@@ -143,11 +150,11 @@ def _final_distribution(
         row = target_at[b]  # (V,) a view: becomes max(0, target - draft), normalised
         if draft_probs is None or fixed[b] or i >= draft_probs.shape[1]:
             row[tokens[b]] = 0.0  # a deterministic draft: probability 1 on its token
-        elif draft_ids is None:
+        elif draft_columns is None:
             row.sub_(draft_probs[b, i]).clamp_(min=0.0)
         else:
-            kept = row.index_select(0, draft_ids).sub_(draft_probs[b, i]).clamp_(min=0.0)  # (V',)
-            row.index_copy_(0, draft_ids, kept)  # the draft is 0 elsewhere: the target stays there
+            kept = row.index_select(0, draft_columns.ids).sub_(draft_probs[b, i]).clamp_(min=0.0)  # (V',)
+            row.index_copy_(0, draft_columns.ids, kept)  # the draft is 0 elsewhere: the target stays there
         mass = row.sum()
         # A rejection with zero residual mass cannot happen in exact arithmetic; guard against rounding.
         if float(mass) > 0:
