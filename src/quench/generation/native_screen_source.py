@@ -108,10 +108,17 @@ static void w8_finish(const int32_t* buf, int b, int g, int M, int V, const floa
     }
 }
 
+/* A finished tile of either pass: the products themselves where out is given, else the screen's bounds. */
+static inline void finish_tile(const int32_t* buf, int b, int g, int M, int V, const float* wscale, const int32_t* colq,
+                               const float* w2, const float* e2, const row_terms* terms, float* upper, __m512* lower,
+                               bf16* out) {
+    if (out) w8_finish(buf, b, g, M, V, wscale, colq, terms, out);
+    else screen_finish(buf, b, g, M, V, wscale, colq, w2, e2, terms, upper, lower);
+}
+
 #define SCREEN_STORE(T, s)                                                                         \
     _tile_stored(T, buf, 64);                                                                      \
-    if (out) w8_finish(buf, b0 + (s), g, M, V, wscale, colq, terms, out);                          \
-    else screen_finish(buf, b0 + (s), g, M, V, wscale, colq, w2, e2, terms, upper, local);
+    finish_tile(buf, b0 + (s), g, M, V, wscale, colq, w2, e2, terms, upper, local, out);
 /* Next K chunk's tile of each of the group's blocks, asked one step early (as the bf16 AMX GEMM does). */
 #define SCREEN_PREFETCH(count)                                                                     \
     if (g == 0 && kc + 1 < K64)                                                                    \
@@ -175,10 +182,8 @@ static void screen_pass_vnni(const uint8_t* planes, int M, int K, const int8_t* 
                 case 3: vnni_blocks(planes, 3, K, w, nb, bufs); break;
                 default: vnni_blocks(planes, 4, K, w, nb, bufs); break;
             }
-            for (int s = 0; s < nb; s++) {
-                if (out) w8_finish(bufs + s * 256, b0 + s, 0, M, V, wscale, colq, terms, out);
-                else screen_finish(bufs + s * 256, b0 + s, 0, M, V, wscale, colq, w2, e2, terms, upper, local);
-            }
+            for (int s = 0; s < nb; s++)
+                finish_tile(bufs + s * 256, b0 + s, 0, M, V, wscale, colq, w2, e2, terms, upper, local, out);
         }
         #pragma omp critical
         for (int m = 0; m < M; m++) {
