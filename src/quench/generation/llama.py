@@ -144,8 +144,7 @@ class LlamaRunner:
         glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take."""
         if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
             return None
-        linears = [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
-        if any(linear.small is None for linear in linears) or self.layers[0].gate_up.out_features % 32:
+        if any(linear.small is None for linear in self._projections()) or self.layers[0].gate_up.out_features % 32:
             return None
         addresses = [
             tensor.data_ptr()
@@ -154,9 +153,13 @@ class LlamaRunner:
         ]
         return (ctypes.c_int64 * len(addresses))(*addresses)
 
+    def _projections(self) -> list[Linear]:
+        """Every layer's qkv, o, gate_up and down, in the layer loop's order."""
+        return [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+
     def _int8_layer_table(self) -> ctypes.Array | None:
         """The int8 copies' addresses `native.layers` reads (12 per layer), where every projection has one."""
-        linears = [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        linears = self._projections()
         if self._layer_table is None or any(linear.int8 is None for linear in linears):
             return None
         addresses = [
