@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -79,3 +80,13 @@ def torch_threads(count: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def draft_everything(monkeypatch):
+    """Tiny random models give every token ~1/vocab: the engine's automatic cumulative stop (0.15 at batch 1,
+    0.4 above) would cut every model draft to its floor, and the generation and model tests (whose conftests
+    import this fixture) are about drafting. The stop itself is tested with explicit thresholds
+    (test_hybrid.py, test_engine.py)."""
+    monkeypatch.setattr("quench.generation.engine.AUTO_DRAFT_STOP", 0.0)
+    monkeypatch.setattr("quench.generation.engine.AUTO_DRAFT_STOP_BATCH1", 0.0)
