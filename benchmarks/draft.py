@@ -30,10 +30,10 @@ from pathlib import Path
 import torch
 
 from quench.benchmarks import load_humaneval
-from quench.generation import native
-from quench.generation.engine import EngineConfig, QuenchBackend
-from quench.generation.scheduler import PrefixStore
-from quench.generation.types import GenerationRequest, SamplingParams
+from quench.engine import native
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.scheduler import PrefixStore
+from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
 from quench.models.draft import load_draft
 

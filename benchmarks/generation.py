@@ -49,10 +49,10 @@ import torch
 from torch import nn
 
 from quench.benchmarks import load_humaneval
-from quench.generation import native
-from quench.generation.engine import EngineConfig, QuenchBackend
-from quench.generation.hf_backend import HFBackend
-from quench.generation.types import GenerationRequest, SamplingParams
+from quench.engine import native
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.hf_backend import HFBackend
+from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 from quench.models.draft import load_draft
 from quench.models.prompts import encode_prompt

@@ -44,10 +44,10 @@ from quench.distributed import ModelSpec, RayOptions  # noqa: E402
 from quench.distributed.execution import RayPool  # noqa: E402
 from quench.distributed.generation import RayBackend  # noqa: E402
 from quench.execution import SandboxLimits, SandboxPool  # noqa: E402
-from quench.execution.evaluate import execute_samples, summarize  # noqa: E402
-from quench.generation.backends import BackendOptions, make_backend  # noqa: E402
-from quench.generation.samples import GenerateConfig, generate_samples  # noqa: E402
-from quench.generation.types import SamplingParams  # noqa: E402
+from quench.runs.evaluate import execute_samples, summarize  # noqa: E402
+from quench.runs.backends import BackendOptions, make_backend  # noqa: E402
+from quench.runs.samples import GenerateConfig, generate_samples  # noqa: E402
+from quench.engine.types import SamplingParams  # noqa: E402
 from quench.models import encode_prompt, load_model  # noqa: E402
 
 MB = 1024**2

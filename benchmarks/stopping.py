@@ -29,8 +29,8 @@ import torch
 from quench.benchmarks import Problem, load_humaneval, load_mbpp
 from quench.execution import SandboxPool
 from quench.execution.sanitize import program_for, sanitize
-from quench.generation.backends import BackendOptions, make_backend
-from quench.generation.types import GenerationRequest, SamplingParams
+from quench.runs.backends import BackendOptions, make_backend
+from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
 from quench.stopping import RuleHook, default_stop_sequences, rules_for
 

@@ -88,5 +88,5 @@ def draft_everything(monkeypatch):
     0.4 above) would cut every model draft to its floor, and the generation and model tests (whose conftests
     import this fixture) are about drafting. The stop itself is tested with explicit thresholds
     (test_hybrid.py, test_engine.py)."""
-    monkeypatch.setattr("quench.generation.engine.AUTO_DRAFT_STOP", 0.0)
-    monkeypatch.setattr("quench.generation.engine.AUTO_DRAFT_STOP_BATCH1", 0.0)
+    monkeypatch.setattr("quench.engine.engine.AUTO_DRAFT_STOP", 0.0)
+    monkeypatch.setattr("quench.engine.engine.AUTO_DRAFT_STOP_BATCH1", 0.0)

@@ -5,8 +5,8 @@ import pytest
 from helpers import char_tokenizer, tiny_llama
 from quench.distributed.chunks import PLACEHOLDER, balanced_size, batched, generation_chunks, layout, split_request
 from quench.distributed.config import ModelSpec, RayOptions
-from quench.generation.engine import EngineConfig, QuenchBackend
-from quench.generation.types import GenerationRequest, SamplingParams
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.types import GenerationRequest, SamplingParams
 
 
 def req(key: str, n: int, offset: int = 0) -> GenerationRequest:

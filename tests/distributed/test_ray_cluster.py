@@ -18,8 +18,8 @@ from sandbox_helpers import kill_node, process_tree, processes_with, worker_node
 from quench.distributed import ModelSpec, RayOptions
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
-from quench.generation.backends import BackendOptions, make_backend
-from quench.generation.types import GenerationRequest, SamplingParams
+from quench.runs.backends import BackendOptions, make_backend
+from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 
 ray = pytest.importorskip("ray")  # loopback only: see conftest.py

@@ -11,11 +11,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers import char_tokenizer, tiny_llama  # noqa: E402
 from quench.errors import QuenchError  # noqa: E402
-from quench.generation.drafters import ModelDrafter  # noqa: E402
-from quench.generation.engine import EngineConfig, QuenchBackend, make_draft_runner  # noqa: E402
-from quench.generation.rows import Row  # noqa: E402
-from quench.generation.scheduler import WorkItem  # noqa: E402
-from quench.generation.types import GenerationRequest, SamplingParams  # noqa: E402
+from quench.engine.drafters import ModelDrafter  # noqa: E402
+from quench.engine.engine import EngineConfig, QuenchBackend, make_draft_runner  # noqa: E402
+from quench.engine.rows import Row  # noqa: E402
+from quench.engine.scheduler import WorkItem  # noqa: E402
+from quench.engine.types import GenerationRequest, SamplingParams  # noqa: E402
 from quench.models import LoadedModel  # noqa: E402
 from quench.models.draft import (  # noqa: E402
     SubsetHead, build_draft, load_draft, own_state, read_draft_file, save_draft, shipped_draft_path,

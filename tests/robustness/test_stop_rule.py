@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from quench.benchmarks import load_humaneval, partial_problem
-from quench.generation.samples import stop_hook_for
+from quench.runs.samples import stop_hook_for
 from quench.robustness import pipeline
 from quench.robustness.pipeline import RobustnessConfig, build_units, run_robustness, unique_prompts
 

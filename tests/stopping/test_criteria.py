@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from quench.benchmarks import Problem
-from quench.generation.types import GenerationRequest
+from quench.engine.types import GenerationRequest
 from quench.stopping import (
     CHAT_STOPS,
     FunctionRule,

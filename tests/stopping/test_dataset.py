@@ -8,7 +8,7 @@ from pathlib import Path
 from helpers import char_tokenizer, tiny_llama
 
 from quench.benchmarks import Problem
-from quench.generation.types import GenerationResult
+from quench.engine.types import GenerationResult
 from quench.stopping.dataset import generate_answers, label_answers
 
 ANSWER = "```python\ndef f(x):\n    return x\n```\nok"

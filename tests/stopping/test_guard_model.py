@@ -6,8 +6,8 @@ import pytest
 
 from quench.benchmarks import load_humaneval
 from quench.execution.sanitize import sanitize
-from quench.generation.backends import BackendOptions, make_backend
-from quench.generation.types import GenerationRequest, SamplingParams
+from quench.runs.backends import BackendOptions, make_backend
+from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
 
 TASKS = ("HumanEval/2", "HumanEval/4")  # answers that explain their code after the block until EOS

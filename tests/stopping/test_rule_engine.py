@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from quench.benchmarks import Problem
-from quench.generation.engine import EngineConfig, QuenchBackend
-from quench.generation.hf_backend import HFBackend
-from quench.generation.samples import GenerateConfig, generate_samples
-from quench.generation.types import GenerationRequest, SamplingParams
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.hf_backend import HFBackend
+from quench.runs.samples import GenerateConfig, generate_samples
+from quench.engine.types import GenerationRequest, SamplingParams
 from quench.stopping import RuleHook, rules_for
 from stopping.scripted import Script
 

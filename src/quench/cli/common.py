@@ -12,9 +12,9 @@ from pathlib import Path
 from quench.benchmarks import Problem, load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
-from quench.generation import SamplingParams
-from quench.generation.backends import DRAFT_LENGTHS, SPECULATE, BackendOptions, make_backend
-from quench.generation.samples import STOP_RULES
+from quench.engine import SamplingParams
+from quench.runs.backends import DRAFT_LENGTHS, SPECULATE, BackendOptions, make_backend
+from quench.runs.samples import STOP_RULES
 from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
 

@@ -11,8 +11,8 @@ from tqdm import tqdm
 from quench.benchmarks import Problem
 from quench.cli import common
 from quench.errors import QuenchError
-from quench.execution.evaluate import Summary, check_sample_tasks, execute_samples, summarize
-from quench.generation.samples import read_samples
+from quench.runs.evaluate import Summary, check_sample_tasks, execute_samples, summarize
+from quench.runs.samples import read_samples
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from quench.benchmarks import Problem
 from quench.cli import common
-from quench.generation.samples import GenerateConfig, generate_samples, read_samples
+from quench.runs.samples import GenerateConfig, generate_samples, read_samples
 from quench.models import encode_prompt, load_model
 
 

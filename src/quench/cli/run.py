@@ -12,8 +12,8 @@ from quench.cli import common
 from quench.cli.evaluate import evaluate_into, print_summary
 from quench.cli.generate import add_output_args, default_out, generate_into, run_config
 from quench.errors import QuenchError
-from quench.execution.evaluate import read_results
-from quench.generation.budget_run import generate_within_budget, pass_first_and_all
+from quench.runs.evaluate import read_results
+from quench.runs.budget_run import generate_within_budget, pass_first_and_all
 from quench.models import encode_prompt, load_model
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Iterator, Sequence
 
-from quench.generation.hf_backend import batched  # noqa: F401  (re-exported: one chunking helper for both)
-from quench.generation.types import GenerationRequest
+from quench.engine.hf_backend import batched  # noqa: F401  (re-exported: one chunking helper for both)
+from quench.engine.types import GenerationRequest
 
 IndexedRequest = tuple[int, GenerationRequest]  # (position in the caller's request list, request)
 

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from quench.generation.backends import BackendOptions
+from quench.runs.backends import BackendOptions
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from quench.distributed.chunks import IndexedRequest, balanced_size, generation_
 from quench.distributed.cluster import fleet_size, node_id
 from quench.distributed.config import ModelSpec, RayOptions, worker_env
 from quench.distributed.dispatch import DispatchStats, Fleet, dispatch
-from quench.generation.types import GenerationRequest, GenerationResult, SamplingParams
+from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class GenerationWorker:
 
     def __init__(self, spec: ModelSpec, env: dict[str, str]) -> None:
         os.environ.update(env)
-        from quench.generation.backends import make_backend
+        from quench.runs.backends import make_backend
         from quench.models import load_model
 
         loaded = load_model(spec.name, spec.dtype, spec.device, spec.prompt_format)

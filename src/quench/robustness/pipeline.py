@@ -19,10 +19,10 @@ from typing import Callable, Sequence
 from quench.benchmarks import Problem, partial_problem
 from quench.benchmarks.problem import problem_from_json
 from quench.errors import QuenchError
-from quench.execution.evaluate import execute_pending
+from quench.runs.evaluate import execute_pending
 from quench.execution.sanitize import program_for
-from quench.generation.samples import GenerateConfig, generate_samples, read_jsonl_records
-from quench.generation.types import Backend, SamplingParams
+from quench.runs.samples import GenerateConfig, generate_samples, read_jsonl_records
+from quench.engine.types import Backend, SamplingParams
 from quench.perturbations.base import perturbation_class
 from quench.perturbations.pipeline import perturb_problems
 from quench.perturbations.recode_format import group_variants, read_recode

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from quench.benchmarks import Problem
-from quench.generation.types import GenerationRequest
+from quench.engine.types import GenerationRequest
 from quench.stopping.function_rule import FunctionComplete, FunctionRule
 
 # Stop sequences of the common harnesses for raw completions (design.md §2).

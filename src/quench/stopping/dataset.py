@@ -22,7 +22,7 @@ import torch
 
 from quench.benchmarks import Problem
 from quench.errors import QuenchError
-from quench.generation.types import Backend, GenerationRequest, SamplingParams
+from quench.engine.types import Backend, GenerationRequest, SamplingParams
 from quench.stopping.guard import FEATURE, token_shapes
 from quench.stopping.labels import RULE, excess_start, token_labels, token_starts
 from quench.stopping.policy import TokenShape

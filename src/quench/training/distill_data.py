@@ -106,8 +106,8 @@ def generate_answers(
 ) -> list[Example]:
     """The target's answers to `problems` (greedy, or sampled at `temperature` with `seed`: each answer's
     generator is seeded by its key), appended to `path` as each finishes (resumable)."""
-    from quench.generation.engine import EngineConfig, QuenchBackend
-    from quench.generation.types import GenerationRequest, SamplingParams
+    from quench.engine.engine import EngineConfig, QuenchBackend
+    from quench.engine.types import GenerationRequest, SamplingParams
 
     done = {e.key: e for e in read_examples(path)}
     _rewrite_complete(path, done.values())

@@ -1,0 +1,253 @@
+"""The decode loop: draft, verify, commit, refill freed slots from the queue (continuous batching).
+
+Without a drafter every step is a regular decoding step (draft width 0). One loop serves both, so
+regular and speculative decoding share the stopping, refilling and bookkeeping code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from quench.engine import native
+from quench.engine.draft_length import DraftLengthPolicy
+from quench.engine.drafters import Draft, Drafter
+from quench.engine.kv_cache import KVCache
+from quench.engine.rows import Row, StopRules
+from quench.engine.sampling import logits_to_probs, next_tokens, row_generator
+from quench.engine.scheduler import PrefixStore, Runner, WorkItem, WorkQueue
+from quench.engine.types import GenerationResult, SamplingParams
+from quench.engine.verify import PLACEHOLDER, Verdict, verify_greedy, verify_sampling
+from quench.stopping.guard import PAD, GuardState
+
+
+@dataclass
+class LoopStats:
+    """Totals over one `generate` call (for benchmarks and logs)."""
+
+    steps: int = 0  # target forward passes
+    row_steps: int = 0  # sum over steps of active rows
+    tokens: int = 0  # tokens emitted (including ones cut by stopping)
+    drafted: int = 0
+    accepted: int = 0
+    prefill_tokens: int = 0
+    prefill_cpu_s: float = 0.0  # process CPU time spent in prompt prefills (benchmarks split it out)
+    prefill_shared_tokens: int = 0  # of prefill_tokens, copied from another prompt's keys/values (not computed)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_row_step(self) -> float:
+        """Mean tokens a row gains per target forward (1 for regular decoding)."""
+        return self.tokens / self.row_steps if self.row_steps else 0.0
+
+
+class DecodeLoop:
+    """One `generate` call: a fixed number of slots kept full from the work queue."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        cache: KVCache,
+        queue: WorkQueue,
+        stop: StopRules,
+        sampling: SamplingParams,
+        drafter: Drafter | None = None,
+        policy: DraftLengthPolicy | None = None,
+        deadline: float | None = None,
+        guard: GuardState | None = None,
+        share_prefixes: bool = True,
+        max_draft_rows: int | None = None,
+    ) -> None:
+        self.runner = runner
+        self.cache = cache
+        self.queue = queue
+        self.stop = stop
+        self.sampling = sampling
+        self.drafter = drafter
+        self.policy = policy
+        self.deadline = deadline
+        self.max_draft_rows = max_draft_rows  # steps with more live rows than this do not draft (None: all draft)
+        self.guard = guard  # GenGuard over the slots: reads each fed token's hidden state from the verify pass
+        self.prefixes = PrefixStore(runner, share=share_prefixes)
+        self.slots: list[Row | None] = [None] * cache.batch
+        self.stats = LoopStats()
+        self.started = time.perf_counter()
+
+    def run(self) -> Iterator[GenerationResult]:
+        yield from self._admit()
+        while any(row is not None for row in self.slots):
+            if self.deadline is not None and time.perf_counter() >= self.deadline:
+                self.queue.closed = True  # unfinished rows are dropped: they did not make the budget
+                return
+            yield from self._step()
+            yield from self._admit()
+
+    def _finish(self, slot: int, reason: str) -> GenerationResult:
+        row = self.slots[slot]
+        assert row is not None
+        self.slots[slot] = None
+        return self.stop.result(row, reason, self.started)
+
+    def _admit(self) -> Iterator[GenerationResult]:
+        """Fill every free slot from the queue; a sample's first token comes from its prompt's prefill."""
+        while True:
+            items: list[tuple[int, WorkItem]] = []
+            for slot in (s for s, row in enumerate(self.slots) if row is None):
+                item = self.queue.pop()
+                if item is None:
+                    break
+                items.append((slot, item))
+            if not items:
+                return
+            yield from self._start_rows(items)
+
+    def _start_rows(self, items: Sequence[tuple[int, WorkItem]]) -> Iterator[GenerationResult]:
+        fresh = {item.request_index: item.request for _, item in items if item.request_index not in self.prefixes}
+        cpu = time.process_time()
+        self.prefixes.ensure([item for _, item in items])
+        self.stats.prefill_cpu_s += time.process_time() - cpu
+        self.stats.prefill_tokens += sum(len(request.prompt_ids) for request in fresh.values())
+        self.stats.prefill_shared_tokens = self.prefixes.shared_tokens
+        logits = []
+        for slot, item in items:
+            prefix, prefix_logits = self.prefixes.get(item.request_index)
+            self.cache.install(slot, prefix)
+            generator = row_generator(self.sampling.seed, item.request.key, item.sample_index)
+            prompt = list(item.request.prompt_ids)
+            self.slots[slot] = Row(item.request_index, item.request, item.sample_index, generator, prompt, len(prompt))
+            if self.guard is not None:
+                self.guard.reset(slot)
+            logits.append(prefix_logits)
+        if self.drafter is not None:
+            self.drafter.admit(items)
+        for request_index in {item.request_index for _, item in items}:
+            if not self.queue.pending(request_index):
+                self.prefixes.release(request_index)
+                if self.drafter is not None:
+                    self.drafter.release(request_index)
+        rows = [self.slots[slot] for slot, _ in items]
+        first = next_tokens(torch.stack(logits), self.sampling, [row.generator for row in rows], in_place=True)  # (R,)
+        for (slot, _), row, token in zip(items, rows, first.tolist()):
+            reason = self.stop.append(row, token)
+            if reason is not None:
+                yield self._finish(slot, reason)
+
+    def _draft(self, active: list[int]) -> Draft | None:
+        if self.drafter is None or self.policy is None:
+            return None
+        if self.max_draft_rows is not None and len(active) > self.max_draft_rows:
+            return None  # a regular step; a model drafter catches up on these tokens when drafting resumes
+        k = self.policy.current
+        limits = [0] * len(self.slots)
+        for b in active:
+            row = self.slots[b]
+            limits[b] = max(0, min(k, self.stop.max_new_tokens - len(row.generated) - 1))
+        if max(limits) == 0:
+            return None
+        return self.drafter.propose(self.slots, limits, self.sampling)
+
+    def _step(self) -> Iterator[GenerationResult]:
+        active = [b for b, row in enumerate(self.slots) if row is not None]
+        draft = self._draft(active)
+        width = draft.width if draft is not None else 0
+        last = torch.tensor([row.last if row is not None else 0 for row in self.slots])  # (B,)
+        inputs = last[:, None]  # (B, 1 + width): pending token, then the drafts
+        counts = torch.tensor([int(row is not None) for row in self.slots])  # (B,) real tokens per row
+        if width:
+            inputs = torch.cat([inputs, draft.tokens[:, :width].clamp(min=0)], dim=1)
+            counts = counts + (draft.tokens[:, :width] != PLACEHOLDER).sum(dim=1)
+        start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
+        keeps: list[int | None] = [None] * len(self.slots)
+        if self.guard is not None:  # GenGuard reads each fed position's hidden state: the padded (B, 1 + width) block
+            logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
+            full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
+            verdict = self._verify(logits if full else logits[active], draft, width, active)
+            keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
+        elif self.sampling.greedy:  # the target's tokens are all a greedy step needs: no float32 logits
+            targets = self.runner.greedy_tokens(self.cache, inputs, start, counts=counts)  # (B, 1 + width)
+            verdict = self._verify_greedy(targets[active], draft, width, active)
+        else:  # sampling: the real positions' logits only, row after row
+            logits = self.runner.packed_logits(self.cache, inputs, start, counts=counts)  # (N, V)
+            first = (torch.cumsum(counts, dim=0) - counts)[active]  # (A,) each active row's first position
+            verdict = self._verify_sampled(logits, first, draft, width, active)
+        self.stats.steps += 1
+        yield from self._commit(verdict, draft, width, active, keeps)
+
+    def _fed(self, inputs: torch.Tensor, verdict: Verdict, active: list[int]) -> torch.Tensor:
+        """The step's inputs (B, 1 + K) that are now part of their rows: the pending token and the
+        accepted drafts; PAD on rejected drafts and free slots (the guard skips those positions)."""
+        fed = torch.full_like(inputs, PAD)  # (B, 1 + K)
+        for j, b in enumerate(active):
+            n = 1 + int(verdict.num_accepted[j])
+            fed[b, :n] = inputs[b, :n]
+        return fed
+
+    def _verify(self, logits: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:
+        """logits (A, 1 + K, V) of the active rows -> their verdict."""
+        if self.sampling.greedy:
+            return self._verify_greedy(native.argmax(logits), draft, width, active)
+        first = torch.arange(len(active)) * logits.shape[1]  # (A,)
+        return self._verify_sampled(logits.flatten(0, 1), first, draft, width, active)
+
+    def _verify_sampled(
+        self, logits: torch.Tensor, first: torch.Tensor, draft: Draft | None, width: int, active: list[int]
+    ) -> Verdict:
+        """logits (N, V): the active rows' positions, active row j's pending token at first[j] and its
+        drafts right after -> their verdict."""
+        generators = [self.slots[b].generator for b in active]
+        if width == 0:
+            tokens = next_tokens(logits[first], self.sampling, generators, in_place=True)  # (A,) a gathered copy
+            return Verdict(torch.zeros(len(active), dtype=torch.long), tokens[:, None])
+        probs = logits_to_probs(logits, self.sampling, in_place=True)  # (N, V); the step's logits are spent
+        draft_probs = draft.probs[active, :width] if draft.probs is not None else None
+        deterministic = draft.deterministic[active] if draft.deterministic is not None else None
+        return verify_sampling(draft.tokens[active, :width], draft_probs, probs, generators, first, deterministic,
+                               draft.columns)
+
+    @staticmethod
+    def _verify_greedy(targets: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:
+        """targets (A, 1 + K): the target's argmax tokens of the active rows -> their verdict."""
+        if width == 0:
+            return Verdict(torch.zeros(len(active), dtype=torch.long), targets[:, :1])
+        return verify_greedy(draft.tokens[active, :width], targets)
+
+    def _commit(
+        self, verdict: Verdict, draft: Draft | None, width: int, active: list[int], keeps: Sequence[int | None]
+    ) -> Iterator[GenerationResult]:
+        """Append each row's accepted tokens (and bonus token); finish rows that a rule or the guard stops.
+
+        keeps[b]: the guard stopped slot b keeping that many generated tokens. Its decision read only
+        fed tokens (the pending one and accepted drafts), so the bonus token is never kept then; a
+        text rule or EOS that fires inside the kept tokens still wins (it stops earlier).
+        """
+        drafted = (draft.tokens[active, :width] != PLACEHOLDER).sum(dim=1) if width else torch.zeros(len(active))
+        if width and self.policy is not None:
+            self.policy.update(verdict.num_accepted, drafted > 0)
+        for j, b in enumerate(active):
+            row = self.slots[b]
+            new_tokens = verdict.row(j)
+            row.steps += 1
+            row.drafted += int(drafted[j])
+            row.accepted += len(new_tokens) - 1
+            self.stats.row_steps += 1
+            self.stats.drafted += int(drafted[j])
+            self.stats.accepted += len(new_tokens) - 1
+            self.stats.tokens += len(new_tokens)
+            keep = keeps[b]
+            if keep is not None:
+                new_tokens = new_tokens[: max(0, keep - len(row.generated))]
+                del row.tokens[row.prompt_len + keep :]
+            reason = None
+            for token in new_tokens:
+                reason = self.stop.append(row, token)
+                if reason is not None:
+                    yield self._finish(b, reason)
+                    break
+            if reason is None and keep is not None:
+                yield self._finish(b, "guard")

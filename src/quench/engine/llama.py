@@ -1,0 +1,422 @@
+"""A hand-written forward pass for Llama-family models over the ragged static KV cache.
+
+The weights are taken from a Hugging Face `LlamaForCausalLM` (no copy for the embedding; the
+projections are fused — q/k/v into one matrix, gate/up into one — and, on CPU, pre-packed for
+oneDNN, which halves the time of the small-batch matrix products that dominate decoding).
+Numerics follow `transformers.models.llama.modeling_llama` operation for operation.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from quench.engine import native
+from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
+from quench.engine.screen import Int8Weight, ScreenedHead, int8_weight, screen_available, screen_head
+
+
+NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
+# bfloat16 with head size 64 (C glue, the AVX512 attention kernel): prompts up to this many tokens per row are
+# prefilled on the packed path too (its attention is O(S x keys) per row and kv head, scores in memory).
+NATIVE_PREFILL_MAX = 512
+
+
+# Int8 weights (draft models) serve products of up to this many rows; more take the bfloat16 kernels, which are
+# faster there (the draft's 2 layers + head, one thread: int8 1.2-1.65x at 1-8 rows, 0.7-0.9x at 16-48).
+INT8_MAX_ROWS = 8
+
+
+class Linear:
+    """y = x W^T + b, with W pre-packed for oneDNN where that is available (CPU, bf16/fp32).
+
+    int8: also keep an int8 copy of W (`screen.Int8Weight`) for products of few rows: half the bytes, not the
+    bfloat16 bits (draft models only)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool, int8: bool = False) -> None:
+        self.out_features = weight.shape[0]
+        self.bias = bias
+        self.packed = prepack and _can_prepack(weight)
+        # bfloat16 decode steps (a few rows) use quench's own kernel (native.small_gemm); prefills oneDNN's.
+        self.small = native.pack_small_gemm(weight) if prepack and bias is None else None
+        self.int8: Int8Weight | None = int8_weight(weight) if int8 and bias is None else None
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 8) if self.packed else weight
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.int8 is not None and x.dtype == torch.bfloat16 and x.numel() <= INT8_MAX_ROWS * x.shape[-1]:
+            return self.int8(x)
+        if self.small is not None and x.dim() == 2 and x.shape[0] <= native.small_gemm_rows() and x.is_contiguous():
+            return native.small_gemm(x, self.small, self.out_features)
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+
+def _can_prepack(weight: torch.Tensor) -> bool:
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype in (torch.bfloat16, torch.float32)
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+@dataclass
+class LlamaLayer:
+    input_norm: torch.Tensor  # (Dm,)
+    qkv: Linear  # Dm -> (H + 2 Hkv) D
+    o: Linear  # H D -> Dm
+    post_norm: torch.Tensor  # (Dm,)
+    gate_up: Linear  # Dm -> 2 I
+    down: Linear  # I -> Dm
+
+
+def is_llama(model: torch.nn.Module) -> bool:
+    """Whether the fast path can run this model exactly (Llama architecture, static RoPE, SiLU MLP)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) != "llama" or getattr(config, "hidden_act", None) != "silu":
+        return False
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    return rotary is not None and "dynamic" not in str(getattr(rotary, "rope_type", "default"))
+
+
+def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
+    if int(start.max()) + num_new > cache.max_len:
+        raise ValueError(f"a row would pass the cache length {cache.max_len}")
+
+
+def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
+    if all(lin.bias is None for lin in linears):
+        return None
+    return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in linears])
+
+
+class LlamaRunner:
+    """Runs a Llama model over a `KVCache`: `forward(cache, tokens, start)` -> float32 logits (and hidden states)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        prepack: bool = True,
+        compile: bool = False,
+        native_attention: bool = True,
+        int8: bool = False,
+    ) -> None:
+        """int8: run products of a few rows from int8 copies of the weights (`Linear`), for draft models."""
+        config = model.config
+        inner = model.model
+        self.dtype = inner.embed_tokens.weight.dtype
+        self.logits_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
+        self.device = inner.embed_tokens.weight.device
+        self.num_layers = config.num_hidden_layers
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = config.rms_norm_eps
+        self.scale = inner.layers[0].self_attn.scaling
+        self.vocab_size = model.lm_head.weight.shape[0]
+        self.embed = inner.embed_tokens.weight.detach()
+        self.final_norm = inner.norm.weight.detach()
+        self.int8 = int8 and prepack and self.dtype == torch.bfloat16 and screen_available()
+        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8)
+        # greedy steps read an int8 copy of the head first (quench.engine.screen); same tokens
+        self.head_screen: ScreenedHead | None = (
+            None if self.int8 else screen_head(model.lm_head.weight.detach(), self.lm_head.small)
+        )
+        self.layers = [self._layer(layer, prepack) for layer in inner.layers]
+        self._rotary = inner.rotary_emb
+        self._rope_tables(config.max_position_embeddings)
+        self.native = native_attention and self.device.type == "cpu" and native.available(self.dtype)
+        # bfloat16 decode steps run their element-wise glue (residuals, RMSNorm, SiLU) in C too; float32/64
+        # keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there).
+        self.native_glue = self.native and self.dtype == torch.bfloat16
+        self._layer_table = self._native_layer_table()
+        self._int8_table = self._int8_layer_table() if self.int8 else None
+        self._layer_shape = native.LayerShape(
+            self.heads, self.kv_heads, self.layers[0].gate_up.out_features // 2, self.scale, self.eps
+        )
+        self._forward = torch.compile(self._forward_impl, dynamic=True) if compile else self._forward_impl
+
+    def _native_layer_table(self) -> ctypes.Array | None:
+        """The addresses `native.layers` reads (6 per layer), where the whole layer loop can run in C: bfloat16
+        glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take."""
+        if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
+            return None
+        if any(linear.small is None for linear in self._projections()) or self.layers[0].gate_up.out_features % 32:
+            return None
+        addresses = [
+            tensor.data_ptr()
+            for layer in self.layers
+            for tensor in (layer.input_norm, layer.post_norm, layer.qkv.small, layer.o.small, layer.gate_up.small, layer.down.small)
+        ]
+        return (ctypes.c_int64 * len(addresses))(*addresses)
+
+    def _projections(self) -> list[Linear]:
+        """Every layer's qkv, o, gate_up and down, in the layer loop's order."""
+        return [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+
+    def _int8_layer_table(self) -> ctypes.Array | None:
+        """The int8 copies' addresses `native.layers` reads (12 per layer), where every projection has one."""
+        linears = self._projections()
+        if self._layer_table is None or any(linear.int8 is None for linear in linears):
+            return None
+        addresses = [
+            tensor.data_ptr()
+            for linear in linears
+            for tensor in (linear.int8.quantized, linear.int8.scale, linear.int8.column_sums)
+        ]
+        return (ctypes.c_int64 * len(addresses))(*addresses)
+
+    @torch.no_grad()
+    def _layer(self, layer: torch.nn.Module, prepack: bool) -> LlamaLayer:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv_weight = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        return LlamaLayer(
+            input_norm=layer.input_layernorm.weight.detach(),
+            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), prepack, self.int8),
+            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, prepack, self.int8),
+            post_norm=layer.post_attention_layernorm.weight.detach(),
+            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), prepack, self.int8),
+            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, prepack, self.int8),
+        )
+
+    @torch.no_grad()
+    def _rope_tables(self, max_positions: int) -> None:
+        # Same float32 arithmetic as LlamaRotaryEmbedding.forward, done once for every position.
+        rotary = self._rotary
+        positions = torch.arange(max_positions, device=self.device, dtype=torch.float32)
+        freqs = positions[:, None] * rotary.inv_freq.float()[None, :]  # (T, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
+        self.cos = (emb.cos() * rotary.attention_scaling).to(self.dtype)  # (T, D)
+        sin = (emb.sin() * rotary.attention_scaling).to(self.dtype)  # (T, D)
+        half = self.head_dim // 2
+        # rotate_half(x) * sin == flip_halves(x) * [-sin_lo, sin_hi], bit for bit (negation is exact).
+        self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)  # (T, D)
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        if max_len > self.cos.shape[0]:  # longer than the model was trained for: extend the tables
+            self._rope_tables(max_len)
+        cache = KVCache(self.num_layers, batch, max_len, self.dtype, self.device)
+        for layer in range(self.num_layers):
+            cache.allocate(layer, self.kv_heads, self.head_dim)
+        return cache
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        cache: KVCache,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        logits_at: torch.Tensor | None = None,
+        counts: torch.Tensor | None = None,
+        hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Feed tokens (B, S) at positions start[b] + s; float32 logits (B, S, V), or (B, V) at `logits_at`.
+
+        counts (B,): only the first counts[b] tokens of row b are real (the rest is padding whose
+        logits are left at zero); the native path then skips the padding entirely.
+        hidden: also return the final-norm hidden states (what the LM head reads), (B, S, Dm) or
+        (B, Dm) at `logits_at`, in the model's dtype (zeros at padding on the native path).
+        """
+        batch, num_new = tokens.shape
+        if self._packed(num_new):
+            logits, states = self._forward_packed(cache, tokens, start, counts, logits_at, hidden)
+        else:
+            _check_room(cache, start, num_new)
+            window = attention_window(start, num_new, cache.max_len)
+            mask = causal_mask(start, num_new, window)  # (B, 1, S, Tk)
+            logits, states = self._forward(cache.keys, cache.values, tokens, start, mask, logits_at)
+        return (logits, states) if hidden else logits
+
+    def _packed(self, num_new: int) -> bool:
+        """Whether a step of num_new tokens per row runs the packed path (C attention over real tokens only)."""
+        if not self.native:
+            return False
+        return num_new <= NATIVE_MAX_NEW or (self.native_glue and self.head_dim == 64 and num_new <= NATIVE_PREFILL_MAX)
+
+    def prefill_kernel(self, tokens: int) -> str | None:
+        """Which kernels a prefill feed of `tokens` tokens per row runs, where that fixes every row's bits; None
+        where nothing is promised.
+
+        Two feeds with the same answer give a token the same keys/values and logits whatever else they
+        contain: on the bfloat16 head-64 packed path with the C layer loop, every operation treats each
+        token's row on its own (quench's GEMM kernels sum over K in one fixed order, norms and RoPE are per
+        row, attention is per query and stops at the query's own last key), so only the GEMM kernel
+        (`native.gemm_kernel`) decides the bits. PyTorch's attention and oneDNN choose their blocking by
+        shape: None there. `PrefixStore` copies a prompt's beginning from another only where the other's
+        prefill, the whole new prompt and its rest all give the same answer."""
+        kernel = native.gemm_kernel(tokens)  # "onednn" past what the small GEMM (and the C layer loop) serves
+        if self._layer_table is None or self.int8 or not self._packed(tokens) or kernel == "onednn":
+            return None  # int8 copies (drafts): a short rest would take other kernels than the whole prompt
+        return kernel
+
+    @torch.inference_mode()
+    def greedy_tokens(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Feed tokens (B, S) as `forward` does -> the argmax token at each position (B, S), int64.
+
+        The packed path never builds float32 logits: it takes the first maximum of the real tokens'
+        logits in the model's dtype (bfloat16 -> float32 is exact, so the token is the one `forward`'s
+        logits give) and leaves 0 at padding. A greedy verification step at batch 8 with 4 drafts per
+        row spent 2-5 ms padding and converting (B, S, V) float32 logits for this.
+        """
+        batch, num_new = tokens.shape
+        if not self._packed(num_new):
+            return native.argmax(self.forward(cache, tokens, start, counts=counts))  # (B, S)
+        h, real, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm), (B, S)
+        best = self._head_argmax(h)  # (N,)
+        if best.shape[0] == batch * num_new:
+            return best.view(batch, num_new)
+        out = best.new_zeros(batch, num_new)
+        out[real] = best
+        return out
+
+    def _head_argmax(self, h: torch.Tensor) -> torch.Tensor:
+        """h (N, Dm) final-norm hidden states -> (N,) their greedy tokens: screened in int8 where the CPU
+        allows (the tokens the AVX512 GEMM's bfloat16 logits give), else from the whole head's logits."""
+        best = self.head_screen.argmax(h) if self.head_screen is not None else None
+        return best if best is not None else native.argmax(self.lm_head(h))
+
+    @torch.inference_mode()
+    def packed_logits(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Feed tokens (B, S) as `forward` does -> float32 logits of the real tokens only, (N, V) with
+        N = counts.sum(), row after row. A sampled verification step reads nothing else; hybrid rows
+        draft 1 to 12 tokens, so the padded (B, S, V) block was up to 3x larger than its real rows."""
+        if not self._packed(tokens.shape[1]):
+            return real_rows(self.forward(cache, tokens, start, counts=counts), counts)  # (N, V)
+        h, _, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm)
+        return self.lm_head(h).to(self.logits_dtype)  # (N, V)
+
+    def _hidden_packed(
+        self, cache: KVCache, tokens: torch.Tensor, start: torch.Tensor, counts: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Only real tokens go through the matrix products: final-norm hidden states (N, Dm) with
+        N = counts.sum() (None: every token real); the (B, S) mask of the real positions (row-major,
+        as the N rows); and the (B + 1,) offsets of each row's tokens among the N."""
+        batch, num_new = tokens.shape
+        _check_room(cache, start, num_new)
+        if counts is None:
+            counts = torch.full((batch,), num_new, dtype=torch.long)
+        real = real_positions(counts, num_new)  # (B, S)
+        offsets = torch.zeros(batch + 1, dtype=torch.long)
+        torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
+        start = start.to(torch.long).contiguous()
+        x = F.embedding(tokens[real], self.embed)  # (N, Dm)
+        if self.native_glue:
+            return self._layers_glued(x, cache, start, offsets), real, offsets
+        width = self.heads + 2 * self.kv_heads
+        for index, layer in enumerate(self.layers):
+            qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
+            attn = native.rope_attend(
+                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
+            )  # (N, H D)
+            x = self._mlp(x + layer.o(attn), layer)
+        return self._rms_norm(x, self.final_norm), real, offsets
+
+    def _forward_packed(
+        self,
+        cache: KVCache,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        counts: torch.Tensor | None,
+        logits_at: torch.Tensor | None,
+        hidden: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward` on the packed path: logits (B, S, V) or (B, V), and hidden states if asked."""
+        batch, num_new = tokens.shape
+        h, real, offsets = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm), (B, S), (B + 1,)
+        if logits_at is not None:  # rows without tokens get some other row's logits; callers ignore them
+            at = (offsets[:-1] + logits_at).clamp(max=max(h.shape[0] - 1, 0))
+            h = h[at]  # (B, Dm): the norm is per row, so normalising all rows first changes nothing
+            return self.lm_head(h).to(self.logits_dtype), h  # (B, V), (B, Dm)
+        logits = self.lm_head(h).to(self.logits_dtype)  # (N, V)
+        if logits.shape[0] == batch * num_new:  # every token real (a plain decode step): no scatter
+            out = logits.view(batch, num_new, logits.shape[-1])
+            return out, h.view(batch, num_new, h.shape[-1]) if hidden else None
+        out = logits.new_zeros(batch, num_new, logits.shape[-1])
+        out[real] = logits
+        states = None
+        if hidden:  # scattered back like the logits, so callers index (B, S, Dm) on every path
+            states = h.new_zeros(batch, num_new, h.shape[-1])
+            states[real] = h
+        return out, states  # (B, S, V), (B, S, Dm) or None
+
+    def _layers_glued(self, x: torch.Tensor, cache: KVCache, start: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """The decoder layers of a bfloat16 packed step with C glue: x (N, Dm), updated in place -> final-norm
+        hidden states (N, Dm). Each norm is fused with the residual sum before it. Where the table is built and
+        the step fits the small GEMM, the whole loop is one C call (`native.layers`)."""
+        if self._layer_table is not None and x.shape[0] <= native.small_gemm_rows():
+            caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
+            return native.layers(
+                x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets,
+                self._int8_table, INT8_MAX_ROWS,
+            )
+        width = self.heads + 2 * self.kv_heads
+        h = native.add_rms_norm(x, None, self.layers[0].input_norm, self.eps, torch.empty_like(x))  # (N, Dm)
+        for index, layer in enumerate(self.layers):
+            qkv = layer.qkv(h).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
+            attn = native.rope_attend(
+                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
+            )  # (N, H D)
+            h = native.add_rms_norm(x, layer.o(attn), layer.post_norm, self.eps, h)
+            gate_up = layer.gate_up(h)  # (N, 2 I)
+            inner = gate_up.shape[-1] // 2
+            following = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.final_norm
+            h = native.add_rms_norm(x, layer.down(F.silu(gate_up[:, :inner]) * gate_up[:, inner:]), following, self.eps, h)
+        return h
+
+    def _forward_impl(
+        self,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        mask: torch.Tensor,
+        logits_at: torch.Tensor | None,
+    ) -> torch.Tensor:
+        batch, num_new = tokens.shape
+        window = mask.shape[-1]
+        groups = self.heads // self.kv_heads
+        positions = start[:, None] + torch.arange(num_new, device=tokens.device)  # (B, S)
+        rows = torch.arange(batch, device=tokens.device)[:, None]  # (B, 1)
+        cos = self.cos[positions][:, :, None, :]  # (B, S, 1, D)
+        sin = self.sin_signed[positions][:, :, None, :]  # (B, S, 1, D)
+        # Queries of one kv-head group share its keys: fold the group into the query axis so
+        # attention runs as plain multi-head attention over Hkv heads (no repeated K/V copies).
+        mask = mask[:, :, None].expand(batch, 1, groups, num_new, window).reshape(batch, 1, groups * num_new, window)
+        x = F.embedding(tokens, self.embed)  # (B, S, Dm)
+        for index, layer in enumerate(self.layers):
+            h = self._rms_norm(x, layer.input_norm)
+            qkv = layer.qkv(h).view(batch, num_new, self.heads + 2 * self.kv_heads, self.head_dim)
+            qk = qkv[:, :, : self.heads + self.kv_heads]  # (B, S, H + Hkv, D)
+            flipped = qk.unflatten(-1, (2, self.head_dim // 2)).flip(-2).flatten(-2)
+            qk = qk * cos + flipped * sin  # RoPE
+            q, k, v = qk[:, :, : self.heads], qk[:, :, self.heads :], qkv[:, :, self.heads + self.kv_heads :]
+            keys[index][rows, :, positions] = k  # (B, S, Hkv, D) written at each row's positions
+            values[index][rows, :, positions] = v
+            q = q.reshape(batch, num_new, self.kv_heads, groups, self.head_dim).permute(0, 2, 3, 1, 4)
+            q = q.reshape(batch, self.kv_heads, groups * num_new, self.head_dim)  # (B, Hkv, G S, D)
+            attn = F.scaled_dot_product_attention(
+                q, keys[index][:, :, :window], values[index][:, :, :window], attn_mask=mask, scale=self.scale
+            )  # (B, Hkv, G S, D)
+            attn = attn.view(batch, self.kv_heads, groups, num_new, self.head_dim).permute(0, 3, 1, 2, 4)
+            x = self._mlp(x + layer.o(attn.reshape(batch, num_new, self.heads * self.head_dim)), layer)
+        if logits_at is not None:
+            x = x[torch.arange(batch, device=x.device), logits_at]  # (B, Dm)
+        h = self._rms_norm(x, self.final_norm)  # (B, S, Dm) or (B, Dm): the LM head's input
+        return self.lm_head(h).to(self.logits_dtype), h
+
+    def _mlp(self, x: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
+        gate_up = layer.gate_up(self._rms_norm(x, layer.post_norm))  # (B, S, 2 I)
+        inner = gate_up.shape[-1] // 2
+        return x + layer.down(F.silu(gate_up[..., :inner]) * gate_up[..., inner:])
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return weight * normed.to(x.dtype)

@@ -1,0 +1,79 @@
+"""Pure tensor functions that turn logits into probabilities and draw tokens with per-row generators.
+
+Every row of a batch owns a `torch.Generator`, so a row's random draws do not depend on which other
+rows share its batch (batch invariance), and a sample is reproducible from its seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from quench.engine import native
+from quench.engine.types import SamplingParams
+
+
+def row_generator(seed: int, key: str, sample_index: int) -> torch.Generator:
+    """A generator seeded from (seed, request key, sample index).
+
+    Independent of batch layout and of the request's position in the list, so a resumed run (which
+    asks only for the missing samples) and a run split over workers draw what one whole run draws.
+    """
+    digest = hashlib.blake2b(f"{seed}/{key}/{sample_index}".encode(), digest_size=8).digest()
+    generator = torch.Generator()
+    generator.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    return generator
+
+
+def logits_to_probs(logits: torch.Tensor, sampling: SamplingParams, in_place: bool = False) -> torch.Tensor:
+    """Temperature, then top-k, then top-p (as Hugging Face orders them): logits (..., V) -> probs (..., V).
+
+    in_place: the caller no longer needs `logits`; float32 logits then become the probabilities in place
+    (temperature only: no (..., V) temporaries, 2.8 against 4.2 ms for 24 x 49152 here, where fresh
+    multi-megabyte buffers cost page faults).
+    """
+    if in_place and logits.dtype == torch.float32 and sampling.top_k == 0 and sampling.top_p == 1.0:
+        with torch.inference_mode():  # the engine's logits are inference tensors, updated in place only in there
+            logits.div_(sampling.temperature)
+            logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
+            return logits.div_(logits.sum(dim=-1, keepdim=True))
+    logits = logits.float() / sampling.temperature
+    if 0 < sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]  # (..., 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        logits = _top_p_filter(logits, sampling.top_p)
+    return torch.softmax(logits, dim=-1)
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
+    sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass of strictly better tokens
+    drop_sorted = mass_before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row by inverse-CDF sampling: probs (B, V) -> tokens (B,), row b's uniform from generators[b].
+
+    (`torch.multinomial` costs ~3 ms per row over a 49k vocabulary on CPU; this costs one cumsum.)
+    """
+    cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)  # (B, V)
+    uniforms = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])  # (B,)
+    targets = uniforms[:, None] * cdf[:, -1:]  # (B, 1)
+    tokens = torch.searchsorted(cdf, targets, right=True).squeeze(1)  # first index whose cdf exceeds the target
+    return tokens.clamp(max=probs.shape[-1] - 1)
+
+
+def next_tokens(
+    logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator], in_place: bool = False
+) -> torch.Tensor:
+    """Regular decoding: logits (B, V) -> tokens (B,), greedy (argmax) or sampled (in_place: as for
+    `logits_to_probs`)."""
+    if sampling.greedy:
+        return native.argmax(logits)
+    return sample_rows(logits_to_probs(logits, sampling, in_place), generators)

