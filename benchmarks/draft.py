@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from quench.benchmarks import load_humaneval
+from quench.datasets import load_humaneval
 from quench.engine import native
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.scheduler import PrefixStore

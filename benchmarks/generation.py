@@ -48,7 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quench.benchmarks import load_humaneval
+from quench.datasets import load_humaneval
 from quench.engine import native
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.hf_backend import HFBackend

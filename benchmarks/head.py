@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from quench.benchmarks import load_humaneval
+from quench.datasets import load_humaneval
 from quench.engine import native
 from quench.engine.screen import KERNEL_MAX_ROWS, screen_head
 from quench.models import load_model

@@ -13,7 +13,7 @@ import argparse
 import json
 import time
 
-from quench.benchmarks import load_humaneval, load_mbpp
+from quench.datasets import load_humaneval, load_mbpp
 from quench.perturbations import names, perturb_problems
 
 

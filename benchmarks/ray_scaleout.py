@@ -39,7 +39,7 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from quench.benchmarks import load_benchmark, parse_tasks  # noqa: E402
+from quench.datasets import load_benchmark, parse_tasks  # noqa: E402
 from quench.distributed import ModelSpec, RayOptions  # noqa: E402
 from quench.distributed.execution import RayPool  # noqa: E402
 from quench.distributed.generation import RayBackend  # noqa: E402

@@ -28,7 +28,7 @@ import types
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from quench.benchmarks import Problem, load_humaneval
+from quench.datasets import Problem, load_humaneval
 from quench.execution import SandboxLimits, SandboxPool
 
 DISABLED_EXEC = re.compile(r"^\s*#\s*exec\(check_program, exec_globals\)\s*$")

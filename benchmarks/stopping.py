@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from quench.benchmarks import Problem, load_humaneval, load_mbpp
+from quench.datasets import Problem, load_humaneval, load_mbpp
 from quench.execution import SandboxPool
 from quench.execution.sanitize import program_for, sanitize
 from quench.runs.backends import BackendOptions, make_backend

@@ -15,7 +15,7 @@ import random
 
 import torch
 
-from quench.benchmarks import load_mbpp
+from quench.datasets import load_mbpp
 from quench.models import format_prompt, load_model
 from quench.perturbations import names
 from quench.training.batching import collate

@@ -116,7 +116,7 @@ def test_the_engine_gives_the_same_samples_with_and_without_sharing(temperature)
 def test_humaneval_prompts_share_the_chat_template_on_the_default_model():
     """The point on the real model: consecutive HumanEval prompts share the chat template's system turn and
     instruction (tens of tokens), and copying them gives the whole prefill's bits."""
-    from quench.benchmarks import load_humaneval
+    from quench.datasets import load_humaneval
     from quench.models import encode_prompt, load_model
 
     loaded = load_model(dtype="bfloat16")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from quench.benchmarks import Problem, load_humaneval, partial_problem
+from quench.datasets import Problem, load_humaneval, partial_problem
 from quench.execution.sanitize import program_for, sanitize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "smollm2_humaneval_chat.jsonl"

@@ -190,7 +190,7 @@ def test_a_reduced_head_draft_proposes_the_same_on_the_fast_path_as_through_its_
 
 @pytest.mark.slow
 def test_the_shipped_draft_loads_and_keeps_greedy_output(tmp_path):
-    from quench.benchmarks import load_humaneval
+    from quench.datasets import load_humaneval
     from quench.models import encode_prompt, load_model
 
     target = load_model(dtype="float32")

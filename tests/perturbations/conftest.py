@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pytest
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 
 PROMPT = '''def count_words(text_line, max_count):
     """Return the number of words in `text_line` that are longer than max_count.

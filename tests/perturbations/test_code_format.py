@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quench.benchmarks import Problem, partial_problem
+from quench.datasets import Problem, partial_problem
 from quench.perturbations import apply_seeded, create
 
 HIDDEN = "        if len(word) > max_count:\n            total += 1\n    return total\n"

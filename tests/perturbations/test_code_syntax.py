@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quench.benchmarks import Problem, load_mbpp, partial_problem
+from quench.datasets import Problem, load_mbpp, partial_problem
 from quench.perturbations import apply_seeded, create
 
 TAIL = '    """\n'

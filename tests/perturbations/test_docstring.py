@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations import DOCSTRING, apply_seeded, create, names
 from quench.perturbations import tense
 from quench.perturbations.text import docstring_text, segment

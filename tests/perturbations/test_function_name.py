@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations import FUNCTION_NAME, apply_seeded, create, names
 from quench.perturbations.function_name import FuncRenameCamelCase, name_words, rename
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations import apply_seeded, create
 from quench.perturbations.model_based import HFTextModel
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quench.benchmarks import Problem, load_humaneval
+from quench.datasets import Problem, load_humaneval
 from quench.perturbations import apply_seeded, create, names, perturb_problems, perturbation_class
 
 RANDOMIZED = [n for n in names(include_model_based=False) if perturbation_class(n).randomized]

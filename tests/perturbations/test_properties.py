@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from quench.benchmarks import Problem, load_humaneval, load_mbpp
+from quench.datasets import Problem, load_humaneval, load_mbpp
 from quench.perturbations import (
     CODE_FORMAT, CODE_SYNTAX, DOCSTRING, apply_seeded, create, names, perturb_problems, perturbation_class,
 )

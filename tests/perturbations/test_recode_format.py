@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.errors import QuenchError
 from quench.perturbations import group_variants, perturb_problems, read_recode, write_set
 from quench.perturbations.recode_format import MARKER, file_name

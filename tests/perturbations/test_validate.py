@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME, apply_seeded, create, validate
 from quench.perturbations.source import cached_partial
 from quench.perturbations.validate import changed_region, check_docstring

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quench.benchmarks import load_humaneval, partial_problem
+from quench.datasets import load_humaneval, partial_problem
 from quench.runs.samples import stop_hook_for
 from quench.robustness import pipeline
 from quench.robustness.pipeline import RobustnessConfig, build_units, run_robustness, unique_prompts

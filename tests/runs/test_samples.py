@@ -3,7 +3,7 @@ import json
 import pytest
 
 from helpers import char_tokenizer, tiny_llama
-from quench.benchmarks import load_humaneval
+from quench.datasets import load_humaneval
 from quench.errors import InputFileError
 from quench.engine import SamplingParams
 from quench.engine.hf_backend import HFBackend

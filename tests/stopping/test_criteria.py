@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.engine.types import GenerationRequest
 from quench.stopping import (
     CHAT_STOPS,

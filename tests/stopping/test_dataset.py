@@ -7,7 +7,7 @@ from pathlib import Path
 
 from helpers import char_tokenizer, tiny_llama
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.engine.types import GenerationResult
 from quench.stopping.dataset import generate_answers, label_answers
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quench.benchmarks import load_humaneval
+from quench.datasets import load_humaneval
 from quench.execution.sanitize import sanitize
 from quench.runs.backends import BackendOptions, make_backend
 from quench.engine.types import GenerationRequest, SamplingParams

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.stopping.labels import CONTINUE, STOP, excess_start, token_labels, token_starts
 from helpers import char_tokenizer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.hf_backend import HFBackend
 from quench.runs.samples import GenerateConfig, generate_samples

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers import torch_threads
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 sys.path.insert(0, str(Path(__file__).parent))  # training_helpers.py
 from training_helpers import tiny_problems  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations import apply_seeded, create
 from quench.training.batching import collate
 from quench.training.config import DataSettings, TrainConfig

@@ -202,7 +202,7 @@ def test_training_prompts_never_come_from_the_evaluation_sets():
     assert TRAINING_SPLITS == ("train", "validation")
     keys = {p.task_id for p in distill_data.training_prompts()}
     assert len(keys) == 464 and not any(k.startswith("HumanEval") for k in keys)
-    from quench.benchmarks import load_humaneval, load_mbpp
+    from quench.datasets import load_humaneval, load_mbpp
 
     assert not keys & {p.task_id for p in load_mbpp("test")}
     answered = answer_prompts(DistillConfig(stdlib_prompts=100))

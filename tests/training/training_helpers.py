@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.models import LoadedModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -9,7 +9,7 @@ import logging
 import re
 from pathlib import Path
 
-from quench.benchmarks import Problem, load_benchmark, parse_tasks
+from quench.datasets import Problem, load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
 from quench.engine import SamplingParams

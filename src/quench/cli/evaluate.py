@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.cli import common
 from quench.errors import QuenchError
 from quench.runs.evaluate import Summary, check_sample_tasks, execute_samples, summarize

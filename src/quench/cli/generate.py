@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.cli import common
 from quench.runs.samples import GenerateConfig, generate_samples, read_samples
 from quench.models import encode_prompt, load_model

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from quench.benchmarks import load_mbpp
+from quench.datasets import load_mbpp
 from quench.cli import common
 from quench.errors import QuenchError
 from quench.models import encode_prompt, load_model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from quench.benchmarks import load_benchmark, parse_tasks
+from quench.datasets import load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
 from quench.perturbations import base

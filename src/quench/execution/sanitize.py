@@ -13,7 +13,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from quench.benchmarks.problem import Problem
+from quench.datasets.problem import Problem
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 KEPT_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)

@@ -6,7 +6,7 @@ import random
 from abc import ABC, abstractmethod
 from typing import ClassVar, Iterable, TypeVar
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.errors import QuenchError
 
 DOCSTRING = "docstring"

@@ -15,7 +15,7 @@ import logging
 import random
 from abc import abstractmethod
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations.base import CODE_SYNTAX, Perturbation, register
 from quench.perturbations.source import (
     Edit, PartialProgram, Source, as_partial, body_indent_unit, find_function,

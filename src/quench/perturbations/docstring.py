@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from abc import abstractmethod
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations import tense
 from quench.perturbations.base import DOCSTRING, Perturbation, register
 from quench.perturbations.lexicon import lexicon

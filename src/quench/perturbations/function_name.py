@@ -14,7 +14,7 @@ import random
 import re
 from abc import abstractmethod
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations.base import FUNCTION_NAME, Perturbation, register
 from quench.perturbations.lexicon import lexicon
 from quench.perturbations.text import program_identifiers

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations.base import Perturbation, apply_seeded, create, perturbation_class, tag
 from quench.perturbations.recode_format import file_name, recode_row, write_recode
 from quench.perturbations.validate import Runner, Verdict, is_changed, nominal, validate

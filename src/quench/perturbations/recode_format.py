@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from quench.benchmarks import Problem, partial_problem
-from quench.benchmarks.problem import iter_jsonl, problem_from_json
+from quench.datasets import Problem, partial_problem
+from quench.datasets.problem import iter_jsonl, problem_from_json
 from quench.errors import InputFileError, QuenchError
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, RECODE_CATEGORY, REGISTRY, _load_all
 

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
-from quench.benchmarks import Problem, partial_problem
+from quench.datasets import Problem, partial_problem
 
 
 class Source:

@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations.source import Source, docstring_node, find_function, parse
 
 WORD, SPACE, FIXED = "word", "space", "fixed"

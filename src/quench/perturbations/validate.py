@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME
 from quench.perturbations.source import cached_partial, parse
 from quench.perturbations.text import docstring_text

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from quench.benchmarks import Problem, partial_problem
-from quench.benchmarks.problem import problem_from_json
+from quench.datasets import Problem, partial_problem
+from quench.datasets.problem import problem_from_json
 from quench.errors import QuenchError
 from quench.runs.evaluate import execute_pending
 from quench.execution.sanitize import program_for

@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Sequence
 
-from quench.benchmarks.problem import Problem
+from quench.datasets.problem import Problem
 from quench.runs.budget import sample_within_budget
 from quench.runs.samples import JsonlAppender, read_samples, sample_record
 from quench.engine.types import GenerationRequest, SamplingParams

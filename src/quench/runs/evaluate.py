@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from quench.benchmarks.problem import Problem
+from quench.datasets.problem import Problem
 from quench.errors import QuenchError
 from quench.execution.passk import mean_pass_at_k
 from quench.execution.sanitize import program_for

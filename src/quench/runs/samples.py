@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from quench.benchmarks.problem import Problem, iter_jsonl
+from quench.datasets.problem import Problem, iter_jsonl
 from quench.errors import InputFileError
 from quench.execution.sanitize import sanitize
 from quench.engine.types import Backend, GenerationRequest, GenerationResult, SamplingParams

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.engine.types import GenerationRequest
 from quench.stopping.function_rule import FunctionComplete, FunctionRule
 

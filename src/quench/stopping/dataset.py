@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.errors import QuenchError
 from quench.engine.types import Backend, GenerationRequest, SamplingParams
 from quench.stopping.guard import FEATURE, token_shapes

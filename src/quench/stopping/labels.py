@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Sequence
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.execution.sanitize import (
     FENCE,
     KEPT_TOP_LEVEL,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from quench.benchmarks import Problem, load_mbpp
-from quench.benchmarks.problem import problem_from_json
+from quench.datasets import Problem, load_mbpp
+from quench.datasets.problem import problem_from_json
 from quench.errors import QuenchError
 from quench.perturbations.base import perturbation_class
 from quench.perturbations.pipeline import perturb_problems

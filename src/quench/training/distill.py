@@ -23,7 +23,7 @@ from typing import Sequence
 
 from torch import nn
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.models import LoadedModel
 from quench.models.draft import build_draft, save_draft
 from quench.training.distill_data import (

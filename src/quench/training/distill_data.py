@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from quench.benchmarks import Problem, load_mbpp
+from quench.datasets import Problem, load_mbpp
 from quench.errors import InputFileError
 from quench.models import LoadedModel, encode_prompt
 

@@ -13,7 +13,7 @@ import sysconfig
 from pathlib import Path
 from typing import Iterator
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 
 log = logging.getLogger(__name__)
 TEST = "def check(candidate):\n    assert callable(candidate)\n"

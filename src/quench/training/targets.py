@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 
 FENCE_OPEN = "```python\n"
 FENCE_CLOSE = "\n```"

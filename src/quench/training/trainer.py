@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from quench.benchmarks import Problem
+from quench.datasets import Problem
 from quench.errors import QuenchError
 from quench.training import distributed
 from quench.training.batching import collate

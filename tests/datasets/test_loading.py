@@ -1,7 +1,7 @@
 import pytest
 
-from quench.benchmarks import load_benchmark, load_humaneval, load_mbpp, parse_tasks, read_problems
-from quench.benchmarks.loading import MBPP_SPLITS, mbpp_number
+from quench.datasets import load_benchmark, load_humaneval, load_mbpp, parse_tasks, read_problems
+from quench.datasets.loading import MBPP_SPLITS, mbpp_number
 from quench.errors import InputFileError, QuenchError
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import tokenize
 
-from quench.benchmarks.problem import Problem
+from quench.datasets.problem import Problem
 
 
 def ends_complete_statement(code: str) -> bool:

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from quench.benchmarks.partial import partial_problem
-from quench.benchmarks.problem import Problem, read_problems
+from quench.datasets.partial import partial_problem
+from quench.datasets.problem import Problem, read_problems
 from quench.errors import QuenchError
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def humaneval_path() -> Path:
 
 
 def mbpp_path() -> Path:
-    return Path(str(importlib.resources.files("quench.benchmarks") / "data" / "mbpp_wtest.jsonl"))
+    return Path(str(importlib.resources.files("quench.datasets") / "data" / "mbpp_wtest.jsonl"))
 
 
 def load_humaneval() -> list[Problem]:

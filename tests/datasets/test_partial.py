@@ -1,7 +1,7 @@
 import ast
 import warnings
 
-from quench.benchmarks import Problem, load_humaneval, load_mbpp, partial_problem, split_body
+from quench.datasets import Problem, load_humaneval, load_mbpp, partial_problem, split_body
 
 
 def test_split_keeps_floor_half_of_the_code_lines():
