@@ -16,12 +16,12 @@ from quench.engine import native
 from quench.engine.draft_length import DraftLengthPolicy
 from quench.engine.drafters import Draft, Drafter
 from quench.engine.kv_cache import KVCache
+from quench.engine.observers import PAD, RowStopper
 from quench.engine.rows import Row, StopRules
 from quench.engine.sampling import logits_to_probs, next_tokens, row_generator
 from quench.engine.scheduler import PrefixStore, Runner, WorkItem, WorkQueue
 from quench.engine.types import GenerationResult, SamplingParams
 from quench.engine.verify import PLACEHOLDER, Verdict, verify_greedy, verify_sampling
-from quench.stopping.guard import PAD, GuardState
 
 
 @dataclass
@@ -60,7 +60,7 @@ class DecodeLoop:
         drafter: Drafter | None = None,
         policy: DraftLengthPolicy | None = None,
         deadline: float | None = None,
-        guard: GuardState | None = None,
+        guard: RowStopper | None = None,
         share_prefixes: bool = True,
         max_draft_rows: int | None = None,
     ) -> None:
@@ -73,7 +73,7 @@ class DecodeLoop:
         self.policy = policy
         self.deadline = deadline
         self.max_draft_rows = max_draft_rows  # steps with more live rows than this do not draft (None: all draft)
-        self.guard = guard  # GenGuard over the slots: reads each fed token's hidden state from the verify pass
+        self.guard = guard  # a stop observer over the slots (e.g. GenGuard): reads each fed token's hidden state
         self.prefixes = PrefixStore(runner, share=share_prefixes)
         self.slots: list[Row | None] = [None] * cache.batch
         self.stats = LoopStats()
@@ -164,7 +164,7 @@ class DecodeLoop:
             counts = counts + (draft.tokens[:, :width] != PLACEHOLDER).sum(dim=1)
         start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
         keeps: list[int | None] = [None] * len(self.slots)
-        if self.guard is not None:  # GenGuard reads each fed position's hidden state: the padded (B, 1 + width) block
+        if self.guard is not None:  # the observer reads each fed position's hidden state: the padded (B, 1 + width) block
             logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
             full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
             verdict = self._verify(logits if full else logits[active], draft, width, active)

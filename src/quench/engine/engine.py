@@ -16,12 +16,12 @@ from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDr
 from quench.engine.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, round_up
 from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.observers import StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
 from quench.engine.scheduler import Runner, WorkQueue
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams, StopHook
 from quench.engine.verify import HeadColumns
 from quench.models.draft import SubsetHead
-from quench.stopping.guard import GenGuard
 
 log = logging.getLogger(__name__)
 
@@ -193,14 +193,14 @@ class QuenchBackend:
         config: EngineConfig = EngineConfig(),
         draft_model: torch.nn.Module | None = None,
         stop_hook: StopHook | None = None,
-        guard: GenGuard | None = None,
+        guard: StopObserver | None = None,
     ) -> None:
         if config.drafter in MODEL_DRAFTERS and draft_model is None:
             raise ValueError(f"EngineConfig(drafter={config.drafter!r}) needs a draft_model")
         self.config = config
         self.tokenizer = tokenizer
         self.stop_hook = stop_hook
-        self.guard = guard  # GenGuard early stopping (None: no hidden states are even returned)
+        self.guard = guard  # early stopping from hidden states, e.g. GenGuard (None: no hidden states are even returned)
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.runner = make_runner(model, config)
         self.draft_runner, self.draft_columns = (

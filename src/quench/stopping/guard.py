@@ -3,7 +3,9 @@
 The feature of generated token t is the final-norm hidden state (what the LM head reads) at the
 position where t is fed, so the engine gets it from the forward pass that runs anyway. The
 classifier is `Linear(d_model, 2)` as in CodeFast, or optionally a one-hidden-layer MLP; class 1 is
-"stop" (the token is excess). `GuardState` runs it batched, with a policy state per row.
+"stop" (the token is excess). `GuardState` runs it batched, with a policy state per row; the two
+implement the engine's observer protocol (`quench.engine.observers`), which is how the decode loop
+calls them.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from quench.engine.observers import PAD, RowStopper, StopObserver
 from quench.stopping.policy import GuardPolicy, RowPolicy, TokenShape
 
 FORMAT = "quench-genguard"
 VERSION = "1"
 FEATURE = "final_norm_hidden"  # the hidden state the LM head reads, at the position the token is fed
-PAD = -1  # token id of a padded (not verified / inactive) position in `GuardState.step`
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def make_head(hidden_size: int, kind: str = "linear", mlp_hidden: int = 64) -> n
     raise ValueError(f"guard kind must be 'linear' or 'mlp', got {kind!r}")
 
 
-class GenGuard:
+class GenGuard(StopObserver):
     """A trained classifier, its policy and its metadata; `start` gives the batched per-row runner."""
 
     def __init__(self, head: nn.Module, policy: GuardPolicy, info: GuardInfo) -> None:
@@ -86,7 +88,7 @@ class GenGuard:
         save_file(tensors, str(path), metadata=metadata)
 
 
-class GuardState:
+class GuardState(RowStopper):
     """GenGuard over a batch: one `RowPolicy` per slot, one classifier call per step for all rows."""
 
     def __init__(self, guard: GenGuard, shapes: Sequence[TokenShape], slots: int) -> None:
