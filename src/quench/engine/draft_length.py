@@ -1,4 +1,4 @@
-"""How many tokens to draft next: a fixed length, or BASS's dynamic length (design.md §1).
+"""How many tokens to draft next: a fixed length, or BASS's dynamic length (docs/engine.md, "Draft length").
 
 BASS (Qian et al., 2024, Algorithm 1 as reported): start at l = 7. After each step, if the longest
 accepted run in the batch used the whole draft, grow: l = min(l + 2, l_max) and reset s = 0;

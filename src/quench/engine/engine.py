@@ -115,19 +115,20 @@ class EngineConfig:
         return self.row_copy_lengths if self.row_copy_lengths is not None else self.batch_size > 1
 
 
-# Stop 12 cut model drafts above batch 1 at the first token with draft probability < 0.4 (batch 8 hybrid 1.10-1.24x
-# regular, without 0.98-1.10x). Stop 18's cumulative stop, with that cut off, beat it in every paired round
-# (hybrid, int8 draft, one process): batch 8 greedy 1.25/1.18/1.14x against 1.11/1.13/1.13x, sampling 1.19/1.62x
-# against 1.16/1.45x; batch 1 (stop 0.15 against no rule) greedy 1.59/1.68/1.67x against 1.53/1.61/1.62x,
-# sampling 1.87/1.76x against 1.53/1.71x. So the per-token cut is off unless asked for.
+# A model draft ends where the product of its tokens' draft probabilities falls below the stop. Against a
+# per-token cut (end before any token under 0.4) it won every paired round (hybrid, int8 draft, one process):
+# batch 8 greedy 1.25/1.18/1.14x regular against 1.11/1.13/1.13x, sampling 1.19/1.62x against 1.16/1.45x;
+# batch 1 (stop 0.15 against no rule) greedy 1.59/1.68/1.67x against 1.53/1.61/1.62x, sampling 1.87/1.76x
+# against 1.53/1.71x. So the per-token cut is off unless asked for.
 AUTO_DRAFT_STOP = 0.4
 AUTO_DRAFT_STOP_BATCH1 = 0.15
 # Batch 1 greedy, hybrid, two interleaved rounds: a floor of 2 tokens per model draft gave 1.05-1.09x the
 # speed of a floor of 1 (2.10 vs 2.04 tokens per step): a drafted token costs little to verify there.
 AUTO_BATCH1_MODEL_DRAFT = 2
-# Stop 18 (hybrid against regular, engine defaults, 192 tokens): batch 8 1.27-1.31x (round medians), batch 16
-# greedy 0.99x and sampling 0.72x: past 8 rows a step's drafts cost more than they save (vLLM's
-# speculative_disable_by_batch_size does the same). A batch decodes regular steps while more than 8 rows are live.
+# Hybrid against regular with drafts at every batch size (engine defaults, 192 tokens): batch 8 1.27-1.31x
+# (round medians), batch 16 greedy 0.99x and sampling 0.72x: past 8 rows a step's drafts cost more than they
+# save (vLLM's speculative_disable_by_batch_size does the same). A batch decodes regular steps while more than
+# 8 rows are live.
 AUTO_DRAFT_MAX_ROWS = 8
 
 

@@ -5,7 +5,7 @@ compiles it as its own unit; `native.small_gemm` calls it.
 
 # y = x W^T in bfloat16 for a few rows (decode steps), on CPUs with AVX512-BF16. A decode step is bound
 # by streaming the weights from memory, and one core streams faster from several places at once than
-# from one: on this host a plain read of 270 MB ran at ~9.5-12 GB/s as one sequential stream and at
+# from one: on the development CPU a plain read of 270 MB ran at ~9.5-12 GB/s as one sequential stream and at
 # ~14-17 GB/s as four interleaved ones (the L2 streamer prefetches within a 4 KB page, one stream per
 # page; several pages in flight hide each page's restart). Software prefetch did not help either way.
 # So W is packed as (ceil(N/16), K/2, 16, 2): 16 output features per block (zeros past N; those outputs are

@@ -15,7 +15,7 @@ from quench.datasets import Problem
 from quench.engine.types import GenerationRequest
 from quench.stopping.function_rule import FunctionComplete, FunctionRule
 
-# Stop sequences of the common harnesses for raw completions (design.md §2).
+# Stop sequences of the common harnesses for raw completions (docs/stopping.md, "Stop sequences").
 COMPLETION_STOPS: dict[str, tuple[str, ...]] = {
     "humaneval": ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#"),
     "mbpp": ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ", '\n"""'),
