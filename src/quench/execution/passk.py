@@ -28,7 +28,12 @@ def mean_pass_at_k(counts: Sequence[tuple[int, int]], ks: Iterable[int]) -> dict
         return {}
     smallest_n = min(n for n, _ in counts)
     return {
-        k: sum(pass_at_k(n, c, k) for n, c in counts) / len(counts)
+        k: sum(pass_at_k_per_problem(counts, k)) / len(counts)
         for k in sorted(set(ks))
         if 1 <= k <= smallest_n
     }
+
+
+def pass_at_k_per_problem(counts: Sequence[tuple[int, int]], k: int) -> list[float]:
+    """pass@k of each problem given `(n, c)` per problem, in order: the values a mean or a bootstrap averages."""
+    return [pass_at_k(n, c, k) for n, c in counts]

@@ -18,9 +18,12 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from quench.errors import QuenchError
-from quench.execution.passk import mean_pass_at_k
+from quench.execution.passk import mean_pass_at_k, pass_at_k_per_problem
 from quench.perturbations.base import CATEGORIES, CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME, RECODE_ORDER
+from quench.robustness.intervals import BootstrapConfig, Interval, drop_interval, mean_intervals
 
 Outcomes = Mapping[str, tuple[bool, ...]]  # task_id → pass/fail of each sample index
 
@@ -71,9 +74,13 @@ class GroupMetrics:
     pass_at_k: dict[int, float]  # nominal Pass@k on the baseline problems
     robust_pass: dict[int, float]  # RP_s@k
     robust_drop: dict[int, float | None]  # RD_s@k; None when Pass@k = 0 < RP_s@k (undefined)
-    robust_relative: dict[int, float]  # RR_s@k = worse + better
+    robust_relative: dict[int, float]  # RR_s@k: pass@k of the samples changed in either direction
     relative_worse: dict[int, float]  # RR^[-]_s@k: pass nominally, fail under some variant
     relative_better: dict[int, float]  # RR^[+]_s@k: fail nominally, pass under some variant
+    intervals: dict[int, dict[str, Interval]] = field(default_factory=dict)  # k → metric field name → interval
+
+    def interval(self, metric: str, k: int) -> Interval | None:
+        return self.intervals.get(k, {}).get(metric)
 
     def to_json(self) -> dict:
         def by_k(values: Mapping[int, float | None]) -> dict[str, float | None]:
@@ -88,6 +95,7 @@ class GroupMetrics:
             "pass_at_k": by_k(self.pass_at_k), "robust_pass": by_k(self.robust_pass),
             "robust_drop": by_k(self.robust_drop), "robust_relative": by_k(self.robust_relative),
             "relative_worse": by_k(self.relative_worse), "relative_better": by_k(self.relative_better),
+            "intervals": intervals_to_json(self.intervals),
         }
 
     @classmethod
@@ -104,6 +112,7 @@ class GroupMetrics:
             pass_at_k=by_k(data["pass_at_k"]), robust_pass=by_k(data["robust_pass"]),
             robust_drop=by_k(data["robust_drop"]), robust_relative=by_k(data["robust_relative"]),
             relative_worse=by_k(data["relative_worse"]), relative_better=by_k(data["relative_better"]),
+            intervals=intervals_from_json(data.get("intervals", {})),
         )
 
 
@@ -117,12 +126,19 @@ class RobustnessMetrics:
     nominal_pass: dict[str, dict[int, float]]  # "full"/"partial" → Pass@k
     categories: tuple[GroupMetrics, ...]
     transformations: tuple[GroupMetrics, ...]
+    nominal_intervals: dict[str, dict[int, Interval]] = field(default_factory=dict)  # "full"/"partial" → k → Pass@k
+    bootstrap: BootstrapConfig = BootstrapConfig()
 
     def to_json(self) -> dict:
         return {
             "ks": list(self.ks), "samples": self.samples,
             "nominal_problems": dict(self.nominal_problems),
             "nominal_pass": {kind: {str(k): v for k, v in p.items()} for kind, p in self.nominal_pass.items()},
+            "nominal_intervals": {kind: {str(k): i.to_json() for k, i in by_k.items()}
+                                  for kind, by_k in self.nominal_intervals.items()},
+            "bootstrap": {"resamples": self.bootstrap.resamples, "seed": self.bootstrap.seed,
+                          "confidence": self.bootstrap.confidence,
+                          "min_nominal_passes": self.bootstrap.min_nominal_passes},
             "categories": [g.to_json() for g in self.categories],
             "transformations": [g.to_json() for g in self.transformations],
         }
@@ -135,7 +151,18 @@ class RobustnessMetrics:
             nominal_pass={kind: {int(k): v for k, v in p.items()} for kind, p in data["nominal_pass"].items()},
             categories=tuple(GroupMetrics.from_json(g) for g in data["categories"]),
             transformations=tuple(GroupMetrics.from_json(g) for g in data["transformations"]),
+            nominal_intervals={kind: {int(k): Interval.from_json(i) for k, i in by_k.items()}
+                               for kind, by_k in data.get("nominal_intervals", {}).items()},
+            bootstrap=BootstrapConfig(**data.get("bootstrap", {})),
         )
+
+
+def intervals_to_json(intervals: Mapping[int, Mapping[str, Interval]]) -> dict:
+    return {str(k): {name: i.to_json() for name, i in by_name.items()} for k, by_name in intervals.items()}
+
+
+def intervals_from_json(data: Mapping) -> dict[int, dict[str, Interval]]:
+    return {int(k): {name: Interval.from_json(i) for name, i in by_name.items()} for k, by_name in data.items()}
 
 
 @dataclass(frozen=True)
@@ -147,6 +174,11 @@ class ProblemCounts:
     robust: int  # rc_s: correct in every valid variant
     worse: int  # RC^[-]_s: correct nominally, incorrect in some valid variant
     better: int  # RC^[+]_s: incorrect nominally, correct in some valid variant
+
+    @property
+    def changed(self) -> int:
+        """Samples whose result differs under some variant, either way (worse and better are disjoint)."""
+        return self.worse + self.better
 
 
 def problem_counts(nominal: Sequence[bool], variants: Sequence[Sequence[bool]]) -> ProblemCounts:
@@ -186,8 +218,32 @@ def _check_variant(variant: VariantOutcomes, baseline: Outcomes, baseline_kind: 
             )
 
 
+GROUP_METRICS = ("pass_at_k", "robust_pass", "robust_relative", "relative_worse", "relative_better")
+
+
+def per_problem_values(counts: Sequence[ProblemCounts], k: int) -> np.ndarray:
+    """(problems, 5) per-problem pass@k of the counts behind GROUP_METRICS: c, rc, RC⁻ + RC⁺, RC⁻, RC⁺."""
+    columns = [[(c.n, c.nominal) for c in counts], [(c.n, c.robust) for c in counts],
+               [(c.n, c.changed) for c in counts], [(c.n, c.worse) for c in counts],
+               [(c.n, c.better) for c in counts]]
+    return np.array([pass_at_k_per_problem(column, k) for column in columns], dtype=float).T.reshape(len(counts), 5)
+
+
+def group_intervals(counts: Sequence[ProblemCounts], ks: Sequence[int], bootstrap: BootstrapConfig) -> dict[int, dict[str, Interval]]:
+    """Bootstrap intervals of every metric of a group at each k; RD from the same resamples as Pass and RP."""
+    passing = sum(c.nominal > 0 for c in counts)
+    intervals = {}
+    for k in ks:
+        values = per_problem_values(counts, k)  # (problems, 5)
+        by_name = dict(zip(GROUP_METRICS, mean_intervals(values, bootstrap)))
+        by_name["robust_drop"] = drop_interval(values[:, 0], values[:, 1], passing, bootstrap)
+        intervals[k] = by_name
+    return intervals
+
+
 def group_metrics(
-    name: str, category: str, run: RobustnessRun, variants: Sequence[VariantOutcomes], ks: Sequence[int]
+    name: str, category: str, run: RobustnessRun, variants: Sequence[VariantOutcomes], ks: Sequence[int],
+    bootstrap: BootstrapConfig = BootstrapConfig(),
 ) -> GroupMetrics:
     """Worst case over every variant in `variants` (all of the same category) against its baseline."""
     kind = BASELINE_OF_CATEGORY.get(category, FULL)
@@ -206,6 +262,9 @@ def group_metrics(
     robust_pass = mean_pass_at_k([(c.n, c.robust) for c in counts], ks)
     worse = mean_pass_at_k([(c.n, c.worse) for c in counts], ks)
     better = mean_pass_at_k([(c.n, c.better) for c in counts], ks)
+    # pass@k of the changed count, not worse + better: the sum counts a k-draw holding both a
+    # pass → fail and a fail → pass sample twice and can exceed 1 for k > 1.
+    changed = mean_pass_at_k([(c.n, c.changed) for c in counts], ks)
     valid_total = sum(len(v.outcomes) for v in variants)
     return GroupMetrics(
         name=name,
@@ -221,9 +280,10 @@ def group_metrics(
         pass_at_k=nominal_pass,
         robust_pass=robust_pass,
         robust_drop={k: robust_drop(nominal_pass[k], robust_pass[k]) for k in nominal_pass},
-        robust_relative={k: worse[k] + better[k] for k in worse},
+        robust_relative=changed,
         relative_worse=worse,
         relative_better=better,
+        intervals=group_intervals(counts, tuple(nominal_pass), bootstrap),
     )
 
 
@@ -243,8 +303,10 @@ def _reported_ks(run: RobustnessRun, ks: Sequence[int]) -> tuple[tuple[int, ...]
     return reported, smallest
 
 
-def robustness_metrics(run: RobustnessRun, ks: Sequence[int] = (1,)) -> RobustnessMetrics:
-    """RP_s@k, RD_s@k and RR_s@k per transformation and per category (ReCode §4), for each k ≤ n."""
+def robustness_metrics(
+    run: RobustnessRun, ks: Sequence[int] = (1,), bootstrap: BootstrapConfig = BootstrapConfig()
+) -> RobustnessMetrics:
+    """RP_s@k, RD_s@k and RR_s@k per transformation and per category (ReCode §4), for each k ≤ n, with intervals."""
     reported, smallest = _reported_ks(run, ks)
     by_transformation: dict[str, list[VariantOutcomes]] = defaultdict(list)
     by_category: dict[str, list[VariantOutcomes]] = defaultdict(list)
@@ -260,11 +322,11 @@ def robustness_metrics(run: RobustnessRun, ks: Sequence[int] = (1,)) -> Robustne
             raise QuenchError(f"transformation {name!r} is listed under more than one category")
     category_order = {c: i for i, c in enumerate(CATEGORIES)}
     categories = tuple(
-        group_metrics(category, category, run, by_category[category], reported)
+        group_metrics(category, category, run, by_category[category], reported, bootstrap)
         for category in sorted(by_category, key=lambda c: (category_order.get(c, len(category_order)), c))
     )
     transformations = tuple(
-        group_metrics(name, by_transformation[name][0].category, run, by_transformation[name], reported)
+        group_metrics(name, by_transformation[name][0].category, run, by_transformation[name], reported, bootstrap)
         for name in _ordered(by_transformation)
     )
     baselines = {FULL: run.nominal_full, PARTIAL: run.nominal_partial}
@@ -277,7 +339,15 @@ def robustness_metrics(run: RobustnessRun, ks: Sequence[int] = (1,)) -> Robustne
         },
         categories=categories,
         transformations=transformations,
+        nominal_intervals={kind: nominal_intervals(b, reported, bootstrap) for kind, b in baselines.items() if b},
+        bootstrap=bootstrap,
     )
+
+
+def nominal_intervals(outcomes: Outcomes, ks: Sequence[int], bootstrap: BootstrapConfig) -> dict[int, Interval]:
+    """Pass@k of one baseline with its interval, resampling its problems."""
+    counts = [(len(r), sum(r)) for r in outcomes.values()]
+    return {k: mean_intervals(np.array(pass_at_k_per_problem(counts, k))[:, None], bootstrap)[0] for k in ks}
 
 
 @dataclass(frozen=True)
