@@ -14,18 +14,20 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from quench.errors import QuenchError
 from quench.models.presets import DEFAULT_PRESET, PRESETS, preset_gguf_parts
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
 PROMPT_FORMATS = ("chat", "completion")
 QUENCH_META = "quench.json"  # written into checkpoints by `quench train`: {"prompt_format": ...}
-DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPES = ("auto", "bfloat16", "float16", "float32")  # torch is imported only when a model loads
+GGUF_MAGIC = b"GGUF"
 
 
 @dataclass
@@ -36,7 +38,7 @@ class LoadedModel:
     tokenizer: Any  # transformers PreTrainedTokenizerBase
     name: str  # preset name or path
     prompt_format: str  # "chat" or "completion"
-    dtype: torch.dtype
+    dtype: "torch.dtype"
     source: str  # the directory the weights were read from
 
 
@@ -53,11 +55,17 @@ def cpu_supports_bf16() -> bool:
     return any(flag in flags for flag in ("avx512_bf16", "amx_bf16", "avx512bw"))
 
 
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+def check_dtype(dtype: str) -> None:
     if dtype not in DTYPES:
-        raise QuenchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        raise QuenchError(f"--dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+
+
+def resolve_dtype(dtype: str, device: str) -> "torch.dtype":
+    import torch
+
+    check_dtype(dtype)
     if dtype != "auto":
-        return DTYPES[dtype]
+        return getattr(torch, dtype)
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.bfloat16 if cpu_supports_bf16() else torch.float32
@@ -72,6 +80,7 @@ def gguf_cache_dir(parts: list[Path]) -> Path:
 
 def dequantize_gguf(parts: list[Path], target: Path) -> None:
     """Dequantize a GGUF (possibly in chunks) with transformers and save it as safetensors."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("dequantizing %s once into %s (about 15 s)", parts[0].name, target)
@@ -102,11 +111,16 @@ def drop_quantization_config(config_path: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
-def cached_gguf_dir(parts: list[Path]) -> Path:
+def cached_gguf_dir(parts: list[Path], notify: Callable[[str], None]) -> Path:
     target = gguf_cache_dir(parts)
     if not (target / "config.json").is_file():
+        notify(f"converting {parts[0].name} to safetensors once, into {target} (about 15 s)")
         cache_root().mkdir(parents=True, exist_ok=True)
-        dequantize_gguf(parts, target)
+        try:
+            dequantize_gguf(parts, target)
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as err:  # the gguf reader's ways to fail
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise QuenchError(f"{parts[0]}: cannot read this GGUF file: {reason}") from None
     return target
 
 
@@ -124,22 +138,73 @@ def saved_prompt_format(model_dir: Path) -> str:
     return prompt_format
 
 
-def resolve_source(name_or_path: str) -> tuple[Path, str]:
-    """(HF model directory, default prompt format) for a preset, a directory or a GGUF file."""
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def check_gguf_file(path: Path) -> None:
+    """A readable file that starts with the GGUF magic, or QuenchError naming it."""
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(len(GGUF_MAGIC))
+    except OSError as err:
+        raise QuenchError(f"{path}: cannot read: {err.strerror}") from None
+    if magic != GGUF_MAGIC:
+        raise QuenchError(f"{path}: not a GGUF file (it does not start with the GGUF header)")
+
+
+def check_model_dir(path: Path) -> None:
+    """A Hugging Face model directory: config.json, weights and a tokenizer, or QuenchError naming what is missing."""
+    config_path = path / "config.json"
+    if not config_path.is_file():
+        raise QuenchError(f"{path}: not a Hugging Face model directory (no config.json)")
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise QuenchError(f"{config_path}: not a JSON file") from None
+    if not isinstance(config, dict):
+        raise QuenchError(f"{config_path}: not a JSON object")
+    if not any(any(path.glob(pattern)) for pattern in WEIGHT_FILES):
+        raise QuenchError(f"{path}: a model directory without weights (no *.safetensors or pytorch_model*.bin)")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise QuenchError(f"{path}: a model directory without a tokenizer (no {' or '.join(TOKENIZER_FILES)})")
+
+
+def check_model(name_or_path: str) -> None:
+    """Fail fast, before anything loads: a preset, a GGUF file or a complete HF model directory."""
     if name_or_path in PRESETS:
-        preset = PRESETS[name_or_path]
-        return cached_gguf_dir(preset_gguf_parts(preset)), preset.prompt_format
+        return
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return cached_gguf_dir([path]), "completion"
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise QuenchError(f"{path}: not a Hugging Face model directory (no config.json)")
-        return path, saved_prompt_format(path)
-    raise QuenchError(
-        f"unknown model {name_or_path!r}: give a preset ({', '.join(PRESETS)}), "
-        "a Hugging Face model directory or a .gguf file"
-    )
+        check_gguf_file(path)
+    elif path.is_dir():
+        check_model_dir(path)
+    elif path.exists():
+        raise QuenchError(f"{path}: not a model: give a preset ({', '.join(PRESETS)}), "
+                          "a Hugging Face model directory or a .gguf file")
+    elif looks_like_path(name_or_path):
+        raise QuenchError(f"{path}: no such file or directory")
+    else:
+        raise QuenchError(
+            f"unknown model {name_or_path!r}: give a preset ({', '.join(PRESETS)}), "
+            "a Hugging Face model directory or a .gguf file"
+        )
+
+
+def looks_like_path(name: str) -> bool:
+    return "/" in name or name.startswith(("~", ".")) or name.endswith(".gguf")
+
+
+def resolve_source(name_or_path: str, notify: Callable[[str], None] = log.info) -> tuple[Path, str]:
+    """(HF model directory, default prompt format) for a preset, a directory or a GGUF file."""
+    check_model(name_or_path)
+    if name_or_path in PRESETS:
+        preset = PRESETS[name_or_path]
+        return cached_gguf_dir(preset_gguf_parts(preset), notify), preset.prompt_format
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return cached_gguf_dir([path], notify), "completion"
+    return path, saved_prompt_format(path)
 
 
 def load_model(
@@ -147,15 +212,19 @@ def load_model(
     dtype: str = "auto",
     device: str = "cpu",
     prompt_format: str | None = None,
+    notify: Callable[[str], None] = log.info,
 ) -> LoadedModel:
-    """Load a causal LM for generation. Nothing is ever downloaded."""
+    """Load a causal LM for generation. Nothing is ever downloaded; `notify` hears what takes time."""
+    check_model(name_or_path)
+    check_dtype(dtype)
+    if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
+        raise QuenchError(f"unknown prompt format {prompt_format!r}; choose chat or completion")
+    notify(f"loading {name_or_path} …")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # quench shows its own progress; the CLI owns the terminal
-    if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
-        raise QuenchError(f"unknown prompt format {prompt_format!r}; choose chat or completion")
-    source, default_format = resolve_source(name_or_path)
+    source, default_format = resolve_source(name_or_path, notify)
     torch_dtype = resolve_dtype(dtype, device)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
