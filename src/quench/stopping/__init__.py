@@ -12,9 +12,23 @@ from quench.stopping.criteria import (
     rules_for,
 )
 from quench.stopping.function_rule import FunctionComplete, FunctionRule
-from quench.stopping.guard import PAD, GenGuard, GuardInfo, GuardState, token_shapes
-from quench.stopping.loading import load_guard, read_guard
 from quench.stopping.policy import GuardPolicy, RowPolicy, TokenShape
+
+# GenGuard needs torch: imported on first use, so that stop rules (and `quench --help`) stay light.
+_LAZY = {
+    "PAD": "quench.stopping.guard", "GenGuard": "quench.stopping.guard", "GuardInfo": "quench.stopping.guard",
+    "GuardState": "quench.stopping.guard", "token_shapes": "quench.stopping.guard",
+    "load_guard": "quench.stopping.loading", "read_guard": "quench.stopping.loading",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CHAT_STOPS",
