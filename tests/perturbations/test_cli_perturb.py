@@ -22,12 +22,35 @@ def test_small_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                  "--transforms", "ChangeCharCase,tab_indent", "--out", str(tmp_path)])
     assert code == 0
     out = capsys.readouterr().out
-    assert "ChangeCharCase" in out and "tab_indent" in out and "wrote 4 files" in out
+    assert "ChangeCharCase" in out and "tab_indent" in out and "wrote 4 variant files" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "humaneval_ChangeCharCase_s0.jsonl", "humaneval_ChangeCharCase_s1.jsonl",
+        "humaneval_ChangeCharCase_s0.jsonl", "humaneval_ChangeCharCase_s1.jsonl", "humaneval_partial.jsonl",
         "humaneval_tab_indent_s0.jsonl", "humaneval_tab_indent_s1.jsonl", "summary.json"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["transformations"]["tab_indent"]["share_changed"] == 1.0
+    assert summary["profile"] == "quench"
+
+
+def test_nominal_partial_file_is_the_baseline_of_the_code_variants(tmp_path: Path) -> None:
+    assert main(["perturb", "--benchmark", "humaneval", "--limit", "4", "--seeds", "1", "--no-validate",
+                 "--profile", "recode", "--transforms", "new_line_aftercode", "--out", str(tmp_path)]) == 0
+    nominal = [json.loads(line) for line in (tmp_path / "humaneval_partial.jsonl").read_text().splitlines()]
+    variants = [json.loads(line) for line in (tmp_path / "humaneval_new_line_aftercode_s0.jsonl").read_text().splitlines()]
+    assert [n["task_id"] for n in nominal] == [f"HumanEval/{i}" for i in range(4)]
+    assert list(nominal[0]) == ["task_id", "prompt", "entry_point", "canonical_solution", "test", "partial"]
+    for base, variant in zip(nominal, variants):
+        assert variant["prompt"] == base["prompt"] + "\n"
+        assert variant["partial"] == base["partial"]
+
+
+def test_profile_is_recorded_and_a_bad_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perturb", "--limit", "1", "--seeds", "1", "--no-validate", "--profile", "recode",
+                 "--transforms", "tab_indent", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["profile"] == "recode"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perturb", "--profile", "nlaug", "--out", str(tmp_path / "x")])
+    assert exit_info.value.code == 2
+    assert "--profile" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

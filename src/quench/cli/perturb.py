@@ -7,9 +7,11 @@ from pathlib import Path
 
 from quench.datasets import load_benchmark, parse_tasks
 from quench.errors import QuenchError
+from quench.cli.common import add_unconfined_arg
 from quench.execution import SandboxLimits, SandboxPool
 from quench.perturbations import base
 from quench.perturbations.pipeline import PerturbationSet, perturb_problems, write_set
+from quench.perturbations.profile import DEFAULT_PROFILE, PROFILES, resolve_profile
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,11 +28,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="include the model-based BackTranslation and VarRenamerCB (slow on CPU)")
     parser.add_argument("--model", default=None, help="model for those (default: the default preset)")
     parser.add_argument("--seeds", type=int, default=5, help="seeds s0..s(N-1) per transformation (ReCode: 5)")
+    add_profile_arg(parser)
     parser.add_argument("--out", type=Path, default=None, help="output directory (required unless --list)")
     parser.add_argument("--no-validate", action="store_true", help="skip the meaning check (keep every variant)")
     parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per validation program")
+    add_unconfined_arg(parser)
     parser.set_defaults(handler=run)
+
+
+def add_profile_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", choices=list(PROFILES), default=DEFAULT_PROFILE,
+                        help="quench: checked transformations (default); recode: ReCode's released sets byte for byte "
+                             "(docs/perturbations.md lists the differences)")
 
 
 def split_list(spec: str | None) -> list[str] | None:
@@ -61,7 +71,8 @@ def print_stats(result: PerturbationSet) -> None:
         valid = f"{stats.share_valid:7.1%}" if result.validated else "      -"
         print(f"{stats.name:33s} {stats.category:14s} {stats.share_changed:8.1%} {valid} {stats.seconds:8.2f}")
     if result.rejected:
-        print(f"{len(result.rejected)} variants failed the meaning check and were left out (see summary.json)")
+        fate = "kept, as ReCode keeps them" if result.profile.keep_invalid else "left out"
+        print(f"{len(result.rejected)} variants failed the meaning check and were {fate} (see summary.json)")
 
 
 def load_model(name: str | None) -> object | None:
@@ -84,16 +95,19 @@ def run(args: argparse.Namespace) -> int:
     transforms = chosen_transforms(args)
     if not transforms:
         raise QuenchError("no transformation selected: check --categories and --transforms")
+    profile = resolve_profile(args.profile)
     problems = load_benchmark(args.benchmark, args.split, parse_tasks(args.tasks), args.limit)
     model = load_model(args.model) if any(base.perturbation_class(t).model_based for t in transforms) else None
     if args.no_validate:
-        result = perturb_problems(problems, transforms, args.seeds, validate_variants=False, model=model)
+        result = perturb_problems(problems, transforms, args.seeds, validate_variants=False, model=model,
+                                  profile=profile)
     else:
-        with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout)) as pool:
-            result = perturb_problems(problems, transforms, args.seeds, pool=pool, model=model)
+        with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout), allow_unconfined=args.unsafe_unconfined) as pool:
+            result = perturb_problems(problems, transforms, args.seeds, pool=pool, model=model, profile=profile)
     benchmark = args.benchmark if args.benchmark in ("humaneval", "mbpp") else Path(args.benchmark).stem
     paths = write_set(result, args.out, benchmark)
-    print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations")
+    print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations, profile {profile.name}")
     print_stats(result)
-    print(f"wrote {len(paths) - 1} files and summary.json to {args.out}")
+    print(f"wrote {len(paths) - 2} variant files, {benchmark}_partial.jsonl (the nominal partial prompts) "
+          f"and summary.json to {args.out}")
     return 0

@@ -45,6 +45,8 @@ class Perturbation(ABC):
 
 P = TypeVar("P", bound=type[Perturbation])
 REGISTRY: dict[str, type[Perturbation]] = {}
+# Profile "recode": ReCode's own version of a transformation where it differs from quench's.
+RECODE_REGISTRY: dict[str, type[Perturbation]] = {}
 
 
 def register(cls: P) -> P:
@@ -54,10 +56,17 @@ def register(cls: P) -> P:
     return cls
 
 
+def register_recode(cls: P) -> P:
+    if cls.name in RECODE_REGISTRY:
+        raise ValueError(f"recode perturbation {cls.name!r} registered twice")
+    RECODE_REGISTRY[cls.name] = cls
+    return cls
+
+
 def _load_all() -> None:
-    # Importing the modules fills the registry; done lazily to avoid import cycles.
+    # Importing the modules fills the registries; done lazily to avoid import cycles.
     from quench.perturbations import (  # noqa: F401
-        code_format, code_syntax, docstring, function_name, model_based, renaming,
+        code_format, code_syntax, docstring, function_name, model_based, recode_code_format, renaming,
     )
 
 
@@ -68,9 +77,15 @@ def perturbation_class(name: str) -> type[Perturbation]:
     return REGISTRY[name]
 
 
-def create(name: str, **kwargs: object) -> Perturbation:
+def profile_class(name: str, profile: str = "quench") -> type[Perturbation]:
+    """The class that implements `name` in a profile ("recode" falls back to quench's where they agree)."""
+    cls = perturbation_class(name)
+    return RECODE_REGISTRY.get(name, cls) if profile == "recode" else cls
+
+
+def create(name: str, profile: str = "quench", **kwargs: object) -> Perturbation:
     """An instance by ReCode name; model-based ones accept `model=` (see `model_based`)."""
-    return perturbation_class(name)(**kwargs)
+    return profile_class(name, profile)(**kwargs)
 
 
 def names(categories: Iterable[str] | None = None, include_model_based: bool = True) -> list[str]:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Sequence
 
 from quench.datasets import Problem
-from quench.perturbations.base import Perturbation, apply_seeded, create, perturbation_class, tag
-from quench.perturbations.recode_format import file_name, recode_row, write_recode
+from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, Perturbation, apply_seeded, create, perturbation_class, tag
+from quench.perturbations.profile import QUENCH, Profile, resolve_profile
+from quench.perturbations.recode_format import file_name, nominal_partial_rows, recode_row, write_recode
 from quench.perturbations.validate import Runner, Verdict, is_changed, nominal, validate
 
 log = logging.getLogger(__name__)
@@ -61,10 +62,13 @@ class PerturbationSet:
     originals: dict[str, Problem] = field(default_factory=dict)  # by task_id
     validated: bool = True
     validation_seconds: float = 0.0
+    profile: Profile = QUENCH
 
     def summary(self) -> dict[str, object]:
         return {
+            "profile": self.profile.name,
             "validated": self.validated,
+            "failed_check_kept": self.profile.keep_invalid,
             "validation_seconds": round(self.validation_seconds, 2),
             "transformations": {
                 name: {"category": s.category, "variants": s.variants, "changed": s.changed, "valid": s.valid,
@@ -95,39 +99,46 @@ def perturb_problems(
     validate_variants: bool = True,
     pool: Runner | None = None,
     model: object | None = None,
+    profile: Profile | str = QUENCH,
 ) -> PerturbationSet:
     """Apply each transformation with each seed; keep the variants that keep their meaning.
 
     `seeds`: a count (0..n-1) or explicit seeds. `pool`: anything with `run_many(programs)`
     (a started `SandboxPool`); None starts one when needed. `model`: a `TextModel` for the
     model-based transformations (default: `quench.models.load_model()`, loaded on first use).
+    `profile`: "quench" (default) or "recode" (see `quench.perturbations.profile`).
     """
+    profile = resolve_profile(profile)
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    partials = [profile.partial(p) for p in problems]  # the baseline of the code categories
     produced: dict[str, dict[int, list[Problem]]] = {}
     seconds: dict[str, float] = {}
+    triples = []
     for name in transforms:
         cls = perturbation_class(name)
-        perturbation = create(name, model=model) if cls.model_based and model is not None else create(name)
+        kwargs = {"model": model} if cls.model_based and model is not None else {}
+        perturbation = create(name, profile.name, **kwargs)
+        inputs = partials if cls.category in (CODE_SYNTAX, CODE_FORMAT) else problems
         start = time.perf_counter()
-        produced[name] = apply_all(perturbation, problems, seed_list)
+        produced[name] = apply_all(perturbation, inputs, seed_list)
         seconds[name] = time.perf_counter() - start
         log.info("%s: %d variants in %.2f s", name, len(problems) * len(seed_list), seconds[name])
-    triples = [(original, variant, perturbation_class(name).category)
-               for name, by_seed in produced.items() for variants in by_seed.values()
-               for original, variant in zip(problems, variants)]
+        triples += [(original, variant, cls.category)
+                    for variants in produced[name].values() for original, variant in zip(inputs, variants)]
     start = time.perf_counter()
     if validate_variants:
         verdicts = validate(triples, pool)
     else:
         verdicts = [Verdict(True, is_changed(nominal(o, c), v)) for o, v, c in triples]
-    result = collect(produced, seconds, verdicts, problems)
+    result = collect(produced, seconds, verdicts, problems, profile.keep_invalid)
+    result.profile = profile
     result.validated = validate_variants
     result.validation_seconds = time.perf_counter() - start if validate_variants else 0.0
     return result
 
 
 def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, float],
-            verdicts: list[Verdict], problems: Sequence[Problem]) -> PerturbationSet:
+            verdicts: list[Verdict], problems: Sequence[Problem], keep_invalid: bool = False) -> PerturbationSet:
     verdict_iter = iter(verdicts)
     variants: dict[tuple[str, int], list[Problem]] = {}
     stats: dict[str, TransformStats] = {}
@@ -140,9 +151,10 @@ def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, fl
                 verdict = next(verdict_iter)
                 total += 1
                 changed += verdict.changed
+                if verdict.valid or keep_invalid:
+                    kept.append(variant.with_changes(extra=variant.extra + (("changed", str(verdict.changed).lower()),)))
                 if verdict.valid:
                     valid += 1
-                    kept.append(variant.with_changes(extra=variant.extra + (("changed", str(verdict.changed).lower()),)))
                 else:
                     rejected.append(Rejection(variant.task_id, name, seed, verdict.reason))
             variants[(name, seed)] = kept
@@ -151,15 +163,20 @@ def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, fl
 
 
 def write_set(result: PerturbationSet, out_dir: Path, benchmark: str) -> list[Path]:
-    """ReCode-named JSONL files, one per (transformation, seed), plus `summary.json`."""
+    """ReCode-named JSONL files, one per (transformation, seed), the nominal partial prompts in
+    ReCode's layout (`{benchmark}_partial.jsonl`), and `summary.json`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    partial = result.profile.partial
     for (name, seed), variants in result.variants.items():
         path = out_dir / file_name(benchmark, name, seed)
         category = perturbation_class(name).category
-        write_recode(path, (recode_row(result.originals[v.task_id], v, category, v.meta("changed") == "true")
+        write_recode(path, (recode_row(result.originals[v.task_id], v, category, v.meta("changed") == "true", partial)
                             for v in variants))
         paths.append(path)
+    nominal_path = out_dir / f"{benchmark}_partial.jsonl"
+    write_recode(nominal_path, nominal_partial_rows(result.originals.values(), partial))
+    paths.append(nominal_path)
     summary = out_dir / "summary.json"
     summary.write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
     return [*paths, summary]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from quench.datasets import Problem, partial_problem
 from quench.datasets.problem import iter_jsonl, problem_from_json
@@ -27,31 +27,49 @@ def file_name(benchmark: str, transform: str, seed: int) -> str:
     return f"{benchmark}_{transform}_s{seed}.jsonl"
 
 
-def marked_program(original: Problem) -> str | None:
-    """ReCode's `partial`: the unperturbed program with the split marker, None without a split."""
-    partial = partial_problem(original)
-    if partial.prompt == original.prompt:
+def leading_blanks(line: str) -> str:
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def marked_program(original: Problem, partial: Callable[[Problem], Problem] = partial_problem) -> str | None:
+    """ReCode's `partial`: the unperturbed program with the split marker, None without a split.
+
+    The marker takes the deeper of the indentation of the line before and the line after the cut.
+    """
+    split = partial(original)
+    if split.prompt == original.prompt and split.canonical_solution == original.canonical_solution:
         return None
-    rest = partial.canonical_solution
-    first = rest.split("\n", 1)[0]
-    indent = first[:len(first) - len(first.lstrip(" \t"))]
-    return f"{partial.prompt}{indent}{MARKER}\n{rest}"
+    after = leading_blanks(split.canonical_solution)
+    head = split.prompt[:-1] if split.prompt.endswith("\n") else split.prompt
+    before = leading_blanks(head[head.rfind("\n") + 1:])
+    indent = after if len(before) < len(after) else before
+    return f"{split.prompt}{indent}{MARKER}\n{split.canonical_solution}"
 
 
-def recode_row(original: Problem, variant: Problem, category: str, changed: bool) -> dict[str, object]:
+def recode_row(original: Problem, variant: Problem, category: str, changed: bool,
+               partial: Callable[[Problem], Problem] = partial_problem) -> dict[str, object]:
     row: dict[str, object] = {
         "task_id": variant.task_id, "prompt": variant.prompt, "entry_point": variant.entry_point,
         "canonical_solution": variant.canonical_solution, "test": variant.test,
     }
     if category in (CODE_SYNTAX, CODE_FORMAT):
-        row["partial"] = marked_program(original)
-        if category == CODE_SYNTAX and row["partial"] is not None:
+        row["partial"] = marked_program(original, partial)
+        if category == CODE_SYNTAX and row["partial"] is not None and not variant.canonical_solution.startswith(MARKER):
             row["canonical_solution"] = f"{MARKER}\n{variant.canonical_solution}"
     else:
         row["seed"] = int(variant.meta("seed", "0"))
         row["perturbed"] = changed
     row.update(benchmark=variant.benchmark, prompt_kind=variant.prompt_kind, extra=dict(variant.extra))
     return row
+
+
+def nominal_partial_rows(originals: Iterable[Problem], partial: Callable[[Problem], Problem]) -> Iterable[dict]:
+    """ReCode's `nominal/{benchmark}_partial.jsonl` rows: the baseline of the code categories."""
+    for original in originals:
+        split = partial(original)
+        yield {"task_id": split.task_id, "prompt": split.prompt, "entry_point": split.entry_point,
+               "canonical_solution": split.canonical_solution, "test": split.test,
+               "partial": marked_program(original, partial)}
 
 
 def write_recode(path: Path, rows: Iterable[dict[str, object]]) -> None:
