@@ -44,7 +44,8 @@ from quench.distributed import ModelSpec, RayOptions  # noqa: E402
 from quench.distributed.execution import RayPool  # noqa: E402
 from quench.distributed.generation import RayBackend  # noqa: E402
 from quench.execution import SandboxLimits, SandboxPool  # noqa: E402
-from quench.runs.evaluate import execute_samples, summarize  # noqa: E402
+from quench.runs.evaluate import execute_samples, problems_by_key, summarize  # noqa: E402
+from quench.engine.config import EngineConfig  # noqa: E402
 from quench.runs.backends import BackendOptions, make_backend  # noqa: E402
 from quench.runs.samples import GenerateConfig, generate_samples  # noqa: E402
 from quench.engine.types import SamplingParams  # noqa: E402
@@ -134,8 +135,9 @@ def end_to_end(args: argparse.Namespace, model: str, out: Path, ray_run: bool, o
     problems = load_benchmark("humaneval", tasks=parse_tasks(args.tasks))
     started = time.perf_counter()
     loaded = load_model(model, args.dtype, "cpu", args.prompt_format)  # the driver tokenizes, as the CLI does
-    spec = ModelSpec(model, args.dtype, "cpu", loaded.prompt_format, BackendOptions(args.backend, args.batch_size))
-    backend = RayBackend(spec, RayOptions(start_timeout_s=120)) if ray_run else make_backend(loaded, BackendOptions(args.backend, args.batch_size))
+    options = BackendOptions(name=args.backend, engine=EngineConfig(batch_size=args.batch_size))
+    spec = ModelSpec(model, args.dtype, "cpu", loaded.prompt_format, options)
+    backend = RayBackend(spec, RayOptions(start_timeout_s=120)) if ray_run else make_backend(loaded, options)
     if ray_run:
         backend.start(wait_for=args.cpus)  # one actor per CPU; a just-lost node may still be counted
     ready = time.perf_counter()
@@ -155,7 +157,7 @@ def end_to_end(args: argparse.Namespace, model: str, out: Path, ray_run: bool, o
         backend.close()
     pool = RayPool(args.cpus, LIMITS) if ray_run else SandboxPool(args.cpus, LIMITS)
     with pool:
-        results = execute_samples(samples, {p.task_id: p for p in problems}, pool, out / "results.jsonl")
+        results = execute_samples(samples, problems_by_key(problems), pool, out / "results.jsonl")
     done = time.perf_counter()
     summary = summarize(results, (1,))
     texts = sorted((s["task_id"], s["sample_index"], s["raw"]) for s in samples)

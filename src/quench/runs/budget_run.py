@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from quench.datasets.problem import Problem
 from quench.runs.budget import sample_within_budget
-from quench.runs.samples import JsonlAppender, read_samples, sample_record
+from quench.runs.samples import JsonlAppender, resume_samples, sample_record
 from quench.engine.types import GenerationRequest, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def generate_within_budget(
     path: Path,
     on_problem: Callable[[list[dict]], None] | None = None,
 ) -> list[dict]:
-    records = read_samples(path)
+    records = resume_samples(path)
     done = {r["task_id"] for r in records}
     out = JsonlAppender(path)
     try:

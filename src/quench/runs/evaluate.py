@@ -1,20 +1,27 @@
-"""Execute samples in the sandbox into a resumable `results.jsonl`, then summarise pass@k."""
+"""Execute samples in the sandbox into a resumable `results.jsonl`, then summarise pass@k.
+
+A sample is scored against the problem of its `task_id` and, for samples that `quench robustness`
+wrote, its `variant` ("nominal/full", "nominal/partial" or "transformation/seed"): the perturbed
+problem, with its own prompt, entry point and tests (docs/robustness.md).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from quench.datasets.problem import Problem
 from quench.errors import QuenchError
 from quench.execution.passk import mean_pass_at_k
 from quench.execution.sanitize import program_for
-from quench.runs.samples import JsonlAppender, read_jsonl_records
+from quench.runs.samples import JsonlAppender, read_records, resume_log
 
 log = logging.getLogger(__name__)
+
+ProblemKey = tuple[str, str]  # (task_id, variant); variant "" for a problem of the benchmark itself
 
 
 @dataclass(frozen=True)
@@ -23,24 +30,40 @@ class Summary:
     num_samples: int
     pass_at_k: dict[int, float]
     outcomes: dict[str, int]  # outcome name → count
+    skipped: int = 0  # input lines left out with --skip-invalid
+    by_variant: dict[str, "Summary"] = field(default_factory=dict)  # robustness samples: one per variant
 
     def to_json(self) -> dict:
-        return {
+        row = {
             "num_problems": self.num_problems,
             "num_samples": self.num_samples,
             "pass_at_k": {f"pass@{k}": v for k, v in self.pass_at_k.items()},
             "outcomes": self.outcomes,
+            "skipped_lines": self.skipped,
         }
+        if self.by_variant:
+            row["by_variant"] = {name: s.to_json() for name, s in self.by_variant.items()}
+        return row
 
 
 def read_results(path: Path) -> list[dict]:
-    return read_jsonl_records(path, ("task_id", "sample_index", "outcome", "passed"))
+    return read_records(path, ("task_id", "sample_index", "outcome", "passed"))
 
 
-def check_sample_tasks(samples: Sequence[dict], problems: dict[str, Problem], source: str) -> None:
-    unknown = sorted({s["task_id"] for s in samples} - problems.keys())
+def problem_key(sample: dict) -> ProblemKey:
+    return (str(sample["task_id"]), str(sample.get("variant", "")))
+
+
+def problems_by_key(problems: Iterable[Problem]) -> dict[ProblemKey, Problem]:
+    """The benchmark's own problems, keyed as plain samples look them up."""
+    return {(p.task_id, ""): p for p in problems}
+
+
+def check_sample_tasks(samples: Sequence[dict], problems: Mapping[ProblemKey, Problem], source: str) -> None:
+    unknown = sorted({problem_key(s) for s in samples} - problems.keys())
     if unknown:
-        shown = ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        named = [f"{task} (variant {variant})" if variant else task for task, variant in unknown]
+        shown = ", ".join(named[:5]) + (" …" if len(named) > 5 else "")
         raise QuenchError(f"{source}: unknown task id(s) for this benchmark: {shown}")
 
 
@@ -62,7 +85,7 @@ def execute_pending(
     on_result: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Run each (fields, program) job whose key is not yet in `path`; append one record per result."""
-    results = read_jsonl_records(path, (*key_fields, "outcome", "passed"))
+    results = resume_log(path, (*key_fields, "outcome", "passed"))
     done = {tuple(r[f] for f in key_fields) for r in results}
     todo = [(fields, program) for fields, program in jobs if tuple(fields[f] for f in key_fields) not in done]
     log.info("%d results on disk, %d programs to execute", len(done), len(todo))
@@ -81,26 +104,34 @@ def execute_pending(
 
 def execute_samples(
     samples: Sequence[dict],
-    problems: dict[str, Problem],
+    problems: Mapping[ProblemKey, Problem],
     pool,
     path: Path,
     on_result: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Run every sample not yet in `path`; an empty completion is recorded as the sample's failure."""
+    key_fields = ("task_id", "variant", "sample_index") if any("variant" in s for s in samples) else ("task_id", "sample_index")
     jobs = [
-        ({"task_id": s["task_id"], "sample_index": s["sample_index"]},
-         program_for(problems[s["task_id"]], s["completion"], s.get("solution", "")))
+        ({f: s.get(f, "") for f in key_fields},
+         program_for(problems[problem_key(s)], s["completion"], s.get("solution", "")))
         for s in samples
     ]
-    return execute_pending(jobs, ("task_id", "sample_index"), pool, path, on_result)
+    return execute_pending(jobs, key_fields, pool, path, on_result)
 
 
-def summarize(results: Sequence[dict], ks: Sequence[int] = (1, 10, 100)) -> Summary:
+def score(results: Sequence[dict], ks: Sequence[int], skipped: int = 0) -> Summary:
     """pass@k over problems; a k is reported only when every problem has at least k samples."""
-    per_task: dict[str, list[bool]] = defaultdict(list)
+    per_problem: dict[ProblemKey, list[bool]] = defaultdict(list)
     outcomes: dict[str, int] = defaultdict(int)
     for r in results:
-        per_task[r["task_id"]].append(bool(r["passed"]))
+        per_problem[problem_key(r)].append(bool(r["passed"]))
         outcomes[r["outcome"]] += 1
-    counts = [(len(v), sum(v)) for v in per_task.values()]
-    return Summary(len(per_task), len(results), mean_pass_at_k(counts, ks), dict(sorted(outcomes.items())))
+    counts = [(len(v), sum(v)) for v in per_problem.values()]
+    return Summary(len(per_problem), len(results), mean_pass_at_k(counts, ks), dict(sorted(outcomes.items())), skipped)
+
+
+def summarize(results: Sequence[dict], ks: Sequence[int] = (1, 10, 100), skipped: int = 0) -> Summary:
+    """pass@k over all problems (a (task, variant) pair each), and per variant where samples have one."""
+    summary = score(results, ks, skipped)
+    variants = sorted({str(r["variant"]) for r in results if r.get("variant")})
+    return replace(summary, by_variant={v: score([r for r in results if r.get("variant") == v], ks) for v in variants})

@@ -2,7 +2,9 @@
 
 Each finished sample is one JSON line (human-eval / evalplus format: `task_id`, `completion`,
 `solution`, plus quench's fields), flushed at once; a run killed at any point and started again
-reads what is there, drops a torn last line, and generates only the missing (task, sample) pairs.
+mends a torn last line of its own log, and generates only the missing (task, sample) pairs.
+Input files (samples to evaluate, benchmarks) are only ever opened read-only: a bad line in one is
+an error naming `file:line`, never silently dropped.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
-from quench.datasets.problem import Problem, iter_jsonl
+from quench.datasets.problem import OnInvalid, Problem, iter_jsonl
 from quench.errors import InputFileError
 from quench.execution.sanitize import sanitize
 from quench.engine.types import Backend, GenerationRequest, GenerationResult, SamplingParams
@@ -22,7 +24,7 @@ from quench.stopping.criteria import RuleHook, rules_for
 
 log = logging.getLogger(__name__)
 
-SampleKey = tuple[str, int]  # (task_id, sample_index)
+SampleKey = tuple[str, int]  # (task_id or prompt_id, sample_index)
 STOP_RULES = ("none", "function")  # --stop-rule: text rules beyond stop sequences (docs/stopping.md)
 
 
@@ -40,37 +42,95 @@ class GenerateConfig:
 
 
 def repair_torn_tail(path: Path) -> None:
-    """Cut a last line that a killed writer left without its newline."""
-    if not path.exists() or path.stat().st_size == 0:
+    """Mend the last line of one of quench's own logs after a killed writer: a complete record that
+    lost only its newline gets it back; a cut record is removed. Never call this on a user's file."""
+    if not path.is_file() or path.stat().st_size == 0:
         return
     with path.open("rb+") as f:
         data = f.read()
         if data.endswith(b"\n"):
             return
         keep = data.rfind(b"\n") + 1
+        try:
+            complete = isinstance(json.loads(data[keep:]), dict)
+        except ValueError:  # JSON or UTF-8
+            complete = False
+        if complete:
+            f.write(b"\n")
+            return
         f.truncate(keep)
         log.warning("%s: dropped a torn last line (%d bytes) left by an interrupted run", path, len(data) - keep)
 
 
-def read_jsonl_records(path: Path, required: tuple[str, ...]) -> list[dict]:
-    """Records of a quench JSONL file; a malformed line fails with `file:line: reason`."""
-    repair_torn_tail(path)
+def read_records(path: Path, required: tuple[str, ...], on_invalid: OnInvalid | None = None) -> list[dict]:
+    """Records of a JSONL file, opened read-only; a bad line fails with `file:line: reason` (or goes
+    to `on_invalid` and is skipped). A missing file holds no records."""
     if not path.exists():
         return []
     records = []
-    for number, row in iter_jsonl(path):
+    for number, row in iter_jsonl(path, on_invalid=on_invalid):
         missing = [k for k in required if k not in row]
         if missing:
-            raise InputFileError(str(path), number, f"missing field(s): {', '.join(missing)}")
+            error = InputFileError(str(path), number, f"missing field(s): {', '.join(missing)}")
+            if on_invalid is None:
+                raise error
+            on_invalid(error)
+            continue
         records.append(row)
     return records
 
 
-def read_samples(path: Path) -> list[dict]:
-    rows = read_jsonl_records(path, ("task_id", "completion"))
-    for i, row in enumerate(rows):
-        row.setdefault("sample_index", i)  # plain human-eval files have no index
-    return rows
+def resume_log(path: Path, required: tuple[str, ...]) -> list[dict]:
+    """Records of one of quench's own append-only logs in a run directory, its torn tail mended first."""
+    repair_torn_tail(path)
+    return read_records(path, required)
+
+
+def sample_key(record: dict) -> SampleKey:
+    """The generation key of a sample: its prompt id where prompts are shared (robustness), else its task."""
+    return (record.get("prompt_id", record["task_id"]), record["sample_index"])
+
+
+def normalize_samples(path: Path, rows: list[tuple[int, dict]], on_invalid: OnInvalid | None = None) -> list[dict]:
+    """Fill what plain human-eval and evalplus files leave out; a duplicate sample is an error."""
+    samples: list[dict] = []
+    seen: set[tuple] = set()
+    for number, row in rows:
+        error = sample_error(row, seen)
+        if error:
+            if on_invalid is None:
+                raise InputFileError(str(path), number, error)
+            on_invalid(InputFileError(str(path), number, error))
+            continue
+        row.setdefault("completion", "")  # evalplus: the whole program is in `solution`
+        row.setdefault("sample_index", len(samples))  # plain human-eval files have no index
+        seen.add((row["task_id"], row.get("variant", ""), row["sample_index"]))
+        samples.append(row)
+    return samples
+
+
+def sample_error(row: dict, seen: set[tuple]) -> str:
+    """What is wrong with one sample line, or ""."""
+    if "task_id" not in row:
+        return "missing field(s): task_id"
+    if not isinstance(row.get("completion", ""), str) or not isinstance(row.get("solution", ""), str):
+        return "fields completion and solution must be strings"
+    if "completion" not in row and not row.get("solution"):
+        return "missing field(s): completion (or an evalplus solution)"
+    if "sample_index" in row and (row["task_id"], row.get("variant", ""), row["sample_index"]) in seen:
+        return f"duplicate sample {row['sample_index']} of {row['task_id']}"
+    return ""
+
+
+def read_samples(path: Path, on_invalid: OnInvalid | None = None) -> list[dict]:
+    """A samples file given as input (human-eval `completion` or evalplus `solution`), read-only."""
+    return normalize_samples(path, list(iter_jsonl(path, on_invalid=on_invalid)), on_invalid)
+
+
+def resume_samples(path: Path) -> list[dict]:
+    """The samples of a run directory's own samples.jsonl, its torn tail mended first."""
+    repair_torn_tail(path)
+    return read_samples(path) if path.exists() else []
 
 
 class JsonlAppender:
@@ -170,10 +230,15 @@ def generate_samples(
     config: GenerateConfig,
     path: Path,
     on_sample: Callable[[dict], None] | None = None,
+    labels: Mapping[str, dict] | None = None,
 ) -> list[dict]:
-    """Generate every missing sample into `path`; return all samples (old and new)."""
-    existing = read_samples(path)
-    done = {(row["task_id"], row["sample_index"]) for row in existing}
+    """Generate every missing sample into `path`; return all samples (old and new).
+
+    Each problem's task_id is its request key; `labels` maps a key to the fields that name its
+    records instead (robustness: the real task id, the variant and the prompt id).
+    """
+    existing = resume_samples(path)
+    done = {sample_key(row) for row in existing}
     by_id = {p.task_id: p for p in problems}
     requests = pending_requests(problems, done, config, encode)
     log.info("%d samples on disk, %d to generate", len(done), sum(r.n for r in requests))
@@ -182,6 +247,7 @@ def generate_samples(
     try:
         for result in run_backend(backend, requests, config.sampling, hook):
             record = sample_record(by_id[result.key], result, config.prompt_format)
+            record.update(labels[result.key] if labels else {})
             out.write(record)
             existing.append(record)
             if on_sample:
