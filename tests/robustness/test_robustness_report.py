@@ -18,6 +18,8 @@ from quench.robustness import (
     write_report,
 )
 from quench.robustness.html import highlight_pair
+from quench.robustness.intervals import BootstrapConfig
+from quench.robustness.report import console_summary, load_outcomes
 
 T, F = True, False
 
@@ -52,7 +54,7 @@ EXAMPLES = [
             "    return c + b\n", "    return b\n", "passed", "failed: NameError <c>"),
 ]
 RUN_INFO = {"model": "tiny", "benchmark": "humaneval", "subset": "3 tasks", "seeds": [0, 1], "n": 1,
-            "wall_time_s": 1.5}
+            "wall_time_s": 1.5, "stop": ["```", "\ndef "], "perturbed_dir": None, "guard": None}
 
 
 class _Collector(HTMLParser):
@@ -69,13 +71,13 @@ class _Collector(HTMLParser):
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     metrics = robustness_metrics(small_run())
-    return out, metrics, write_report(out, metrics, EXAMPLES, RUN_INFO)
+    return out, metrics, write_report(out, metrics, EXAMPLES, RUN_INFO, run=small_run())
 
 
 def test_every_report_file_is_written(report):
     out, _, paths = report
     names = {"metrics.json", "examples.jsonl", "report.md", "report.html", "categories_pass.png",
-             "categories_drop.png", "transformations_heatmap.png"}
+             "categories_drop.png", "transformations_heatmap.png", "outcomes.json"}
     assert {p.name for p in paths} == names
     assert all(p.parent == out and p.stat().st_size > 0 for p in paths)
 
@@ -115,6 +117,10 @@ def test_metrics_json_and_examples_round_trip(report):
     assert load_metrics(out / "metrics.json") == (metrics, RUN_INFO)
     assert json.loads((out / "metrics.json").read_text())["metrics"]["ks"] == [1]
     assert load_examples(out / "examples.jsonl") == EXAMPLES
+    assert load_outcomes(out / "outcomes.json") == small_run()
+    interval = json.loads((out / "metrics.json").read_text())["metrics"]["categories"][0]["intervals"]["1"]
+    assert interval["robust_pass"] == {"point": pytest.approx(1 / 3), "low": 0.0, "high": 1.0, "problems": 3}
+    assert interval["robust_drop"]["note"] == "too few nominal passes"
 
 
 def test_markdown_tables(report):
@@ -123,11 +129,44 @@ def test_markdown_tables(report):
     assert "| Category | Baseline | Transf. | Pass@1 | RP_s@1 | RD_s@1 | RR_s@1 |" in markdown
     # Docstring: nominal T/0, T/1 pass; worst case over seeds loses T/0 → RP 33.33, RD 50.00;
     # T/0 (pass → fail) and T/2 (fail → pass under seed 1) changed → RR 66.67; 6 of 6 variants valid.
-    assert "| Docstring | full | 1 | 66.67 | 33.33 | 50.00 | 66.67 | 33.33 / 33.33 | 6/6 | 6 |" in markdown
-    # new_lines: valid only for T/0 (1 of 3); it fails there: RP 0, RD 100 against the partial baseline.
-    assert "| new_lines | Code format | 1 | 33.33 | 0.00 | 100.00 | 33.33 | 33.33 / 0.00 | 1/3 | 1 |" in markdown
-    assert "![categories_pass.png](categories_pass.png)" in markdown
+    # Three problems: every interval that can move spans [0, 100]; RD rests on 2 nominal passes (< 10).
+    assert ("| Docstring | full | 1 | 66.67 [0.0, 100.0] | 33.33 [0.0, 100.0] | too few nominal passes | "
+            "66.67 [0.0, 100.0] | 33.33 [0.0, 100.0] / 33.33 [0.0, 100.0] | 6/6 | 6 |") in markdown
+    # new_lines: valid only for T/0 (1 of 3); it fails there: RP 0 in every resample.
+    assert ("| new_lines | Code format | 1 | 33.33 [0.0, 100.0] | 0.00 [0.0, 0.0] | too few nominal passes | "
+            "33.33 [0.0, 100.0] | 33.33 [0.0, 100.0] / 0.00 [0.0, 0.0] | 1/3 | 1 |") in markdown
+    assert "![Figure 1](categories_pass.png)" in markdown
+    assert "*Figure 2. Robust Drop@1" in markdown  # every figure has a caption
     assert "-    \"\"\"Return the sum of a and b" in markdown  # the prompt diff
+
+
+def test_run_section_is_readable(report):
+    out, _, _ = report
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    run = markdown.split("## Nominal")[0]
+    assert "None" not in run and "perturbed" not in run and "guard" not in run  # unset settings are left out
+    assert "| stop | 2 sequences: '\\`\\`\\`', '\\ndef ' |" in run  # backticks escaped, newline shown as \n
+    assert "| samples per prompt (n) | 1 |" in run
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "<dt>stop</dt><dd>2 sequences: &#x27;```&#x27;, &#x27;\\ndef &#x27;</dd>" in html
+    assert html.count("<figcaption>Figure ") == 3
+
+
+def test_console_summary_uses_the_reports_percent_units(report):
+    _, metrics, _ = report
+    lines = console_summary(metrics, {"distinct_prompts": 9, "distinct_programs": 7, "seconds": 2.5})
+    assert lines[0] == "nominal Pass@1 (%, 95% interval): full prompt 66.67 [0.0, 100.0], partial prompt 33.33 [0.0, 100.0]"
+    assert lines[2].split() == ["docstring", "33.33", "[0.0,", "100.0]", "too", "few", "nominal", "passes",
+                                "66.67", "[0.0,", "100.0]"]
+    assert lines[-1] == "9 distinct prompts generated, 7 distinct programs run, 2.5 s"
+
+
+def test_drop_shows_its_interval_with_enough_nominal_passes(tmp_path):
+    metrics = robustness_metrics(small_run(), bootstrap=BootstrapConfig(min_nominal_passes=2))
+    write_report(tmp_path, metrics, [], RUN_INFO)
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    # Docstring RD = 50: resamples drawing only T/1 give 0, only T/0 give 100.
+    assert "| Docstring | full | 1 | 66.67 [0.0, 100.0] | 33.33 [0.0, 100.0] | 50.00 [0.0, 100.0] |" in markdown
 
 
 def test_sampling_report_has_a_table_per_k_and_no_examples(tmp_path):

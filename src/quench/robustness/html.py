@@ -10,8 +10,8 @@ from typing import Mapping, Sequence
 
 from quench.robustness.examples import Example
 from quench.robustness.metrics import RobustnessMetrics
-from quench.robustness.plots import category_label
-from quench.robustness.tables import group_cells, metric_header, pct
+from quench.robustness.plots import captions, category_label
+from quench.robustness.tables import group_cells, metric_header, method_note, run_rows, with_interval
 
 # Single whitespace characters are tokens of their own, so an added blank line or a tab shows exactly.
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s")
@@ -101,10 +101,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: i
 
 
 def _info(run_info: Mapping[str, object]) -> str:
-    def value(v: object) -> str:
-        return ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
-
-    items = "".join(f"<dt>{escape(str(k))}</dt><dd>{escape(value(v))}</dd>" for k, v in run_info.items())
+    items = "".join(f"<dt>{escape(label)}</dt><dd>{escape(text)}</dd>" for label, text in run_rows(run_info))
     return f'<dl class="info">{items}</dl>'
 
 
@@ -112,7 +109,8 @@ def _metrics_sections(metrics: RobustnessMetrics) -> list[str]:
     parts = []
     ks = metrics.ks
     nominal_rows = [
-        [escape(kind), str(metrics.nominal_problems[kind])] + [pct(p[k]) for k in ks]
+        [escape(kind), str(metrics.nominal_problems[kind])]
+        + [with_interval(p[k], metrics.nominal_intervals.get(kind, {}).get(k)) for k in ks]
         for kind, p in metrics.nominal_pass.items()
     ]
     parts.append("<h2>Nominal</h2>" + _table(["Prompt", "Problems"] + [f"Pass@{k}" for k in ks], nominal_rows, 1))
@@ -129,10 +127,10 @@ def _metrics_sections(metrics: RobustnessMetrics) -> list[str]:
     return parts
 
 
-def _figure(name: str, png: bytes) -> str:
+def _figure(name: str, png: bytes, caption: str) -> str:
     data = base64.b64encode(png).decode("ascii")
-    return (f'<figure><img alt="{escape(name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{escape(name)}</figcaption></figure>")
+    return (f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{escape(caption)}</figcaption></figure>")
 
 
 def render_html(
@@ -147,19 +145,15 @@ def render_html(
     parts = [f"<h1>{title}</h1>", f'<p class="subtitle">{escape(subject)}</p>' if subject else "",
              "<h2>Run</h2>", _info(run_info)]
     parts += _metrics_sections(metrics)
-    parts.append(
-        '<p class="note">Percentages. RP, RD, RR: ReCode\'s Robust Pass, Drop and Relative, worst case over '
-        "the s seeds of a transformation (over every transformation × seed of a category). RR = RR⁻ + RR⁺: "
-        "samples that passed nominally and failed under some variant / failed nominally and passed under "
-        "some variant (for k &gt; 1 the sum can exceed 100). Valid variants: (problem, seed) variants that "
-        "passed the meaning check; a problem without one keeps its nominal result. Changed: valid variants "
-        "whose prompt differs from the nominal one.</p>"
-    )
+    parts.append(f'<p class="note">{escape(method_note(metrics.bootstrap))}</p>')
     if plots:
+        caption = captions(metrics.ks[0])
         parts.append(f"<h2>Figures (k={metrics.ks[0]})</h2>")
-        figures = [_figure(name, png) for name, png in plots.items() if name.startswith("categories_")]
+        figures = [_figure(name, png, caption.get(name, name)) for name, png in plots.items()
+                   if name.startswith("categories_")]
         parts.append(f'<div class="pair">{"".join(figures)}</div>')
-        parts += [_figure(name, png) for name, png in plots.items() if not name.startswith("categories_")]
+        parts += [_figure(name, png, caption.get(name, name)) for name, png in plots.items()
+                  if not name.startswith("categories_")]
     parts.append("<h2>Examples: passed nominally, failed perturbed</h2>")
     if not examples:
         parts.append('<p class="note">No sample passed nominally and failed under a perturbation.</p>')

@@ -11,9 +11,9 @@ from typing import Mapping, Sequence
 from quench.errors import QuenchError
 from quench.robustness.examples import Example
 from quench.robustness.html import render_html
-from quench.robustness.metrics import RobustnessMetrics
-from quench.robustness.plots import category_label, report_plots
-from quench.robustness.tables import group_cells, metric_header, pct
+from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes
+from quench.robustness.plots import captions, category_label, report_plots
+from quench.robustness.tables import group_cells, metric_header, method_note, run_rows, with_interval
 
 log = logging.getLogger(__name__)
 
@@ -21,11 +21,13 @@ METRICS_FILE = "metrics.json"
 EXAMPLES_FILE = "examples.jsonl"
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
+OUTCOMES_FILE = "outcomes.json"  # per-problem pass/fail of every baseline and variant: what `quench compare` reads
+
 
 
 def _cell(value: object) -> str:
     text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.replace("|", "\\|").replace("`", "\\`").replace("\n", " ")
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int) -> list[str]:
@@ -56,13 +58,12 @@ def render_markdown(
     metrics: RobustnessMetrics, examples: Sequence[Example], run_info: Mapping[str, object], plot_names: Sequence[str]
 ) -> str:
     """The report as Markdown: run info, nominal, category and transformation tables, figures, examples."""
-    lines = ["# Robustness report", ""]
-    lines += _md_table(["Run", ""], [[key, value] for key, value in run_info.items()], 2)
+    lines = ["# Robustness report", "", "## Run", ""]
+    lines += _md_table(["Setting", "Value"], [list(row) for row in run_rows(run_info)], 2)
     lines += ["## Nominal", ""]
     lines += _md_table(
         ["Prompt", "Problems"] + [f"Pass@{k}" for k in metrics.ks],
-        [[kind, metrics.nominal_problems[kind]] + [pct(p[k]) for k in metrics.ks]
-         for kind, p in metrics.nominal_pass.items()],
+        [[kind, metrics.nominal_problems[kind]] + nominal_cells(metrics, kind) for kind in metrics.nominal_pass],
         1,
     )
     for k in metrics.ks:
@@ -80,16 +81,13 @@ def render_markdown(
             [[g.name, category_label(g.category), len(g.seeds)] + group_cells(g, k) for g in metrics.transformations],
             2,
         )
-    lines += [
-        "Percentages; worst case over the seeds of a transformation, over every transformation × seed of a "
-        "category. RR = RR⁻ + RR⁺: samples that went pass → fail / fail → pass under some variant (for k > 1 "
-        "the sum can exceed 100). Valid variants passed the meaning check; a problem with none keeps its "
-        "nominal result. "
-        "Definitions: docs/robustness.md.",
-        "",
-    ]
+    lines += [method_note(metrics.bootstrap), ""]
     if plot_names:
-        lines += [f"## Figures (k={metrics.ks[0]})", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
+        caption = captions(metrics.ks[0])
+        lines += [f"## Figures (k={metrics.ks[0]})", ""]
+        for name in plot_names:
+            text = caption.get(name, name)
+            lines += [f"![{text.split('.')[0]}]({name})", "", f"*{text}*", ""]
     lines += ["## Examples: passed nominally, failed perturbed", ""]
     if not examples:
         lines += ["No sample passed nominally and failed under a perturbation.", ""]
@@ -101,10 +99,57 @@ def render_markdown(
     return "\n".join(lines)
 
 
+def nominal_cells(metrics: RobustnessMetrics, kind: str) -> list[str]:
+    """Pass@k of one baseline ("full"/"partial") at each k, with its interval."""
+    intervals = metrics.nominal_intervals.get(kind, {})
+    return [with_interval(metrics.nominal_pass[kind][k], intervals.get(k)) for k in metrics.ks]
+
+
+def console_summary(metrics: RobustnessMetrics, stats: Mapping[str, object]) -> list[str]:
+    """The lines `quench robustness` prints: the report's first-k numbers, in the same percent units."""
+    k = metrics.ks[0]
+    kinds = {"full": "full prompt", "partial": "partial prompt"}
+    nominal = ", ".join(f"{kinds.get(kind, kind)} {nominal_cells(metrics, kind)[0]}" for kind in metrics.nominal_pass)
+    lines = [f"nominal Pass@{k} (%, 95% interval): {nominal}",
+             f"{'category':<15}{'RP@' + str(k):<22}{'RD@' + str(k):<24}{'RR@' + str(k)}"]
+    for group in metrics.categories:
+        cells = [with_interval(getattr(group, name)[k], group.interval(name, k))
+                 for name in ("robust_pass", "robust_drop", "robust_relative")]
+        lines.append(f"{group.name:<15}{cells[0]:<22}{cells[1]:<24}{cells[2]}")
+    lines.append(f"{stats.get('distinct_prompts', '?')} distinct prompts generated, "
+                 f"{stats.get('distinct_programs', '?')} distinct programs run, {stats.get('seconds', '?')} s")
+    return lines
+
+
+def run_to_json(run: RobustnessRun) -> dict:
+    return {
+        "nominal_full": {t: list(r) for t, r in run.nominal_full.items()},
+        "nominal_partial": {t: list(r) for t, r in run.nominal_partial.items()},
+        "variants": [{"transformation": v.transformation, "category": v.category, "seed": v.seed,
+                      "outcomes": {t: list(r) for t, r in v.outcomes.items()}, "unchanged": sorted(v.unchanged)}
+                     for v in run.variants],
+    }
+
+
+def load_outcomes(path: Path | str) -> RobustnessRun:
+    """Read the `outcomes.json` that `write_report` writes beside the metrics."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        variants = tuple(
+            VariantOutcomes(v["transformation"], v["category"], int(v["seed"]),
+                            {t: tuple(map(bool, r)) for t, r in v["outcomes"].items()}, frozenset(v["unchanged"]))
+            for v in data["variants"])
+        return RobustnessRun({t: tuple(map(bool, r)) for t, r in data["nominal_full"].items()}, variants,
+                             {t: tuple(map(bool, r)) for t, r in data["nominal_partial"].items()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise QuenchError(f"{path}: not a robustness outcomes file ({error})") from error
+
+
 def write_report(
-    out_dir: Path | str, metrics: RobustnessMetrics, examples: Sequence[Example], run_info: Mapping[str, object]
+    out_dir: Path | str, metrics: RobustnessMetrics, examples: Sequence[Example], run_info: Mapping[str, object],
+    run: RobustnessRun | None = None,
 ) -> list[Path]:
-    """Write every report file into `out_dir` (created if needed); returns their paths."""
+    """Write every report file into `out_dir` (created if needed), and the run's outcomes when given."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = report_plots(metrics, metrics.ks[0])
@@ -119,6 +164,8 @@ def write_report(
         MARKDOWN_FILE: render_markdown(metrics, examples, run_info, list(plots)),
         HTML_FILE: render_html(metrics, examples, run_info, plots),
     }
+    if run is not None:
+        contents[OUTCOMES_FILE] = json.dumps(run_to_json(run)) + "\n"
     for name, text in contents.items():
         written.append(out_dir / name)
         written[-1].write_text(text, encoding="utf-8")

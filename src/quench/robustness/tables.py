@@ -1,13 +1,43 @@
-"""Table cells shared by the Markdown and HTML reports."""
+"""Table cells shared by the Markdown and HTML reports and the console summary."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
+from quench.robustness.intervals import BootstrapConfig, Interval
 from quench.robustness.metrics import GroupMetrics
+
+def method_note(bootstrap: BootstrapConfig) -> str:
+    """The paragraph under the report's tables: units, the interval method, what each column counts."""
+    return (
+        f"Percentages, each with its {100 * bootstrap.confidence:g}% interval [low, high]: a bootstrap over "
+        f"problems ({bootstrap.resamples:,} resamples, seed {bootstrap.seed}), nominal and perturbed results of "
+        "a problem resampled together. Worst case over the seeds of a transformation, over every "
+        "transformation × seed of a category. RR: samples whose result changed under some variant; RR⁻ / RR⁺: "
+        f"pass → fail / fail → pass. RD needs at least {bootstrap.min_nominal_passes} problems passing "
+        "nominally (\"too few nominal passes\" otherwise). Valid variants passed the meaning check; a problem "
+        "with none keeps its nominal result. Changed: valid variants whose prompt differs from the nominal "
+        "one. Definitions: docs/robustness.md."
+    )
+
+# run_info keys shown under a clearer name in the report's "Run" section
+RUN_LABELS = {"n": "samples per prompt (n)", "seeds": "seeds per transformation (s)", "seconds": "wall time (s)"}
 
 
 def pct(value: float | None) -> str:
     """A metric in percent with two decimals, as ReCode's tables; `n/a` when undefined."""
     return "n/a" if value is None else f"{100.0 * value:.2f}"
+
+
+def with_interval(value: float | None, interval: Interval | None) -> str:
+    """`12.20 [7.32, 17.68]` in percent; the interval's note (e.g. too few nominal passes) replaces the number."""
+    if interval is None:
+        return pct(value)
+    if interval.note:
+        return interval.note
+    if interval.low is None or interval.high is None:
+        return pct(value)
+    return f"{pct(value)} [{100.0 * interval.low:.1f}, {100.0 * interval.high:.1f}]"
 
 
 def metric_header(k: int, seeds_mark: str = "_s") -> list[str]:
@@ -16,9 +46,31 @@ def metric_header(k: int, seeds_mark: str = "_s") -> list[str]:
 
 
 def group_cells(group: GroupMetrics, k: int) -> list[str]:
-    """The cells under `metric_header(k)` for one category or transformation."""
+    """The cells under `metric_header(k)` for one category or transformation, each with its 95% interval."""
+    def cell(name: str) -> str:
+        return with_interval(getattr(group, name)[k], group.interval(name, k))
+
     return [
-        pct(group.pass_at_k[k]), pct(group.robust_pass[k]), pct(group.robust_drop[k]),
-        pct(group.robust_relative[k]), f"{pct(group.relative_worse[k])} / {pct(group.relative_better[k])}",
+        cell("pass_at_k"), cell("robust_pass"), cell("robust_drop"), cell("robust_relative"),
+        f"{cell('relative_worse')} / {cell('relative_better')}",
         f"{group.variants_valid}/{group.variants_total}", str(group.variants_changed),
     ]
+
+
+def _readable(key: str, value: object) -> str:
+    if key == "stop" and isinstance(value, (list, tuple)):
+        shown = ", ".join(repr(s) for s in value)
+        return f"{len(value)} sequence{'s' if len(value) != 1 else ''}: {shown}" if value else "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def run_rows(run_info: Mapping[str, object]) -> list[tuple[str, str]]:
+    """The "Run" section as (label, text) rows: unset settings (None, empty) are left out."""
+    return [(RUN_LABELS.get(key, key.replace("_", " ")), _readable(key, value))
+            for key, value in run_info.items() if value is not None and value != [] and value != ""]
