@@ -9,18 +9,19 @@ from helpers import llama_head_dim_64, tiny_llama, torch_threads
 from quench.engine import native
 from quench.engine import llama
 from quench.engine.llama import LlamaRunner
+from quench.engine.native import KernelConfig
 from quench.engine.scheduler import prefill
 
-pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason="no C compiler")
+pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason=native.build_result().reason)
 
 
-@pytest.fixture(params=[False, True])
-def amx(request, monkeypatch):
-    """Each kernel test once with AMX tiles switched off (AVX512 only) and once on, where the CPU has them."""
-    if request.param and not native.amx_available():
-        pytest.skip("no AMX tiles on this CPU")
-    monkeypatch.setattr(native.SWITCHES, "amx", request.param)
-    return request.param
+@pytest.fixture(params=[False, True], ids=["no-amx", "amx"])
+def kernels(request):
+    """Each kernel test once with AMX tiles off (what every CPU with the kernels runs) and once on, where the
+    CPU and OS have them; the AMX run is the only one skipped elsewhere."""
+    if request.param and not native.amx_supported():
+        pytest.skip("AMX tiles: this CPU, OS or build has none (the no-amx run covers the other kernels)")
+    return KernelConfig(amx=request.param)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -67,11 +68,11 @@ needs_small_gemm = pytest.mark.skipif(
 @pytest.mark.parametrize(
     "shape", [(48, 64), (32, 64), (16, 130), (480, 64), (400, 64), (160, 64), (96, 96), (15, 64), (100, 96), (6255, 64)]
 )
-def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape, amx):
+def test_small_gemm_matches_a_float32_product_to_one_rounding(rows, shape, kernels):
     torch.manual_seed(rows)
     weight = torch.randn(shape, dtype=torch.bfloat16)
     x = torch.randn(rows, shape[1], dtype=torch.bfloat16)
-    got = native.small_gemm(x, native.pack_small_gemm(weight), shape[0])  # (rows, N)
+    got = native.small_gemm(x, native.pack_small_gemm(weight), shape[0], amx=kernels.amx)  # (rows, N)
     want = x.float() @ weight.float().t()
     assert got.shape == (rows, shape[0]) and got.dtype == torch.bfloat16
     assert torch.allclose(got.float(), want, rtol=2**-8, atol=1e-4)  # rounded once to bfloat16
@@ -83,11 +84,11 @@ def test_small_gemm_is_not_offered_for_unsupported_weights():
 
 
 @needs_small_gemm
-def test_small_gemm_writes_nothing_past_the_real_outputs(amx):
+def test_small_gemm_writes_nothing_past_the_real_outputs(kernels):
     """N = 100: the last packed block holds 4 real outputs; the 12 columns after them belong to the next row."""
     torch.manual_seed(0)
     weight, x = torch.randn(100, 64, dtype=torch.bfloat16), torch.randn(9, 64, dtype=torch.bfloat16)
-    got = native.small_gemm(x, native.pack_small_gemm(weight), 100)
+    got = native.small_gemm(x, native.pack_small_gemm(weight), 100, amx=kernels.amx)
     assert torch.allclose(got.float(), x.float() @ weight.float().t(), rtol=2**-8, atol=1e-4)  # row 1 starts where row 0's padding would
 
 
@@ -106,11 +107,11 @@ def test_add_rms_norm_matches_pytorch_in_bfloat16():
     assert torch.equal(residual, summed) and torch.equal(out, want)
 
 
-def _prefilled_bf16_runners(prompt_len: int, cache_len: int):
+def _prefilled_bf16_runners(prompt_len: int, cache_len: int, kernels: KernelConfig):
     """The head-64 bfloat16 model as the fast runner (C kernels) and the PyTorch reference, each with its
     own cache prefilled with the same 3 random prompts (each on its own path)."""
     model = llama_head_dim_64(torch.bfloat16)
-    fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
+    fast, reference = LlamaRunner(model, kernels=kernels), LlamaRunner(model, prepack=False, native_attention=False)
     prompt = torch.randint(3, 90, (3, prompt_len))
     caches = [runner.new_cache(3, cache_len) for runner in (fast, reference)]
     for runner, cache in zip((fast, reference), caches):
@@ -118,10 +119,10 @@ def _prefilled_bf16_runners(prompt_len: int, cache_len: int):
     return fast, reference, caches
 
 
-def test_bfloat16_decode_kernels_match_the_pytorch_path(amx):
+def test_bfloat16_decode_kernels_match_the_pytorch_path(kernels):
     """Head size 64 in bfloat16: the AVX512-BF16 attention (q.k with AMX tiles or without), the small GEMM
     and the C RMSNorm (where built) against PyTorch attention and oneDNN/PyTorch ops, on ragged rows."""
-    fast, reference, caches = _prefilled_bf16_runners(prompt_len=30, cache_len=64)
+    fast, reference, caches = _prefilled_bf16_runners(prompt_len=30, cache_len=64, kernels=kernels)
     assert fast.native_glue and not reference.native
     start, counts = torch.tensor([30, 21, 25]), torch.tensor([2, 1, 0])
     step = torch.randint(3, 90, (3, 2))
@@ -141,11 +142,11 @@ def test_bfloat16_decode_kernels_match_the_pytorch_path(amx):
 
 
 @needs_small_gemm
-def test_bfloat16_prefills_on_the_packed_path_match_the_pytorch_path(amx):
+def test_bfloat16_prefills_on_the_packed_path_match_the_pytorch_path(kernels):
     """Head size 64 in bfloat16: prompts up to NATIVE_PREFILL_MAX tokens go through the C kernels (ragged
     lengths in one batch: the padding is skipped), longer ones through PyTorch's attention."""
     model = llama_head_dim_64(torch.bfloat16)
-    fast, reference = LlamaRunner(model), LlamaRunner(model, prepack=False, native_attention=False)
+    fast, reference = LlamaRunner(model, kernels=kernels), LlamaRunner(model, prepack=False, native_attention=False)
     assert fast._packed(llama.NATIVE_PREFILL_MAX) and not fast._packed(llama.NATIVE_PREFILL_MAX + 1)
     assert not LlamaRunner(llama_head_dim_64(torch.float32))._packed(llama.NATIVE_MAX_NEW + 1)
     torch.manual_seed(1)
@@ -159,11 +160,11 @@ def test_bfloat16_prefills_on_the_packed_path_match_the_pytorch_path(amx):
 
 
 @pytest.mark.skipif(not native.layers_available(), reason="no AVX512-BF16 layer loop here")
-def test_the_c_layer_loop_gives_the_python_loops_bits(amx):
+def test_the_c_layer_loop_gives_the_python_loops_bits(kernels):
     """bfloat16 head-64 packed steps run every layer in one C call where the weights allow: the logits, hidden
     states and cached keys/values equal the Python loop's over the same kernels (decode, verify, prefill)."""
     model = llama_head_dim_64(torch.bfloat16)
-    runner = LlamaRunner(model)
+    runner = LlamaRunner(model, kernels=kernels)
     table = runner._layer_table
     assert table is not None
     prompt, step = torch.randint(3, 90, (3, 40)), torch.randint(3, 90, (3, 5))
@@ -189,8 +190,8 @@ def test_silu_times_up_rounds_as_pytorch_does():
 
 
 def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
-    if not native.amx_available():
-        pytest.skip("no AMX tiles on this CPU")
+    if not native.amx_supported():
+        pytest.skip("AMX tiles: this CPU, OS or build has none")
     library = native._library()
     for in_features, served in ((64, True), (130, False)):
         weight = torch.randn(48, in_features, dtype=torch.bfloat16)
@@ -205,11 +206,12 @@ def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
             assert not out.any()  # declined: nothing written
 
 
-def test_kernels_give_the_same_bits_on_one_thread_and_on_several(amx):
+def test_kernels_give_the_same_bits_on_one_thread_and_on_several(kernels):
     """The GEMMs split W and attention splits (row, kv head) pairs over torch's threads (OpenMP): the work
-    each output gets is the same, so the bits are too, with an uneven split (3 threads) included."""
+    each output gets is the same, so the bits are too, with an uneven split (3 threads) included. The runner
+    uses whichever kernels this CPU has (the generic attention and PyTorch's GEMMs where it lacks AVX512-BF16)."""
     model = llama_head_dim_64(torch.bfloat16)
-    runner = LlamaRunner(model)
+    runner = LlamaRunner(model, kernels=kernels)
     prompt = torch.randint(3, 90, (5, 30))
     start, counts = torch.tensor([30, 21, 25, 30, 12]), torch.tensor([3, 1, 0, 2, 3])
     step = torch.randint(3, 90, (5, 3))
@@ -223,19 +225,25 @@ def test_kernels_give_the_same_bits_on_one_thread_and_on_several(amx):
     (one, keys_one, values_one), (several, keys_several, values_several) = outputs
     assert torch.equal(one, several)
     assert all(torch.equal(a, b) for a, b in zip(keys_one + values_one, keys_several + values_several))
-    weight, x = torch.randn(480, 96, dtype=torch.bfloat16), torch.randn(7, 96, dtype=torch.bfloat16)
+
+
+@needs_small_gemm
+@pytest.mark.parametrize("rows", [7, 40])  # 40: past 8 rows W goes in chunks (and AMX takes it where on)
+def test_small_gemm_gives_the_same_bits_on_one_thread_and_on_several(rows, kernels):
+    torch.manual_seed(rows)
+    weight, x = torch.randn(480, 96, dtype=torch.bfloat16), torch.randn(rows, 96, dtype=torch.bfloat16)
     packed = native.pack_small_gemm(weight)
     with torch_threads(1):
-        alone = native.small_gemm(x, packed, 480)
+        alone = native.small_gemm(x, packed, 480, amx=kernels.amx)
     with torch_threads(3):
-        shared = native.small_gemm(x, packed, 480)
+        shared = native.small_gemm(x, packed, 480, amx=kernels.amx)
     assert torch.equal(alone, shared)
 
 
-def test_bfloat16_verify_steps_with_many_queries_match_the_pytorch_path(amx):
+def test_bfloat16_verify_steps_with_many_queries_match_the_pytorch_path(kernels):
     """Verification-sized steps: up to 11 new tokens per row (22 query rows per kv head: two AMX query blocks),
     keys not a multiple of 16, against PyTorch attention."""
-    fast, reference, caches = _prefilled_bf16_runners(prompt_len=37, cache_len=80)
+    fast, reference, caches = _prefilled_bf16_runners(prompt_len=37, cache_len=80, kernels=kernels)
     start, counts = torch.tensor([37, 19, 30]), torch.tensor([11, 4, 9])
     step = torch.randint(3, 90, (3, 11))
     got = fast.forward(caches[0], step, start, counts=counts)
@@ -245,7 +253,7 @@ def test_bfloat16_verify_steps_with_many_queries_match_the_pytorch_path(amx):
         assert not got[row, count:].any()
 
 
-@needs_small_gemm
+@needs_small_gemm  # without AVX512-BF16, rope64_bf16 is the scalar rope_bf16 itself
 def test_vectorised_rope_rounds_exactly_as_the_scalar_one():
     """The head-64 kernel's RoPE (AVX512) must give rope_bf16's bits: the cached keys are PyTorch's."""
     library = native._library()
@@ -316,7 +324,7 @@ def test_small_gemm_gives_a_row_the_same_bits_alone_and_among_up_to_four():
     torch.manual_seed(3)
     weight = torch.randn(9608, 576, dtype=torch.bfloat16)
     packed = native.pack_small_gemm(weight)
-    x = torch.randn(native._avx512_gemm_rows(), 576, dtype=torch.bfloat16)
-    alone = torch.cat([native.small_gemm(x[i : i + 1], packed, 9608) for i in range(x.shape[0])])  # (R, N)
+    x = torch.randn(native.avx512_gemm_rows(), 576, dtype=torch.bfloat16)
+    alone = torch.cat([native.small_gemm(x[i : i + 1], packed, 9608, amx=True) for i in range(x.shape[0])])  # (R, N)
     for rows in range(2, x.shape[0] + 1):
-        assert torch.equal(native.small_gemm(x[:rows], packed, 9608), alone[:rows])
+        assert torch.equal(native.small_gemm(x[:rows], packed, 9608, amx=True), alone[:rows])

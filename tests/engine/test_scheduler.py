@@ -49,7 +49,7 @@ def test_a_prompt_that_starts_like_an_earlier_one_gets_the_bits_of_a_whole_prefi
     # 20 shared by the second; the third shares all 30 of the first where its 1-token rest runs the whole
     # prompt's GEMM kernel (no AMX: AVX512 for both), else it feeds enough tokens to run AMX as the whole
     # prompt does (AVX512 up to 4 rows); the fourth shares nothing
-    kept = 30 if not native.amx_available() else 31 - (native._avx512_gemm_rows() + 1)
+    kept = 30 if not runner.amx else 31 - (native.avx512_gemm_rows() + 1)
     assert runner.prefill_kernel(31 - kept) == runner.prefill_kernel(31)
     assert kept == 30 or runner.prefill_kernel(31 - kept - 1) != runner.prefill_kernel(31)
     assert store.shared_tokens == 20 + kept
@@ -61,10 +61,10 @@ def test_a_prompt_that_starts_like_an_earlier_one_gets_the_bits_of_a_whole_prefi
 def test_copying_is_refused_where_the_runner_promises_nothing():
     bf16 = LlamaRunner(llama_head_dim_64(torch.bfloat16))
     assert bf16.prefill_kernel(30) == bf16.prefill_kernel(10) is not None
-    too_long = native.small_gemm_rows() + 1  # oneDNN's own blocking: not promised
-    assert native.gemm_kernel(too_long) == "onednn" and bf16.prefill_kernel(too_long) is None
-    if native.amx_available():
-        assert native.gemm_kernel(4) == "avx512" and native.gemm_kernel(5) == "amx"
+    too_long = native.small_gemm_rows(bf16.amx) + 1  # oneDNN's own blocking: not promised
+    assert native.gemm_kernel(too_long, bf16.amx) == "onednn" and bf16.prefill_kernel(too_long) is None
+    if bf16.amx:
+        assert native.gemm_kernel(4, amx=True) == "avx512" and native.gemm_kernel(5, amx=True) == "amx"
         assert bf16.prefill_kernel(1) != bf16.prefill_kernel(31)  # one row takes the AVX512 kernel
     float32 = LlamaRunner(tiny_llama(dtype=torch.float32))
     store = PrefixStore(float32)

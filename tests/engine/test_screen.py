@@ -1,8 +1,7 @@
 """The screened greedy head gives the tokens the whole bfloat16 head gives, and int8 weight copies give products
 close to the bfloat16 ones, each row on its own (quench.engine.screen)."""
 
-import ctypes
-from contextlib import contextmanager
+import re
 
 import pytest
 import torch
@@ -11,7 +10,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from helpers import llama_head_dim_64, torch_threads
 from quench.engine import native
 from quench.engine.llama import INT8_MAX_ROWS, LlamaRunner
-from quench.engine.screen import MAX_ROWS, int8_weight, screen_available, screen_head
+from quench.engine.native import KernelConfig
+from quench.engine.native_build import HEADER
+from quench.engine.screen import KERNEL_MAX_ROWS, MAX_ROWS, VNNI_ROWS, int8_weight, screen_available, screen_head
 
 needs_screen = pytest.mark.skipif(
     native.pack_small_gemm(torch.zeros(16, 2, dtype=torch.bfloat16)) is None or not screen_available(),
@@ -19,9 +20,15 @@ needs_screen = pytest.mark.skipif(
 )
 
 
+def test_the_row_limits_are_the_headers():
+    """screen.py's copies of the C limits (used without loading the library) match quench_native.h."""
+    header = dict(re.findall(r"#define (\w+) (\d+)", HEADER.read_text()))
+    assert int(header["SCREEN_MAX_ROWS"]) == KERNEL_MAX_ROWS and int(header["SCREEN_VNNI_ROWS"]) == VNNI_ROWS
+
+
 def head_tokens_row_by_row(h: torch.Tensor, packed: torch.Tensor, vocab: int) -> torch.Tensor:
     """The reference: each row alone through the AVX512 GEMM (the bits the screen promises), first maximum."""
-    return torch.stack([native.argmax(native.small_gemm(h[i : i + 1].contiguous(), packed, vocab))[0] for i in range(len(h))])
+    return torch.stack([native.argmax(native.small_gemm(h[i : i + 1].contiguous(), packed, vocab, amx=True))[0] for i in range(len(h))])
 
 
 def hidden_with_outliers(rows: int, width: int, seed: int) -> torch.Tensor:
@@ -110,11 +117,6 @@ def test_the_screen_declines_what_it_cannot_serve():
     screen = screen_head(weight, native.pack_small_gemm(weight))
     assert screen.argmax(torch.randn(MAX_ROWS + 1, 64).to(torch.bfloat16)) is None  # too many rows: whole head
     assert screen.argmax(torch.randn(2, 64).to(torch.bfloat16)) is not None
-    native.SWITCHES.screen = False
-    try:
-        assert screen.argmax(torch.randn(2, 64).to(torch.bfloat16)) is None
-    finally:
-        native.SWITCHES.screen = True
 
 
 @needs_screen
@@ -122,33 +124,19 @@ def test_greedy_steps_take_the_same_tokens_with_and_without_the_screen():
     """The runner's greedy tokens (decode and verification steps, ragged rows) with the screen and from the
     whole head's logits; up to 4 tokens per step, where the whole head runs the AVX512 kernel too."""
     model = llama_head_dim_64(torch.bfloat16, vocab_size=1000)
-    runner = LlamaRunner(model)
-    assert runner.head_screen is not None
-    cache = runner.new_cache(4, 64)
-    runner.forward(cache, torch.randint(3, 990, (4, 20)), torch.zeros(4, dtype=torch.long))
+    runner, unscreened = LlamaRunner(model), LlamaRunner(model, kernels=KernelConfig(screen=False))
+    assert runner.head_screen is not None and unscreened.head_screen is None
+    prompt = torch.randint(3, 990, (4, 20))
+    caches = [runner.new_cache(4, 64), unscreened.new_cache(4, 64)]
+    for each, cache in zip((runner, unscreened), caches):
+        each.forward(cache, prompt, torch.zeros(4, dtype=torch.long))
     step = torch.randint(3, 990, (4, 4))
     start, counts = torch.tensor([20, 20, 20, 20]), torch.tensor([4, 1, 3, 2])
-    screened = runner.greedy_tokens(cache, step, start, counts=counts)
-    native.SWITCHES.screen = False
-    try:
-        whole = runner.greedy_tokens(cache, step, start, counts=counts)
-    finally:
-        native.SWITCHES.screen = True
-    logits = runner.packed_logits(cache, step, start, counts=counts)  # (10, V): the real positions
+    screened = runner.greedy_tokens(caches[0], step, start, counts=counts)
+    whole = unscreened.greedy_tokens(caches[1], step, start, counts=counts)
+    logits = runner.packed_logits(caches[0], step, start, counts=counts)  # (10, V): the real positions
     assert torch.equal(screened, whole)
     assert torch.equal(screened[counts[:, None] > torch.arange(4)], native.argmax(logits))
-
-
-@contextmanager
-def few_row_pass(rows: int):
-    """Let the AVX512-VNNI pass serve calls of up to `rows` rows (0: every call takes the AMX tiles)."""
-    flag = ctypes.c_int.in_dll(native._library(), "screen_vnni_rows")
-    before = flag.value
-    flag.value = rows
-    try:
-        yield
-    finally:
-        flag.value = before
 
 
 @needs_screen
@@ -177,10 +165,8 @@ def test_the_few_row_pass_sums_exactly_what_the_tile_pass_sums():
     product, screen = int8_weight(weight), screen_head(weight, native.pack_small_gemm(weight))
     for rows in (1, 2, 3, 4):
         x = hidden_with_outliers(rows, 128, seed=rows)
-        with few_row_pass(4):
-            vnni = product(x), screen.argmax(x)
-        with few_row_pass(0):
-            tiles = product(x), screen.argmax(x)
+        vnni = product(x, vnni_rows=4), screen.argmax(x, vnni_rows=4)
+        tiles = product(x, vnni_rows=0), screen.argmax(x, vnni_rows=0)  # 0: every call takes the AMX tiles
         assert torch.equal(vnni[0].view(torch.int16), tiles[0].view(torch.int16)), rows
         assert torch.equal(vnni[1], tiles[1]), rows
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from quench.engine import native
+from quench.engine.native_config import KernelConfig
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.screen import Int8Weight, ScreenedHead, int8_weight, screen_available, screen_head
 
@@ -34,11 +35,14 @@ class Linear:
     """y = x W^T + b, with W pre-packed for oneDNN where that is available (CPU, bf16/fp32).
 
     int8: also keep an int8 copy of W (`screen.Int8Weight`) for products of few rows: half the bytes, not the
-    bfloat16 bits (draft models only)."""
+    bfloat16 bits (draft models only). amx: the small GEMM may use AMX tiles (`native.use_amx`)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool, int8: bool = False) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool, int8: bool = False, amx: bool = False
+    ) -> None:
         self.out_features = weight.shape[0]
         self.bias = bias
+        self.amx = amx
         self.packed = prepack and _can_prepack(weight)
         # bfloat16 decode steps (a few rows) use quench's own kernel (native.small_gemm); prefills oneDNN's.
         self.small = native.pack_small_gemm(weight) if prepack and bias is None else None
@@ -48,8 +52,8 @@ class Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.int8 is not None and x.dtype == torch.bfloat16 and x.numel() <= INT8_MAX_ROWS * x.shape[-1]:
             return self.int8(x)
-        if self.small is not None and x.dim() == 2 and x.shape[0] <= native.small_gemm_rows() and x.is_contiguous():
-            return native.small_gemm(x, self.small, self.out_features)
+        if self.small is not None and x.dim() == 2 and x.shape[0] <= native.small_gemm_rows(self.amx) and x.is_contiguous():
+            return native.small_gemm(x, self.small, self.out_features, amx=self.amx)
         if self.packed:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
@@ -103,8 +107,10 @@ class LlamaRunner:
         compile: bool = False,
         native_attention: bool = True,
         int8: bool = False,
+        kernels: KernelConfig = KernelConfig(),
     ) -> None:
-        """int8: run products of a few rows from int8 copies of the weights (`Linear`), for draft models."""
+        """int8: run products of a few rows from int8 copies of the weights (`Linear`), for draft models.
+        kernels: AMX tiles and the screened head, where the CPU serves them (`EngineConfig.kernels`)."""
         config = model.config
         inner = model.model
         self.dtype = inner.embed_tokens.weight.dtype
@@ -119,11 +125,13 @@ class LlamaRunner:
         self.vocab_size = model.lm_head.weight.shape[0]
         self.embed = inner.embed_tokens.weight.detach()
         self.final_norm = inner.norm.weight.detach()
+        self.kernels = kernels
+        self.amx = native.use_amx(kernels)  # the GEMMs and attention run AMX tiles
         self.int8 = int8 and prepack and self.dtype == torch.bfloat16 and screen_available()
-        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8)
+        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8, self.amx)
         # greedy steps read an int8 copy of the head first (quench.engine.screen); same tokens
         self.head_screen: ScreenedHead | None = (
-            None if self.int8 else screen_head(model.lm_head.weight.detach(), self.lm_head.small)
+            screen_head(model.lm_head.weight.detach(), self.lm_head.small) if kernels.screen and not self.int8 else None
         )
         self.layers = [self._layer(layer, prepack) for layer in inner.layers]
         self._rotary = inner.rotary_emb
@@ -176,11 +184,11 @@ class LlamaRunner:
         gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
         return LlamaLayer(
             input_norm=layer.input_layernorm.weight.detach(),
-            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), prepack, self.int8),
-            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, prepack, self.int8),
+            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), prepack, self.int8, self.amx),
+            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, prepack, self.int8, self.amx),
             post_norm=layer.post_attention_layernorm.weight.detach(),
-            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), prepack, self.int8),
-            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, prepack, self.int8),
+            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), prepack, self.int8, self.amx),
+            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, prepack, self.int8, self.amx),
         )
 
     @torch.no_grad()
@@ -248,7 +256,7 @@ class LlamaRunner:
         (`native.gemm_kernel`) decides the bits. PyTorch's attention and oneDNN choose their blocking by
         shape: None there. `PrefixStore` copies a prompt's beginning from another only where the other's
         prefill, the whole new prompt and its rest all give the same answer."""
-        kernel = native.gemm_kernel(tokens)  # "onednn" past what the small GEMM (and the C layer loop) serves
+        kernel = native.gemm_kernel(tokens, self.amx)  # "onednn" past what the small GEMM (and the C layer loop) serves
         if self._layer_table is None or self.int8 or not self._packed(tokens) or kernel == "onednn":
             return None  # int8 copies (drafts): a short rest would take other kernels than the whole prompt
         return kernel
@@ -314,7 +322,8 @@ class LlamaRunner:
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
             attn = native.rope_attend(
-                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
+                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale,
+                amx=self.amx,
             )  # (N, H D)
             x = self._mlp(x + layer.o(attn), layer)
         return self._rms_norm(x, self.final_norm), real, offsets
@@ -351,18 +360,19 @@ class LlamaRunner:
         """The decoder layers of a bfloat16 packed step with C glue: x (N, Dm), updated in place -> final-norm
         hidden states (N, Dm). Each norm is fused with the residual sum before it. Where the table is built and
         the step fits the small GEMM, the whole loop is one C call (`native.layers`)."""
-        if self._layer_table is not None and x.shape[0] <= native.small_gemm_rows():
+        if self._layer_table is not None and x.shape[0] <= native.small_gemm_rows(self.amx):
             caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
             return native.layers(
                 x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets,
-                self._int8_table, INT8_MAX_ROWS,
+                self._int8_table, INT8_MAX_ROWS, amx=self.amx,
             )
         width = self.heads + 2 * self.kv_heads
         h = native.add_rms_norm(x, None, self.layers[0].input_norm, self.eps, torch.empty_like(x))  # (N, Dm)
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(h).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
             attn = native.rope_attend(
-                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale
+                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale,
+                amx=self.amx,
             )  # (N, H D)
             h = native.add_rms_norm(x, layer.o(attn), layer.post_norm, self.eps, h)
             gate_up = layer.gate_up(h)  # (N, 2 I)

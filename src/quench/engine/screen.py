@@ -3,8 +3,9 @@
 `ScreenedHead.argmax(h)` gives, for each row of final-norm hidden states, the first maximum of the
 bfloat16 logits that quench's AVX512 GEMM computes for it (`native.small_gemm` at 1-4 rows), bit for bit,
 while reading an int8 copy of the head (half the bytes) plus ~6 exact rows per token: the proof that
-no token is lost, and the kernel, are in `native_screen_source`. Greedy decode and greedy verification
-steps use it (`LlamaRunner.greedy_tokens`); sampling needs every logit and keeps the full head.
+no token is lost, and the kernel, are in `csrc/screen.c`. Greedy decode and greedy verification steps
+use it (`LlamaRunner.greedy_tokens`, unless `KernelConfig.screen` is off); sampling needs every logit
+and keeps the full head.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ TILE_K = 64  # inputs per AMX int8 tile row
 # per 8 rows (benchmarks/head.py, one thread: 1.43-1.58x the whole head at 1-8 rows, 1.09x at 16, 1.02x at
 # 24, 0.73-0.81x at 32-64).
 MAX_ROWS = 16
-KERNEL_MAX_ROWS = 64  # SCREEN_MAX_ROWS in the C source: what a call may ask for with max_rows
+KERNEL_MAX_ROWS = 64  # SCREEN_MAX_ROWS in quench_native.h: what a call may ask for with max_rows (checked in tests)
+VNNI_ROWS = 4  # SCREEN_VNNI_ROWS in quench_native.h: calls of up to this many rows take AVX512-VNNI, not AMX tiles
 BOUND_SLACK = 1.0 + 1e-6  # norms stored in float32 are rounded up by this factor
 CHUNK = 4096  # head rows converted to float64 at a time
 
@@ -42,15 +44,16 @@ class ScreenedHead:
     in_features: int
 
     def argmax(
-        self, h: torch.Tensor, counts: torch.Tensor | None = None, max_rows: int = MAX_ROWS
+        self, h: torch.Tensor, counts: torch.Tensor | None = None, max_rows: int = MAX_ROWS, vnni_rows: int = VNNI_ROWS
     ) -> torch.Tensor | None:
         """h (M, K) bfloat16 -> (M,) int64 first-maximum tokens; None where the screen cannot serve the call
         (more than max_rows rows: the whole head is faster there; benchmarks/head.py passes KERNEL_MAX_ROWS).
-        counts, if given ((M,) int32, contiguous): filled with the tokens computed exactly per row."""
+        counts, if given ((M,) int32, contiguous): filled with the tokens computed exactly per row.
+        vnni_rows: calls of up to this many rows (at most 4) take AVX512-VNNI instead of AMX tiles."""
         library = native._library()
         rows = h.shape[0]
         served = 0 < rows <= min(max_rows, KERNEL_MAX_ROWS) and h.dtype == torch.bfloat16
-        if library is None or not native.SWITCHES.screen or not served:
+        if library is None or not served:
             return None
         h = h.contiguous()
         out = torch.empty(rows, dtype=torch.long)
@@ -59,7 +62,7 @@ class ScreenedHead:
             h.data_ptr(), rows, self.in_features, self.quantized.data_ptr(), self.scale.data_ptr(),
             self.column_sums.data_ptr(), self.norms.data_ptr(), self.errors.data_ptr(), self.packed.data_ptr(),
             self.vocab_size, out.data_ptr(), counts.data_ptr() if counts is not None else None, work.data_ptr(),
-            torch.get_num_threads(),
+            torch.get_num_threads(), vnni_rows,
         )
         return out if status == 0 else None
 
@@ -91,8 +94,8 @@ class Int8Weight:
     out_features: int
     in_features: int
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., K) bfloat16 -> (..., N) bfloat16."""
+    def __call__(self, x: torch.Tensor, vnni_rows: int = VNNI_ROWS) -> torch.Tensor:
+        """x (..., K) bfloat16 -> (..., N) bfloat16 (vnni_rows as for `ScreenedHead.argmax`)."""
         library = native._library()
         assert library is not None
         flat = x.reshape(-1, self.in_features).contiguous()  # (M, K)
@@ -103,6 +106,7 @@ class Int8Weight:
             status = library.w8_gemm_bf16(
                 flat.data_ptr(), rows, self.in_features, self.quantized.data_ptr(), self.scale.data_ptr(),
                 self.column_sums.data_ptr(), self.out_features, out.data_ptr(), work.data_ptr(), torch.get_num_threads(),
+                vnni_rows,
             )
             assert status == 0, "w8_gemm_bf16 refused a call int8_weight accepted"
         return out.view(*x.shape[:-1], self.out_features)

@@ -1,15 +1,110 @@
-"""C source of quench's decode attention: RoPE on the new tokens, their keys/values into the cache, and
-attention over ragged rows (a generic kernel for any head size, and an AVX512-BF16/AMX one for bfloat16
-with head size 64). `native_sources` prefixes it with the shared preludes and compiles it as its own unit
-(with OpenMP); `native.rope_attend` calls it.
-"""
+/* Decode attention: RoPE on the new tokens, their keys/values into the cache, and attention over ragged
+   rows: a generic kernel for any head size (bfloat16 and float32, the latter for tests and tiny models),
+   and an AVX512-BF16 kernel (q.k optionally with AMX tiles) for bfloat16 with head size 64.
 
-# bfloat16 with head size 64 on CPUs with AVX512-BF16 (the default model, this machine): the loops of
-# the generic kernel ran ~4x below what the cache reads allow (one horizontal sum per query-key dot,
-# and every key converted to float32 first). Here q.k is two vdpbf16ps per key (q is bfloat16-exact
-# after RoPE's rounding, so products are exact in float32; the sum order differs, as any vectorised
-# sum does), and p.v keeps four query rows' accumulators in registers while each value row is read once.
-_ATTEND_BF16_64 = r"""
+   Why: for decode-sized queries (a few tokens per row), PyTorch's CPU attention spends most of its time in
+   per-(row, head) matrix-call overhead. One plain loop over rows and kv heads, reading each key/value
+   once, is several times faster. Attention runs in float32 (as PyTorch's CPU kernel does for bfloat16)
+   and is rounded once at the end. Work is split over torch's threads with OpenMP (built with -fopenmp the
+   library asks for libgomp.so.1 and gets the copy torch already loaded: one thread pool).
+
+   The head-64 kernel: q.k is two vdpbf16ps per key (q is bfloat16-exact after RoPE's rounding, so the
+   products are exact in float32; the sum order differs, as any vectorised sum does), and p.v keeps four
+   query rows' accumulators in registers while each value row is read once. */
+#include "x86.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
+   its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
+   cos, sin_signed (positions, D); out (N, H D). */
+#define ATTEND(T, SUFFIX, NAME, HD)                                                                \
+static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,                     \
+                const int64_t* start, const int64_t* offsets, T* out, int B, int H,                 \
+                int Hkv, int D_, int Tmax, float scale) {                                          \
+    const int D = HD;                                                                             \
+    (void)D_;  /* the head size when HD is D_ itself; else HD's constant */                       \
+    int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
+    for (int b = 0; b < B; b++) {                                                                 \
+        int n = (int)(offsets[b + 1] - offsets[b]);                                               \
+        if (n > most) most = n;                                                                   \
+        if (n && start[b] + n > longest) longest = (int)(start[b] + n);                           \
+    }                                                                                             \
+    float* q = malloc(sizeof(float) * (most * G + 1) * D);                                        \
+    float* scores = malloc(sizeof(float) * ((int64_t)most * G * longest + 1));                    \
+    float* acc = malloc(sizeof(float) * (most * G + 1) * D);                                      \
+    float* row = malloc(sizeof(float) * D);                                                       \
+    if (!q || !scores || !acc || !row) { free(q); free(scores); free(acc); free(row); return 1; } \
+    for (int b = 0; b < B; b++) {                                                                 \
+        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;          \
+        if (S == 0) continue;                                                                     \
+        for (int s = 0; s < S; s++) {                                                             \
+            int64_t pos = start[b] + s;                                                           \
+            const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
+            for (int j = 0; j < Hkv; j++) {                                                       \
+                int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                          \
+                rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row, kc + at); \
+                memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(T) * D);                          \
+            }                                                                                     \
+        }                                                                                         \
+        for (int j = 0; j < Hkv; j++) {                                                           \
+            for (int s = 0; s < S; s++) {                                                         \
+                int64_t pos = start[b] + s;                                                       \
+                const T* tok = qkv + (offsets[b] + s) * width * D;                                \
+                for (int g = 0; g < G; g++)                                                       \
+                    rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,  \
+                                  q + (s * G + g) * D, 0);                                       \
+            }                                                                                     \
+            const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
+            const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
+            for (int t = 0; t < keys; t++) {                                                      \
+                for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);      \
+                for (int m = 0; m < M; m++) {                                                     \
+                    float dot = 0.0f;                                                             \
+                    for (int d = 0; d < D; d++) dot += q[m * D + d] * row[d];                    \
+                    scores[(int64_t)m * keys + t] = (t <= start[b] + m / G) ? dot * scale : -INFINITY; \
+                }                                                                                 \
+            }                                                                                     \
+            for (int m = 0; m < M; m++) {                                                         \
+                float* sc = scores + (int64_t)m * keys, top = -INFINITY, total = 0.0f;           \
+                for (int t = 0; t < keys; t++) top = sc[t] > top ? sc[t] : top;                   \
+                for (int t = 0; t < keys; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }     \
+                for (int t = 0; t < keys; t++) sc[t] /= total;                                    \
+            }                                                                                     \
+            memset(acc, 0, sizeof(float) * M * D);                                                \
+            for (int t = 0; t < keys; t++) {                                                      \
+                for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);      \
+                for (int m = 0; m < M; m++) {                                                     \
+                    float p = scores[(int64_t)m * keys + t];                                      \
+                    for (int d = 0; d < D; d++) acc[m * D + d] += p * row[d];                     \
+                }                                                                                 \
+            }                                                                                     \
+            for (int s = 0; s < S; s++)                                                           \
+                for (int g = 0; g < G; g++) {                                                     \
+                    T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                      \
+                    for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);  \
+                }                                                                                 \
+        }                                                                                         \
+    }                                                                                             \
+    free(q); free(scores); free(acc); free(row);                                                  \
+    return 0;                                                                                     \
+}
+/* A constant head size lets the compiler unroll and vectorize the inner loops fully. */
+#define DISPATCH(T, SUFFIX)                                                                        \
+ATTEND(T, SUFFIX, attend64_##SUFFIX, 64)                                                          \
+ATTEND(T, SUFFIX, attend128_##SUFFIX, 128)                                                        \
+ATTEND(T, SUFFIX, attend_any_##SUFFIX, D_)                                                        \
+static int rope_attend_generic_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed, \
+                         const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
+                         int Hkv, int D, int Tmax, float scale) {                                   \
+    if (D == 64) return attend64_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+    if (D == 128) return attend128_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+    return attend_any_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+}
+DISPATCH(bf16, bf16)
+DISPATCH(float, f32)
+
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define HAVE_AVX512_BF16 1
 #ifdef _OPENMP
@@ -174,7 +269,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
     size_t q_size = (size_t)(rows + 1) * D, qb_size = 2 * (size_t)(rows + 1), scores_size = (size_t)rows * longest + 1;
     size_t qt_size = (size_t)(rows + 15) / 16 * 2 * 16 * 32;  /* AMX: Q^T tiles, 16 queries x 2 halves of D */
 #if !HAVE_AMX_ATTEND
-    amx = 0;
+    (void)amx;  /* no AMX tiles in this build */
 #endif
     /* one set of buffers per thread */
     float* q_all = malloc(sizeof(float) * q_size * threads);
@@ -259,112 +354,19 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
 }
 #else
 #define HAVE_AVX512_BF16 0
+/* Without AVX512-BF16: the scalar RoPE, which gives the same bits. */
+void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* out, bf16* store) {
+    rope_bf16(x, cos, sin_signed, 64, out, store);
+}
 #endif
-"""
 
-# The generic kernel (any head size; bfloat16 and float32, the latter for tests and tiny models), then
-# the bfloat16 head-64 kernel above, and the two entry points `native.rope_attend` calls.
-ATTEND = r"""
-#include <math.h>
-#include <stdlib.h>
-void rope_bf16(const bf16*, const bf16*, const bf16*, int, float*, bf16*);
-void rope_f32(const float*, const float*, const float*, int, float*, float*);
-
-/* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
-   its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
-   cos, sin_signed (positions, D); out (N, H D). */
-#define ATTEND(T, SUFFIX, NAME, HD)                                                                \
-static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,                     \
-                const int64_t* start, const int64_t* offsets, T* out, int B, int H,                 \
-                int Hkv, int D_, int Tmax, float scale) {                                          \
-    const int D = HD;                                                                             \
-    int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
-    for (int b = 0; b < B; b++) {                                                                 \
-        int n = (int)(offsets[b + 1] - offsets[b]);                                               \
-        if (n > most) most = n;                                                                   \
-        if (n && start[b] + n > longest) longest = (int)(start[b] + n);                           \
-    }                                                                                             \
-    float* q = malloc(sizeof(float) * (most * G + 1) * D);                                        \
-    float* scores = malloc(sizeof(float) * ((int64_t)most * G * longest + 1));                    \
-    float* acc = malloc(sizeof(float) * (most * G + 1) * D);                                      \
-    float* row = malloc(sizeof(float) * D);                                                       \
-    if (!q || !scores || !acc || !row) { free(q); free(scores); free(acc); free(row); return 1; } \
-    for (int b = 0; b < B; b++) {                                                                 \
-        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;          \
-        if (S == 0) continue;                                                                     \
-        for (int s = 0; s < S; s++) {                                                             \
-            int64_t pos = start[b] + s;                                                           \
-            const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
-            for (int j = 0; j < Hkv; j++) {                                                       \
-                int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                          \
-                rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row, kc + at); \
-                memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(T) * D);                          \
-            }                                                                                     \
-        }                                                                                         \
-        for (int j = 0; j < Hkv; j++) {                                                           \
-            for (int s = 0; s < S; s++) {                                                         \
-                int64_t pos = start[b] + s;                                                       \
-                const T* tok = qkv + (offsets[b] + s) * width * D;                                \
-                for (int g = 0; g < G; g++)                                                       \
-                    rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,  \
-                                  q + (s * G + g) * D, 0);                                       \
-            }                                                                                     \
-            const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
-            const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
-            for (int t = 0; t < keys; t++) {                                                      \
-                for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);      \
-                for (int m = 0; m < M; m++) {                                                     \
-                    float dot = 0.0f;                                                             \
-                    for (int d = 0; d < D; d++) dot += q[m * D + d] * row[d];                    \
-                    scores[(int64_t)m * keys + t] = (t <= start[b] + m / G) ? dot * scale : -INFINITY; \
-                }                                                                                 \
-            }                                                                                     \
-            for (int m = 0; m < M; m++) {                                                         \
-                float* sc = scores + (int64_t)m * keys, top = -INFINITY, total = 0.0f;           \
-                for (int t = 0; t < keys; t++) top = sc[t] > top ? sc[t] : top;                   \
-                for (int t = 0; t < keys; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }     \
-                for (int t = 0; t < keys; t++) sc[t] /= total;                                    \
-            }                                                                                     \
-            memset(acc, 0, sizeof(float) * M * D);                                                \
-            for (int t = 0; t < keys; t++) {                                                      \
-                for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);      \
-                for (int m = 0; m < M; m++) {                                                     \
-                    float p = scores[(int64_t)m * keys + t];                                      \
-                    for (int d = 0; d < D; d++) acc[m * D + d] += p * row[d];                     \
-                }                                                                                 \
-            }                                                                                     \
-            for (int s = 0; s < S; s++)                                                           \
-                for (int g = 0; g < G; g++) {                                                     \
-                    T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                      \
-                    for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);  \
-                }                                                                                 \
-        }                                                                                         \
-    }                                                                                             \
-    free(q); free(scores); free(acc); free(row);                                                  \
-    return 0;                                                                                     \
-}
-/* A constant head size lets the compiler unroll and vectorize the inner loops fully. */
-#define DISPATCH(T, SUFFIX)                                                                        \
-ATTEND(T, SUFFIX, attend64_##SUFFIX, 64)                                                          \
-ATTEND(T, SUFFIX, attend128_##SUFFIX, 128)                                                        \
-ATTEND(T, SUFFIX, attend_any_##SUFFIX, D_)                                                        \
-static int rope_attend_generic_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed, \
-                         const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
-                         int Hkv, int D, int Tmax, float scale) {                                   \
-    if (D == 64) return attend64_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
-    if (D == 128) return attend128_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
-    return attend_any_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
-}
-DISPATCH(bf16, bf16)
-DISPATCH(float, f32)
-""" + _ATTEND_BF16_64 + r"""
 int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
                      const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
                      int amx) {
 #if HAVE_AVX512_BF16
     if (D == 64) return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale, threads, amx);
 #endif
-    (void)amx;
+    (void)threads; (void)amx;  /* the generic kernel: one thread */
     return rope_attend_generic_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
 }
 int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
@@ -373,4 +375,3 @@ int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, co
     (void)threads; (void)amx;  /* float32: tests and tiny models, one thread */
     return rope_attend_generic_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
 }
-"""

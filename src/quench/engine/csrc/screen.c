@@ -1,32 +1,29 @@
-"""C source of the screened greedy head: the argmax of x W^T over the vocabulary without reading all of W
-in bfloat16 (`screen.ScreenedHead.argmax`; `native_sources` compiles it as its own unit).
+/* The screened greedy head: the argmax of x W^T over the vocabulary without reading all of W in bfloat16
+   (`screen.ScreenedHead.argmax`), and int8 products for draft models (`screen.Int8Weight`).
 
-A greedy step needs one token per row, the first maximum of the head's bfloat16 logits. The head of the
-default model is 49,152 x 576 (57 MB in bfloat16, a fifth of what a decode step reads). Here each row is
-screened first against an int8 copy of W (28 MB) with AMX int8 tiles, and only the few tokens that can
-still be the maximum are computed exactly, as quench's AVX512 GEMM computes them (same float32 sum over K
-in the same order, rounded to bfloat16 once): the token is the one that GEMM's logits give, bit for bit.
+   A greedy step needs one token per row, the first maximum of the head's bfloat16 logits. The head of the
+   default model is 49,152 x 576 (57 MB in bfloat16, a fifth of what a decode step reads). Here each row is
+   screened first against an int8 copy of W (28 MB) with AMX int8 tiles, and only the few tokens that can
+   still be the maximum are computed exactly, as quench's AVX512 GEMM computes them (same float32 sum over K
+   in the same order, rounded to bfloat16 once): the token is the one that GEMM's logits give, bit for bit.
 
-Why no token is lost. Per vocabulary row j, W_j = s_j q_j + e_j (q_j int8, s_j float). Per input row,
-x = x^ + d with x^ = s_x c, c a 15-bit integer vector stored as two byte planes (high and low 7 bits), so
-x^ . q_j is an exact integer sum of two tile products. With A_j the screened logit and E_j the float32 sum
-the exact GEMM forms, Cauchy-Schwarz bounds |E_j - A_j| by
-    R_j = |d| |W_j| + |x^| |e_j| + gamma max(|x|, |x^|) (|W_j| + |e_j|) + 1e-3
-(2-norms; gamma covers the float32 rounding of both sums over K, 1e-3 the rounding of the screened
-logit itself). L = max_j (A_j - R_j) is below the exact logit of that j, so every j with A_j + R_j < L
-has a smaller exact logit. Rounding to bfloat16 can tie two sums that differ; the threshold is lowered to
-T = L - |L|/64 - 1e-3, two bfloat16 steps below L, so a token below T rounds strictly below the winner
-and cannot be a first maximum either. Tokens with A_j + R_j >= T (on the default model ~6 per row, at
-most ~100 on HumanEval answers) are computed exactly, a block of 16 tokens of the packed bfloat16 head at a time.
-"""
-
-SCREEN = r"""
+   Why no token is lost. Per vocabulary row j, W_j = s_j q_j + e_j (q_j int8, s_j float). Per input row,
+   x = x^ + d with x^ = s_x c, c a 15-bit integer vector stored as two byte planes (high and low 7 bits), so
+   x^ . q_j is an exact integer sum of two tile products. With A_j the screened logit and E_j the float32 sum
+   the exact GEMM forms, Cauchy-Schwarz bounds |E_j - A_j| by
+       R_j = |d| |W_j| + |x^| |e_j| + gamma max(|x|, |x^|) (|W_j| + |e_j|) + 1e-3
+   (2-norms; gamma covers the float32 rounding of both sums over K, 1e-3 the rounding of the screened logit
+   itself). L = max_j (A_j - R_j) is below the exact logit of that j, so every j with A_j + R_j < L has a
+   smaller exact logit. Rounding to bfloat16 can tie two sums that differ; the threshold is lowered to
+   T = L - |L|/64 - 1e-3, two bfloat16 steps below L, so a token below T rounds strictly below the winner and
+   cannot be a first maximum either. Tokens with A_j + R_j >= T (on the default model ~6 per row, at most
+   ~100 on HumanEval answers) are computed exactly, a block of 16 tokens of the packed bfloat16 head at a
+   time. */
+#include "x86.h"
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)
 #include <math.h>
 #include <stdlib.h>
-int amx_available(void);  /* the GEMM unit's: asks the kernel once whether this process may use AMX tiles */
 int screen_available(void) { return amx_available(); }
-#define SCREEN_MAX_ROWS 64
 typedef struct { float scale, alpha, beta; } row_terms;
 
 /* Row m of x (M, K) -> its two byte planes in group m / 8 (16 x K bytes: high planes in rows 0..7, low in
@@ -131,7 +128,6 @@ static inline void finish_tile(const int32_t* buf, int b, int g, int M, int V, c
    each of its 16 tokens, the operand `vpdpbusd` takes, so a block is one sequential run in input order. Each
    row's two planes are broadcast 4 bytes at a time; BLOCKS blocks are read side by side. The integer sums are
    the tiles' exactly, so the finish (and the screen's bound) is unchanged. */
-int screen_vnni_rows = 4;  /* up to this many rows take this pass (0: never; benchmarks flip it) */
 static inline __attribute__((always_inline)) void vnni_blocks(const uint8_t* planes, int M, int K, const int8_t* w,
                                                               int nb, int32_t* bufs) {
     enum { BLOCKS = 4, ROWS = 4 };
@@ -142,7 +138,7 @@ static inline __attribute__((always_inline)) void vnni_blocks(const uint8_t* pla
     for (int j = 0; j < K / 4; j++) {
         __m512i wv[BLOCKS];
         for (int s = 0; s < BLOCKS; s++)
-            if (s < nb) wv[s] = _mm512_loadu_si512(w + s * stride + 64 * (int64_t)j);
+            wv[s] = s < nb ? _mm512_loadu_si512(w + s * stride + 64 * (int64_t)j) : _mm512_setzero_si512();
         for (int m = 0; m < ROWS; m++) {
             if (m >= M) break;
             int32_t hi4, lo4;
@@ -199,8 +195,8 @@ static void screen_pass_vnni(const uint8_t* planes, int M, int K, const int8_t* 
    no bound is formed (w2, e2, upper unused). */
 static void screen_pass(const uint8_t* planes, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq,
                         const float* w2, const float* e2, const row_terms* terms, int V, float* upper, float* lower,
-                        int threads, bf16* out) {
-    if (M <= screen_vnni_rows && M <= 4) {
+                        int threads, bf16* out, int vnni_rows) {
+    if (M <= vnni_rows && M <= 4) {
         screen_pass_vnni(planes, M, K, wq, wscale, colq, w2, e2, terms, V, upper, lower, threads, out);
         return;
     }
@@ -291,6 +287,7 @@ static int64_t screen_exact(const bf16* x, const bf16* wp, const float* up, floa
 /* x (M, K) bfloat16 -> out (M,) the first maximum of each row's bfloat16 logits x W^T, W given as its int8
    copy (wq, wscale, colq: column sums of q, w2 = |W_j|, e2 = |W_j - s_j q_j|) and packed for gemm_bf16 (wp).
    work: at least screen_work_bytes(M, V, K) bytes; counts (M,), if given: the tokens computed exactly per row.
+   Calls of up to vnni_rows rows (at most 4; 0: none) take the AVX512-VNNI pass, the others AMX tiles.
    Returns 0, or -1 where the screen cannot serve the
    call (no AMX, K not a multiple of 64, too many rows, a row without candidates): nothing promised in out. */
 int64_t screen_work_bytes(int M, int V, int K) {
@@ -298,7 +295,7 @@ int64_t screen_work_bytes(int M, int V, int K) {
 }
 int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq,
                        const float* w2, const float* e2, const bf16* wp, int V, int64_t* out, int32_t* counts, void* work,
-                       int threads) {
+                       int threads, int vnni_rows) {
     if (K % 64 || M < 1 || M > SCREEN_MAX_ROWS || !screen_available()) return -1;
     row_terms terms[SCREEN_MAX_ROWS];
     float lower[SCREEN_MAX_ROWS];
@@ -307,7 +304,7 @@ int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const floa
     float* upper = (float*)(p + (((size_t)((M + 7) / 8) * 16 * K + 63) & ~(size_t)63));
     int32_t* cand = (int32_t*)(upper + (size_t)M * V);
     screen_quantize(x, M, K, planes, terms, (4.0 * K + 16.0) * 5.9604644775390625e-8);
-    screen_pass(planes, M, K, wq, wscale, colq, w2, e2, terms, V, upper, lower, threads, NULL);
+    screen_pass(planes, M, K, wq, wscale, colq, w2, e2, terms, V, upper, lower, threads, NULL, vnni_rows);
     int failed = 0;
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && M > 1) reduction(|:failed)
     for (int m = 0; m < M; m++) {
@@ -327,7 +324,7 @@ int64_t w8_work_bytes(int M, int K) {
     return (int64_t)((rows + 7) / 8) * 16 * K + 64;
 }
 int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq, int N,
-                 bf16* out, void* work, int threads) {
+                 bf16* out, void* work, int threads, int vnni_rows) {
     if (K % 64 || M < 1 || !screen_available()) return -1;
     row_terms terms[SCREEN_MAX_ROWS];
     float lower[SCREEN_MAX_ROWS];
@@ -335,24 +332,26 @@ int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wsc
     for (int m0 = 0; m0 < M; m0 += SCREEN_MAX_ROWS) {
         int rows = M - m0 < SCREEN_MAX_ROWS ? M - m0 : SCREEN_MAX_ROWS;
         screen_quantize(x + (int64_t)m0 * K, rows, K, planes, terms, 0.0);
-        screen_pass(planes, rows, K, wq, wscale, colq, NULL, NULL, terms, N, NULL, lower, threads, out + (int64_t)m0 * N);
+        screen_pass(planes, rows, K, wq, wscale, colq, NULL, NULL, terms, N, NULL, lower, threads, out + (int64_t)m0 * N,
+                    vnni_rows);
     }
     return 0;
 }
 #else
 int64_t w8_work_bytes(int M, int K) { (void)M; (void)K; return 0; }
-int w8_gemm_bf16(const void* x, int M, int K, const void* wq, const void* wscale, const void* colq, int N, void* out,
-                 void* work, int threads) {
+int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq, int N,
+                 bf16* out, void* work, int threads, int vnni_rows) {
     (void)x; (void)M; (void)K; (void)wq; (void)wscale; (void)colq; (void)N; (void)out; (void)work; (void)threads;
+    (void)vnni_rows;
     return -1;
 }
 int screen_available(void) { return 0; }
 int64_t screen_work_bytes(int M, int V, int K) { (void)M; (void)V; (void)K; return 0; }
-int screen_argmax_bf16(const void* x, int M, int K, const void* wq, const void* wscale, const void* colq, const void* w2,
-                       const void* e2, const void* wp, int V, void* out, void* counts, void* work, int threads) {
-    (void)x; (void)counts; (void)M; (void)K; (void)wq; (void)wscale; (void)colq; (void)w2; (void)e2; (void)wp; (void)V; (void)out;
-    (void)work; (void)threads;
+int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq,
+                       const float* w2, const float* e2, const bf16* wp, int V, int64_t* out, int32_t* counts, void* work,
+                       int threads, int vnni_rows) {
+    (void)x; (void)counts; (void)M; (void)K; (void)wq; (void)wscale; (void)colq; (void)w2; (void)e2; (void)wp; (void)V;
+    (void)out; (void)work; (void)threads; (void)vnni_rows;
     return -1;
 }
 #endif
-"""

@@ -1,23 +1,17 @@
-"""C source of quench's bfloat16 GEMM for decode, verification and short prefill steps (AVX512-BF16,
-and AMX tiles where the CPU has them). `native_sources` prefixes it with the shared preludes and
-compiles it as its own unit; `native.small_gemm` calls it.
-"""
+/* y = x W^T in bfloat16 for a few rows (decode steps), on CPUs with AVX512-BF16, and with AMX tiles where
+   the CPU has them.
 
-# y = x W^T in bfloat16 for a few rows (decode steps), on CPUs with AVX512-BF16. A decode step is bound
-# by streaming the weights from memory, and one core streams faster from several places at once than
-# from one: on the development CPU a plain read of 270 MB ran at ~9.5-12 GB/s as one sequential stream and at
-# ~14-17 GB/s as four interleaved ones (the L2 streamer prefetches within a 4 KB page, one stream per
-# page; several pages in flight hide each page's restart). Software prefetch did not help either way.
-# So W is packed as (ceil(N/16), K/2, 16, 2): 16 output features per block (zeros past N; those outputs are
-# never stored), each block one contiguous run
-# (the pair-interleaved layout AMX's `tdpbf16ps` reads), and the kernels walk S blocks side by side,
-# S streams, one 64-byte line (AVX512) or one 1 KB tile (AMX) from each in turn. Measured on 30
-# layers + head of the default model, one thread, in one process: 8 rows 1.29-1.31x and one row
-# 1.55-1.60x the previous kernel (48-wide blocks read as one stream). Each output is the same float32
-# sum over K in the same order as before (vdpbf16ps / tdpbf16ps per pair of inputs), rounded to
-# bfloat16 once, as oneDNN does; only the summation order differs from a float32 reference (in ~1e-4
-# of outputs either differs by one bfloat16 step, not always the same ones).
-GEMM = r"""
+   A decode step is bound by streaming the weights from memory, and one core streams faster from several
+   places at once than from one: a plain read of 270 MB ran at ~9.5-12 GB/s as one sequential stream and
+   at ~14-17 GB/s as four interleaved ones (the L2 streamer prefetches within a 4 KB page, one stream per
+   page; several pages in flight hide each page's restart). So W is packed as (ceil(N/16), K/2, 16, 2): 16
+   output features per block (zeros past N; those outputs are never stored), each block one contiguous run
+   (the pair-interleaved layout AMX's `tdpbf16ps` reads), and the kernels walk S blocks side by side, S
+   streams, one 64-byte line (AVX512) or one 1 KB tile (AMX) from each in turn. Each output is a float32
+   sum over K in one fixed order (vdpbf16ps / tdpbf16ps per pair of inputs), rounded to bfloat16 once, as
+   oneDNN does; only the summation order differs from a float32 reference. Compiled without fast-math: it
+   turns 1/sqrtf into an approximation. */
+#include "x86.h"
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 int small_gemm_available(void) { return 1; }
 /* 16 float32 outputs -> bfloat16 at p; only the first `cols` of them where fewer than 16 columns are real
@@ -69,7 +63,7 @@ GEMM_BLOCKS(1, 8) GEMM_BLOCKS(2, 8) GEMM_BLOCKS(4, 6) GEMM_BLOCKS(8, 3)
 /* x (M, K), W packed (N/16, K/2, 16, 2), y (M, N); rows in blocks of up to 8. Past 8 rows W goes in chunks
    of 24 blocks (<= 0.75 MB at K = 576, 1.2 MB at K = 1536) that every row block uses while they are in
    cache, so W is read from memory once. */
-void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
+static void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
     int nblocks = (N + 15) / 16, chunk = M > 8 ? 24 : nblocks;
     if (threads > 1 && M <= 8) chunk = (nblocks + threads - 1) / threads;  /* one contiguous share of W per thread */
     int chunks = (nblocks + chunk - 1) / chunk;
@@ -95,7 +89,7 @@ void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int 
 }
 #else
 int small_gemm_available(void) { return 0; }
-void gemm_bf16(const void* x, const void* wp, void* y, int M, int N, int K, int threads) {
+static void gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
     (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)threads;
 }
 #endif
@@ -204,19 +198,16 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
 }
 #else
 int amx_available(void) { return 0; }
-int gemm_bf16_amx(const void* x, const void* wp, void* y, int M, int N, int K, int threads) {
+int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
     (void)x; (void)wp; (void)y; (void)M; (void)N; (void)K; (void)threads;
     return -1;
 }
 #endif
 /* The entry point (`native.small_gemm`, the layer loop): AMX tiles where allowed and served, else AVX512.
-   Up to AVX512_ROWS rows always take the AVX512 kernel: 30 layers + head of the default model, one thread,
+   Up to AVX512_GEMM_ROWS rows (quench_native.h) always take the AVX512 kernel: 30 layers + head of the default model, one thread,
    in one process, it read 10.0-10.1 / 9.0-9.8 / 8.6-8.7 / 8.9-9.2 GB/s at 1 / 2 / 3 / 4 rows against AMX's
    9.6-10.2 / 8.0-8.2 / 8.1-8.3 / 8.2-8.3 (5 rows: 6.2 against 8.0). It also gives a row the same bits at
    1 to 4 rows, so a batch-1 verification step of up to 3 drafts scores its tokens as regular steps would. */
-#define AVX512_ROWS 4
-int avx512_gemm_rows(void) { return AVX512_ROWS; }
 void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx) {
-    if (M <= AVX512_ROWS || !amx || gemm_bf16_amx(x, wp, y, M, N, K, threads) != 0) gemm_bf16(x, wp, y, M, N, K, threads);
+    if (M <= AVX512_GEMM_ROWS || !amx || gemm_bf16_amx(x, wp, y, M, N, K, threads) != 0) gemm_bf16(x, wp, y, M, N, K, threads);
 }
-"""

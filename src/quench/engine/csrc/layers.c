@@ -1,27 +1,17 @@
-"""C source of quench's bfloat16 layer loop: one call runs every decoder layer of a packed step (the
-GEMMs, attention, residual sums and norms of the other units, and SiLU x up here). `native_sources`
-prefixes it with the shared preludes and compiles it as its own unit; `native.layers` calls it.
-"""
+/* The bfloat16 layer loop: one call runs every decoder layer of a packed step (the GEMMs, attention,
+   residual sums and norms of the other units, and SiLU x up here).
 
-# At batch 8 a decode step called ~10 Python-level operations per layer (each GEMM's wrapper and output
-# allocation, the attention's checks, two norms, SiLU, the product, slicing): ~2-3 ms of a ~40 ms step.
-# Here the loop over layers is C, with its scratch allocated once per call. SiLU follows PyTorch's
-# bfloat16 path (x / (1 + exp(-x)) in float32, rounded to bfloat16, then the product with `up` rounded)
-# with Cephes' expf (~1 ulp, as Sleef's that PyTorch uses): a result could differ from PyTorch's by one
-# bfloat16 step where the float32 value sits within an ulp of a rounding boundary; none of 6.3M products
-# did (the default model's width, inputs up to 3 sigma), and the C loop's logits, hidden states and caches
-# equal the Python loop's (tested). At batch 8 a decode step ran 1.21x faster (29.4 -> 24.4 ms).
-LAYERS = r"""
+   At batch 8 a decode step called ~10 Python-level operations per layer (each GEMM's wrapper and output
+   allocation, the attention's checks, two norms, SiLU, the product, slicing): ~2-3 ms of a ~40 ms step.
+   Here the loop over layers is C, with its scratch allocated once per call. SiLU follows PyTorch's bfloat16
+   path (x / (1 + exp(-x)) in float32, rounded to bfloat16, then the product with `up` rounded) with
+   Cephes' expf (~1 ulp, as Sleef's that PyTorch uses): a result could differ from PyTorch's by one
+   bfloat16 step where the float32 value sits within an ulp of a rounding boundary; none of 6.3M products
+   did (the default model's width, inputs up to 3 sigma), and the C loop's logits, hidden states and caches
+   equal the Python loop's (tested). Compiled with -ffp-contract=off. */
+#include "x86.h"
 #include <math.h>
 #include <stdlib.h>
-void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
-int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
-                     const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
-                     int amx);
-void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out, int N, int Dm, float eps);
-int64_t w8_work_bytes(int M, int K);
-int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq, int N,
-                 bf16* out, void* work, int threads);
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 int layers_available(void) { return 1; }
@@ -62,7 +52,7 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
     #define GEMM(l, k, a, y, n, in)                                                                 \
         if (w8) status |= w8_gemm_bf16(a, N, in, (const int8_t*)(intptr_t)w8[12 * (l) + 3 * (k)],    \
                                        (const float*)(intptr_t)w8[12 * (l) + 3 * (k) + 1],           \
-                                       (const int32_t*)(intptr_t)w8[12 * (l) + 3 * (k) + 2], n, y, work, threads) != 0; \
+                                       (const int32_t*)(intptr_t)w8[12 * (l) + 3 * (k) + 2], n, y, work, threads, SCREEN_VNNI_ROWS) != 0; \
         else small_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, amx);
     if (!status) add_rms_norm_bf16(x, 0, W(0, 0), h, N, Dm, eps);
     for (int l = 0; l < L && !status; l++) {
@@ -84,7 +74,14 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
 }
 #else
 int layers_available(void) { return 0; }
-int layers_bf16(void) { return 1; }
-void silu_mul_bf16(const void* gate_up, void* act, int N, int I) { (void)gate_up; (void)act; (void)N; (void)I; }
+int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,
+                int N, int Dm, int H, int Hkv, int I, const bf16* cos, const bf16* sin_signed, const int64_t* start,
+                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int amx,
+                const int64_t* w8, int w8_rows) {
+    (void)x; (void)h; (void)weights; (void)caches; (void)L; (void)final_norm; (void)N; (void)Dm; (void)H; (void)Hkv;
+    (void)I; (void)cos; (void)sin_signed; (void)start; (void)offsets; (void)B; (void)Tmax; (void)scale; (void)eps;
+    (void)threads; (void)amx; (void)w8; (void)w8_rows;
+    return 1;
+}
+void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) { (void)gate_up; (void)act; (void)N; (void)I; }
 #endif
-"""

@@ -1,0 +1,67 @@
+/* quench's native decode kernels: every function Python calls, and every one a unit calls in another.
+
+   This header is the one description of the library's interface. Each unit includes it, so the compiler
+   rejects a definition that disagrees with its declaration here; `quench.engine.native_build` parses the
+   same declarations into ctypes signatures (argument count and types checked on every call) and the
+   library reports this header's hash, which is checked when the library is loaded. A declaration is one
+   statement `ret name(type name, ...);` with ret and each type among: void, int, int64_t, float and
+   pointers; constants are `#define NAME integer`. */
+#ifndef QUENCH_NATIVE_H
+#define QUENCH_NATIVE_H
+#include <stdint.h>
+
+typedef uint16_t bf16;  /* bfloat16 bits */
+
+#define AVX512_GEMM_ROWS 4   /* small_gemm_bf16 takes the AVX512 kernel up to this many rows, AMX or not */
+#define SCREEN_MAX_ROWS 64   /* screen_argmax_bf16's most rows per call */
+#define SCREEN_VNNI_ROWS 4   /* int8 products of up to this many rows take AVX512-VNNI instead of AMX tiles */
+
+/* The hash of this header the library was built against (checked at load). */
+const char* quench_native_header(void);
+
+/* What this build serves on this CPU (1 or 0). */
+int avx512_available(void);
+int small_gemm_available(void);
+int amx_available(void);
+int layers_available(void);
+int screen_available(void);
+
+/* rope.c: RoPE with PyTorch's roundings; rope64_bf16 (attend.c): the same for head size 64, vectorised. */
+void rope_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, int dim, float* out, bf16* store);
+void rope_f32(const float* x, const float* cos, const float* sin_signed, int dim, float* out, float* store);
+void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* out, bf16* store);
+
+/* attend.c: RoPE + KV-cache write + attention over packed ragged rows. Returns 0, 1 where out of memory. */
+int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
+                     const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
+                     int amx);
+int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
+                    const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
+                    int amx);
+
+/* glue.c: residual sum + RMSNorm, and greedy argmax. */
+void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out, int N, int Dm, float eps);
+void argmax_bf16(const bf16* x, int64_t* out, int R, int V, int64_t stride);
+void argmax_f32(const float* x, int64_t* out, int R, int V, int64_t stride);
+
+/* gemm.c: y (M, N) = x (M, K) W^T in bfloat16, W packed (ceil(N/16), K/2, 16, 2). */
+void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
+int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
+
+/* layers.c: SiLU x up, and every decoder layer of a packed step in one call. */
+void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I);
+int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,
+                int N, int Dm, int H, int Hkv, int I, const bf16* cos, const bf16* sin_signed, const int64_t* start,
+                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int amx,
+                const int64_t* w8, int w8_rows);
+
+/* screen.c: the screened greedy head and int8 products (AMX int8 tiles, AVX512-VNNI for a few rows). */
+int64_t screen_work_bytes(int M, int V, int K);
+int screen_argmax_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq,
+                       const float* w2, const float* e2, const bf16* wp, int V, int64_t* out, int32_t* counts, void* work,
+                       int threads, int vnni_rows);
+int64_t w8_work_bytes(int M, int K);
+int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq, int N,
+                 bf16* out, void* work, int threads, int vnni_rows);
+
+#endif

@@ -1,0 +1,22 @@
+/* RoPE in the model dtype with PyTorch's roundings: each product and the sum rounded to bfloat16, so the
+   cached keys are bit-identical to the PyTorch path. Compiled without fast-math and without FMA
+   contraction (-ffp-contract=off): every rounding as in PyTorch. Also the library's header hash. */
+#include "bf16.h"
+
+#define STRINGIFY(x) #x
+#define VALUE(x) STRINGIFY(x)
+const char* quench_native_header(void) { return VALUE(QUENCH_NATIVE_HEADER_HASH); }
+
+#define ROPE(T, SUFFIX)                                                                           \
+void rope_##SUFFIX(const T* x, const T* cos, const T* sin_signed, int dim, float* out, T* store) { \
+    int half = dim / 2;                                                                           \
+    for (int i = 0; i < dim; i++) {                                                               \
+        float rotated = load_##SUFFIX(x[i < half ? i + half : i - half]);                         \
+        float a = round_##SUFFIX(load_##SUFFIX(x[i]) * load_##SUFFIX(cos[i]));                     \
+        float b = round_##SUFFIX(rotated * load_##SUFFIX(sin_signed[i]));                          \
+        out[i] = round_##SUFFIX(a + b);                                                           \
+        if (store) store[i] = store_##SUFFIX(out[i]);                                             \
+    }                                                                                             \
+}
+ROPE(bf16, bf16)
+ROPE(float, f32)

@@ -1,0 +1,50 @@
+/* x86 helpers shared by the attention, glue, GEMM, layer and screen units (each unit has its own compiler
+   flags, so the helpers are compiled into each; all are exact integer moves or documented approximations). */
+#ifndef QUENCH_X86_H
+#define QUENCH_X86_H
+#include "bf16.h"
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* 16 bfloat16 values -> float32 (exact). */
+static inline __m512 bf16x16_to_f32(const bf16* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+#if defined(__AVX512BF16__)
+/* 16 floats -> bfloat16, rounded to nearest even (as store_bf16 for finite values). */
+static inline __m256i f32x16_to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+/* 16 floats rounded to bfloat16 and back (round_bf16, 16 at a time). */
+static inline __m512 round_to_bf16(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(f32x16_to_bf16(v)), 16));
+}
+#endif
+/* exp(x) in float32: 2^n e^r with n = round(x / ln 2), r = x - n ln 2 in two steps, e^r by Cephes' degree-7
+   polynomial (~1 ulp, as libm's expf; max relative error 1.2e-7 against double precision over [-87, 0]).
+   Below -104 it is 0 (-inf too), above ~88.7 scalef gives inf. The attention's softmax and SiLU use it. */
+static inline __m512 exp_ps(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  /* exp(-104) is below the smallest float: 0 */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
+/* Tiles 0 .. count - 1 as 16 rows x 64 bytes (tile state is per thread). */
+static inline void load_tiles_16x64(int count) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < count; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+}
+#endif
+#endif

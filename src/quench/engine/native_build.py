@@ -1,0 +1,256 @@
+"""Building and binding the native kernels (C sources in `csrc/`): compiler flags, the build cache, and
+ctypes signatures generated from the one header.
+
+Why ctypes generated from the header, not cffi or a torch extension: both of those compile against
+Python's (and torch's) headers, which a user's machine may lack and which take ~30 s+ to build against;
+the kernels need only a C compiler. What makes ctypes unsafe is a hand-written signature table: a
+missing argument is read as garbage, an extra one is silently accepted (cdecl), an int past 32 bits is
+silently truncated. Here the table is parsed from `quench_native.h`, which every unit includes (so the
+compiler rejects a definition that disagrees with it), the library reports the hash of the header it
+was built against (checked at load), and every call goes through `CheckedFunction`, which raises on a
+wrong argument count, a wrong type or an int out of range instead of corrupting memory.
+
+Environment: QUENCH_NATIVE_MARCH (default "native": the build is tied to this CPU) sets -march, e.g.
+"x86-64-v2" for the portable build; QUENCH_NATIVE_WERROR=1 turns compiler warnings into errors and a
+failed build into an exception (CI); CC picks the compiler; QUENCH_CACHE the cache root.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CSRC = Path(__file__).parent / "csrc"
+HEADER = CSRC / "quench_native.h"
+WARNINGS = ("-Wall", "-Wextra")
+# Per unit: its flags (-march added where listed). RoPE, the glue and the layer loop round as PyTorch does:
+# no fast-math, no FMA contraction. The GEMMs: no fast-math (it turns 1/sqrtf into an approximation).
+UNITS: dict[str, tuple[str, ...]] = {
+    "rope": ("-O2", "-ffp-contract=off"),
+    "attend": ("-O3", "-march", "-ffast-math"),
+    "glue": ("-O3", "-march", "-ffp-contract=off"),
+    "gemm": ("-O3", "-march"),
+    "layers": ("-O3", "-march", "-ffp-contract=off"),
+    "screen": ("-O3", "-march"),
+}
+# Attention and the GEMMs split their work over torch's threads with OpenMP: built with -fopenmp, the library
+# asks for libgomp.so.1 and the dynamic loader hands it the copy torch already loaded (one thread pool).
+OPENMP = frozenset({"attend", "gemm", "screen"})
+_CTYPES = {"void": None, "int": ctypes.c_int, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
+_INT_RANGES = {ctypes.c_int: (-(2**31), 2**31 - 1), ctypes.c_int64: (-(2**63), 2**63 - 1)}
+
+
+class NativeBuildError(RuntimeError):
+    """The kernels failed to build while QUENCH_NATIVE_WERROR=1 asks for a failure, not a fallback."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One declaration of the header: ctypes types of the result and of each argument, with their names."""
+
+    name: str
+    restype: type | None
+    argtypes: tuple[type, ...]
+    argnames: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Header:
+    signatures: dict[str, Signature]
+    constants: dict[str, int]
+    digest: str  # sha256 of the header's text, first 16 hex digits
+
+
+def _ctype(declared: str) -> type | None:
+    """A C type of the header ("const bf16*", "int64_t", ...) -> its ctypes type; pointers are addresses."""
+    if "*" in declared:
+        return ctypes.c_char_p if declared.replace(" ", "") == "constchar*" else ctypes.c_void_p
+    bare = declared.replace("const", "").strip()
+    if bare not in _CTYPES:
+        raise ValueError(f"quench_native.h: type {declared!r} has no ctypes mapping")
+    return _CTYPES[bare]
+
+
+def parse_header(text: str) -> Header:
+    """The declarations and integer constants of `quench_native.h` (see its first comment for the grammar)."""
+    constants = {name: int(value) for name, value in re.findall(r"^#define\s+(\w+)\s+(-?\d+)\b", text, re.MULTILINE)}
+    code = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
+    code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
+    signatures = {}
+    for statement in code.split(";"):
+        statement = " ".join(statement.split())
+        if not statement or statement.startswith("typedef"):
+            continue
+        match = re.fullmatch(r"(.+?)\s*\b(\w+)\((.*)\)", statement)
+        if match is None:
+            raise ValueError(f"quench_native.h: cannot read the declaration {statement!r}")
+        result, name, params = match.groups()
+        types, names = [], []
+        for param in ([] if params.strip() in ("", "void") else params.split(",")):
+            declared, argname = re.fullmatch(r"(.+?)\s*(\w+)", param.strip()).groups()
+            types.append(_ctype(declared))
+            names.append(argname)
+        signatures[name] = Signature(name, _ctype(result), tuple(types), tuple(names))
+    return Header(signatures, constants, hashlib.sha256(text.encode()).hexdigest()[:16])
+
+
+class CheckedFunction:
+    """A C function called with exactly its declared arguments: a wrong count, type or an int that does not
+    fit raises TypeError/OverflowError (ctypes alone accepts extra arguments and truncates ints)."""
+
+    def __init__(self, function: ctypes._CFuncPtr, signature: Signature) -> None:
+        function.restype = signature.restype
+        function.argtypes = list(signature.argtypes)
+        self.function, self.signature = function, signature
+        self._ranges = [(i, _INT_RANGES[t]) for i, t in enumerate(signature.argtypes) if t in _INT_RANGES]
+
+    def __call__(self, *args: object) -> object:
+        signature = self.signature
+        if len(args) != len(signature.argtypes):
+            raise TypeError(f"{signature.name}() takes {len(signature.argtypes)} arguments ({len(args)} given)")
+        for index, (low, high) in self._ranges:
+            value = args[index]
+            if isinstance(value, int) and not low <= value <= high:
+                raise OverflowError(f"{signature.name}(): {signature.argnames[index]}={value} does not fit its C type")
+        return self.function(*args)
+
+
+class NativeLibrary:
+    """The loaded kernels: each declared function as a `CheckedFunction` attribute, `constants` the header's."""
+
+    def __init__(self, cdll: ctypes.CDLL, header: Header, path: Path, openmp: bool) -> None:
+        self.path, self.openmp, self.constants = path, openmp, header.constants
+        missing = [name for name in header.signatures if not hasattr(cdll, name)]
+        if missing:
+            raise OSError(f"{path} lacks {', '.join(missing)} declared in quench_native.h")
+        for name, signature in header.signatures.items():
+            setattr(self, name, CheckedFunction(getattr(cdll, name), signature))
+        built_against = self.quench_native_header().decode()
+        if built_against != header.digest:
+            raise OSError(f"{path} was built against another quench_native.h ({built_against}, expected {header.digest})")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The library, or why there is none (for the log and `quench doctor`)."""
+
+    library: NativeLibrary | None
+    reason: str  # "" when built
+    march: str
+
+
+def march() -> str:
+    return os.environ.get("QUENCH_NATIVE_MARCH", "native")
+
+
+def strict() -> bool:
+    return os.environ.get("QUENCH_NATIVE_WERROR") == "1"
+
+
+def unit_flags(name: str) -> list[str]:
+    """Compiler flags of one unit (without OpenMP)."""
+    flags = [f"-march={march()}" if flag == "-march" else flag for flag in UNITS[name]]
+    return [*flags, *WARNINGS, *(["-Werror"] if strict() else [])]
+
+
+def cpu_identity() -> str:
+    """What a -march=native build depends on: x86's `flags` line or ARM's `Features` line of /proc/cpuinfo,
+    else the processor name where /proc/cpuinfo is missing."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return line.strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set names of this CPU as /proc/cpuinfo spells them (empty where unknown)."""
+    identity = cpu_identity()
+    return frozenset(identity.split(":", 1)[1].split()) if ":" in identity else frozenset()
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+
+
+def cache_key(compiler: str, header: Header) -> str:
+    sources = "".join(path.name + path.read_text() for path in sorted(CSRC.glob("*.[ch]")))
+    flags = repr([(name, unit_flags(name)) for name in UNITS]) + repr(sorted(OPENMP))
+    identity = compiler + platform.machine() + cpu_identity()
+    return hashlib.sha256((sources + flags + identity + header.digest).encode()).hexdigest()[:16]
+
+
+def build(cache_dir: Path) -> BuildResult:
+    """Build (or reuse from cache_dir) and load the kernels; a failure is logged with the compiler's message."""
+    system = platform.system()
+    if system != "Linux":
+        reason = f"native kernels are built on Linux only (this is {'macOS' if system == 'Darwin' else system})"
+        log.info("%s; using PyTorch's kernels", reason)
+        return BuildResult(None, reason, march())
+    compiler = _compiler()
+    if compiler is None:
+        reason = f"no C compiler (looked for $CC={os.environ.get('CC', 'cc')}, gcc, clang)"
+        log.warning("%s; using PyTorch's kernels", reason)
+        return BuildResult(None, reason, march())
+    header = parse_header(HEADER.read_text())
+    target = cache_dir / f"quench-native-{cache_key(compiler, header)}.so"
+    try:
+        openmp = _ensure_built(compiler, header, target)
+        return BuildResult(NativeLibrary(ctypes.CDLL(str(target)), header, target, openmp), "", march())
+    except (OSError, subprocess.CalledProcessError) as error:
+        message = error.stderr.strip()[-2000:] if isinstance(error, subprocess.CalledProcessError) else str(error)
+        if strict():
+            raise NativeBuildError(f"the native kernels failed to build: {message}") from error
+        log.warning("the native kernels failed to build; using PyTorch's kernels. The compiler said:\n%s", message)
+        return BuildResult(None, f"build failed: {message.splitlines()[-1] if message else error}", march())
+
+
+def _ensure_built(compiler: str, header: Header, target: Path) -> bool:
+    """Compile and link into target unless it is cached: with OpenMP where the compiler has it. Returns
+    whether the library uses OpenMP (a marker file next to a cached library records it)."""
+    marker = target.with_suffix(".serial")
+    if target.exists():
+        return not marker.exists()
+    try:
+        _compile(compiler, header, target, openmp=True)
+        return True
+    except subprocess.CalledProcessError as error:
+        if "openmp" not in error.stderr.lower() and "omp" not in error.stderr.lower():
+            raise
+        log.info("building the native kernels with OpenMP failed (%s); building them single-threaded", error.stderr[-300:])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    _compile(compiler, header, target, openmp=False)
+    return False
+
+
+def _compile(compiler: str, header: Header, target: Path, openmp: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        objects = []
+        for name in UNITS:
+            obj = Path(tmp) / f"{name}.o"
+            extra = ["-fopenmp"] if openmp and name in OPENMP else []
+            command = [compiler, "-c", "-fPIC", *unit_flags(name), *extra, f"-I{CSRC}",
+                       f"-DQUENCH_NATIVE_HEADER_HASH={header.digest}", str(CSRC / f"{name}.c"), "-o", str(obj)]
+            subprocess.run(command, check=True, capture_output=True, text=True)
+            objects.append(str(obj))
+        partial = Path(tmp) / target.name
+        link = ["-fopenmp"] if openmp else []
+        subprocess.run([compiler, "-shared", *objects, "-o", str(partial), *link, "-lm"], check=True,
+                       capture_output=True, text=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(partial), target)  # atomic within one file system; a racing build writes the same bytes

@@ -1,0 +1,57 @@
+"""Which native kernels run on this machine, and why any is off (`quench doctor`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quench.engine.native_build import BuildResult, cpu_flags
+from quench.engine.native_config import KernelConfig
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    name: str
+    active: bool
+    reason: str  # why it is off; for an active kernel, what it runs on (or "")
+
+
+def _needs(march: str, features: frozenset[str], flags: tuple[str, ...], built: bool) -> str:
+    """Why a kernel needing the CPU features `flags` is off: the CPU lacks one, or this build does not have them."""
+    missing = [flag for flag in flags if features and flag not in features]
+    if missing:
+        return f"this CPU has no {', '.join(missing)}"
+    if not built:
+        return f"not in this build (-march={march}; QUENCH_NATIVE_MARCH)"
+    return ""
+
+
+def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset[str] | None = None) -> list[KernelStatus]:
+    """One line per kernel family: active or not, and the reason. features: the CPU's flags (/proc/cpuinfo)."""
+    library = result.library
+    names = ("attention (RoPE + KV write + attention)", "norm and argmax glue", "small bfloat16 GEMM (AVX512-BF16)",
+             "layer loop in C (bfloat16, head size 64)", "AMX tiles (GEMM, attention)", "screened greedy head (AMX int8)",
+             "int8 draft weights (AMX int8)")
+    if library is None:
+        return [KernelStatus(name, False, result.reason) for name in names]
+    features = cpu_flags() if features is None else features
+    bf16 = bool(library.small_gemm_available())
+    amx, screen = bool(library.amx_available()), bool(library.screen_available())
+    bf16_reason = _needs(result.march, features, ("avx512_bf16",), bf16)
+    amx_reason = _needs(result.march, features, ("amx_tile", "amx_bf16"), amx) or (
+        "" if amx else "the OS does not grant AMX tile state (Linux 5.16+ needed)")
+    screen_reason = _needs(result.march, features, ("amx_int8", "avx512_vnni"), screen) or amx_reason
+    return [
+        KernelStatus(names[0], True, "AVX512-BF16, head size 64" if bf16 else "generic C loops"),
+        KernelStatus(names[1], True, "AVX512" if library.avx512_available() else "portable C loops"),
+        KernelStatus(names[2], bf16, bf16_reason),
+        KernelStatus(names[3], bool(library.layers_available()), bf16_reason),
+        _switched(names[4], amx, amx_reason, config.amx, "QUENCH_AMX=0 / KernelConfig.amx"),
+        _switched(names[5], screen, screen_reason, config.screen, "QUENCH_SCREEN=0 / KernelConfig.screen"),
+        KernelStatus(names[6], screen, screen_reason),
+    ]
+
+
+def _switched(name: str, served: bool, reason: str, enabled: bool, switch: str) -> KernelStatus:
+    if served and not enabled:
+        return KernelStatus(name, False, f"disabled by config ({switch})")
+    return KernelStatus(name, served, reason)
