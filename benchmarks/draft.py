@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from quench.datasets import load_humaneval
-from quench.engine import native
 from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.native_config import KernelConfig
 from quench.engine.scheduler import PrefixStore
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
@@ -123,7 +123,8 @@ def make_backends(loaded, draft, batch_size: int, args) -> dict[str, QuenchBacke
     for name in ["regular"] + [c for c in args.configs if c != "regular"]:
         config = EngineConfig(batch_size=batch_size, drafter=DRAFTERS[name], draft_length=args.draft_length,
                               draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens,
-                              draft_int8=not name.endswith("bf16-draft"))
+                              draft_int8=not name.endswith("bf16-draft"),
+                              kernels=KernelConfig(amx=not name.endswith("-avx512")))
         backend = QuenchBackend(loaded.model, loaded.tokenizer, config,
                                 draft_model=draft if config.drafter in ("model", "hybrid") else None)
         backend.runner = TimedRunner(backend.runner)
@@ -140,13 +141,9 @@ def measure(name: str, backend: QuenchBackend, requests, sampling, batch_size: i
     timers = [backend.runner] + ([backend.draft_runner] if backend.draft_runner is not None else [])
     for timer in timers:
         timer.seconds, timer.calls = 0.0, 0
-    native.SWITCHES.amx = not name.endswith("-avx512")
-    try:
-        start, cpu_start = time.perf_counter(), time.process_time()
-        results = list(backend.generate(requests, sampling))
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    finally:
-        native.SWITCHES.amx = True
+    start, cpu_start = time.perf_counter(), time.process_time()
+    results = list(backend.generate(requests, sampling))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     tokens = sum(len(r.token_ids) + (r.finish_reason == "eos") for r in results)
     stats = backend.last_stats
     row = Row(batch_size, mode, name, len(results), tokens, round(cpu, 2), round(tokens / cpu, 1),

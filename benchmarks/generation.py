@@ -49,9 +49,9 @@ import torch
 from torch import nn
 
 from quench.datasets import load_humaneval
-from quench.engine import native
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.hf_backend import HFBackend
+from quench.engine.native_config import KernelConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 from quench.models.draft import load_draft
@@ -149,31 +149,14 @@ class AssistedModel:
         return self.target.generate(**inputs, **self.options.generate_kwargs())
 
 
-class WholeHead:
-    """A quench backend whose greedy steps read the whole bfloat16 LM head (`native.SWITCHES.screen` off while
-    it generates): the screened head's A/B in one process."""
-
-    def __init__(self, inner: QuenchBackend) -> None:
-        self.inner = inner
-
-    def generate(self, requests, sampling):
-        native.SWITCHES.screen = False
-        try:
-            yield from self.inner.generate(requests, sampling)
-        finally:
-            native.SWITCHES.screen = True
-
-    def __getattr__(self, name: str) -> Any:  # last_stats, runner, ... of the wrapped backend
-        return getattr(self.inner, name)
-
-
 def make_backends(
     loaded, draft: nn.Module | None, batch_size: int, names: list[str], draft_tokens: int
 ) -> dict[str, Backend]:
     model, tokenizer = loaded.model, loaded.tokenizer
 
-    def quench(drafter: str, share_prefixes: bool = True) -> QuenchBackend:
-        config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens, share_prefixes=share_prefixes)
+    def quench(drafter: str, share_prefixes: bool = True, kernels: KernelConfig = KernelConfig()) -> QuenchBackend:
+        config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens, share_prefixes=share_prefixes,
+                              kernels=kernels)
         return QuenchBackend(model, tokenizer, config, draft_model=draft if drafter in ("model", "hybrid") else None)
 
     def assisted(options: AssistOptions) -> HFBackend:
@@ -183,7 +166,7 @@ def make_backends(
         "hf": lambda: HFBackend(model, tokenizer, batch_size),
         "quench": lambda: quench("none"),
         "quench-whole-prefill": lambda: quench("none", share_prefixes=False),  # every prompt prefilled whole
-        "quench-whole-head": lambda: WholeHead(quench("none")),  # greedy steps without the int8 screen
+        "quench-whole-head": lambda: quench("none", kernels=KernelConfig(screen=False)),  # greedy steps: whole head
         "quench-ngram": lambda: quench("ngram"),
         "quench-draft": lambda: quench("model"),
         "quench-hybrid": lambda: quench("hybrid"),  # prompt lookup where it matches, else the draft model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -16,6 +16,7 @@ from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDr
 from quench.engine.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, round_up
 from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.native_config import KernelConfig
 from quench.engine.observers import StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
 from quench.engine.scheduler import Runner, WorkQueue
@@ -63,6 +64,8 @@ class EngineConfig:
     # (0: never pauses; None: 8, see AUTO_DRAFT_MAX_ROWS); a paused model draft catches up when it resumes
     share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
     # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
+    kernels: KernelConfig = field(default_factory=KernelConfig.from_env)  # AMX tiles and the screened greedy
+    # head where the CPU serves them (QUENCH_AMX=0 / QUENCH_SCREEN=0 turn them off; `quench doctor` reports them)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -145,6 +148,7 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
             compile=config.compile,
             native_attention=config.native_attention and not config.compile,
             int8=int8,
+            kernels=config.kernels,
         )
     return HFRunner(model)
 
