@@ -11,7 +11,7 @@ from quench import __version__
 from quench.cli.common import release_run_dirs
 from quench.errors import QuenchError
 
-SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft")
+SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:
