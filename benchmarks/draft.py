@@ -113,7 +113,7 @@ class Row:
     round_ratios: list[float] | None = None  # tokens/CPU-s against regular's run of the same round, one per round
 
 
-DRAFTERS = {"regular": "none", "ngram": "ngram", "draft": "model", "hybrid": "hybrid",
+DRAFTERS = {"regular": "none", "ngram": "ngram", "draft": "draft", "hybrid": "hybrid",
             "regular-avx512": "none", "hybrid-avx512": "hybrid",  # *-avx512: AMX tiles switched off (what they give)
             "hybrid-bf16-draft": "hybrid"}  # the draft model's products in bfloat16 instead of its int8 copies
 
@@ -126,7 +126,7 @@ def make_backends(loaded, draft, batch_size: int, args) -> dict[str, QuenchBacke
                               draft_int8=not name.endswith("bf16-draft"),
                               kernels=KernelConfig(amx=not name.endswith("-avx512")))
         backend = QuenchBackend(loaded.model, loaded.tokenizer, config,
-                                draft_model=draft if config.drafter in ("model", "hybrid") else None)
+                                draft_model=draft if config.runs_draft_model else None)
         backend.runner = TimedRunner(backend.runner)
         if backend.draft_runner is not None:
             backend.draft_runner = TimedRunner(backend.draft_runner)

@@ -157,7 +157,7 @@ def make_backends(
     def quench(drafter: str, share_prefixes: bool = True, kernels: KernelConfig = KernelConfig()) -> QuenchBackend:
         config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens, share_prefixes=share_prefixes,
                               kernels=kernels)
-        return QuenchBackend(model, tokenizer, config, draft_model=draft if drafter in ("model", "hybrid") else None)
+        return QuenchBackend(model, tokenizer, config, draft_model=draft if config.runs_draft_model else None)
 
     def assisted(options: AssistOptions) -> HFBackend:
         return HFBackend(AssistedModel(model, options), tokenizer, batch_size=1)  # HF: "only batch_size = 1"
@@ -168,7 +168,7 @@ def make_backends(
         "quench-whole-prefill": lambda: quench("none", share_prefixes=False),  # every prompt prefilled whole
         "quench-whole-head": lambda: quench("none", kernels=KernelConfig(screen=False)),  # greedy steps: whole head
         "quench-ngram": lambda: quench("ngram"),
-        "quench-draft": lambda: quench("model"),
+        "quench-draft": lambda: quench("draft"),
         "quench-hybrid": lambda: quench("hybrid"),  # prompt lookup where it matches, else the draft model
         "hf-assisted-ngram": lambda: assisted(AssistOptions(lookup_tokens=draft_tokens)),
         "hf-assisted-draft": lambda: assisted(AssistOptions(assistant=draft)),

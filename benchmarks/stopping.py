@@ -29,6 +29,7 @@ import torch
 from quench.datasets import Problem, load_humaneval, load_mbpp
 from quench.execution import SandboxPool
 from quench.execution.sanitize import program_for, sanitize
+from quench.engine.config import EngineConfig
 from quench.runs.backends import BackendOptions, make_backend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
@@ -53,9 +54,9 @@ class Answer:
 def backends(loaded, configs: tuple[str, ...], guard: str, batch_size: int) -> dict[str, object]:
     """One engine per distinct backend setting; configurations a-c (and d-e) share theirs."""
     options = {
-        "plain": BackendOptions("quench", batch_size),
-        "guard": BackendOptions("quench", batch_size, guard=guard),
-        "guard-ngram": BackendOptions("quench", batch_size, speculate="ngram", guard=guard),
+        "plain": BackendOptions(engine=EngineConfig(batch_size=batch_size)),
+        "guard": BackendOptions(engine=EngineConfig(batch_size=batch_size), guard=guard),
+        "guard-ngram": BackendOptions(engine=EngineConfig(batch_size=batch_size, drafter="ngram"), guard=guard),
     }
     wanted = {engine_of(c) for c in configs}
     return {name: make_backend(loaded, o) for name, o in options.items() if name in wanted}

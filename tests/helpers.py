@@ -8,12 +8,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 CHARS = string.ascii_letters + string.digits + string.punctuation + " \n\t"
+# Tiny random models give every token ~1/vocab, so the shipped cumulative draft stop (0.15 at batch 1, 0.4
+# above) would end every model draft at its floor: engine configs of tests about drafting add this.
+DRAFT_EVERYTHING = {"draft_stop": 0.0}
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
@@ -80,13 +82,3 @@ def torch_threads(count: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-@pytest.fixture(autouse=True)
-def draft_everything(monkeypatch):
-    """Tiny random models give every token ~1/vocab: the engine's automatic cumulative stop (0.15 at batch 1,
-    0.4 above) would cut every model draft to its floor, and the generation and model tests (whose conftests
-    import this fixture) are about drafting. The stop itself is tested with explicit thresholds
-    (test_hybrid.py, test_engine.py)."""
-    monkeypatch.setattr("quench.engine.engine.AUTO_DRAFT_STOP", 0.0)
-    monkeypatch.setattr("quench.engine.engine.AUTO_DRAFT_STOP_BATCH1", 0.0)

@@ -18,6 +18,7 @@ from sandbox_helpers import kill_node, process_tree, processes_with, worker_node
 from quench.distributed import ModelSpec, RayOptions
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
+from quench.engine.config import EngineConfig
 from quench.runs.backends import BackendOptions, make_backend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
@@ -94,15 +95,18 @@ def requests_for(model_dir: Path, count: int, n: int) -> list[GenerationRequest]
     return [GenerationRequest(f"T/{i}", tuple(tokenizer(f"def f{i}(x):\n    return")["input_ids"]), n) for i in range(count)]
 
 
+FOUR_ROWS = BackendOptions(name="quench", engine=EngineConfig(batch_size=4))
+
+
 def local_samples(model_dir: Path, requests, sampling) -> dict:
-    backend = make_backend(load_model(str(model_dir), "float32", "cpu", "completion"), BackendOptions("quench", 4))
+    backend = make_backend(load_model(str(model_dir), "float32", "cpu", "completion"), FOUR_ROWS)
     return {(r.key, r.sample_index): r.token_ids for r in backend.generate(requests, sampling)}
 
 
 def ray_backend(model_dir: Path, chunk_size: int = 4):
     from quench.distributed.generation import RayBackend
 
-    spec = ModelSpec(str(model_dir), "float32", "cpu", "completion", BackendOptions("quench", 4))
+    spec = ModelSpec(str(model_dir), "float32", "cpu", "completion", FOUR_ROWS)
     backend = RayBackend(spec, RayOptions(num_actors=2, chunk_size=chunk_size, start_timeout_s=180))
     backend.start(wait_for=2)
     return backend

@@ -1,10 +1,13 @@
 """The engine against Hugging Face greedy decoding, token for token, on tiny random models."""
 
+from dataclasses import fields
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from helpers import char_tokenizer, perturbed, tiny_llama
+from helpers import DRAFT_EVERYTHING, char_tokenizer, perturbed, tiny_llama
+from quench.engine.config import ConfigError, DraftingDefaults, drafting_defaults
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.types import GenerationRequest, SamplingParams
 
@@ -29,7 +32,7 @@ def hf_greedy(model, request, max_new_tokens, eos=None):
 
 
 def quench_outputs(model, tokenizer, reqs, sampling, draft_model=None, **config):
-    backend = QuenchBackend(model, tokenizer, EngineConfig(**config), draft_model=draft_model)
+    backend = QuenchBackend(model, tokenizer, EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)
     return {(r.key, r.sample_index): r for r in backend.generate(reqs, sampling)}, backend
 
 
@@ -59,7 +62,7 @@ def test_speculative_greedy_with_a_draft_model_equals_hf(tokenizer, dtype, k, dr
     reqs = requests(tokenizer)
     sampling = SamplingParams(max_new_tokens=13)  # not a multiple of k + 1: the budget ends inside a block
     out, backend = quench_outputs(
-        model, tokenizer, reqs, sampling, draft_model, batch_size=3, drafter="model", draft_length="fixed", draft_tokens=k
+        model, tokenizer, reqs, sampling, draft_model, batch_size=3, drafter="draft", draft_length="fixed", draft_tokens=k
     )
     for r in reqs:
         assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 13), r.key
@@ -71,7 +74,7 @@ def test_speculative_greedy_with_a_draft_model_equals_hf(tokenizer, dtype, k, dr
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("drafter", ["ngram", "model"])
+@pytest.mark.parametrize("drafter", ["ngram", "draft"])
 def test_speculative_greedy_with_bass_draft_length_equals_hf(tokenizer, drafter, dtype):
     model = tiny_llama(dtype=dtype)
     reqs = requests(tokenizer)
@@ -91,7 +94,7 @@ def test_eos_inside_an_accepted_block_ends_the_row_there(tokenizer):
     model.generation_config.eos_token_id = eos
     out, backend = quench_outputs(
         model, tokenizer, reqs, SamplingParams(max_new_tokens=20), model,
-        batch_size=2, drafter="model", draft_length="fixed", draft_tokens=4,
+        batch_size=2, drafter="draft", draft_length="fixed", draft_tokens=4,
     )
     for r in reqs:
         assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 20, eos=eos), r.key
@@ -114,12 +117,15 @@ def test_generic_path_runs_a_gpt2_model_exactly(tokenizer):
     "config",
     [
         dict(),
-        dict(drafter="model", draft_length="fixed", draft_tokens=3),
+        dict(drafter="draft", draft_length="fixed", draft_tokens=3),
         dict(drafter="ngram", draft_length="fixed", draft_tokens=3),
-        dict(drafter="model", draft_length="fixed", draft_tokens=3, draft_confidence=0.0133),  # ~half cut
+        dict(drafter="draft", draft_length="fixed", draft_tokens=3, draft_confidence=0.0133),  # ~half cut
     ],
 )
 def test_a_sampled_row_is_the_same_alone_and_inside_a_batch(tokenizer, config):
+    """The same drafting settings at both batch sizes (the shipped ones differ by batch size, and which
+    tokens are drafted decides how the row's generator is drawn)."""
+    config = dict(config, draft_stop=0.0, min_model_draft=1)
     model = tiny_llama(dtype=torch.float64)
     draft_model = tiny_llama(dtype=torch.float64, seed=1)
     reqs = requests(tokenizer, n=2)
@@ -150,7 +156,7 @@ def test_stop_sequence_and_hook(tokenizer):
     text = free[request.key, 0].text
     stop = text[3:5]
     stopped = GenerationRequest(request.key, request.prompt_ids, stop_sequences=(stop,))
-    for config in (dict(), dict(drafter="model", draft_length="fixed", draft_tokens=4)):
+    for config in (dict(), dict(drafter="draft", draft_length="fixed", draft_tokens=4)):
         out, _ = quench_outputs(model, tokenizer, [stopped], SamplingParams(max_new_tokens=10), model, **config)
         result = out[request.key, 0]
         assert result.finish_reason == "stop" and result.text == text[: text.find(stop)]
@@ -169,7 +175,7 @@ def test_many_samples_flow_through_few_slots(tokenizer):
     assert backend.last_stats.prefill_tokens == sum(len(r.prompt_ids) for r in reqs)  # one prefill per prompt
 
 
-@pytest.mark.parametrize("drafter", ["model", "hybrid"])
+@pytest.mark.parametrize("drafter", ["draft", "hybrid"])
 def test_speculation_pauses_while_more_rows_than_draft_max_rows_are_live_and_resumes_exactly(tokenizer, drafter):
     """Three rows live: regular steps. Row 0 stops early (a stop sequence), then the two others draft again,
     the draft model catching up on the tokens it skipped; greedy output stays the target's own."""
@@ -188,12 +194,12 @@ def test_speculation_pauses_while_more_rows_than_draft_max_rows_are_live_and_res
     _, never = quench_outputs(model, tokenizer, reqs, sampling, perturbed(model, 0.3), batch_size=3,
                               drafter=drafter, draft_length="fixed", draft_tokens=4, draft_max_rows=0)
     assert never.last_stats.drafted > backend.last_stats.drafted  # 0: no pause
-    assert EngineConfig().speculative_rows == 8 and EngineConfig(draft_max_rows=0).speculative_rows is None
-    with pytest.raises(ValueError, match="draft_max_rows"):
+    assert EngineConfig().draft_max_rows == 8  # the shipped default; 0 (never pause) was run above
+    with pytest.raises(ConfigError, match="draft_max_rows"):
         EngineConfig(draft_max_rows=-1)
 
 
-@pytest.mark.parametrize("drafter", ["model", "hybrid"])
+@pytest.mark.parametrize("drafter", ["draft", "hybrid"])
 def test_a_draft_cut_where_the_draft_model_is_unsure_keeps_greedy_exact(tokenizer, drafter):
     model = tiny_llama(dtype=torch.float64)
     draft_model = perturbed(model, 0.3)
@@ -210,20 +216,20 @@ def test_a_draft_cut_where_the_draft_model_is_unsure_keeps_greedy_exact(tokenize
     assert 0 < stats[cut].drafted < stats[0.0].drafted  # unsure tokens were not proposed, sure ones were
 
 
-def test_cost_aware_drafting_depends_on_the_batch_size_unless_set(monkeypatch):
-    from quench.engine import engine
-
-    monkeypatch.setattr(engine, "AUTO_DRAFT_STOP", 0.4)  # the conftest turns the automatic stop off
-    monkeypatch.setattr(engine, "AUTO_DRAFT_STOP_BATCH1", 0.15)
+def test_cost_aware_drafting_resolves_by_batch_size_at_construction_unless_set():
     one, eight = EngineConfig(batch_size=1), EngineConfig(batch_size=8)
-    assert one.confidence == eight.confidence == 0.0 and not one.copy_caps and eight.copy_caps
-    assert one.stop == 0.15 and eight.stop == 0.4  # a drafted token costs more to verify above batch 1
+    assert one.draft_confidence == eight.draft_confidence == 0.0
+    assert not one.row_copy_lengths and eight.row_copy_lengths
+    assert one.draft_stop == 0.15 and eight.draft_stop == 0.4  # a drafted token costs more to verify above batch 1
+    assert one.min_model_draft == 2 and eight.min_model_draft == 1
+    for config in (one, eight):  # nothing is left to resolve later (max_len: None sizes the cache per call)
+        assert all(getattr(config, f.name) is not None for f in fields(config) if f.name != "max_len")
+        assert drafting_defaults(config.batch_size) == DraftingDefaults(config.draft_stop, config.min_model_draft,
+                                                                        config.row_copy_lengths)
     explicit = EngineConfig(batch_size=8, draft_confidence=0.4, draft_stop=0.0, row_copy_lengths=False)
-    assert explicit.confidence == 0.4 and explicit.stop == 0.0 and not explicit.copy_caps
-    assert EngineConfig(batch_size=1, draft_confidence=0.3).confidence == 0.3
-    with pytest.raises(ValueError, match="draft_confidence"):
-        EngineConfig(draft_confidence=1.0)
-    assert one.model_draft_floor == engine.AUTO_BATCH1_MODEL_DRAFT and eight.model_draft_floor == 1
-    assert EngineConfig(batch_size=1, min_model_draft=1).model_draft_floor == 1
-    with pytest.raises(ValueError, match="min_model_draft"):
-        EngineConfig(min_model_draft=0)
+    assert explicit.draft_confidence == 0.4 and explicit.draft_stop == 0.0 and not explicit.row_copy_lengths
+    assert EngineConfig(batch_size=1, draft_confidence=0.3).draft_confidence == 0.3
+    assert EngineConfig(batch_size=1, min_model_draft=1).min_model_draft == 1
+    for bad in (dict(draft_confidence=1.0), dict(draft_stop=-0.1), dict(min_model_draft=0)):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            EngineConfig(**bad)

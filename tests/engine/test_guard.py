@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import char_tokenizer, tiny_llama
+from helpers import DRAFT_EVERYTHING, char_tokenizer, tiny_llama
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.stopping import GenGuard, GuardInfo, GuardPolicy, RowPolicy, token_shapes
@@ -84,9 +84,9 @@ def test_guard_stops_rows_where_the_policy_says(model, tokenizer, unguarded, spe
     full, states = unguarded
     guard = make_guard(unguarded, mode)
     config = {"none": {}, "ngram": {"drafter": "ngram", "ngram_min": 1},
-              "same-draft": {"drafter": "model"}, "other-draft": {"drafter": "model"}}[speculate]
+              "same-draft": {"drafter": "draft"}, "other-draft": {"drafter": "draft"}}[speculate]
     draft = {"same-draft": model, "other-draft": tiny_llama(dtype=torch.float32, seed=1)}.get(speculate)
-    backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=3, fast_path=fast_path, draft_tokens=4, **config),
+    backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=3, fast_path=fast_path, draft_tokens=4, **DRAFT_EVERYTHING, **config),
                             draft_model=draft, guard=guard)
     out = {r.key: r for r in backend.generate(requests(tokenizer), SAMPLING)}
     shapes = token_shapes(tokenizer)
@@ -112,7 +112,8 @@ def test_a_guard_that_always_votes_stop_keeps_nothing(model, tokenizer):
         always[0].weight.zero_()
         always[0].bias.copy_(torch.tensor([0.0, 10.0]))
     guard = GenGuard(always, GuardPolicy(mode="consecutive", consecutive=3), GuardInfo(32))
-    backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2, drafter="model"), draft_model=model, guard=guard)
+    backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2, drafter="draft", **DRAFT_EVERYTHING), draft_model=model,
+                            guard=guard)
     out = list(backend.generate(requests(tokenizer), SAMPLING))
     # 3 "stop" votes in a row from the first token: the output keeps the tokens before the first one.
     assert len(out) == len(PROMPTS) and all(r.token_ids == () and r.finish_reason == "guard" for r in out)

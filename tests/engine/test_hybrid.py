@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from helpers import char_tokenizer, perturbed, tiny_llama
+from helpers import DRAFT_EVERYTHING, char_tokenizer, perturbed, tiny_llama
 from quench.errors import QuenchError
 from quench.engine.decode import DecodeLoop
 from quench.engine.draft_length import BassDraftLength, FixedDraftLength
@@ -68,7 +68,8 @@ def test_hybrid_greedy_equals_regular_greedy_with_ragged_rows_and_refills(tokeni
 def test_the_engine_runs_hybrid_and_needs_a_draft_model(tokenizer):
     model = tiny_llama(dtype=torch.float64)
     reqs = requests(tokenizer)
-    backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=3, drafter="hybrid"), draft_model=perturbed(model, 0.3))
+    backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=3, drafter="hybrid", **DRAFT_EVERYTHING),
+                            draft_model=perturbed(model, 0.3))
     out = {r.key: r.token_ids for r in backend.generate(reqs, SamplingParams(max_new_tokens=20))}
     assert out == {r.key: tuple(hf_greedy(model, r, 20)) for r in reqs}
     assert backend.last_stats.drafted > 0
@@ -82,7 +83,8 @@ def test_a_sampled_hybrid_row_is_the_same_alone_and_inside_a_batch(tokenizer):
     reqs = requests(tokenizer, n=2)
     sampling = SamplingParams(temperature=1.0, top_k=20, max_new_tokens=24, seed=3)
     # the same drafting at both sizes: the automatic settings depend on the batch size
-    config = dict(drafter="hybrid", draft_length="fixed", draft_tokens=3, row_copy_lengths=True, min_model_draft=1)
+    config = dict(drafter="hybrid", draft_length="fixed", draft_tokens=3, row_copy_lengths=True, min_model_draft=1,
+                  **DRAFT_EVERYTHING)
     alone = QuenchBackend(model, tokenizer, EngineConfig(batch_size=1, **config), draft_model=draft)
     batched = QuenchBackend(model, tokenizer, EngineConfig(batch_size=4, **config), draft_model=draft)
     first = {(r.key, r.sample_index): r.token_ids for r in alone.generate(reqs, sampling)}
@@ -195,7 +197,8 @@ def test_a_prompt_past_the_position_limit_is_a_clear_error(tokenizer):
         list(backend.generate(long, SamplingParams(max_new_tokens=4)))
     short_draft = copy.deepcopy(model)
     short_draft.config.max_position_embeddings = 100
-    hybrid = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2, drafter="hybrid"), draft_model=short_draft)
+    hybrid = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2, drafter="hybrid", **DRAFT_EVERYTHING),
+                            draft_model=short_draft)
     with pytest.raises(QuenchError, match=r"200 tokens.*draft model's position limit of 100"):
         list(hybrid.generate([GenerationRequest("mid", (5,) * 200)], SamplingParams(max_new_tokens=4)))
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=1, n_head=2, n_positions=64)).eval()
@@ -239,8 +242,9 @@ def test_an_int8_draft_proposes_and_the_target_keeps_its_own_greedy_output(token
     regular = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2))
     want = {r.key: r.token_ids for r in regular.generate(reqs, sampling)}
     for int8 in (True, False):
-        backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2, drafter="model", draft_length="fixed",
-                                                              draft_tokens=3, draft_int8=int8), draft_model=draft)
+        backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=2, drafter="draft", draft_length="fixed",
+                                                              draft_tokens=3, draft_int8=int8, **DRAFT_EVERYTHING),
+                                draft_model=draft)
         assert backend.draft_runner.int8 == (int8 and screen_available())
         assert (backend.draft_runner.lm_head.int8 is not None) == backend.draft_runner.int8
         assert {r.key: r.token_ids for r in backend.generate(reqs, sampling)} == want, int8

@@ -93,7 +93,7 @@ def test_engine_config_rejects_bad_values():
         with pytest.raises(ValueError):
             EngineConfig(**bad)
     with pytest.raises(ValueError, match="draft_model"):
-        QuenchBackend(tiny_llama(), char_tokenizer(), EngineConfig(drafter="model"))
+        QuenchBackend(tiny_llama(), char_tokenizer(), EngineConfig(drafter="draft"))
 
 
 def test_sampling_within_a_time_budget_reports_finish_times():

@@ -1,6 +1,6 @@
 import pytest
 
-from helpers import draft_everything, torch_threads  # noqa: F401 (draft_everything: an autouse fixture)
+from helpers import torch_threads
 
 
 @pytest.fixture(autouse=True)

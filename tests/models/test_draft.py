@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import char_tokenizer, tiny_llama  # noqa: E402
+from helpers import DRAFT_EVERYTHING, char_tokenizer, tiny_llama  # noqa: E402
 from quench.errors import QuenchError  # noqa: E402
 from quench.engine.drafters import ModelDrafter  # noqa: E402
 from quench.engine.engine import EngineConfig, QuenchBackend, make_draft_runner  # noqa: E402
@@ -131,8 +131,8 @@ def test_a_subset_head_draft_round_trips(target, tmp_path):
 def greedy(target, draft=None, fast_path=True, k=3):
     tokenizer = target.tokenizer
     requests = [GenerationRequest(f"p{i}", tuple(tokenizer(p)["input_ids"])) for i, p in enumerate(PROMPTS)]
-    config = EngineConfig(batch_size=2, drafter="model" if draft is not None else "none", draft_length="fixed",
-                          draft_tokens=k, fast_path=fast_path)
+    config = EngineConfig(batch_size=2, drafter="draft" if draft is not None else "none", draft_length="fixed",
+                          draft_tokens=k, fast_path=fast_path, **DRAFT_EVERYTHING)
     backend = QuenchBackend(target.model, tokenizer, config, draft_model=draft)  # maps a reduced head itself
     results = backend.generate(requests, SamplingParams(max_new_tokens=20))
     return {r.key: r.token_ids for r in results}, backend
@@ -151,10 +151,10 @@ def test_engine_greedy_with_a_loaded_draft_equals_greedy_without(target, tmp_pat
     assert backend.last_stats.drafted > 0
 
 
-@pytest.mark.parametrize("drafter", ["model", "hybrid"])
+@pytest.mark.parametrize("drafter", ["draft", "hybrid"])
 def test_the_engine_maps_a_reduced_head_draft_back_to_the_full_vocabulary(target, tmp_path, drafter):
     draft = load_draft(str(subset_draft_file(target, tmp_path / "d.safetensors")), target)
-    config = EngineConfig(batch_size=2, drafter=drafter, draft_length="fixed", draft_tokens=3)
+    config = EngineConfig(batch_size=2, drafter=drafter, draft_length="fixed", draft_tokens=3, **DRAFT_EVERYTHING)
     backend = QuenchBackend(target.model, target.tokenizer, config, draft_model=draft)  # no mapping by the caller
     assert backend.draft_columns.ids.tolist() == list(range(3, 60))  # the fast path scores the head's rows only
     assert backend.draft_columns.positions.shape == (target.model.config.vocab_size,)
@@ -201,7 +201,8 @@ def test_the_shipped_draft_loads_and_keeps_greedy_output(tmp_path):
     requests = [GenerationRequest(p.task_id, encode_prompt(target, p.prompt)) for p in problems]
     sampling = SamplingParams(max_new_tokens=48)
     plain = QuenchBackend(target.model, target.tokenizer, EngineConfig(batch_size=2))
-    speculative = QuenchBackend(target.model, target.tokenizer, EngineConfig(batch_size=2, drafter="model"), draft_model=draft)
+    speculative = QuenchBackend(target.model, target.tokenizer, EngineConfig(batch_size=2, drafter="draft", **DRAFT_EVERYTHING),
+                                 draft_model=draft)
     expected = {r.key: r.token_ids for r in plain.generate(requests, sampling)}
     got = {r.key: r.token_ids for r in speculative.generate(requests, sampling)}
     assert got == expected

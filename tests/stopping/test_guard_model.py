@@ -6,6 +6,7 @@ import pytest
 
 from quench.datasets import load_humaneval
 from quench.execution.sanitize import sanitize
+from quench.engine.config import EngineConfig
 from quench.runs.backends import BackendOptions, make_backend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
@@ -21,7 +22,7 @@ def test_guard_auto_saves_tokens_and_keeps_the_code() -> None:
     sampling = SamplingParams(max_new_tokens=300)
     outputs = {}
     for guard in (None, "auto"):
-        backend = make_backend(loaded, BackendOptions("quench", batch_size=2, guard=guard))
+        backend = make_backend(loaded, BackendOptions(engine=EngineConfig(batch_size=2), guard=guard))
         outputs[guard] = {r.key: r for r in backend.generate(requests, sampling)}
     for problem in problems:
         full, guarded = outputs[None][problem.task_id], outputs["auto"][problem.task_id]

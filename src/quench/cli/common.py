@@ -13,12 +13,21 @@ from quench.datasets import Problem, load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool
 from quench.engine import SamplingParams
-from quench.runs.backends import DRAFT_LENGTHS, SPECULATE, BackendOptions, make_backend
+from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, ConfigError, EngineConfig, drafting_defaults
+from quench.runs.backends import BackendOptions, make_backend
 from quench.runs.samples import STOP_RULES
 from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
 
 log = logging.getLogger(__name__)
+
+ENGINE_DEFAULTS = EngineConfig()  # the flags' defaults are the engine's own
+ENGINE_FLAGS = {  # flag -> EngineConfig field
+    "--batch-size": "batch_size", "--speculate": "drafter", "--draft-length": "draft_length",
+    "--draft-tokens": "draft_tokens", "--draft-confidence": "draft_confidence", "--draft-stop": "draft_stop",
+    "--draft-max-rows": "draft_max_rows",
+}
+
 
 def add_benchmark_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, or a HumanEval-format .jsonl file")
@@ -35,23 +44,26 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
     parser.add_argument("--backend", default="quench", choices=["hf", "quench"],
                         help="hf: Hugging Face generate; quench: quench's engine (docs/engine.md)")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=ENGINE_DEFAULTS.batch_size)
     engine = parser.add_argument_group("quench engine")
-    engine.add_argument("--speculate", default="none", choices=SPECULATE,
+    engine.add_argument("--speculate", default=ENGINE_DEFAULTS.drafter, choices=DRAFTERS,
                         help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = prompt lookup where it matches, else the draft model")
     engine.add_argument("--draft", default="auto", metavar="auto|PATH",
                         help="draft model for --speculate draft (auto: the one shipped for the preset)")
-    engine.add_argument("--draft-tokens", type=int, default=7, help="fixed draft length, or where BASS's length starts")
-    engine.add_argument("--draft-length", default="bass", choices=DRAFT_LENGTHS, help="bass: dynamic per batch; fixed")
-    engine.add_argument("--draft-confidence", type=float, default=None, metavar="P",
+    engine.add_argument("--draft-tokens", type=int, default=ENGINE_DEFAULTS.draft_tokens,
+                        help="fixed draft length, or where BASS's length starts (default %(default)s)")
+    engine.add_argument("--draft-length", default=ENGINE_DEFAULTS.draft_length, choices=DRAFT_LENGTHS,
+                        help="bass: dynamic per batch; fixed")
+    engine.add_argument("--draft-confidence", type=float, default=ENGINE_DEFAULTS.draft_confidence, metavar="P",
                         help="draft model: end a row's draft before a token the draft gives probability < P "
-                             "(default 0: never)")
+                             "(default %(default)s: never)")
     engine.add_argument("--draft-stop", type=float, default=None, metavar="P",
                         help="draft model: end a row's draft, past its floor, once the product of its tokens' draft "
-                             "probabilities falls below P (0: never; default: 0.15 at batch 1, 0.4 above)")
-    engine.add_argument("--draft-max-rows", type=int, default=None, metavar="N",
+                             f"probabilities falls below P (0: never; default: {drafting_defaults(1).draft_stop} at "
+                             f"batch 1, {drafting_defaults(2).draft_stop} above)")
+    engine.add_argument("--draft-max-rows", type=int, default=ENGINE_DEFAULTS.draft_max_rows, metavar="N",
                         help="speculation pauses (regular steps) while more than N rows are live (0: never; "
-                             "default 8: past that drafts cost more than they save)")
+                             "default %(default)s: past that drafts cost more than they save)")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
 
@@ -156,10 +168,19 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-cpus-per-actor", type=float, default=1.0, help="CPUs (torch threads) per generation actor")
 
 
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The engine's config from the flags; QuenchError naming the flag whose value EngineConfig rejects."""
+    values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field in ENGINE_FLAGS.items()}
+    try:
+        return EngineConfig(**values)
+    except ConfigError as err:
+        flag = next((f for f, field in ENGINE_FLAGS.items() if field == err.field), err.field)
+        raise QuenchError(f"{flag} {err.reason}") from None
+
+
 def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
-    return BackendOptions(args.backend, args.batch_size, args.speculate, args.draft, args.draft_tokens,
-                          args.draft_length, args.guard, args.draft_confidence, args.draft_stop,
-                          args.draft_max_rows).check()
+    engine = engine_config_from_args(args)
+    return BackendOptions(name=args.backend, engine=engine, draft=args.draft, guard=args.guard).check()
 
 
 def backend_from_args(args: argparse.Namespace, loaded):

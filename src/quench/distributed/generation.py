@@ -71,7 +71,7 @@ class RayBackend:
     def generate(self, requests: Iterable[GenerationRequest], sampling: SamplingParams) -> Iterator[GenerationResult]:
         requests = list(requests)
         total = sum(request.n for request in requests)
-        preferred = self.options.chunk_size or 2 * self.spec.backend.batch_size
+        preferred = self.options.chunk_size or 2 * self.spec.backend.engine.batch_size
         size = balanced_size(total, self.fleet.size, preferred, self.options.inflight_per_actor)
         seen: set[tuple[str, int]] = set()
         timeout = self.options.chunk_timeout_s

@@ -1,0 +1,131 @@
+"""The engine's configuration: one frozen dataclass, every field resolved and checked when it is built.
+
+Each default is defined here once. Three drafting settings depend on the batch size
+(`drafting_defaults`); a field left `None` takes that value in `__post_init__`, so a built config
+never holds `None` for them. Every bad value raises `ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from quench.engine.native_config import KernelConfig
+from quench.errors import QuenchError
+
+DRAFTERS = ("none", "ngram", "draft", "hybrid")
+DRAFT_MODEL_DRAFTERS = ("draft", "hybrid")  # the drafters that run a draft model
+DRAFT_LENGTHS = ("bass", "fixed")
+DTYPES = ("auto", "bfloat16", "float16", "float32", "float64")
+
+
+class ConfigError(QuenchError, ValueError):
+    """A configuration value out of range; `field` names it (the CLI names the matching flag)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field} {reason}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class DraftingDefaults:
+    """The cost-aware drafting settings of one batch size (figures in docs/draft.md)."""
+
+    draft_stop: float
+    min_model_draft: int
+    row_copy_lengths: bool
+
+
+def drafting_defaults(batch_size: int) -> DraftingDefaults:
+    """What `EngineConfig` fills in for the drafting fields a caller leaves `None`.
+
+    draft_stop: a model draft ends where the product of its tokens' draft probabilities falls below
+    it; against a per-token cut at 0.4 it won every paired round (hybrid, int8 draft): batch 8 greedy
+    1.25/1.18/1.14x regular against 1.11/1.13/1.13x, batch 1 (0.15 against no rule) greedy
+    1.59/1.68/1.67x against 1.53/1.61/1.62x. Verifying a drafted token costs more above batch 1.
+    min_model_draft: at batch 1 a floor of 2 tokens per model draft gave 1.05-1.09x the speed of 1.
+    row_copy_lengths: per-row copy caps pay above batch 1, where every drafted token is verified.
+    """
+    if batch_size == 1:
+        return DraftingDefaults(draft_stop=0.15, min_model_draft=2, row_copy_lengths=False)
+    return DraftingDefaults(draft_stop=0.4, min_model_draft=1, row_copy_lengths=True)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How `QuenchBackend` decodes. `dataclasses.replace` keeps resolved drafting fields: to get another
+    batch size's defaults, build a new config instead."""
+
+    batch_size: int = 8  # slots decoded together; finished slots are refilled at once
+    drafter: str = "none"  # "none" (regular), "ngram" (prompt lookup), "draft" (a draft model) or
+    # "hybrid" (per row: prompt lookup where the row's last n-gram occurred before, else the draft model)
+    draft_length: str = "bass"  # "bass" (dynamic, BASS Algorithm 1) or "fixed"
+    draft_tokens: int = 7  # the fixed length, or where BASS starts (the paper uses 7)
+    max_draft_tokens: int = 32  # BASS's upper bound
+    ngram_max: int = 3  # prompt lookup: longest suffix n-gram tried
+    ngram_min: int = 2  # ... and the shortest (1-token matches: ~22% accepted vs ~39% from 2+ on HumanEval)
+    dtype: str = "auto"  # "auto" keeps the model's dtype; else the model is converted in place
+    fast_path: bool = True  # hand-written forward for Llama-family models; False = generic HF path
+    prepack: bool = True  # pre-pack weights for oneDNN (CPU, bf16/fp32) on the fast path
+    native_attention: bool = True  # the C decode-attention kernel (native.py) where a C compiler exists
+    compile: bool = False  # torch.compile the fast path's PyTorch forward (no prepack, no native kernel;
+    # measured 1.6-1.8x slower than the default, after a ~2 minute compile — see docs/engine.md)
+    max_len: int | None = None  # a fixed KV cache length per slot; None sizes the cache for each call
+    # (longest prompt + max_new_tokens + drafts), which no config can know in advance
+    # Cost-aware drafting: each drafted token costs a draft forward and verification work, so a model
+    # draft runs while the draft model is sure enough of it.
+    draft_confidence: float = 0.0  # draft model: a row's draft ends before a token it gives less (0: never)
+    draft_stop: float | None = None  # draft model: past the floor, a row's draft ends before the token at which
+    # the product of the draft's probabilities of its tokens falls below this (0: never; None: by batch size)
+    min_model_draft: int | None = None  # the shortest model draft a row gets (None: by batch size)
+    row_copy_lengths: bool | None = None  # hybrid: cap each row's copies by what the target kept of its last
+    # one (None: by batch size)
+    draft_int8: bool = True  # the draft model's products of a few rows from int8 weight copies where the CPU
+    # has AMX int8 (half the bytes; the target verifies, so output is unchanged; docs/draft.md)
+    draft_max_rows: int = 8  # speculation pauses (regular steps) while more rows than this are live (0: never
+    # pauses). Past 8 rows a step's drafts cost more than they save (hybrid at batch 16: greedy 0.99x, sampling
+    # 0.72x regular; batch 8 1.27-1.31x); vLLM's speculative_disable_by_batch_size does the same.
+    share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
+    # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
+    kernels: KernelConfig = field(default_factory=KernelConfig.from_env)  # AMX tiles and the screened greedy
+    # head where the CPU serves them (QUENCH_AMX=0 / QUENCH_SCREEN=0 turn them off; `quench doctor` reports them)
+
+    def __post_init__(self) -> None:
+        self._check()
+        defaults = drafting_defaults(self.batch_size)
+        for name in ("draft_stop", "min_model_draft", "row_copy_lengths"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(defaults, name))  # frozen: resolved once, here
+        self._check_drafting()
+
+    @property
+    def runs_draft_model(self) -> bool:
+        """Whether this drafter needs a draft model."""
+        return self.drafter in DRAFT_MODEL_DRAFTERS
+
+    def _check(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError("batch_size", f"must be at least 1, got {self.batch_size}")
+        if self.drafter not in DRAFTERS:
+            raise ConfigError("drafter", f"must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
+        if self.draft_length not in DRAFT_LENGTHS:
+            raise ConfigError("draft_length", f"must be one of {', '.join(DRAFT_LENGTHS)}, got {self.draft_length!r}")
+        if self.max_draft_tokens < 1:
+            raise ConfigError("max_draft_tokens", f"must be at least 1, got {self.max_draft_tokens}")
+        if not 1 <= self.draft_tokens <= self.max_draft_tokens:
+            raise ConfigError("draft_tokens", f"must be between 1 and {self.max_draft_tokens}, got {self.draft_tokens}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ConfigError("ngram_min", f"must be between 1 and ngram_max ({self.ngram_max}), got {self.ngram_min}")
+        if self.dtype not in DTYPES:
+            raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.max_len is not None and self.max_len < 1:
+            raise ConfigError("max_len", f"must be at least 1, got {self.max_len}")
+        if self.draft_max_rows < 0:
+            raise ConfigError("draft_max_rows", f"must be >= 0 (0: never pause), got {self.draft_max_rows}")
+
+    def _check_drafting(self) -> None:
+        for name in ("draft_confidence", "draft_stop"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(name, f"must be in [0, 1), got {getattr(self, name)}")
+        if self.min_model_draft < 1:
+            raise ConfigError("min_model_draft", f"must be at least 1, got {self.min_model_draft}")
