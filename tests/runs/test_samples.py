@@ -7,7 +7,7 @@ from quench.datasets import load_humaneval
 from quench.errors import InputFileError
 from quench.engine import SamplingParams
 from quench.engine.hf_backend import HFBackend
-from quench.runs.samples import GenerateConfig, generate_samples, missing_ranges, read_samples
+from quench.runs.samples import GenerateConfig, generate_samples, missing_ranges, read_samples, resume_samples
 
 
 def test_missing_ranges_are_contiguous_gaps():
@@ -51,3 +51,26 @@ def test_malformed_samples_file_is_named_with_its_line(tmp_path):
     path.write_text(json.dumps({"task_id": "HumanEval/0", "completion": ""}) + "\n[1, 2]\n")
     with pytest.raises(InputFileError, match=r"samples.jsonl:2: expected a JSON object"):
         read_samples(path)
+
+
+def test_a_run_directorys_own_log_is_mended_only_at_its_tail(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    first, second = (json.dumps({"task_id": f"t/{i}", "sample_index": 0, "completion": ""}) for i in range(2))
+    path.write_text(first + "\n" + second)  # killed after the record, before its newline: the record stays
+    assert [r["task_id"] for r in resume_samples(path)] == ["t/0", "t/1"]
+    assert path.read_text() == first + "\n" + second + "\n"
+    path.write_text(first + "\n" + second[:12])  # killed inside the record: the torn part goes
+    assert [r["task_id"] for r in resume_samples(path)] == ["t/0"] and path.read_text() == first + "\n"
+    path.write_text("{torn\n" + first + "\n")  # a bad line before the tail is not quench's to drop
+    with pytest.raises(InputFileError, match=r"samples.jsonl:1: not valid JSON"):
+        resume_samples(path)
+    assert path.read_text() == "{torn\n" + first + "\n"
+
+
+def test_reading_samples_as_input_never_writes(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    data = json.dumps({"task_id": "t/0", "completion": ""}) + "\n" + '{"task_id": "t/1", "comp'
+    path.write_text(data)
+    with pytest.raises(InputFileError, match=r"samples.jsonl:2: not valid JSON .*no newline"):
+        read_samples(path)
+    assert path.read_text() == data
