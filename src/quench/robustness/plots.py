@@ -191,3 +191,22 @@ def report_plots(metrics: RobustnessMetrics, k: int) -> dict[str, bytes]:
     if metrics.transformations:
         plots["transformations_heatmap.png"] = plot_heatmap(metrics, k)
     return plots
+
+
+def plot_differences(labels: list[str], differences: list[Interval]) -> bytes:
+    """One row per comparison row: B − A in percentage points with its interval; rows without one are marked."""
+    figure = _figure(7.0, 1.0 + 0.32 * max(len(labels), 1))
+    axes = figure.add_subplot()
+    y = np.arange(len(labels))[::-1]
+    for row, interval in zip(y, differences):
+        if interval.point is None or interval.low is None or interval.high is None:
+            axes.text(0, row, interval.note or "n/a", ha="center", va="center", fontsize=8, color="#666666")
+            continue
+        point, low, high = 100.0 * interval.point, 100.0 * interval.low, 100.0 * interval.high
+        color = "#444444" if low <= 0 <= high else ROBUST_COLOR
+        axes.errorbar(point, row, xerr=[[point - low], [high - point]], fmt="o", color=color, capsize=3, markersize=4)
+    axes.axvline(0, color="#999999", linewidth=0.8, linestyle="--")
+    axes.set_yticks(y, labels, fontsize=8)
+    axes.set_xlabel("B − A (percentage points)")
+    axes.spines[["top", "right"]].set_visible(False)
+    return _png(figure)
