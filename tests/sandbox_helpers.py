@@ -2,14 +2,49 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import signal
+import sys
 import time
 
 from quench.execution import SandboxLimits, SandboxPool, bwrap_works
+from quench.execution.sandbox import drop_problem_for
 
 FAST = SandboxLimits(timeout_s=1.0, memory_mb=256)
-MODES = ["bwrap", "rlimits"]
+MODES = ["bwrap", "rlimits"]  # the two ways quench confines programs
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@functools.lru_cache(maxsize=1)
+def nobody_python() -> str | None:
+    """An interpreter whose directories `nobody` can read, so "rlimits" mode can drop to it; else None.
+
+    This interpreter when it qualifies, else the system's python3 (the fork server needs only the stdlib).
+    """
+    for candidate in (sys.executable, shutil.which("python3", path=SYSTEM_PATH)):
+        if candidate and drop_problem_for(candidate) is None:
+            return candidate
+    return None
+
+
+def mode_python(mode: str) -> str | None:
+    """The interpreter a pool of `mode` runs programs with (None: this one)."""
+    return nobody_python() if mode == "rlimits" else None
+
+
+def skip_reason(mode: str) -> str | None:
+    """Why `mode` cannot be tested here, or None."""
+    if mode == "bwrap" and not bwrap_works():
+        return "bubblewrap cannot create namespaces here"
+    if mode == "rlimits" and nobody_python() is None:
+        return "no Python interpreter that nobody can read, or not root: programs cannot drop to nobody here"
+    return None
+
+
+def open_pool(mode: str, workers: int = 2, limits: SandboxLimits = FAST) -> SandboxPool:
+    return SandboxPool(workers, limits, isolation=mode, python=mode_python(mode))
 
 
 def children(pid: int) -> list[int]:
@@ -59,7 +94,7 @@ def wait_until_gone(marker: str, patience_s: float = 1.0) -> list[int]:
 
 
 def available(mode: str) -> bool:
-    return mode != "bwrap" or bwrap_works()
+    return skip_reason(mode) is None
 
 
 def worker_node(cluster):

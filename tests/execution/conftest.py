@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from sandbox_helpers import FAST, MODES, available
+from sandbox_helpers import MODES, open_pool, skip_reason
 
 from quench.execution import SandboxPool
 
@@ -13,7 +13,8 @@ from quench.execution import SandboxPool
 @pytest.fixture(scope="module", params=MODES)
 def pool(request: pytest.FixtureRequest) -> Iterator[SandboxPool]:
     """A two-worker pool with short limits, once per isolation mode available here."""
-    if not available(request.param):
-        pytest.skip("bubblewrap cannot create namespaces here")
-    with SandboxPool(2, FAST, isolation=request.param) as sandbox:
+    reason = skip_reason(request.param)
+    if reason is not None:
+        pytest.skip(reason)
+    with open_pool(request.param) as sandbox:
         yield sandbox

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from quench.datasets import Problem, load_benchmark, parse_tasks
 from quench.errors import QuenchError
-from quench.execution import SandboxLimits, SandboxPool
+from quench.execution import SandboxLimits, SandboxPool, choose_isolation
 from quench.engine import SamplingParams
 from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, ConfigError, EngineConfig, drafting_defaults
 from quench.runs.backends import BackendOptions, make_backend
@@ -85,6 +85,20 @@ def add_execution_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
     parser.add_argument("--k", default="1,10,100", help="pass@k values, reported where n >= k")
+    add_unconfined_arg(parser)
+
+
+def add_unconfined_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--unsafe-unconfined", action="store_true",
+                        help="run programs even where quench cannot confine them (no working bubblewrap, no user to "
+                             "drop to): they could read, change and delete your files; recorded in config.json")
+
+
+def check_sandbox(args: argparse.Namespace) -> None:
+    """Before any work: refuse a command that would run programs unconfined without --unsafe-unconfined."""
+    if not hasattr(args, "unsafe_unconfined") or getattr(args, "no_validate", False) or getattr(args, "list", False):
+        return
+    choose_isolation(allow_unconfined=args.unsafe_unconfined)
 
 
 def problems_from_args(args: argparse.Namespace) -> list[Problem]:
@@ -198,7 +212,7 @@ def pool_from_args(args: argparse.Namespace):
     """A SandboxPool, or sandboxes on the Ray cluster of --ray; use it as a context manager."""
     limits = SandboxLimits(timeout_s=args.timeout)
     if not getattr(args, "ray", None):
-        return SandboxPool(args.workers, limits)
+        return SandboxPool(args.workers, limits, allow_unconfined=args.unsafe_unconfined)
     from quench.distributed import make_ray_pool
 
-    return make_ray_pool(args.ray, args.workers, limits)
+    return make_ray_pool(args.ray, args.workers, limits, allow_unconfined=args.unsafe_unconfined)

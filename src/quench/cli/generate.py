@@ -41,6 +41,7 @@ def run_config(args: argparse.Namespace, problems: list[Problem], prompt_format:
         "tasks": [p.task_id for p in problems], "n": args.samples, "temperature": args.temperature,
         "top_p": args.top_p, "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
         "stop": list(stops), **stopping_config(args),
+        "unsafe_unconfined": getattr(args, "unsafe_unconfined", False),  # `run` executes; `generate` does not
     }
 
 

@@ -8,7 +8,7 @@ import logging
 import sys
 
 from quench import __version__
-from quench.cli.common import release_run_dirs
+from quench.cli.common import check_sandbox, release_run_dirs
 from quench.errors import QuenchError
 
 SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft", "doctor")
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         set_threads(args.threads)
+        check_sandbox(args)
         return args.handler(args)
     except QuenchError as err:
         print(f"error: {err}", file=sys.stderr)

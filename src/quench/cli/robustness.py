@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
                 "transforms": list(transforms), "seeds": args.seeds, "n": args.samples,
                 "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                 "max_new_tokens": args.max_new_tokens, "seed": args.seed, "stop": list(stops),
-                "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None, **stopping_config(args)}
+                "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None, **stopping_config(args),
+                "unsafe_unconfined": args.unsafe_unconfined}
     common.prepare_run_dir(out, settings, args.overwrite)
     backend = common.backend_from_args(args, loaded)
     started = time.perf_counter()

@@ -30,11 +30,12 @@ def make_ray_backend(address: str, spec: ModelSpec, options: RayOptions = RayOpt
 
 
 def make_ray_pool(
-    address: str, workers: int | None, limits: SandboxLimits, options: RayOptions = RayOptions(), isolation: str = "auto"
+    address: str, workers: int | None, limits: SandboxLimits, options: RayOptions = RayOptions(), isolation: str = "auto",
+    allow_unconfined: bool = False,
 ) -> "RayPool":
     """Join the cluster; a `RayPool` to use like `SandboxPool` (as a context manager)."""
     from quench.distributed.cluster import connect
     from quench.distributed.execution import RayPool
 
     connect(address)
-    return RayPool(workers, limits, isolation=isolation, options=options)
+    return RayPool(workers, limits, isolation=isolation, options=options, allow_unconfined=allow_unconfined)

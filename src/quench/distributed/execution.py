@@ -42,7 +42,9 @@ class ExecutionWorker:
     """A local SandboxPool on one node, started once and reused for every chunk."""
 
     def __init__(self, workers: int, limits: SandboxLimits, isolation: str) -> None:
-        self.pool = SandboxPool(workers, limits, isolation=isolation)
+        unconfined = isolation == "unconfined"  # the driver's explicit opt-in, required on every node alike
+        self.pool = SandboxPool(workers, limits, isolation="rlimits" if unconfined else isolation,
+                                allow_unconfined=unconfined)
         self.pool.start()
 
     def ready(self) -> dict[str, object]:
@@ -69,13 +71,14 @@ class RayPool:
         *,
         isolation: str = "auto",
         options: RayOptions = RayOptions(),
+        allow_unconfined: bool = False,
     ) -> None:
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.limits = limits
         self.options = options
         # Resolved here and required on every node, so `isolation` holds for every program.
-        self.isolation: Isolation = choose_isolation(isolation)
+        self.isolation: Isolation = choose_isolation(isolation, allow_unconfined=allow_unconfined)
         self._per_actor = max(1, int(options.cpus_per_actor))
         self._placed: Counter[str] = Counter()  # actors this pool has put on each node
         count = options.num_actors or (math.ceil(workers / self._per_actor) if workers else max(1, len(cpu_slots(self._per_actor))))

@@ -180,7 +180,9 @@ class ForkServer:
         self.base = "/tmp" if self.in_namespace else f"/tmp/quench-sandbox-{self.pid}-{os.urandom(4).hex()}"
         if not self.in_namespace:
             os.mkdir(self.base, 0o711)
-        self.workdir = os.path.join(self.base, "work")  # same path every run, fresh directory
+        # Same path every run, fresh directory; a name no interpreter bound under /tmp is likely to have.
+        self.workdir = os.path.join(self.base, "quench-work" if self.in_namespace else "work")
+        self.keep = set(config.get("keep", ()))  # read-only binds under /tmp (an interpreter there)
         os.environ["TMPDIR"] = os.environ["HOME"] = self.workdir
         self.poller = select.epoll()
 
@@ -277,7 +279,8 @@ class ForkServer:
         if self.in_namespace:
             for scratch in ("/tmp", "/dev/shm"):
                 for entry in os.listdir(scratch):
-                    force_remove(os.path.join(scratch, entry))
+                    if os.path.join(scratch, entry) not in self.keep:
+                        force_remove(os.path.join(scratch, entry))
         else:
             force_remove(self.workdir)
 
@@ -368,6 +371,7 @@ def parse_record(record, nonce):
 
 def main(argv):
     config = json.loads(argv[1])
+    pool_pid = int(os.environ.pop("QUENCH_POOL_PID", "0"))  # popped: programs need not see it
     proto_in, proto_out = os.dup(0), os.dup(1)  # the protocol moves off 0/1: children get /dev/null
     null_fd = os.open(os.devnull, os.O_RDWR)
     os.dup2(null_fd, 0)
@@ -380,7 +384,7 @@ def main(argv):
     network_isolated = config["mode"] == "bwrap"
     if not network_isolated:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() == 1:  # the pool died before we got here
+        if pool_pid and os.getppid() != pool_pid:  # the pool died before we got here (it may be pid 1)
             return
         network_isolated = _libc.unshare(CLONE_NEWNET) == 0  # works only with CAP_SYS_ADMIN
     for name in PRELOAD:

@@ -29,7 +29,6 @@ from quench.execution.sandbox import (
     Isolation,
     SandboxLimits,
     choose_isolation,
-    run_uid,
     worker_command,
 )
 
@@ -61,7 +60,7 @@ class _Worker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=WORKER_ENV,
+            env={**WORKER_ENV, "QUENCH_POOL_PID": str(os.getpid())},  # the fork server checks its parent
             start_new_session=True,  # its own group: killing the worker kills all of it
             cwd="/",
         )
@@ -172,27 +171,35 @@ class _Job:
 class SandboxPool:
     """Run untrusted programs, each in its own sandboxed process, across `workers` processes.
 
-    Use as a context manager; `isolation` is "auto" (bwrap if it works here), "bwrap" or "rlimits".
+    Use as a context manager; `isolation` is "auto" (bwrap if it works here, else rlimits), "bwrap"
+    or "rlimits". Where programs cannot be confined it raises QuenchError, unless `allow_unconfined`
+    (then `isolation` is "unconfined"). `python` runs the programs (default: this interpreter).
     Not thread-safe: one consumer at a time. Workers die with the thread that started them
     (parent-death signal), so start the pool in a thread that outlives its use; a worker found
     dead while idle is restarted.
     """
 
     def __init__(
-        self, workers: int | None = None, limits: SandboxLimits = SandboxLimits(), *, isolation: str = "auto"
+        self,
+        workers: int | None = None,
+        limits: SandboxLimits = SandboxLimits(),
+        *,
+        isolation: str = "auto",
+        allow_unconfined: bool = False,
+        python: str | None = None,
     ) -> None:
         self.workers = workers if workers is not None else (os.cpu_count() or 1)
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.limits = limits
-        self.isolation: Isolation = choose_isolation(isolation)
-        self._command = worker_command(self.isolation, limits, self.workers)
+        self.isolation: Isolation = choose_isolation(isolation, allow_unconfined=allow_unconfined, python=python)
+        self._command = worker_command(self.isolation, limits, self.workers, python)
         self._pool: list[_Worker] = []
 
     @property
     def confined(self) -> bool:
         """Whether programs run as a user that cannot touch our files or signal our processes."""
-        return self.isolation == "bwrap" or run_uid(self.isolation) is not None
+        return self.isolation != "unconfined"
 
     @property
     def network_isolated(self) -> bool:

@@ -1,14 +1,17 @@
-"""Sandbox limits and the command that starts one sandboxed fork-server worker.
+"""Sandbox limits, the choice of isolation, and the command that starts one fork-server worker.
 
-Two isolation modes (`Isolation`):
+Isolation modes (`Isolation`):
 - "bwrap": bubblewrap gives each worker its own user (nobody), pid, network, ipc and mount
   namespaces, read-only system and Python directories, and tmpfs scratch space that the fork
   server wipes after every program. The fork server is the pid namespace's init, so programs
   cannot signal it, and everything left in the namespace is killed after each program.
-- "rlimits": no namespaces; the fork server sets rlimits, a new session and a fresh directory per
-  program, and drops to `nobody` when it runs as root and the interpreter is readable by others.
-  Without that drop (e.g. Python under /root) programs run as root: it is not a sandbox then.
-Both modes keep rlimits and the per-program process group inside the worker (see forkserver.py).
+- "rlimits": no namespaces (no bubblewrap here); the fork server runs as root and drops every
+  program to `nobody`, which needs an interpreter whose directories others can read. Programs of
+  different workers share that user, so one could signal another that runs at the same time.
+- "unconfined": neither is possible, and the caller said so explicitly (`allow_unconfined`, the
+  CLI's `--unsafe-unconfined`): programs run as the calling user and can read, change and delete
+  its files and signal its processes. Without that opt-in quench refuses to run programs.
+All modes keep rlimits and the per-program process group inside the worker (see forkserver.py).
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ from quench.errors import QuenchError
 
 log = logging.getLogger(__name__)
 
-Isolation = Literal["bwrap", "rlimits"]
+Isolation = Literal["bwrap", "rlimits", "unconfined"]
+REQUESTS = ("auto", "bwrap", "rlimits")
 NOBODY = 65534
 FORKSERVER_SOURCE = Path(__file__).with_name("forkserver.py")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/alternatives")
+SCRATCH = "/tmp"  # "bwrap" mode: a tmpfs here, wiped after every program
 WORKER_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "LANG": "C.UTF-8",
@@ -45,6 +50,11 @@ WORKER_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+FIX_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or run quench from a Python environment "
+    "that the nobody user can read (e.g. a venv under /opt or /srv, not under /root), or pass --unsafe-unconfined "
+    "(allow_unconfined=True in the library) to run them anyway"
+)
 
 
 @dataclass(frozen=True)
@@ -74,40 +84,83 @@ class SandboxLimits:
         return int(self.timeout_s) + 2
 
 
-def choose_isolation(requested: str = "auto") -> Isolation:
-    """Resolve "auto" to "bwrap" when bubblewrap passes its self-test here, else "rlimits"."""
-    if requested == "rlimits":
+def choose_isolation(requested: str = "auto", *, allow_unconfined: bool = False, python: str | None = None) -> Isolation:
+    """The strongest isolation available here for programs run by `python`; refuse to run them unconfined.
+
+    "auto": bwrap if bubblewrap passes its self-test, else rlimits if programs can drop to nobody.
+    Raises QuenchError, saying why and how to fix it, when neither works and `allow_unconfined` is off.
+    """
+    if requested not in REQUESTS:
+        raise QuenchError(f"unknown isolation {requested!r}: expected {', '.join(REQUESTS)}")
+    python = python or python_executable()
+    bwrap_problem = None
+    if requested != "rlimits":
+        bwrap_problem = bwrap_problem_for(python)
+        if bwrap_problem is None:
+            return "bwrap"
+        if requested == "bwrap":
+            raise QuenchError(f"isolation bwrap: {bwrap_problem}")
+    drop_problem = drop_problem_for(python)
+    if drop_problem is None:
+        if bwrap_problem is not None:
+            log.warning("%s: programs run as nobody under rlimits, without namespaces", bwrap_problem)
         return "rlimits"
-    if requested not in ("auto", "bwrap"):
-        raise QuenchError(f"unknown isolation {requested!r}: expected auto, bwrap or rlimits")
-    if bwrap_works():
-        return "bwrap"
-    if requested == "bwrap":
-        raise QuenchError("bubblewrap (bwrap) is not installed or cannot create namespaces here")
-    log.warning("bubblewrap unavailable: programs run with rlimits only (no namespaces)")
-    return "rlimits"
+    reasons = f"{bwrap_problem}, and {drop_problem}" if bwrap_problem else drop_problem
+    if not allow_unconfined:
+        raise QuenchError(f"cannot confine the programs to run: {reasons}; unconfined, they could read, change and "
+                          f"delete your files and kill your processes. To fix it: {FIX_HINT}")
+    log.warning("UNCONFINED SANDBOX (opted in): %s; programs run as uid %d and can read, change and delete its "
+                "files", reasons, os.geteuid())
+    return "unconfined"
 
 
-@functools.lru_cache(maxsize=1)
-def bwrap_works() -> bool:
-    """Self-test: bwrap starts our Python as nobody with no network (cached per process)."""
-    if shutil.which("bwrap") is None:
-        return False
+def bwrap_works(python: str | None = None) -> bool:
+    """Whether bubblewrap confines programs run by `python` here (its self-test passes)."""
+    return bwrap_problem_for(python or python_executable()) is None
+
+
+def bwrap_problem_for(python: str) -> str | None:
+    """Why bubblewrap cannot confine programs run by `python` here, or None when it can."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    return _bwrap_self_test(bwrap, python)
+
+
+@functools.lru_cache(maxsize=8)
+def _bwrap_self_test(bwrap: str, python: str) -> str | None:
+    """Start `python` under bwrap as nobody with no network (cached per process)."""
     check = (
         "import os, socket\n"
         f"assert os.getuid() == {NOBODY}\n"
         "try:\n    socket.create_connection(('10.255.255.1', 9), timeout=0.5)\n"
         "except OSError:\n    pass\nelse:\n    raise SystemExit('network reachable')\n"
     )
-    command = bwrap_args(SandboxLimits()) + [python_executable(), "-s", "-P", "-c", check]
+    command = bwrap_args(SandboxLimits(), python, bwrap) + [python, "-s", "-P", "-c", check]
     try:
         done = subprocess.run(command, env=WORKER_ENV, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
-        log.info("bwrap self-test failed to run: %s", err)
-        return False
-    if done.returncode != 0:
-        log.info("bwrap self-test failed (%d): %s", done.returncode, done.stderr.decode(errors="replace")[-500:])
-    return done.returncode == 0
+        return f"bubblewrap's self-test did not run ({err})"
+    if done.returncode == 0:
+        return None
+    tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+    return f"bubblewrap's self-test failed ({tail[0][:200]})"
+
+
+def drop_problem_for(python: str) -> str | None:
+    """Why programs run by `python` cannot drop to nobody here, or None when they can."""
+    if os.geteuid() != 0:
+        return f"quench runs as uid {os.geteuid()}, which cannot switch programs to another user"
+    for path in python_dirs(python):
+        blocked = _hidden_from_others(path)
+        if blocked is not None:
+            return f"the nobody user cannot read the Python environment ({blocked} is not readable by others)"
+    return None
+
+
+def run_uid(isolation: Isolation) -> int | None:
+    """The uid the fork server switches programs to: nobody in "rlimits" mode, else none."""
+    return NOBODY if isolation == "rlimits" else None
 
 
 def python_executable() -> str:
@@ -116,22 +169,43 @@ def python_executable() -> str:
     return sys.executable
 
 
-def python_dirs() -> list[str]:
+@functools.lru_cache(maxsize=8)
+def _prefixes(python: str) -> tuple[str, ...]:
+    """`python`'s sys.prefix (its venv) and sys.base_prefix (its stdlib)."""
+    if python == sys.executable:
+        return (sys.prefix, sys.base_prefix)
+    script = "import sys; print(sys.prefix); print(sys.base_prefix)"
+    try:
+        done = subprocess.run([python, "-s", "-P", "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise QuenchError(f"{python}: cannot run this Python interpreter ({err})") from None
+    return tuple(done.stdout.split())
+
+
+def python_dirs(python: str | None = None) -> list[str]:
     """Directories the sandboxed interpreter needs: its prefix (stdlib), the venv (site-packages)."""
-    executable = python_executable()
-    candidates = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(executable))}
-    candidates.add(os.path.dirname(os.path.abspath(executable)))
+    python = python or python_executable()
+    candidates = {*_prefixes(python), os.path.dirname(os.path.realpath(python)), os.path.dirname(os.path.abspath(python))}
     kept: list[str] = []
     for path in sorted(os.path.realpath(p) for p in candidates):
-        inside = [parent for parent in (*SYSTEM_DIRS, *kept) if path == parent or path.startswith(parent + "/")]
-        if not inside:
+        if not any(path == parent or path.startswith(parent + "/") for parent in (*SYSTEM_DIRS, *kept)):
             kept.append(path)
     return kept
 
 
-def bwrap_args(limits: SandboxLimits) -> list[str]:
+def scratch_binds(python: str) -> list[str]:
+    """Top-level entries of SCRATCH that hold the interpreter: bound read-only over the scratch tmpfs.
+
+    Binding the whole entry (not only the venv inside it) leaves programs no way to rename or
+    lock the path to the interpreter; the fork server leaves these entries alone when it wipes.
+    """
+    inside = [path[len(SCRATCH) + 1 :] for path in python_dirs(python) if path.startswith(SCRATCH + "/")]
+    return sorted({f"{SCRATCH}/{relative.split('/')[0]}" for relative in inside})
+
+
+def bwrap_args(limits: SandboxLimits, python: str, bwrap: str = "bwrap") -> list[str]:
     """bwrap options: nobody, new namespaces, read-only system and Python dirs, tmpfs scratch."""
-    args = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY), "--gid", str(NOBODY)]
     # --as-pid-1: the fork server is the namespace's init, so a program cannot kill or stop it
     # (init ignores signals from inside its namespace), orphans come to it, and bwrap leaves no
     # zombie behind (without it, bwrap's own init is left for the host's pid 1 to reap).
@@ -143,44 +217,41 @@ def bwrap_args(limits: SandboxLimits) -> list[str]:
             args += ["--ro-bind", path, path]
     for path in ETC_FILES:
         args += ["--ro-bind-try", path, path]
-    for path in python_dirs():
-        args += ["--ro-bind", path, path]
     scratch = str(limits.scratch_mb * 1024 * 1024)
-    args += ["--size", scratch, "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+    args += ["--size", scratch, "--tmpfs", SCRATCH, "--proc", "/proc", "--dev", "/dev"]
+    # After the scratch tmpfs, so that an interpreter under /tmp (a clone there) is not hidden by it.
+    outside = [path for path in python_dirs(python) if not path.startswith(SCRATCH + "/")]
+    for path in [*outside, *scratch_binds(python)]:
+        args += ["--ro-bind", path, path]
     args += ["--size", scratch, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
-    return args + ["--chdir", "/tmp"]
+    return args + ["--chdir", SCRATCH]
 
 
-@functools.lru_cache(maxsize=2)
-def run_uid(isolation: Isolation) -> int | None:
-    """The uid programs run as in "rlimits" mode: nobody when we are root and it can run Python."""
-    if isolation != "rlimits" or os.geteuid() != 0:
-        return None
-    if all(_others_can_read(path) for path in python_dirs()):
-        return NOBODY
-    log.warning("the Python interpreter is not readable by nobody: sandboxed programs run as root")
-    return None
-
-
-def _others_can_read(path: str) -> bool:
-    """Whether a user with no ownership can traverse every directory down to `path`."""
+def _hidden_from_others(path: str) -> str | None:
+    """The first directory on the way to `path` that a user with no ownership cannot pass, or None."""
     current = Path(path)
-    for directory in (current, *current.parents):
-        mode = directory.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            return False
-    return bool(current.stat().st_mode & stat.S_IROTH)
+    for directory in reversed((current, *current.parents)):
+        if not directory.stat().st_mode & stat.S_IXOTH:
+            return str(directory)
+    return None if current.stat().st_mode & stat.S_IROTH else str(current)
 
 
-def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1) -> list[str]:
+def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1, python: str | None = None) -> list[str]:
     """The command that starts one fork-server worker; its config travels as a JSON argument."""
+    python = python or python_executable()
     config = {
         **asdict(limits),
         "cpu_seconds": limits.cpu_seconds,
         # RLIMIT_NPROC counts every process and thread of the uid, and all workers share one.
         "nproc": limits.max_processes * workers,
-        "mode": isolation,
+        "mode": "bwrap" if isolation == "bwrap" else "rlimits",
         "run_uid": run_uid(isolation),
+        "keep": scratch_binds(python) if isolation == "bwrap" else [],
     }
-    python = [python_executable(), "-s", "-P", "-c", FORKSERVER_SOURCE.read_text(encoding="utf-8"), json.dumps(config)]
-    return (bwrap_args(limits) + python) if isolation == "bwrap" else python
+    command = [python, "-s", "-P", "-c", FORKSERVER_SOURCE.read_text(encoding="utf-8"), json.dumps(config)]
+    if isolation != "bwrap":
+        return command
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise QuenchError("bubblewrap (bwrap) is no longer installed")
+    return bwrap_args(limits, python, bwrap) + command
