@@ -11,7 +11,7 @@ from quench import __version__
 from quench.cli.common import check_sandbox, release_run_dirs
 from quench.errors import QuenchError
 
-SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft", "doctor")
+SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft", "doctor", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:
