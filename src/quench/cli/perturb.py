@@ -8,7 +8,6 @@ from pathlib import Path
 from quench.datasets import load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.cli.common import add_unconfined_arg
-from quench.cli.common import add_unconfined_arg
 from quench.execution import SandboxLimits, SandboxPool
 from quench.perturbations import base
 from quench.perturbations.pipeline import PerturbationSet, perturb_problems, write_set
@@ -34,7 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-validate", action="store_true", help="skip the meaning check (keep every variant)")
     parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per validation program")
-    add_unconfined_arg(parser)
     add_unconfined_arg(parser)
     parser.set_defaults(handler=run)
 
