@@ -36,6 +36,7 @@ NOMINAL_PARTIAL = ("nominal", "partial")
 VARIANTS_FILE = "variants.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILE = "executions.jsonl"
+ELAPSED_FILE = "elapsed.json"  # wall seconds spent on the run directory, summed over resumed runs
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,18 @@ def make_examples(
     return examples
 
 
+def add_elapsed(out: Path, seconds: float) -> float:
+    """Add this run's wall seconds to the run directory's total and return the total (rounded to 0.1 s)."""
+    path = out / ELAPSED_FILE
+    try:
+        before = float(json.loads(path.read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        before = 0.0
+    total = round(before + seconds, 1)
+    path.write_text(json.dumps({"seconds": total}) + "\n")
+    return total
+
+
 def run_robustness(
     problems: Sequence[Problem],
     config: RobustnessConfig,
@@ -271,6 +284,6 @@ def run_robustness(
         "units": len(units), "distinct_prompts": len(prompts), "samples": len(prompts) * config.n,
         "programs": len(units) * config.n, "distinct_programs": len(jobs),
         "generated_tokens": sum(r.get("num_tokens", 0) for r in records),
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": add_elapsed(out, time.perf_counter() - started),
     }
     return RobustnessOutcome(metrics, run, examples, stats)
