@@ -14,7 +14,7 @@ from quench.errors import QuenchError
 from quench.models import encode_prompt, format_prompt, load_model
 from quench.perturbations.base import CATEGORIES, names, perturbation_class
 from quench.robustness.pipeline import Progress, RobustnessConfig, run_robustness
-from quench.robustness.report import write_report
+from quench.robustness.report import console_summary, write_report
 
 # The embedded default: a HumanEval subset and transformation set that finish in minutes on a 2-core
 # CPU with the default model (5.5 min measured, see docs/benchmarks.md).
@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
                               loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule)
     out = args.out or default_out(args)
-    settings = {"model": args.model, "dtype": args.dtype, "prompt_format": loaded.prompt_format,
+    settings = {"model": args.model, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
+                "prompt_format": loaded.prompt_format,
                 "benchmark": args.benchmark, "split": args.split, "tasks": [p.task_id for p in problems],
                 "transforms": list(transforms), "seeds": args.seeds, "n": args.samples,
                 "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
@@ -113,18 +114,11 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
     run_info = {**settings, "tasks": f"{len(problems)} problems: {problems[0].task_id} … {problems[-1].task_id}",
                 "backend": args.backend, "isolation": pool.isolation, **outcome.stats}
-    write_report(out, outcome.metrics, outcome.examples, run_info)
+    write_report(out, outcome.metrics, outcome.examples, run_info, run=outcome.run)
     print_table(outcome, out)
     return 0
 
 
 def print_table(outcome, out: Path) -> None:
-    k = outcome.metrics.ks[0]
-    nominal = outcome.metrics.nominal_pass
-    print(f"nominal pass@{k}: full prompt {nominal.get('full', {}).get(k, 0):.3f}, partial prompt {nominal.get('partial', {}).get(k, 0):.3f}")
-    print(f"{'category':<16}{'RP@' + str(k):>8}{'RD@' + str(k):>8}{'RR@' + str(k):>8}")
-    for group in outcome.metrics.categories:
-        drop = group.robust_drop[k]
-        print(f"{group.name:<16}{group.robust_pass[k]:>8.3f}{'n/a' if drop is None else f'{drop:.3f}':>8}{group.robust_relative[k]:>8.3f}")
-    print(f"{outcome.stats['distinct_prompts']} distinct prompts generated, {outcome.stats['distinct_programs']} distinct programs run, {outcome.stats['seconds']} s")
+    print("\n".join(console_summary(outcome.metrics, outcome.stats)))
     print(f"report: {out / 'report.html'} (also report.md, metrics.json)")
