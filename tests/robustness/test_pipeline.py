@@ -53,6 +53,17 @@ def test_report_files_and_dedup(tiny_model_dir, tmp_path):
     assert len(programs) == len(set(programs))
     names = {g["name"] for g in metrics(out)["transformations"]}
     assert names == set(TRANSFORMS.split(","))
+    config = json.loads((out / "config.json").read_text())
+    assert config["dtype"] in ("float32", "bfloat16")  # the dtype "auto" resolved to, as run_info shows
+    run_info = json.loads((out / "metrics.json").read_text())["run_info"]
+    assert run_info["dtype"] == config["dtype"] and run_info["seconds"] > 0
+    outcomes = json.loads((out / "outcomes.json").read_text())
+    assert sorted(outcomes["nominal_full"]) == [f"HumanEval/{i}" for i in range(4)]
+    assert "nominal pass@1 (%, 95% interval): full prompt" in output.lower()
+    again = robustness(tiny_model_dir, out)  # everything is done: the resumed run only reports
+    assert again.wait(timeout=600) == 0
+    # seconds add up over resumes: the nothing-to-do rerun reports the total, not its own ~0 s
+    assert json.loads((out / "metrics.json").read_text())["run_info"]["seconds"] >= run_info["seconds"] > 0
 
 
 @pytest.mark.slow
@@ -77,3 +88,12 @@ def test_sigkill_at_any_point_then_resume_gives_the_same_metrics(tiny_model_dir,
     for name, key in (("samples.jsonl", "prompt_id"), ("executions.jsonl", "program_id")):
         keys = records(out / name, key)
         assert len(keys) == len(set(keys)) == len(records(tmp_path / "whole" / name, key))  # nothing twice, nothing lost
+
+
+def test_elapsed_seconds_add_up_over_resumed_runs(tmp_path):
+    from quench.robustness.pipeline import add_elapsed
+
+    assert add_elapsed(tmp_path, 2.04) == 2.0
+    assert add_elapsed(tmp_path, 1.5) == 3.5
+    (tmp_path / "elapsed.json").write_text("{torn")
+    assert add_elapsed(tmp_path, 1.0) == 1.0  # an unreadable total starts again rather than failing the run
