@@ -37,6 +37,7 @@ class Perturbation(ABC):
     description: ClassVar[str]
     randomized: ClassVar[bool] = True  # False: every seed gives the same variant
     model_based: ClassVar[bool] = False  # needs a causal LM (slow; opt-in on the command line)
+    splits_itself: ClassVar[bool] = False  # code categories: takes the full problem, not the partial one
 
     @abstractmethod
     def apply(self, problem: Problem, rng: random.Random) -> Problem:
@@ -66,7 +67,8 @@ def register_recode(cls: P) -> P:
 def _load_all() -> None:
     # Importing the modules fills the registries; done lazily to avoid import cycles.
     from quench.perturbations import (  # noqa: F401
-        code_format, code_syntax, docstring, function_name, model_based, recode_code_format, renaming,
+        code_format, code_syntax, docstring, function_name, model_based, recode_code_format, recode_code_syntax,
+        renaming,
     )
 
 

@@ -118,13 +118,15 @@ def perturb_problems(
         cls = perturbation_class(name)
         kwargs = {"model": model} if cls.model_based and model is not None else {}
         perturbation = create(name, profile.name, **kwargs)
-        inputs = partials if cls.category in (CODE_SYNTAX, CODE_FORMAT) else problems
+        code = cls.category in (CODE_SYNTAX, CODE_FORMAT)
         start = time.perf_counter()
-        produced[name] = apply_all(perturbation, inputs, seed_list)
+        produced[name] = apply_all(perturbation, partials if code and not perturbation.splits_itself else problems,
+                                   seed_list)
         seconds[name] = time.perf_counter() - start
         log.info("%s: %d variants in %.2f s", name, len(problems) * len(seed_list), seconds[name])
+        baselines = partials if code else problems
         triples += [(original, variant, cls.category)
-                    for variants in produced[name].values() for original, variant in zip(inputs, variants)]
+                    for variants in produced[name].values() for original, variant in zip(baselines, variants)]
     start = time.perf_counter()
     if validate_variants:
         verdicts = validate(triples, pool)

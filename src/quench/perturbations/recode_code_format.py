@@ -203,6 +203,7 @@ class RecodeFormat(Perturbation):
 
     category = CODE_FORMAT
     randomized = False
+    splits_itself = True  # takes the full problem and makes ReCode's partial prompt itself
 
     def apply(self, problem: Problem, rng: random.Random) -> Problem:
         partial = recode_partial_problem(problem)
