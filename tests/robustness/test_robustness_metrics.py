@@ -42,8 +42,8 @@ def test_greedy_worst_case_over_two_seeds():
     assert g.robust_pass == {1: pytest.approx(1 / 3)}  # worst case: only P1 passes in both seeds
     assert g.robust_drop == {1: pytest.approx(0.5)}  # (2/3 − 1/3) / (2/3)
     assert g.relative_worse == {1: pytest.approx(1 / 3)}  # P2: pass → fail under s0
-    # P3 fails nominally and passes under s1 (fails under s0): it changed, so it counts. ReCode's
-    # released greedy code compares the nominal with the all-seeds AND only and would miss it.
+    # P3 fails nominally and passes under s1 (fails under s0): it changed, so it counts (its best
+    # case differs from the nominal result, as in ReCode's report code).
     assert g.relative_better == {1: pytest.approx(1 / 3)}
     assert g.robust_relative == {1: pytest.approx(2 / 3)}  # P2 and P3 changed
     assert (g.seeds, g.problems, g.variants_total, g.variants_valid) == ((0, 1), 3, 6, 6)
