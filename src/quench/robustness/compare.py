@@ -258,7 +258,8 @@ def render_html(rows: Sequence[CompareRow], a: Path, b: Path, bootstrap: Bootstr
 
 
 PLOT_CAPTION = ("B − A for each row in percentage points with its 95% paired bootstrap interval; right of 0: B "
-                "higher. For RD and RR lower is more robust.")
+                "higher (for RD and RR lower is more robust). Blue: B better, red: B worse, grey: no detectable "
+                "difference.")
 
 
 def method_text(bootstrap: BootstrapConfig) -> str:
@@ -274,7 +275,8 @@ def write_comparison(out: Path, rows: Sequence[CompareRow], a: Path, b: Path, bo
     from quench.robustness.plots import plot_differences
 
     out.mkdir(parents=True, exist_ok=True)
-    png = plot_differences([f"{r.group}: {r.metric}" for r in rows], [r.difference for r in rows]) if rows else None
+    png = plot_differences([f"{r.group}: {r.metric}" for r in rows], [r.difference for r in rows],
+                           [r.verdict for r in rows]) if rows else None
     files = {
         "compare.md": render_markdown(rows, a, b, bootstrap, "compare.png" if png else None),
         "compare.html": render_html(rows, a, b, bootstrap, png),

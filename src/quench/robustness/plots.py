@@ -193,17 +193,21 @@ def report_plots(metrics: RobustnessMetrics, k: int) -> dict[str, bytes]:
     return plots
 
 
-def plot_differences(labels: list[str], differences: list[Interval]) -> bytes:
-    """One row per comparison row: B − A in percentage points with its interval; rows without one are marked."""
+VERDICT_COLOR = {"B better": ROBUST_COLOR, "B worse": DROP_COLOR}
+
+
+def plot_differences(labels: list[str], differences: list[Interval], verdicts: list[str]) -> bytes:
+    """One row per comparison row: B − A in percentage points with its interval, coloured by verdict
+    (blue: B better, red: B worse, grey: no detectable difference); rows without an interval are marked."""
     figure = _figure(7.0, 1.0 + 0.32 * max(len(labels), 1))
     axes = figure.add_subplot()
     y = np.arange(len(labels))[::-1]
-    for row, interval in zip(y, differences):
+    for row, interval, verdict in zip(y, differences, verdicts):
         if interval.point is None or interval.low is None or interval.high is None:
             axes.text(0, row, interval.note or "n/a", ha="center", va="center", fontsize=8, color="#666666")
             continue
         point, low, high = 100.0 * interval.point, 100.0 * interval.low, 100.0 * interval.high
-        color = "#444444" if low <= 0 <= high else ROBUST_COLOR
+        color = VERDICT_COLOR.get(verdict, "#666666")
         axes.errorbar(point, row, xerr=[[point - low], [high - point]], fmt="o", color=color, capsize=3, markersize=4)
     axes.axvline(0, color="#999999", linewidth=0.8, linestyle="--")
     axes.set_yticks(y, labels, fontsize=8)
