@@ -150,3 +150,18 @@ def test_perturbed_samples_without_the_runs_variants_are_refused(tmp_path, capsy
     assert evaluate(path, tmp_path / "out") == 2
     assert "need the run's variants.jsonl beside them" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_result_is_reused_only_for_the_same_program_and_only_the_inputs_samples_count(tmp_path, problems):
+    right = [{"task_id": p.task_id, "completion": p.canonical_solution} for p in problems]
+    wrong = [{"task_id": p.task_id, "completion": "    return None\n"} for p in problems[:2]]
+    for name, rows in (("right", right), ("wrong", wrong)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert evaluate(tmp_path / "right.jsonl", out) == 0
+    assert evaluate(tmp_path / "wrong.jsonl", out) == 0  # same task ids and indices, other programs
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_samples"] == 2 and summary["pass_at_k"]["pass@1"] == 0.0
+    assert evaluate(tmp_path / "right.jsonl", out) == 0  # all three on disk already: nothing runs again
+    assert len((out / "results.jsonl").read_text().splitlines()) == 5
+    assert json.loads((out / "summary.json").read_text())["pass_at_k"]["pass@1"] == 1.0

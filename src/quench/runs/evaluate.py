@@ -7,6 +7,7 @@ problem, with its own prompt, entry point and tests (docs/robustness.md).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -84,22 +85,28 @@ def execute_pending(
     path: Path,
     on_result: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Run each (fields, program) job whose key is not yet in `path`; append one record per result."""
-    results = resume_log(path, (*key_fields, "outcome", "passed"))
-    done = {tuple(r[f] for f in key_fields) for r in results}
-    todo = [(fields, program) for fields, program in jobs if tuple(fields[f] for f in key_fields) not in done]
-    log.info("%d results on disk, %d programs to execute", len(done), len(todo))
+    """Run each (fields, program) job whose key is not yet in `path`; append one record per result.
+
+    Returns one record per job: a record on disk that no job asks for (another input evaluated
+    into the same directory) stays in the file but is not counted.
+    """
+    def key(record: dict) -> tuple:
+        return tuple(record.get(f) for f in key_fields)
+
+    on_disk = {key(r): r for r in resume_log(path, ("outcome", "passed"))}
+    todo = [(fields, program) for fields, program in jobs if key(fields) not in on_disk]
+    log.info("%d results on disk, %d programs to execute", len(on_disk), len(todo))
     out = JsonlAppender(path)
     try:
         for index, result in pool.imap((i, program) for i, (_, program) in enumerate(todo)):
             record = result_record(todo[index][0], result)
             out.write(record)
-            results.append(record)
+            on_disk[key(record)] = record
             if on_result:
                 on_result(record)
     finally:
         out.close()
-    return results
+    return [on_disk[key(fields)] for fields, _ in jobs]
 
 
 def execute_samples(
@@ -109,14 +116,18 @@ def execute_samples(
     path: Path,
     on_result: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Run every sample not yet in `path`; an empty completion is recorded as the sample's failure."""
-    key_fields = ("task_id", "variant", "sample_index") if any("variant" in s for s in samples) else ("task_id", "sample_index")
-    jobs = [
-        ({f: s.get(f, "") for f in key_fields},
-         program_for(problems[problem_key(s)], s["completion"], s.get("solution", "")))
-        for s in samples
-    ]
-    return execute_pending(jobs, key_fields, pool, path, on_result)
+    """Run every sample not yet in `path`; an empty completion is recorded as the sample's failure.
+    A result is reused only for the same sample and the same program (`program_id`)."""
+    names = ("task_id", "variant", "sample_index") if any("variant" in s for s in samples) else ("task_id", "sample_index")
+    jobs = []
+    for s in samples:
+        program = program_for(problems[problem_key(s)], s["completion"], s.get("solution", ""))
+        jobs.append(({**{f: s.get(f, "") for f in names}, "program_id": program_id(program)}, program))
+    return execute_pending(jobs, (*names, "program_id"), pool, path, on_result)
+
+
+def program_id(program: str) -> str:
+    return hashlib.sha256(program.encode()).hexdigest()[:20]
 
 
 def score(results: Sequence[dict], ks: Sequence[int], skipped: int = 0) -> Summary:
