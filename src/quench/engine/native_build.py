@@ -164,11 +164,11 @@ def unit_flags(name: str) -> list[str]:
     return [*flags, *WARNINGS, *(["-Werror"] if strict() else [])]
 
 
-def cpu_identity() -> str:
+def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """What a -march=native build depends on: x86's `flags` line or ARM's `Features` line of /proc/cpuinfo,
     else the processor name where /proc/cpuinfo is missing."""
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+        with open(cpuinfo, encoding="ascii", errors="replace") as handle:
             for line in handle:
                 if line.startswith(("flags", "Features")):
                     return line.strip()
@@ -187,16 +187,18 @@ def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
 
 
-def cache_key(compiler: str, header: Header) -> str:
+def cache_key(compiler: str, header: Header, cpu: str) -> str:
+    """The library's name in the cache: its sources, every unit's flags, the compiler and the CPU (cpu_identity)."""
     sources = "".join(path.name + path.read_text() for path in sorted(CSRC.glob("*.[ch]")))
     flags = repr([(name, unit_flags(name)) for name in UNITS]) + repr(sorted(OPENMP))
-    identity = compiler + platform.machine() + cpu_identity()
+    identity = compiler + platform.machine() + cpu
     return hashlib.sha256((sources + flags + identity + header.digest).encode()).hexdigest()[:16]
 
 
-def build(cache_dir: Path) -> BuildResult:
-    """Build (or reuse from cache_dir) and load the kernels; a failure is logged with the compiler's message."""
-    system = platform.system()
+def build(cache_dir: Path, system: str | None = None) -> BuildResult:
+    """Build (or reuse from cache_dir) and load the kernels; a failure is logged with the compiler's message.
+    system: the OS name as platform.system() gives it (the kernels are built on Linux only)."""
+    system = platform.system() if system is None else system
     if system != "Linux":
         reason = f"native kernels are built on Linux only (this is {'macOS' if system == 'Darwin' else system})"
         log.info("%s; using PyTorch's kernels", reason)
@@ -207,7 +209,7 @@ def build(cache_dir: Path) -> BuildResult:
         log.warning("%s; using PyTorch's kernels", reason)
         return BuildResult(None, reason, march())
     header = parse_header(HEADER.read_text())
-    target = cache_dir / f"quench-native-{cache_key(compiler, header)}.so"
+    target = cache_dir / f"quench-native-{cache_key(compiler, header, cpu_identity())}.so"
     try:
         openmp = _ensure_built(compiler, header, target)
         return BuildResult(NativeLibrary(ctypes.CDLL(str(target)), header, target, openmp), "", march())
@@ -216,7 +218,15 @@ def build(cache_dir: Path) -> BuildResult:
         if strict():
             raise NativeBuildError(f"the native kernels failed to build: {message}") from error
         log.warning("the native kernels failed to build; using PyTorch's kernels. The compiler said:\n%s", message)
-        return BuildResult(None, f"build failed: {message.splitlines()[-1] if message else error}", march())
+        return BuildResult(None, f"build failed: {_first_error(error, message)}", march())
+
+
+def _first_error(error: Exception, message: str) -> str:
+    """The compiler's first error line (else its last line), after the source it was compiling."""
+    lines = message.splitlines()
+    first = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else str(error))
+    source = next((Path(arg).name for arg in getattr(error, "cmd", ()) if str(arg).endswith(".c")), "")
+    return f"{source}: {first}" if source else first
 
 
 def _ensure_built(compiler: str, header: Header, target: Path) -> bool:
@@ -228,9 +238,7 @@ def _ensure_built(compiler: str, header: Header, target: Path) -> bool:
     try:
         _compile(compiler, header, target, openmp=True)
         return True
-    except subprocess.CalledProcessError as error:
-        if "openmp" not in error.stderr.lower() and "omp" not in error.stderr.lower():
-            raise
+    except subprocess.CalledProcessError as error:  # a failure without OpenMP too is reported with its own message
         log.info("building the native kernels with OpenMP failed (%s); building them single-threaded", error.stderr[-300:])
     target.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
