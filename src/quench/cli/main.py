@@ -10,6 +10,7 @@ import sys
 from quench import __version__
 from quench.cli.common import check_sandbox, release_run_dirs
 from quench.errors import QuenchError
+from quench.threads import configure_threads, prepare_openmp
 
 SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft", "doctor", "compare")
 
@@ -19,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"quench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch CPU threads (default: torch's, one per core); 1 on a machine shared with other jobs")
+                        help="torch CPU threads (default: one per CPU not busy with other work when the command starts)")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
         try:
@@ -33,17 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def set_threads(threads: int | None) -> None:
-    """On a busy machine one thread per process beats torch's default by far (a waiting sibling stalls each op)."""
-    if threads is None:
-        return
-    if threads < 1:
-        raise QuenchError(f"--threads must be at least 1, got {threads}")
-    import torch
-
-    torch.set_num_threads(threads)
+    """--threads, else a default that holds on a busy machine (quench.threads)."""
+    configure_threads(threads)
 
 
 def main(argv: list[str] | None = None) -> int:
+    prepare_openmp()  # read when torch loads
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -1,0 +1,108 @@
+"""A small robustness job on a quiet machine and next to one CPU-bound process, side by side.
+
+Runs the same fixed `quench robustness` job (HumanEval 0-3, two transformations, greedy, short
+answers; the default model) as a fresh run each time, with quench's default threads and with
+`--threads 1`, first alone and then while one other process spins on a CPU, and prints the wall
+times and the ratios: loaded / quiet per setting (target <= 1.6), and default / --threads 1 per
+condition (target <= 1.0). `--torch-default` adds torch's own default (one thread per CPU,
+OpenMP threads spin while they wait) for reference.
+
+Usage: python benchmarks/busy_machine.py [--tasks 0-3] [--max-new-tokens 64] [--torch-default]
+A machine that other jobs already share is not quiet: the printed load says how busy it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TRANSFORMS = "FuncRenameCamelCase,new_line_afterdoc"  # deterministic: one variant per problem each
+SPIN = "while True:\n    pass\n"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    flags: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def settings(torch_default: bool) -> list[Setting]:
+    chosen = [Setting("default", ()), Setting("--threads 1", ("--threads", "1"))]
+    if torch_default:
+        cpus = str(len(os.sched_getaffinity(0)))
+        chosen.append(Setting("torch default", ("--threads", cpus), (("OMP_WAIT_POLICY", "ACTIVE"),)))
+    return chosen
+
+
+def job(args: argparse.Namespace, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "quench.cli.main", "robustness", "--tasks", args.tasks, "--transforms", TRANSFORMS,
+        "--seeds", "1", "--max-new-tokens", str(args.max_new_tokens), "--out", str(out), "--overwrite",
+    ]
+
+
+def timed_run(args: argparse.Namespace, setting: Setting, scratch: Path) -> float:
+    """Wall seconds of one fresh run of the job under `setting`."""
+    out = scratch / f"run-{time.monotonic_ns()}"
+    command = job(args, out)
+    command[3:3] = list(setting.flags)  # global flags go before the subcommand
+    env = {key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    env.update(setting.env)
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def run_condition(args: argparse.Namespace, chosen: list[Setting], scratch: Path, loaded: bool) -> dict[str, float]:
+    competitor = subprocess.Popen([sys.executable, "-c", SPIN]) if loaded else None
+    try:
+        return {setting.name: timed_run(args, setting, scratch) for setting in chosen}
+    finally:
+        if competitor is not None:
+            competitor.kill()
+            competitor.wait()
+
+
+def print_table(quiet: dict[str, float], loaded: dict[str, float], loads: tuple[str, str]) -> None:
+    print(f"load average before each condition: quiet {loads[0]}, loaded {loads[1]} (1, 5, 15 min)")
+    print(f"{'setting':<16}{'quiet s':>10}{'loaded s':>10}{'loaded/quiet':>14}")
+    for name in quiet:
+        print(f"{name:<16}{quiet[name]:>10.1f}{loaded[name]:>10.1f}{loaded[name] / quiet[name]:>13.2f}x")
+    print(f"default / --threads 1: quiet {quiet['default'] / quiet['--threads 1']:.2f}x, "
+          f"loaded {loaded['default'] / loaded['--threads 1']:.2f}x (target <= 1.00x; loaded/quiet target <= 1.60x)")
+
+
+def load_average() -> str:
+    return " ".join(open("/proc/loadavg", encoding="ascii").read().split()[:3])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default="0-3")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--torch-default", action="store_true", help="also time torch's own thread default")
+    args = parser.parse_args()
+    chosen = settings(args.torch_default)
+    with tempfile.TemporaryDirectory(prefix="quench-busy-") as scratch:
+        timed_run(args, chosen[0], Path(scratch))  # warm the file cache and the native kernel build
+        loads = [load_average()]
+        quiet = run_condition(args, chosen, Path(scratch), loaded=False)
+        loads.append(load_average())
+        loaded = run_condition(args, chosen, Path(scratch), loaded=True)
+    print(f"job: quench robustness --tasks {args.tasks} --transforms {TRANSFORMS} --seeds 1 "
+          f"--max-new-tokens {args.max_new_tokens}; {len(os.sched_getaffinity(0))} CPUs")
+    print_table(quiet, loaded, (loads[0], loads[1]))
+
+
+if __name__ == "__main__":
+    main()
