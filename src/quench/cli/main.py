@@ -12,7 +12,8 @@ from quench.cli.common import check_sandbox, release_run_dirs
 from quench.errors import QuenchError
 from quench.threads import configure_threads, prepare_openmp
 
-SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft", "doctor", "compare")
+SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft", "doctor", "compare",
+               "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,154 @@
+"""The HTTP routes: /v1/completions, /v1/chat/completions, /v1/models and /health (FastAPI)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from quench.engine.live import Finished, Tokens
+from quench.serve import protocol
+from quench.serve.protocol import APIError, ChatRequest, CompletionRequest
+from quench.serve.service import Job, Service
+
+log = logging.getLogger(__name__)
+
+DISCONNECT_POLL_S = 0.5  # a client that leaves a request without a stream is noticed this soon
+
+
+def make_app(service: Service) -> FastAPI:
+    """The app; its shutdown stops the engine (after uvicorn let in-flight requests finish)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        service.engine.stop()
+
+    app = FastAPI(title="quench", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, err: APIError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, err: Exception) -> JSONResponse:
+        log.exception("request to %s failed", request.url.path)
+        return JSONResponse(APIError(500, f"internal error: {err}", kind="server_error").body(), status_code=500)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {"id": service.config.model_name, "object": "model", "created": int(time.time()),
+                "owned_by": "quench", "max_model_len": service.config.max_model_len}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = protocol.parse_body(await request.body(), CompletionRequest)
+        jobs = service.completion_jobs(body)
+        return await respond(service, request, jobs, body, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        body = protocol.parse_body(await request.body(), ChatRequest)
+        jobs = service.chat_jobs(body)
+        return await respond(service, request, jobs, body, chat=True)
+
+    return app
+
+
+async def respond(service: Service, request: Request, jobs: Sequence[Job], body: Any, chat: bool):
+    ident = protocol.new_id("chatcmpl" if chat else "cmpl")
+    if body.stream:
+        events = service.events(jobs)
+        first = await anext(events)  # queue errors (429, 503) are still an HTTP status, not a stream event
+        return StreamingResponse(stream(service, jobs, events, first, ident, body, chat), media_type="text/event-stream")
+    return await complete(service, request, jobs, ident, chat)
+
+
+async def complete(service: Service, request: Request, jobs: Sequence[Job], ident: str, chat: bool) -> dict[str, Any]:
+    """The whole answer at once; a client that disconnects meanwhile has its rows freed."""
+    collecting = asyncio.ensure_future(collect(service, jobs, chat))
+    while not collecting.done():
+        await asyncio.wait({collecting}, timeout=DISCONNECT_POLL_S)
+        if not collecting.done() and await request.is_disconnected():
+            log.info("%s: client disconnected; its rows are freed", ident)
+            collecting.cancel()  # closes `Service.events`, which cancels the engine requests
+            raise APIError(499, "client disconnected")
+    choices, completion_tokens = collecting.result()
+    prompt_tokens = sum(len(job.request.prompt_ids) for job in jobs)
+    return protocol.envelope("chat.completion" if chat else "text_completion", ident, service.config.model_name,
+                             [choices[i] for i in sorted(choices)],
+                             {"usage": protocol.usage(prompt_tokens, completion_tokens)})
+
+
+async def collect(service: Service, jobs: Sequence[Job], chat: bool) -> tuple[dict[int, dict[str, Any]], int]:
+    """Every finished sample as an API choice (by choice index), and the tokens generated."""
+    n = jobs[0].request.n
+    choices: dict[int, dict[str, Any]] = {}
+    completion_tokens = 0
+    make = protocol.chat_choice if chat else protocol.completion_choice
+    async for index, event in service.events(jobs):
+        if isinstance(event, Finished):
+            result = event.result
+            choice = index * n + result.sample_index
+            choices[choice] = make(choice, result.text, protocol.FINISH_REASONS.get(result.finish_reason, "stop"))
+            completion_tokens += len(result.token_ids)
+    return choices, completion_tokens
+
+
+async def stream(service: Service, jobs: Sequence[Job], events: AsyncIterator, first: tuple, ident: str, body: Any,
+                 chat: bool) -> AsyncIterator[str]:
+    """Server-sent events: text deltas per choice as the engine commits tokens, then finish reasons.
+    A client that goes away cancels this generator, and with it the request's rows (`Service.events`)."""
+    n = jobs[0].request.n
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    model = service.config.model_name
+    texts = {(j, s): service.stream_for(job) for j, job in enumerate(jobs) for s in range(job.request.n)}
+    opened: set[int] = set()
+    completion_tokens = 0
+
+    def chunk(choice: int, text: str | None, reason: str | None) -> str:
+        if chat:
+            part = protocol.chat_delta(choice, text, reason, first=choice not in opened)
+            opened.add(choice)
+        else:
+            part = protocol.completion_choice(choice, text or "", reason)
+        extra = {"usage": None} if body.stream_options and body.stream_options.include_usage else None
+        return protocol.sse(protocol.envelope(kind, ident, model, [part], extra))
+
+    try:
+        pending = [first]
+        while True:
+            for index, event in pending:
+                if isinstance(event, Tokens):
+                    delta = texts[index, event.sample_index].push(event.token_ids)
+                    if delta:
+                        yield chunk(index * n + event.sample_index, delta, None)
+                elif isinstance(event, Finished):
+                    result = event.result
+                    completion_tokens += len(result.token_ids)
+                    delta = texts[index, result.sample_index].finish(result.text)
+                    reason = protocol.FINISH_REASONS.get(result.finish_reason, "stop")
+                    yield chunk(index * n + result.sample_index, delta, reason)
+            try:
+                pending = [await anext(events)]
+            except StopAsyncIteration:
+                break
+    except APIError as err:  # the engine failed or is shutting down: say so in the stream
+        yield protocol.sse(err.body())
+    finally:
+        await events.aclose()
+    if body.stream_options and body.stream_options.include_usage:
+        prompt_tokens = sum(len(job.request.prompt_ids) for job in jobs)
+        yield protocol.sse(protocol.envelope(kind, ident, model, [],
+                                             {"usage": protocol.usage(prompt_tokens, completion_tokens)}))
+    yield protocol.sse("[DONE]")

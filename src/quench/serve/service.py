@@ -1,0 +1,166 @@
+"""Between HTTP and the engine thread: prompts to token ids, API fields to engine requests, events to asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Sequence
+
+from quench.engine.live import EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull, Tokens
+from quench.engine.types import GenerationRequest, SamplingParams
+from quench.serve.protocol import APIError, ChatRequest, CompletionRequest, Message, SamplingFields
+
+COMPLETION_MAX_TOKENS = 16  # the API's default for /v1/completions; chat defaults to the rest of the context
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model_name: str  # what /v1/models lists and requests must name
+    max_model_len: int  # prompt + generated tokens of one sample, at most
+    max_n: int = 64  # samples per request, at most
+    max_waiting: int = 256  # requests queued before the engine starts them; past that: 429
+    shutdown_timeout: float = 30.0  # SIGTERM: seconds in-flight requests get to finish before they are cancelled
+
+
+@dataclass(frozen=True)
+class Job:
+    """One prompt of an API request, ready for the engine."""
+
+    request: GenerationRequest
+    sampling: SamplingParams
+
+
+class TextStream:
+    """A sample's text as it grows: new tokens in, the text safe to send out.
+
+    Held back: a trailing partial UTF-8 character, and as many characters as a stop sequence could
+    still need (the engine cuts the stop text, so text sent early could end up past the cut)."""
+
+    def __init__(self, decode: Callable[[list[int]], str], stops: Sequence[str]) -> None:
+        self.decode = decode
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.tokens: list[int] = []
+        self.sent = ""
+
+    def push(self, token_ids: Sequence[int]) -> str:
+        self.tokens.extend(token_ids)
+        text = self.decode(self.tokens).rstrip("\ufffd")
+        safe = text[: len(text) - self.hold] if self.hold else text
+        return self._advance(safe)
+
+    def finish(self, text: str) -> str:
+        return self._advance(text)
+
+    def _advance(self, text: str) -> str:
+        if len(text) <= len(self.sent) or not text.startswith(self.sent):
+            return ""
+        delta, self.sent = text[len(self.sent):], text
+        return delta
+
+
+class Service:
+    """Turns validated API requests into engine jobs and streams their events back."""
+
+    def __init__(self, engine: LiveEngine, tokenizer: Any, config: ServeConfig) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.config = config
+
+    def check_common(self, body: SamplingFields) -> None:
+        if body.model != self.config.model_name:
+            raise APIError(404, f"the model `{body.model}` does not exist; this server serves "
+                                f"`{self.config.model_name}`", param="model", code="model_not_found")
+        if body.n > self.config.max_n:
+            raise APIError(400, f"n: at most {self.config.max_n} samples per request, got {body.n}", param="n")
+
+    def completion_jobs(self, body: CompletionRequest) -> list[Job]:
+        self.check_common(body)
+        if isinstance(body.prompt, str) or (body.prompt and isinstance(body.prompt[0], int)):
+            prompts = [body.prompt]
+        else:
+            prompts = list(body.prompt)
+        if not prompts:
+            raise APIError(400, "prompt: must not be empty", param="prompt")
+        ids = [self.encode_text(p) if isinstance(p, str) else self.check_ids(p) for p in prompts]
+        return [self.job(prompt_ids, body, body.max_tokens, COMPLETION_MAX_TOKENS) for prompt_ids in ids]
+
+    def chat_jobs(self, body: ChatRequest) -> list[Job]:
+        self.check_common(body)
+        prompt_ids = self.encode_chat(body.messages)
+        return [self.job(prompt_ids, body, body.max_completion_tokens or body.max_tokens, None)]
+
+    def encode_text(self, prompt: str) -> tuple[int, ...]:
+        """As `quench generate` encodes a completion-format prompt."""
+        ids = tuple(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        if not ids:
+            raise APIError(400, "prompt: must not be empty", param="prompt")
+        return ids
+
+    def check_ids(self, ids: Sequence[int]) -> tuple[int, ...]:
+        vocab = len(self.tokenizer)
+        if not ids or any(not 0 <= i < vocab for i in ids):
+            raise APIError(400, f"prompt: token ids must be a non-empty list of ids in [0, {vocab})", param="prompt")
+        return tuple(ids)
+
+    def encode_chat(self, messages: Sequence[Message]) -> tuple[int, ...]:
+        """The model's chat template with the assistant turn opened (as `quench generate` does for chat)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise APIError(400, f"messages: the model `{self.config.model_name}` has no chat template; "
+                                "use /v1/completions", param="messages")
+        turns = [{"role": m.role if m.role != "developer" else "system", "content": m.text()} for m in messages]
+        text = self.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def job(self, prompt_ids: tuple[int, ...], body: SamplingFields, max_tokens: int | None,
+            default_max: int | None) -> Job:
+        limit = self.config.max_model_len
+        room = limit - len(prompt_ids)
+        wanted = max_tokens or (min(default_max, room) if default_max is not None else room)
+        if room < 1 or wanted > room:
+            raise APIError(400, f"this model's maximum context length is {limit} tokens; the prompt has "
+                                f"{len(prompt_ids)} and max_tokens asks for {wanted if room >= 1 else 'at least 1'} "
+                                "more", param="max_tokens" if room >= 1 else "prompt", code="context_length_exceeded")
+        # each row's generator is seeded from the key: one seed gives the same samples whatever the batch
+        key = f"seed:{body.seed}" if body.seed is not None else f"request:{uuid.uuid4().hex}"
+        request = GenerationRequest(key, prompt_ids, body.n, body.stop_sequences())
+        return Job(request, SamplingParams(body.temperature, body.top_p, body.top_k, wanted, seed=0))
+
+    async def events(self, jobs: Sequence[Job]) -> AsyncIterator[tuple[int, LiveEvent]]:
+        """(job index, event) until every sample of every job finished; cancels what is left if closed early."""
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[tuple[int, LiveEvent]] = asyncio.Queue()
+        tickets: list[int] = []
+        remaining = sum(job.request.n for job in jobs)
+        try:
+            for index, job in enumerate(jobs):
+                sink = (lambda i: lambda event: loop.call_soon_threadsafe(inbox.put_nowait, (i, event)))(index)
+                tickets.append(self.submit(job, sink))
+            while remaining:
+                index, event = await inbox.get()
+                if isinstance(event, Failed):
+                    raise APIError(500 if "shutting down" not in event.message else 503, event.message,
+                                   kind="server_error")
+                remaining -= isinstance(event, Finished)
+                yield index, event
+        finally:
+            if remaining:
+                for ticket in tickets:
+                    self.engine.cancel(ticket)
+
+    def submit(self, job: Job, sink: Callable[[LiveEvent], None]) -> int:
+        try:
+            return self.engine.submit(job.request, job.sampling, sink)
+        except QueueFull as err:
+            raise APIError(429, f"the server is busy: {err}; retry later", kind="rate_limit_exceeded") from None
+        except EngineStopped as err:
+            raise APIError(503, str(err), kind="server_error") from None
+
+    def stream_for(self, job: Job) -> TextStream:
+        return TextStream(self.decode, job.request.stop_sequences)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+__all__ = ["Finished", "Job", "ServeConfig", "Service", "TextStream", "Tokens"]
