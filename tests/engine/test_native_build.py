@@ -78,6 +78,8 @@ def test_the_cpu_key_reads_x86_flags_and_arm_features(tmp_path):
 
 
 def test_the_cache_key_follows_the_target_architecture(monkeypatch):
+    monkeypatch.delenv("QUENCH_NATIVE_MARCH", raising=False)
+    monkeypatch.delenv("QUENCH_NATIVE_WERROR", raising=False)
     header = parse_header(HEADER.read_text())
     native_key = cache_key("gcc", header, "flags: avx2")
     monkeypatch.setenv("QUENCH_NATIVE_MARCH", "x86-64-v2")
@@ -96,6 +98,7 @@ def test_on_macos_the_reason_is_the_os_not_a_missing_compiler(tmp_path):
 def test_a_failed_build_says_why_and_fails_loudly_when_asked(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("CC", "gcc")
     monkeypatch.setenv("QUENCH_NATIVE_MARCH", "no-such-cpu")
+    monkeypatch.delenv("QUENCH_NATIVE_WERROR", raising=False)  # first the fallback, then the failure CI asks for
     with caplog.at_level(logging.WARNING, logger="quench.engine.native_build"):
         result = build(tmp_path)
     assert result.library is None and "no-such-cpu" in result.reason
