@@ -1,4 +1,4 @@
-"""ReCode's release format: our files read back losslessly; ReCode's own quirks are undone."""
+"""ReCode's release format: our files read back losslessly; released prompts are kept byte for byte."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_reading_a_natgen_row(tmp_path: Path, runner) -> None:
     path = tmp_path / "humaneval_ForWhileTransformer_s3.jsonl"
     path.write_text(json.dumps(natgen_row()) + "\n")
     [problem] = read_recode(path)
-    assert problem.prompt == 'def f(x):\n    """Add one."""\n    y = x\n'
+    assert problem.prompt == 'def f(x):\n    """Add one."""\n    y = x\n               \n'  # byte for byte
     assert problem.canonical_solution == "    return y + 1\n"
     assert (problem.benchmark, problem.prompt_kind) == ("humaneval", "partial")
     assert dict(problem.extra) == {"perturbation": "ForWhileTransformer", "category": "code_syntax", "seed": "3",

@@ -12,6 +12,7 @@ from quench.cli import common
 from quench.cli.generate import add_output_args, stopping_config
 from quench.errors import QuenchError
 from quench.models import encode_prompt, format_prompt, load_model
+from quench.cli.perturb import add_profile_arg
 from quench.perturbations.base import CATEGORIES, names, perturbation_class
 from quench.robustness.pipeline import Progress, RobustnessConfig, run_robustness
 from quench.robustness.report import console_summary, write_report
@@ -36,6 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seeds", type=int, default=None,
                         help=f"s: variants per randomised transformation (default {DEFAULT_SEEDS}; {DEMO_SEEDS} on the default subset)")
     parser.add_argument("--perturbed-dir", type=Path, default=None, help="evaluate on ReCode's released perturbed sets")
+    parser.add_argument("--nominal-partial", type=Path, default=None,
+                        help="the partial-code baseline for --perturbed-dir (ReCode's nominal/humaneval_partial.jsonl; "
+                             "default: a *_partial.jsonl under --perturbed-dir, else the profile's split)")
+    add_profile_arg(parser)
     parser.set_defaults(handler=run, k="1")
 
 
@@ -71,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     apply_default_subset(args)
     if args.seeds < 1:
         raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
+    if args.nominal_partial is not None and not args.nominal_partial.is_file():
+        raise QuenchError(f"--nominal-partial {args.nominal_partial}: no such file")
     ks = common.parse_ks(args.k)
     if max(ks) > args.samples:
         raise QuenchError(f"--k {args.k}: pass@{max(ks)} needs at least {max(ks)} samples per prompt, got -n {args.samples}")
@@ -80,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
     stops = common.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
-                              loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule)
+                              loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule, profile=args.profile,
+                              nominal_partial=args.nominal_partial)
     out = args.out or default_out(args)
     settings = {"model": args.model, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
                 "prompt_format": loaded.prompt_format,
@@ -89,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                 "max_new_tokens": args.max_new_tokens, "seed": args.seed, "stop": list(stops),
                 "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None, **stopping_config(args),
+                "profile": args.profile, "nominal_partial": str(args.nominal_partial) if args.nominal_partial else None,
                 "unsafe_unconfined": args.unsafe_unconfined}
     common.prepare_run_dir(out, settings, args.overwrite)
     backend = common.backend_from_args(args, loaded)

@@ -3,7 +3,8 @@
 ReCode's code-syntax ("natgen") and code-format sets hold partial-code prompts and a `partial`
 key (the unperturbed program with a split-marker line); natgen sets also start
 `canonical_solution` with that marker line, and their prompts end with a whitespace-only line.
-Reading undoes both so that `prompt + canonical_solution` is the program again.
+Reading drops the marker line from the solution and keeps every prompt byte for byte (the
+whitespace-only line included): it is what ReCode's models were given.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, RECODE_CATEGORY,
 
 MARKER = "# print('@@this is the line to split##')"
 FILE_NAME = re.compile(r"^(?P<benchmark>[^_]+)_(?P<transform>.+)_s(?P<seed>\d+)\.jsonl$")
-TRAILING_BLANK_LINE = re.compile(r"\n[ \t]+\n?$")
 
 
 def file_name(benchmark: str, transform: str, seed: int) -> str:
@@ -89,9 +89,8 @@ def category_of(transform: str, path: Path) -> str:
 def problem_from_recode(row: dict, benchmark: str, transform: str, seed: str, category: str) -> Problem:
     row = dict(row)
     solution = str(row.get("canonical_solution") or "")
-    if MARKER in solution:
+    if MARKER in solution:  # the prompt stays byte for byte: it is what ReCode's models saw
         solution = "".join(line for line in solution.splitlines(keepends=True) if line.strip() != MARKER)
-        row["prompt"] = TRAILING_BLANK_LINE.sub("\n", str(row.get("prompt", "")))
         row["canonical_solution"] = solution
     if "prompt_kind" not in row:
         row["prompt_kind"] = "partial" if "partial" in row else "full"

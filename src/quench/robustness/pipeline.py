@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from quench.datasets import Problem, partial_problem
+from quench.datasets import Problem, partial_problem, read_problems
 from quench.datasets.problem import problem_from_json
 from quench.errors import QuenchError
 from quench.runs.evaluate import ProblemKey, execute_pending
@@ -25,6 +25,7 @@ from quench.runs.samples import GenerateConfig, generate_samples, read_records, 
 from quench.engine.types import Backend, SamplingParams
 from quench.perturbations.base import perturbation_class
 from quench.perturbations.pipeline import perturb_problems
+from quench.perturbations.profile import resolve_profile
 from quench.perturbations.recode_format import group_variants, read_recode
 from quench.robustness.examples import Example
 from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes, regressions, robustness_metrics
@@ -49,6 +50,8 @@ class RobustnessConfig:
     stop_sequences: tuple[str, ...] = ()
     prompt_format: str = "chat"
     perturbed_dir: Path | None = None  # ReCode's released sets instead of quench's own variants
+    profile: str = "quench"  # "recode": ReCode's own transformations and partial split (docs/perturbations.md)
+    nominal_partial: Path | None = None  # the partial-code baseline file (ReCode's nominal/*_partial.jsonl)
     stop_rule: str = "none"  # "function": stop each answer when its function is complete (docs/stopping.md)
     examples_per_category: int = 3
 
@@ -108,7 +111,8 @@ def load_or_make_variants(
         variants = variants_from_release(config.perturbed_dir, problems)
         summary: dict[str, object] = {"source": str(config.perturbed_dir)}
     else:
-        made = perturb_problems(problems, config.transforms, config.seeds, validate_variants=True, pool=pool)
+        made = perturb_problems(problems, config.transforms, config.seeds, validate_variants=True, pool=pool,
+                                profile=config.profile)
         variants, summary = made.variants, made.summary()
     (out / "perturbations.json").write_text(json.dumps(summary, indent=2) + "\n")
     staging = path.with_suffix(".tmp")
@@ -144,7 +148,39 @@ def problems_by_variant(problems: Sequence[Problem], variants: dict[tuple[str, i
     return table
 
 
-def build_units(problems: Sequence[Problem], variants: dict[tuple[str, int], list[Problem]], format_prompt: Callable[[str], str]) -> list[Unit]:
+def partial_baselines(problems: Sequence[Problem], config: RobustnessConfig) -> dict[str, Problem]:
+    """The nominal partial-code prompt of each task: from the baseline file when there is one (the
+    release's own, or the one `quench perturb` wrote beside its variants), else the profile's split."""
+    path = config.nominal_partial
+    if path is None and config.perturbed_dir is not None:
+        path = next(iter(sorted(Path(config.perturbed_dir).rglob("*_partial.jsonl"))), None)
+    split = resolve_profile(config.profile).partial
+    if path is None:
+        return {p.task_id: split(p) for p in problems}
+    released = {p.task_id: p for p in read_problems(Path(path))}
+    log.info("partial-code baseline: %s", path)
+    return {p.task_id: released[p.task_id].with_changes(prompt_kind="partial") if p.task_id in released else split(p)
+            for p in problems}
+
+
+def same_model_input(units: Sequence[Unit]) -> dict[str, int]:
+    """Per transformation, variants whose prompt differs from the nominal one but whose model input
+    (the formatted prompt) does not: a prompt format that cancels the perturbation."""
+    nominal = {(unit.group[1], unit.task_id): unit for unit in units if unit.group[0] == "nominal"}
+    counts: dict[str, int] = {}
+    for unit in units:
+        if unit.group[0] == "nominal":
+            continue
+        name = unit.group[0]
+        category = perturbation_class(name).category
+        base = nominal[("partial" if category in ("code_syntax", "code_format") else "full", unit.task_id)]
+        collapsed = unit.problem.prompt != base.problem.prompt and unit.prompt_id == base.prompt_id
+        counts[name] = counts.get(name, 0) + collapsed
+    return counts
+
+
+def build_units(problems: Sequence[Problem], variants: dict[tuple[str, int], list[Problem]], format_prompt: Callable[[str], str],
+                partials: dict[str, Problem] | None = None) -> list[Unit]:
     units = []
 
     def add(problem: Problem, group: tuple[str, str]) -> None:
@@ -152,7 +188,7 @@ def build_units(problems: Sequence[Problem], variants: dict[tuple[str, int], lis
 
     for problem in problems:
         add(problem, NOMINAL_FULL)
-        add(partial_problem(problem), NOMINAL_PARTIAL)
+        add(partials[problem.task_id] if partials else partial_problem(problem), NOMINAL_PARTIAL)
     for (name, seed), group in sorted(variants.items()):
         for variant in group:
             add(variant, (name, str(seed)))
@@ -259,7 +295,7 @@ def run_robustness(
     started = time.perf_counter()
     progress.stage("perturb")
     variants = load_or_make_variants(problems, config, pool, out)
-    units = build_units(problems, variants, format_prompt)
+    units = build_units(problems, variants, format_prompt, partial_baselines(problems, config))
     prompts = unique_prompts(units)
     progress.total(len(prompts) * config.n)
     progress.stage("generate")
@@ -281,6 +317,7 @@ def run_robustness(
     details = {(*units[u].group, units[u].task_id, i): detail[pid] for (u, i), pid in program_of.items()}
     examples = make_examples(run, units, samples, details, config.examples_per_category)
     stats = {
+        "profile": config.profile, "same_model_input": same_model_input(units),
         "units": len(units), "distinct_prompts": len(prompts), "samples": len(prompts) * config.n,
         "programs": len(units) * config.n, "distinct_programs": len(jobs),
         "generated_tokens": sum(r.get("num_tokens", 0) for r in records),
