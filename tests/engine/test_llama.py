@@ -4,8 +4,11 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from helpers import tiny_llama
+from helpers import llama_head_dim_64, tiny_llama
+from quench.engine import native
+from quench.engine.engine import EngineConfig, make_runner
 from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.native import KernelConfig
 
 
 def test_prefill_and_ragged_continuation_match_hugging_face_exactly_in_float64():
@@ -53,3 +56,16 @@ def test_a_step_past_the_cache_length_is_refused_on_every_entry_point():
         for call in (runner.forward, runner.greedy_tokens, runner.packed_logits):
             with pytest.raises(ValueError, match="cache length 16"):
                 call(cache, step, start)
+
+
+def test_the_kernel_config_reaches_every_place_a_kernel_is_chosen():
+    """EngineConfig.kernels -> make_runner -> LlamaRunner -> each Linear: AMX off everywhere when the config says
+    so, the screened head only where the config allows it (and, on CPUs with it, AMX on where asked)."""
+    model = llama_head_dim_64(torch.bfloat16)
+    off = make_runner(model, EngineConfig(kernels=KernelConfig(amx=False, screen=False)))
+    assert off.kernels == KernelConfig(amx=False, screen=False) and off.head_screen is None
+    assert not off.amx and not any(linear.amx for linear in off._projections() + [off.lm_head])
+    on = make_runner(model, EngineConfig(kernels=KernelConfig()))
+    assert on.amx == native.amx_supported() and all(linear.amx == on.amx for linear in on._projections())
+    assert KernelConfig.from_env({"QUENCH_AMX": "0"}) == KernelConfig(amx=False)
+    assert KernelConfig.from_env({"QUENCH_SCREEN": "0"}) == KernelConfig(screen=False)
