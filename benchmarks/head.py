@@ -61,7 +61,8 @@ def main() -> None:
         raise SystemExit("the screened head needs AMX int8 tiles and AVX512-BF16 (this CPU or kernel has not)")
     vocab = weight.shape[0]
     states = answer_states(loaded, args.prompts, 96)
-    whole = lambda x: native.argmax(native.small_gemm(x, packed, vocab))  # noqa: E731
+    amx = native.use_amx(native.KernelConfig.from_env())  # the whole head as the engine runs it (QUENCH_AMX=0: AVX512)
+    whole = lambda x: native.argmax(native.small_gemm(x, packed, vocab, amx=amx))  # noqa: E731
     print(f"{states.shape[0]} hidden states; threads {args.threads}")
     screened = lambda x: screen.argmax(x, max_rows=KERNEL_MAX_ROWS)  # noqa: E731  (past the engine's 16-row cap too)
     counts = torch.zeros(states.shape[0], dtype=torch.int32)
