@@ -1,20 +1,28 @@
-"""Turn a benchmark prompt into model input: the chat template for instruct models, raw otherwise."""
+"""Turn a benchmark prompt into model input: the chat template for instruct models, raw otherwise.
+
+In the chat format the prompt goes inside a ```python fence byte for byte (leading and trailing
+newlines and whitespace-only lines included), so a variant that differs from the nominal prompt
+only in whitespace (ReCode's `new_line_aftercode`, `new_lines`, ...) still reaches the model
+different; a template that trims the message only trims around the fence.
+"""
 
 from __future__ import annotations
 
 from quench.models.loading import LoadedModel
 
-CHAT_INSTRUCTION = (
-    "Complete the following Python code. Answer with the whole function in one ```python code block.\n\n"
-    "```python\n{prompt}\n```"
-)
+CHAT_INSTRUCTION = "Complete the following Python code. Answer with the whole function in one ```python code block.\n\n"
+
+
+def fenced(prompt: str) -> str:
+    """The prompt in a ```python fence; the closing fence starts a line of its own."""
+    return f"```python\n{prompt}{'' if prompt.endswith(chr(10)) else chr(10)}```"
 
 
 def format_prompt(loaded: LoadedModel, prompt: str) -> str:
     """The text the model continues: a chat turn asking for the code, or the prompt itself."""
     if loaded.prompt_format == "completion":
         return prompt
-    messages = [{"role": "user", "content": CHAT_INSTRUCTION.format(prompt=prompt.strip("\n"))}]
+    messages = [{"role": "user", "content": CHAT_INSTRUCTION + fenced(prompt)}]
     return loaded.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
