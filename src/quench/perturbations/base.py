@@ -38,10 +38,16 @@ class Perturbation(ABC):
     randomized: ClassVar[bool] = True  # False: every seed gives the same variant
     model_based: ClassVar[bool] = False  # needs a causal LM (slow; opt-in on the command line)
     splits_itself: ClassVar[bool] = False  # code categories: takes the full problem, not the partial one
+    # One generator over the whole problem list in order (ReCode's draws), not one per task: see apply_sequence.
+    sequential: ClassVar[bool] = False
 
     @abstractmethod
     def apply(self, problem: Problem, rng: random.Random) -> Problem:
         """The perturbed problem; `problem` itself when the transformation does not apply."""
+
+    def apply_sequence(self, problems: list[Problem], seed: int) -> list[Problem]:
+        """Sequential transformations: every problem in order, drawing from one generator."""
+        raise NotImplementedError(f"{self.name} is not sequential")
 
 
 P = TypeVar("P", bound=type[Perturbation])

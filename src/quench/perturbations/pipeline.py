@@ -87,6 +87,8 @@ def apply_all(perturbation: Perturbation, problems: Sequence[Problem], seeds: Se
         if not perturbation.randomized and out:
             first = next(iter(out.values()))
             out[seed] = [tag(p, perturbation, seed) for p in first]
+        elif perturbation.sequential:
+            out[seed] = [tag(p, perturbation, seed) for p in perturbation.apply_sequence(problems, seed)]
         else:
             out[seed] = [apply_seeded(perturbation, p, seed) for p in problems]
     return out

@@ -261,9 +261,19 @@ class RecodeNewLineAfterDoc(RecodeFormat):
 
 @register_recode
 class RecodeNewLines(RecodeFormat):
+    """ReCode draws from one generator seeded 42 + s over the benchmark in order, so a variant
+    equals the release's when the whole benchmark is perturbed in its order (a subset draws
+    from the start of the stream)."""
+
     name = "new_lines"
     description = "after each newline following the docstring, another with p=0.5"
     randomized = True
+    sequential = True
+    first_seed = 42  # ReCode's --rng-seed default; seed s draws from Random(42 + s)
 
     def transform(self, code: str, entry_point: str, rng: random.Random) -> str:
         return new_lines(code, entry_point, rng)
+
+    def apply_sequence(self, problems: list[Problem], seed: int) -> list[Problem]:
+        rng = random.Random(self.first_seed + seed)
+        return [self.apply(problem, rng) for problem in problems]
