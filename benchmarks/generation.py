@@ -3,6 +3,7 @@
     python benchmarks/generation.py --quick            # a short run (a few minutes)
     python benchmarks/generation.py --json out.json    # batch 1, 4, 8, 16; greedy and sampling
     python benchmarks/generation.py --plot out.png     # also a figure: throughput and latency vs batch size
+    python benchmarks/generation.py --fixed-length     # EOS ends nothing: every sample has --max-new-tokens tokens
 
 Backends: `hf` (`generate`, left-padded batches), `quench` (regular; a prompt that starts like a
 recent one copies those positions' keys/values), `quench-whole-prefill` (regular, every prompt
@@ -257,7 +258,8 @@ def run(args) -> tuple[list[Measurement], int, int]:
             sequences = max(batch_size * args.waves, n, args.min_sequences)
             requests = build_requests(loaded, -(-sequences // n), n)
             sampling = SamplingParams(
-                temperature=0.0 if mode == "greedy" else args.temperature, max_new_tokens=args.max_new_tokens, seed=1
+                temperature=0.0 if mode == "greedy" else args.temperature, max_new_tokens=args.max_new_tokens, seed=1,
+                ignore_eos=args.fixed_length,
             )
             warm = [GenerationRequest(r.key, r.prompt_ids, n=1) for r in requests[:batch_size]]
             for backend in backends.values():  # first calls pay for one-time set-up (oneDNN kernels)
@@ -423,7 +425,11 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--backends", nargs="+", default=list(DEFAULT_BACKENDS), choices=BACKENDS, metavar="NAME",
                         help=f"from {', '.join(BACKENDS)} (default: {' '.join(DEFAULT_BACKENDS)})")
-    parser.add_argument("--draft-tokens", type=int, default=7, help="BASS's starting length; HF prompt lookup's length")
+    parser.add_argument("--draft-tokens", type=int, default=EngineConfig().draft_tokens,
+                        help="BASS's starting length; HF prompt lookup's length")
+    parser.add_argument("--fixed-length", action="store_true",
+                        help="every sample runs to --max-new-tokens (SamplingParams.ignore_eos, Hugging Face's runs too): "
+                             "the same tokens for every backend")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU-time rates assume 1)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")

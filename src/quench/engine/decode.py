@@ -18,7 +18,7 @@ from quench.engine.drafters import Draft, Drafter
 from quench.engine.kv_cache import KVCache
 from quench.engine.observers import PAD, RowStopper
 from quench.engine.rows import Row, StopRules
-from quench.engine.sampling import logits_to_probs, next_tokens, row_generator
+from quench.engine.sampling import forbid_tokens, logits_to_probs, next_tokens, row_generator
 from quench.engine.scheduler import PrefixStore, Runner, WorkItem, WorkQueue
 from quench.engine.types import GenerationResult, SamplingParams
 from quench.engine.verify import PLACEHOLDER, Verdict, verify_greedy, verify_sampling
@@ -132,7 +132,10 @@ class DecodeLoop:
                 if self.drafter is not None:
                     self.drafter.release(request_index)
         rows = [self.slots[slot] for slot, _ in items]
-        first = next_tokens(torch.stack(logits), self.sampling, [row.generator for row in rows], in_place=True)  # (R,)
+        logits = torch.stack(logits)  # (R, V)
+        if self.sampling.min_tokens:
+            forbid_tokens(logits, [(0, len(rows))], self.stop.eos_ids)
+        first = next_tokens(logits, self.sampling, [row.generator for row in rows], in_place=True)  # (R,)
         for (slot, _), row, token in zip(items, rows, first.tolist()):
             reason = self.stop.append(row, token)
             if reason is not None:
@@ -164,20 +167,49 @@ class DecodeLoop:
             counts = counts + (draft.tokens[:, :width] != PLACEHOLDER).sum(dim=1)
         start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
         keeps: list[int | None] = [None] * len(self.slots)
-        if self.guard is not None:  # the observer reads each fed position's hidden state: the padded (B, 1 + width) block
-            logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
-            full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
-            verdict = self._verify(logits if full else logits[active], draft, width, active)
-            keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
+        no_eos = self._no_eos(active)  # (B,) leading positions of each row whose next token may not be EOS
+        if self.guard is not None or (self.sampling.greedy and any(no_eos)):
+            verdict, keeps = self._verify_block(inputs, start, counts, draft, width, active, no_eos)
         elif self.sampling.greedy:  # the target's tokens are all a greedy step needs: no float32 logits
             targets = self.runner.greedy_tokens(self.cache, inputs, start, counts=counts)  # (B, 1 + width)
             verdict = self._verify_greedy(targets[active], draft, width, active)
         else:  # sampling: the real positions' logits only, row after row
             logits = self.runner.packed_logits(self.cache, inputs, start, counts=counts)  # (N, V)
             first = (torch.cumsum(counts, dim=0) - counts)[active]  # (A,) each active row's first position
+            if any(no_eos):  # packed rows: each span clipped to its row's real positions
+                spans = [(f, f + min(no_eos[b], int(counts[b]))) for f, b in zip(first.tolist(), active)]
+                forbid_tokens(logits, spans, self.stop.eos_ids)
             verdict = self._verify_sampled(logits, first, draft, width, active)
         self.stats.steps += 1
         yield from self._commit(verdict, draft, width, active, keeps)
+
+    def _verify_block(
+        self, inputs: torch.Tensor, start: torch.Tensor, counts: torch.Tensor, draft: Draft | None, width: int,
+        active: list[int], no_eos: list[int],
+    ) -> tuple[Verdict, list[int | None]]:
+        """A step from the padded (B, 1 + width) block's logits: the observer reads each fed position's
+        hidden state, and greedy rows short of min_tokens need EOS masked before the argmax."""
+        keeps: list[int | None] = [None] * len(self.slots)
+        if self.guard is not None:
+            logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
+        else:
+            logits = self.runner.forward(self.cache, inputs, start, counts=counts)  # (B, 1 + width, V)
+        for b in (b for b in active if no_eos[b]):
+            forbid_tokens(logits[b], [(0, no_eos[b])], self.stop.eos_ids)
+        full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
+        verdict = self._verify(logits if full else logits[active], draft, width, active)
+        if self.guard is not None:
+            keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
+        return verdict, keeps
+
+    def _no_eos(self, active: list[int]) -> list[int]:
+        """Per slot, how many of this step's positions (from the pending token on) predict a token that may
+        not be EOS: the row has fewer than `min_tokens` tokens before it."""
+        no_eos = [0] * len(self.slots)
+        if self.sampling.min_tokens:
+            for b in active:
+                no_eos[b] = max(0, self.sampling.min_tokens - len(self.slots[b].generated))
+        return no_eos
 
     def _fed(self, inputs: torch.Tensor, verdict: Verdict, active: list[int]) -> torch.Tensor:
         """The step's inputs (B, 1 + K) that are now part of their rows: the pending token and the

@@ -135,7 +135,8 @@ class QuenchBackend:
             self.runner,
             cache,
             WorkQueue(requests, unbounded=unbounded),
-            StopRules(self.tokenizer, self.eos_ids, sampling.max_new_tokens, stop_hook or self.stop_hook),
+            StopRules(self.tokenizer, self.eos_ids, sampling.max_new_tokens, stop_hook or self.stop_hook,
+                      sampling.ignore_eos),
             sampling,
             drafter=self._drafter(max_len),
             policy=make_policy(self.config.draft_length, self.config.draft_tokens, self.config.max_draft_tokens)

@@ -68,7 +68,9 @@ class HFBackend:
     def generate_batch(self, batch: list[SampleItem], sampling: SamplingParams, batch_seed: int) -> list[GenerationResult]:
         ids, mask = self.left_padded(batch)
         stops = sorted({s for request, _ in batch for s in request.stop_sequences})
-        options: dict = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=self.pad_id)
+        options: dict = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=self.pad_id,
+                             eos_token_id=[] if sampling.ignore_eos else sorted(self.eos_ids),
+                             min_new_tokens=sampling.min_tokens or None)
         if sampling.greedy:
             options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
@@ -80,10 +82,13 @@ class HFBackend:
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids, attention_mask=mask, **options)  # (B, T + new)
         seconds = (time.perf_counter() - start) / len(batch)
-        return [self.result(request, index, out[row, ids.shape[1] :].tolist(), seconds) for row, (request, index) in enumerate(batch)]
+        return [self.result(request, index, out[row, ids.shape[1] :].tolist(), seconds, sampling.ignore_eos)
+                for row, (request, index) in enumerate(batch)]
 
-    def result(self, request: GenerationRequest, index: int, new_ids: list[int], seconds: float) -> GenerationResult:
-        end = next((i for i, t in enumerate(new_ids) if t in self.eos_ids), None)
+    def result(
+        self, request: GenerationRequest, index: int, new_ids: list[int], seconds: float, ignore_eos: bool = False
+    ) -> GenerationResult:
+        end = None if ignore_eos else next((i for i, t in enumerate(new_ids) if t in self.eos_ids), None)
         tokens = new_ids if end is None else new_ids[:end]
         text, stopped = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), request.stop_sequences)
         reason = "stop" if stopped else "eos" if end is not None else "length"

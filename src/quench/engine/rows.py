@@ -45,21 +45,26 @@ class Row:
 
 
 class StopRules:
-    """EOS, max new tokens, text stop sequences and the stopping hook, checked after each token."""
+    """EOS, max new tokens, text stop sequences and the stopping hook, checked after each token.
+
+    ignore_eos: an EOS token is kept like any other (`SamplingParams.ignore_eos`).
+    """
 
     def __init__(
-        self, tokenizer: Any, eos_ids: frozenset[int], max_new_tokens: int, hook: StopHook | None = None
+        self, tokenizer: Any, eos_ids: frozenset[int], max_new_tokens: int, hook: StopHook | None = None,
+        ignore_eos: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
         self.max_new_tokens = max_new_tokens
         self.hook = hook
+        self.ignore_eos = ignore_eos
 
     def append(self, row: Row, token: int) -> str | None:
         """Append one token; return the finish reason if the row is now done."""
         row.tokens.append(token)
         generated = row.generated
-        if token in self.eos_ids:
+        if token in self.eos_ids and not self.ignore_eos:
             return "eos"
         if row.request.stop_sequences or self.hook is not None:
             text = self.decode(generated)

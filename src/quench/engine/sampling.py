@@ -7,11 +7,23 @@ rows share its batch (batch invariance), and a sample is reproducible from its s
 from __future__ import annotations
 
 import hashlib
+from typing import Iterable
 
 import torch
 
 from quench.engine import native
 from quench.engine.types import SamplingParams
+
+
+def forbid_tokens(logits: torch.Tensor, spans: Iterable[tuple[int, int]], token_ids: Iterable[int]) -> torch.Tensor:
+    """logits (N, V), in place: -inf at `token_ids` in rows start..end-1 of each (start, end) span
+    (`SamplingParams.min_tokens` forbids EOS this way, as vLLM and Hugging Face do)."""
+    columns = torch.tensor(sorted(token_ids), dtype=torch.long)  # (E,)
+    with torch.inference_mode():  # the runners' logits are inference tensors
+        for start, end in spans:
+            if end > start and len(columns):
+                logits[start:end, columns] = float("-inf")
+    return logits
 
 
 def row_generator(seed: int, key: str, sample_index: int) -> torch.Generator:

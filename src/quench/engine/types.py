@@ -18,6 +18,9 @@ class SamplingParams:
     top_k: int = 0  # 0 = off
     max_new_tokens: int = 512
     seed: int = 0  # row generators are seeded from (seed, request index, sample index)
+    min_tokens: int = 0  # EOS cannot end a sample shorter than this: its logits are masked until then (vLLM's
+    # min_tokens, Hugging Face's min_new_tokens); stop sequences and stop rules still apply
+    ignore_eos: bool = False  # EOS ends nothing: it is kept and generation goes on (vLLM's; fixed-length runs)
 
     @property
     def greedy(self) -> bool:
@@ -32,6 +35,8 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.min_tokens <= self.max_new_tokens:
+            raise ValueError(f"min_tokens must be between 0 and max_new_tokens ({self.max_new_tokens}), got {self.min_tokens}")
 
 
 @dataclass(frozen=True)
