@@ -29,12 +29,13 @@ ENGINE_FLAGS = {  # flag -> EngineConfig field
 }
 
 
-def add_benchmark_args(parser: argparse.ArgumentParser) -> None:
+def add_benchmark_args(parser: argparse.ArgumentParser, partial: bool = True) -> None:
     parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, or a HumanEval-format .jsonl file")
     parser.add_argument("--split", default=None, help="MBPP split: test (default), validation, train, fewshot, all")
     parser.add_argument("--tasks", default=None, help="task ids or numbers, e.g. '0,3,10-12'")
     parser.add_argument("--limit", type=int, default=None, help="keep the first N problems")
-    parser.add_argument("--partial", action="store_true", help="ReCode partial-code prompts")
+    if partial:
+        parser.add_argument("--partial", action="store_true", help="ReCode partial-code prompts")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +50,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--speculate", default=ENGINE_DEFAULTS.drafter, choices=DRAFTERS,
                         help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = prompt lookup where it matches, else the draft model")
     engine.add_argument("--draft", default="auto", metavar="auto|PATH",
-                        help="draft model for --speculate draft (auto: the one shipped for the preset)")
+                        help="draft model for --speculate draft or hybrid (auto: the one shipped for the preset); "
+                             "a PATH without one of them is refused")
     engine.add_argument("--draft-tokens", type=int, default=ENGINE_DEFAULTS.draft_tokens,
                         help="fixed draft length, or where BASS's length starts (default %(default)s)")
     engine.add_argument("--draft-length", default=ENGINE_DEFAULTS.draft_length, choices=DRAFT_LENGTHS,
@@ -84,7 +86,8 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
 def add_execution_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
-    parser.add_argument("--k", default="1,10,100", help="pass@k values, reported where n >= k")
+    parser.add_argument("--k", default=None,
+                        help="pass@k values, each at most the samples per problem (default: those of 1,10,100 it allows)")
     add_unconfined_arg(parser)
 
 

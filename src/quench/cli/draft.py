@@ -6,12 +6,12 @@ import argparse
 import time
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
+from quench.cli import console, validate
 from quench.errors import QuenchError
-from quench.models import DEFAULT_PRESET, load_model
-from quench.training.distill import DistillConfig, distill
+from quench.models import DEFAULT_PRESET
+from quench.training.distill_config import DistillConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -93,11 +93,19 @@ class BarProgress:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    if args.threads is not None and args.threads < 1:
+        raise QuenchError(f"--threads must be at least 1, got {args.threads}")
+    validate.check_model_args(args)
+    out = args.out or Path("runs") / f"draft-{Path(args.model).name}"
+    validate.check_out_dir(out)
+    import torch
+
+    from quench.training.distill import distill
+
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = args.out or Path("runs") / f"draft-{Path(args.model).name}"
     started = time.perf_counter()
-    target = load_model(args.model, args.dtype)
+    target = console.load_model(args.model, args.dtype)
     progress = BarProgress()
     try:
         result = distill(target, out, config, progress)

@@ -11,7 +11,7 @@ from typing import Mapping
 from tqdm import tqdm
 
 from quench.datasets import Problem
-from quench.cli import common
+from quench.cli import common, validate
 from quench.errors import InputFileError, QuenchError
 from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
 from quench.runs.samples import read_samples
@@ -118,6 +118,9 @@ def report_skipped(skipped: list[InputFileError]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    validate.check_benchmark_args(args)
+    validate.check_execution_args(args)
+    validate.check_ray(args)
     if not args.samples.is_file():
         raise QuenchError(f"{args.samples}: no such samples file")
     skipped: list[InputFileError] = []
@@ -125,10 +128,12 @@ def run(args: argparse.Namespace) -> int:
     if not samples:
         raise QuenchError(f"{args.samples}: holds no samples" + (f" ({len(skipped)} invalid line(s))" if skipped else ""))
     infer_benchmark(args, samples)
+    args.k = validate.resolve_ks(args.k, validate.samples_per_problem(samples), f"{args.samples} holds")
     common.parse_ks(args.k)
     problems = problems_for(args, samples)
     check_sample_tasks(samples, problems, str(args.samples))
     out = args.out or args.samples.parent
+    validate.check_out_dir(out)
     check_output_dir(args.samples, out)
     out.mkdir(parents=True, exist_ok=True)
     common.lock_run_dir(out)

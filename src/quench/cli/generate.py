@@ -9,9 +9,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from quench.datasets import Problem
-from quench.cli import common
-from quench.runs.samples import GenerateConfig, generate_samples, read_samples
-from quench.models import encode_prompt, load_model
+from quench.cli import common, console, validate
+from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,14 +51,16 @@ def stopping_config(args: argparse.Namespace) -> dict:
 
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
     """Load the model, prepare the run directory, generate what is missing; print progress."""
+    from quench.models import encode_prompt
+
     sampling = common.sampling_from_args(args)
-    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
+    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
     stops = common.stops_from_args(args, loaded.prompt_format)
     common.prepare_run_dir(out, run_config(args, problems, loaded.prompt_format, stops), args.overwrite)
     backend = common.backend_from_args(args, loaded)
     config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
     samples_path = out / "samples.jsonl"
-    already = len(read_samples(samples_path))
+    already = len(resume_samples(samples_path))
     bar = tqdm(total=len(problems) * args.samples, initial=already, desc="generate", unit="sample", dynamic_ncols=True)
     started, tokens = time.perf_counter(), 0
 
@@ -80,8 +81,10 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
 
 
 def run(args: argparse.Namespace) -> int:
+    validate.check_generation_args(args)
     problems = common.problems_from_args(args)
     out = args.out or default_out(args)
+    validate.check_out_dir(out)
     samples = generate_into(args, problems, out)
     print(f"{len(samples)} samples in {out / 'samples.jsonl'}")
     return 0

@@ -10,13 +10,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from quench.datasets import load_mbpp
-from quench.cli import common
+from quench.cli import common, console, validate
 from quench.errors import QuenchError
-from quench.models import encode_prompt, load_model
-from quench.stopping.dataset import ANSWERS, GuardDataset, generate_answers, label_answers, read_answers
-from quench.stopping.loading import read_guard
 from quench.stopping.policy import GuardPolicy
-from quench.stopping.train import TrainConfig, train_guard
 
 TRAIN_SPLITS = ("train", "validation")  # MBPP's; never "test", never HumanEval
 
@@ -79,10 +75,17 @@ def run_build(args: argparse.Namespace) -> int:
         )
     if args.max_new_tokens < 1:
         raise QuenchError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    problems = [(split, p) for split in splits for p in load_mbpp(split)[: args.limit]]
+    validate.check_limit(args.limit)
     if args.guard:
         raise QuenchError("--guard: build-data labels answers generated without early stopping; drop --guard")
-    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
+    validate.check_model_args(args)
+    common.backend_options_from_args(args)
+    validate.check_out_dir(args.out)
+    problems = [(split, p) for split in splits for p in load_mbpp(split)[: args.limit]]
+    from quench.models import encode_prompt
+    from quench.stopping.dataset import ANSWERS, generate_answers, label_answers, read_answers
+
+    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
     args.out.mkdir(parents=True, exist_ok=True)
     common.lock_run_dir(args.out)
     backend = common.backend_from_args(args, loaded)
@@ -108,10 +111,16 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    validate.check_input_dir(args.data, "--data")
+    validate.check_out_file(args.out)
+    policy = policy_from_args(args)
+    from quench.stopping.dataset import GuardDataset
+    from quench.stopping.train import TrainConfig, train_guard
+
     data = GuardDataset.load(args.data)
     config = TrainConfig(args.kind, args.mlp_hidden, args.epochs, lr=args.lr, val_fraction=args.val_fraction,
                          seed=args.seed)
-    guard, metrics = train_guard(data, config, policy_from_args(args), calibrate=args.threshold == "auto")
+    guard, metrics = train_guard(data, config, policy, calibrate=args.threshold == "auto")
     guard.save(args.out)
     print(f"threshold {guard.policy.threshold:g}; validation: {metrics.tokens} tokens ({metrics.stop_share:.0%} stop): "
           f"precision {metrics.precision:.3f}, recall {metrics.recall:.3f}, accuracy {metrics.accuracy:.3f}")
@@ -123,6 +132,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    validate.check_input_file(args.path, "guard file")
+    from quench.stopping.loading import read_guard
+
     guard = read_guard(args.path)
     print(json.dumps({"info": guard.info.__dict__, "policy": guard.policy.__dict__}, indent=2, default=str))
     return 0

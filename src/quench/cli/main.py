@@ -8,7 +8,6 @@ import logging
 import sys
 
 from quench import __version__
-from quench.cli.common import check_sandbox, release_run_dirs
 from quench.errors import QuenchError
 from quench.threads import configure_threads, prepare_openmp
 
@@ -16,8 +15,17 @@ SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", 
                "serve")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors in quench's one-line form: `error: …` as the last line, exit code 2."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("quench").strip()  # "run", "guard train", or "" at the top
+        self.print_usage(sys.stderr)
+        self.exit(2, f"error: {command + ': ' if command else ''}{message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="quench", description="Fast, robust evaluation of code LLMs.")
+    parser = Parser(prog="quench", description="Fast, robust evaluation of code LLMs.")
     parser.add_argument("--version", action="version", version=f"quench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
@@ -40,12 +48,23 @@ def set_threads(threads: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Subcommand modules import their heavy libraries (torch, transformers…) only when they run."""
     prepare_openmp()  # read when torch loads
+    try:
+        return run_command(argv)
+    except KeyboardInterrupt:  # also during the imports, before a command has started
+        print("interrupted: what finished is saved; run the same command again to continue", file=sys.stderr)
+        return 130
+
+
+def run_command(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from quench.cli.common import check_sandbox, release_run_dirs
+
     try:
         set_threads(args.threads)
         check_sandbox(args)
@@ -53,9 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     except QuenchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: what finished is saved; run the same command again to continue", file=sys.stderr)
-        return 130
     finally:
         release_run_dirs()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from quench.cli import console, validate
 from quench.datasets import load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.cli.common import add_unconfined_arg
@@ -78,10 +79,9 @@ def print_stats(result: PerturbationSet) -> None:
 def load_model(name: str | None) -> object | None:
     if name is None:
         return None
-    from quench.models import load_model as load
     from quench.perturbations.model_based import HFTextModel
 
-    return HFTextModel(load(name))
+    return HFTextModel(console.load_model(name))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,18 +92,31 @@ def run(args: argparse.Namespace) -> int:
         raise QuenchError("--out DIR is required (or use --list)")
     if args.seeds < 1:
         raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
+    validate.check_benchmark_args(args)
+    validate.check_execution_args(args)
     transforms = chosen_transforms(args)
     if not transforms:
         raise QuenchError("no transformation selected: check --categories and --transforms")
     profile = resolve_profile(args.profile)
     problems = load_benchmark(args.benchmark, args.split, parse_tasks(args.tasks), args.limit)
+    if args.model is not None and any(base.perturbation_class(t).model_based for t in transforms):
+        validate.check_model_args(argparse.Namespace(model=args.model, dtype="auto"))
+    validate.check_out_dir(args.out)
     model = load_model(args.model) if any(base.perturbation_class(t).model_based for t in transforms) else None
     if args.no_validate:
         result = perturb_problems(problems, transforms, args.seeds, validate_variants=False, model=model,
                                   profile=profile)
     else:
         with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout), allow_unconfined=args.unsafe_unconfined) as pool:
-            result = perturb_problems(problems, transforms, args.seeds, pool=pool, model=model, profile=profile)
+            bars = console.StageBars({"perturb": "program"})  # steps: the meaning check's programs
+            bars.begin("perturb")
+            checked = console.ReportingRunner(pool, bars.set_total, bars.advance)
+            try:
+                result = perturb_problems(problems, transforms, args.seeds, pool=checked, model=model,
+                                          profile=profile)
+                bars.end()
+            finally:
+                bars.end(complete=False)
     benchmark = args.benchmark if args.benchmark in ("humaneval", "mbpp") else Path(args.benchmark).stem
     paths = write_set(result, args.out, benchmark)
     print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations, profile {profile.name}")

@@ -6,16 +6,11 @@ import argparse
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
-from quench.cli import common
+from quench.cli import common, console, validate
 from quench.cli.generate import add_output_args, stopping_config
 from quench.errors import QuenchError
-from quench.models import encode_prompt, format_prompt, load_model
 from quench.cli.perturb import add_profile_arg
 from quench.perturbations.base import CATEGORIES, names, perturbation_class
-from quench.robustness.pipeline import Progress, RobustnessConfig, run_robustness
-from quench.robustness.report import console_summary, write_report
 
 # The embedded default: a HumanEval subset and transformation set that finish in minutes on a 2-core
 # CPU with the default model (5.5 min measured, see docs/benchmarks.md).
@@ -26,7 +21,7 @@ DEMO_SEEDS = 1  # s of the default subset, so that `quench robustness` alone fin
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("robustness", help="perturb, generate, execute and report ReCode robustness")
-    common.add_benchmark_args(parser)
+    common.add_benchmark_args(parser, partial=False)  # robustness runs full and partial prompts itself
     common.add_model_args(parser)
     common.add_sampling_args(parser)
     common.add_execution_args(parser)
@@ -41,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the partial-code baseline for --perturbed-dir (ReCode's nominal/humaneval_partial.jsonl; "
                              "default: a *_partial.jsonl under --perturbed-dir, else the profile's split)")
     add_profile_arg(parser)
-    parser.set_defaults(handler=run, k="1")
+    parser.set_defaults(handler=run, k="1", partial=False)
 
 
 def chosen_transforms(args: argparse.Namespace) -> tuple[str, ...]:
@@ -62,7 +57,7 @@ def apply_default_subset(args: argparse.Namespace) -> None:
     if args.seeds is None:
         args.seeds = DEMO_SEEDS if demo else DEFAULT_SEEDS
     if demo:
-        tqdm.write(f"note: no --tasks/--limit given: the default subset HumanEval/{DEFAULT_TASKS}, s = {args.seeds} "
+        console.say(f"note: no --tasks/--limit given: the default subset HumanEval/{DEFAULT_TASKS}, s = {args.seeds} "
                    f"(about 6 minutes on 2 cores); pass --limit 164 --seeds {DEFAULT_SEEDS} for ReCode's full setting")
 
 
@@ -70,26 +65,37 @@ def default_out(args: argparse.Namespace) -> Path:
     return Path("runs") / f"robustness-{common.slug(args.benchmark)}-{common.slug(args.model)}-n{args.samples}-t{args.temperature:g}"
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.partial:
-        raise QuenchError("--partial does not apply: robustness uses full and partial prompts itself")
-    apply_default_subset(args)
-    if args.seeds < 1:
+def check_args(args: argparse.Namespace) -> tuple[int, ...]:
+    """Every flag and path, before the model loads and before --out is touched; the pass@k list."""
+    validate.check_generation_args(args)
+    validate.check_execution_args(args)
+    if args.seeds is not None and args.seeds < 1:
         raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
-    if args.nominal_partial is not None and not args.nominal_partial.is_file():
-        raise QuenchError(f"--nominal-partial {args.nominal_partial}: no such file")
-    ks = common.parse_ks(args.k)
-    if max(ks) > args.samples:
-        raise QuenchError(f"--k {args.k}: pass@{max(ks)} needs at least {max(ks)} samples per prompt, got -n {args.samples}")
+    if args.perturbed_dir is not None:
+        validate.check_input_dir(args.perturbed_dir, "--perturbed-dir")
+    if args.nominal_partial is not None:
+        validate.check_input_file(args.nominal_partial, "--nominal-partial")
+    args.k = validate.resolve_ks(args.k, args.samples)
+    return common.parse_ks(args.k)
+
+
+def run(args: argparse.Namespace) -> int:
+    from quench.models import encode_prompt, format_prompt
+    from quench.robustness.pipeline import RobustnessConfig, run_robustness
+    from quench.robustness.report import write_report
+
+    ks = check_args(args)
+    apply_default_subset(args)
     problems = common.problems_from_args(args)
     transforms = chosen_transforms(args)
     sampling = common.sampling_from_args(args)
-    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
+    out = args.out or default_out(args)
+    validate.check_out_dir(out)
+    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
     stops = common.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
                               loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule, profile=args.profile,
                               nominal_partial=args.nominal_partial)
-    out = args.out or default_out(args)
     settings = {"model": args.model, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
                 "prompt_format": loaded.prompt_format,
                 "benchmark": args.benchmark, "split": args.split, "tasks": [p.task_id for p in problems],
@@ -101,26 +107,17 @@ def run(args: argparse.Namespace) -> int:
                 "unsafe_unconfined": args.unsafe_unconfined}
     common.prepare_run_dir(out, settings, args.overwrite)
     backend = common.backend_from_args(args, loaded)
-    started = time.perf_counter()
-    bar = tqdm(total=0, desc="perturb", unit="step", dynamic_ncols=True)
-    tokens = 0
-
-    def on_sample(record: dict) -> None:
-        nonlocal tokens
-        tokens += record["num_tokens"]
-        bar.update(1)
-        bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):.0f}")
-
-    progress = Progress(total=lambda n: setattr(bar, "total", n) or bar.refresh(), sample=on_sample,
-                        execution=lambda record: bar.update(1), stage=bar.set_description)
+    bars = console.StageBars({"perturb": "program", "generate": "sample", "execute": "program"})
     with common.pool_from_args(args) as pool:
         if pool.isolation != "bwrap":
-            tqdm.write(f"note: bubblewrap is unavailable; programs run with {pool.isolation} only")
+            console.say(f"note: bubblewrap is unavailable; programs run with {pool.isolation} only")
+        checked = console.ReportingRunner(pool, bars.set_total, bars.advance)  # the variants' meaning check
         try:
             outcome = run_robustness(problems, config, backend, lambda text: encode_prompt(loaded, text),
-                                     lambda text: format_prompt(loaded, text), pool, out, progress)
+                                     lambda text: format_prompt(loaded, text), checked, out, stage_progress(bars))
+            bars.end()
         finally:
-            bar.close()
+            bars.end(complete=False)
     run_info = {**settings, "tasks": f"{len(problems)} problems: {problems[0].task_id} … {problems[-1].task_id}",
                 "backend": args.backend, "isolation": pool.isolation, **outcome.stats}
     write_report(out, outcome.metrics, outcome.examples, run_info, run=outcome.run)
@@ -128,6 +125,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def stage_progress(bars: console.StageBars):
+    """The pipeline's callbacks drawn as one bar per stage, with tokens per second while generating."""
+    from quench.robustness.pipeline import Progress
+
+    started, tokens = time.perf_counter(), 0
+
+    def on_sample(record: dict) -> None:
+        nonlocal tokens
+        tokens += record["num_tokens"]
+        bars.advance(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):.0f}")
+
+    return Progress(stage=bars.begin, sample=on_sample, execution=lambda record: bars.advance())
+
+
 def print_table(outcome, out: Path) -> None:
+    from quench.robustness.report import console_summary
+
     print("\n".join(console_summary(outcome.metrics, outcome.stats)))
     print(f"report: {out / 'report.html'} (also report.md, metrics.json)")

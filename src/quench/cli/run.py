@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import argparse
-
 import json
 
-from tqdm import tqdm
-
-from quench.cli import common
+from quench.cli import common, console, validate
 from quench.cli.evaluate import evaluate_into, print_summary
 from quench.cli.generate import add_output_args, default_out, generate_into, run_config
 from quench.errors import QuenchError
-from quench.runs.evaluate import read_results
-from quench.runs.budget_run import generate_within_budget, pass_first_and_all
-from quench.models import encode_prompt, load_model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,11 +24,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Every flag and path, before the model loads and before --out is touched."""
+    validate.check_generation_args(args)
+    validate.check_execution_args(args)
+    if args.time_budget is None:
+        args.k = validate.resolve_ks(args.k, args.samples)
+
+
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
     if args.time_budget is not None:
         return run_with_budget(args)
     problems = common.problems_from_args(args)
     out = args.out or default_out(args)
+    validate.check_out_dir(out)
     samples = generate_into(args, problems, out)
     summary = evaluate_into(samples, problems, out, args, str(out / "samples.jsonl"))
     print_summary(summary, out)
@@ -43,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
 
 def run_with_budget(args: argparse.Namespace) -> int:
     """BASS's time-budget evaluation: as many samples per prompt as the budget allows."""
+    from tqdm import tqdm
+
+    from quench.models import encode_prompt
+    from quench.runs.budget_run import generate_within_budget, pass_first_and_all
+    from quench.runs.evaluate import read_results
+
     if args.ray:
         raise QuenchError("--time-budget does not run on Ray yet (it needs the engine's deadline); drop --ray")
     if args.time_budget <= 0:
@@ -55,8 +65,9 @@ def run_with_budget(args: argparse.Namespace) -> int:
         raise QuenchError(f"--stop-rule {args.stop_rule} does not apply with --time-budget yet; use --guard or drop it")
     problems = common.problems_from_args(args)
     out = args.out or default_out(args).with_name(default_out(args).name + f"-budget{args.time_budget:g}")
+    validate.check_out_dir(out)
     sampling = common.sampling_from_args(args)
-    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format)
+    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
     stops = common.stops_from_args(args, loaded.prompt_format)
     settings = {**run_config(args, problems, loaded.prompt_format, stops), "time_budget": args.time_budget}
     common.prepare_run_dir(out, settings, args.overwrite)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from quench.cli import console, validate
 from quench.errors import QuenchError
 from quench.models import DEFAULT_PRESET
 from quench.training.config import (
@@ -111,12 +112,13 @@ def run(args: argparse.Namespace) -> int:
     check_config(config)  # a bad configuration fails before the model is loaded
     if args.stop_after is not None and args.stop_after < 1:
         raise QuenchError(f"--stop-after must be at least 1, got {args.stop_after}")
-    from quench.models import load_model
+    validate.check_model_args(args)
+    validate.check_out_dir(args.out)
     from quench.training import train, training_problems
 
     main_process = int(os.environ.get("RANK", "0")) == 0
     problems = training_problems(config.data)
-    loaded = load_model(args.model, config.dtype, "cpu", args.prompt_format)
+    loaded = console.load_model(args.model, config.dtype, "cpu", args.prompt_format)
     bar = tqdm(total=0, desc="train", unit="step", dynamic_ncols=True, disable=not main_process)
 
     def on_step(step) -> None:

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
+import sys
+import tempfile
+from contextlib import contextmanager, nullcontext
+from typing import Iterator
 
 import ray
 
 from quench.errors import QuenchError
 
 log = logging.getLogger(__name__)
+
+CONNECT_ATTEMPTS = "5"  # Ray's GCS connection attempts, about a second each (its default, 20, takes ~30 s to fail)
 
 
 def connect(address: str = "auto") -> None:
@@ -23,11 +30,32 @@ def connect(address: str = "auto") -> None:
         return
     if address != "auto":
         check_reachable(address)
-    try:
-        ray.init(address=None if address == "auto" else address, log_to_driver=False, logging_level=logging.WARNING)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise QuenchError(f"--ray {address}: cannot join the Ray cluster: {err}") from None
+        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", CONNECT_ATTEMPTS)
+    with nullcontext() if address == "auto" else quiet_stderr():  # a local cluster's processes keep fd 2
+        try:
+            ray.init(address=None if address == "auto" else address, log_to_driver=False,
+                     logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            raise QuenchError(f"--ray {address}: cannot join the Ray cluster: {err}") from None
     log.info("joined Ray cluster: %s", ray.cluster_resources())
+
+
+@contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Ray's C++ client logs a warning per failed attempt straight to file descriptor 2: keep it off the
+    terminal (the CLI reports the outcome in one line) and in the log at debug level instead."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            log.debug("Ray while connecting: %s", captured.read().decode(errors="replace"))
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ PROMPT_FORMATS = ("chat", "completion")
 QUENCH_META = "quench.json"  # written into checkpoints by `quench train`: {"prompt_format": ...}
 DTYPES = ("auto", "bfloat16", "float16", "float32")  # torch is imported only when a model loads
 GGUF_MAGIC = b"GGUF"
+GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
 
 
 @dataclass
@@ -118,7 +120,7 @@ def cached_gguf_dir(parts: list[Path], notify: Callable[[str], None]) -> Path:
         cache_root().mkdir(parents=True, exist_ok=True)
         try:
             dequantize_gguf(parts, target)
-        except (OSError, ValueError, KeyError, IndexError, TypeError) as err:  # the gguf reader's ways to fail
+        except (OSError, ValueError, KeyError, IndexError, TypeError, struct.error) as err:  # the gguf reader's ways to fail
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise QuenchError(f"{parts[0]}: cannot read this GGUF file: {reason}") from None
     return target
@@ -146,11 +148,16 @@ def check_gguf_file(path: Path) -> None:
     """A readable file that starts with the GGUF magic, or QuenchError naming it."""
     try:
         with path.open("rb") as handle:
-            magic = handle.read(len(GGUF_MAGIC))
+            header = handle.read(GGUF_HEADER.size)
     except OSError as err:
         raise QuenchError(f"{path}: cannot read: {err.strerror}") from None
-    if magic != GGUF_MAGIC:
+    if not header.startswith(GGUF_MAGIC):
         raise QuenchError(f"{path}: not a GGUF file (it does not start with the GGUF header)")
+    if len(header) < GGUF_HEADER.size:
+        raise QuenchError(f"{path}: a GGUF file cut short ({len(header)} bytes)")
+    _, version, tensors, _ = GGUF_HEADER.unpack(header)
+    if version not in (2, 3) or tensors == 0:
+        raise QuenchError(f"{path}: not a GGUF model quench can read (version {version}, {tensors} tensors)")
 
 
 def check_model_dir(path: Path) -> None:

@@ -71,12 +71,11 @@ class Unit:
 
 @dataclass
 class Progress:
-    """Callbacks the CLI uses for its one progress bar."""
+    """Callbacks the CLI uses for one progress bar per stage (perturb, generate, execute)."""
 
-    total: Callable[[int], None] = lambda n: None  # noqa: E731
-    sample: Callable[[dict], None] = lambda record: None  # noqa: E731
-    execution: Callable[[dict], None] = lambda record: None  # noqa: E731
-    stage: Callable[[str], None] = lambda name: None  # noqa: E731
+    stage: Callable[[str, int | None], None] = lambda name, total: None  # noqa: E731  # a stage begins: its steps
+    sample: Callable[[dict], None] = lambda record: None  # noqa: E731  # a generate step
+    execution: Callable[[dict], None] = lambda record: None  # noqa: E731  # an execute step
 
 
 @dataclass
@@ -293,12 +292,11 @@ def run_robustness(
     """The whole job; every step resumes from what `out` already holds."""
     progress = progress or Progress()
     started = time.perf_counter()
-    progress.stage("perturb")
+    progress.stage("perturb", None)  # its steps are the meaning check's programs, counted by the pool
     variants = load_or_make_variants(problems, config, pool, out)
     units = build_units(problems, variants, format_prompt, partial_baselines(problems, config))
     prompts = unique_prompts(units)
-    progress.total(len(prompts) * config.n)
-    progress.stage("generate")
+    progress.stage("generate", len(prompts) * config.n)
     # Requests are keyed by prompt id and each prompt's problem keeps its entry point, so the rule
     # hook generate_samples builds from `prompts` finds every request's rules.
     generate_config = GenerateConfig(config.n, config.sampling, config.stop_sequences, config.prompt_format,
@@ -307,8 +305,7 @@ def run_robustness(
                                labels=prompt_labels(units))
     samples = {sample_key(r): r for r in records}  # (prompt id, index); runs from before labels: the same
     jobs, program_of = execution_jobs(units, samples, config.n)
-    progress.total(len(prompts) * config.n + len(jobs))
-    progress.stage("execute")
+    progress.stage("execute", len(jobs))
     results = execute_pending(jobs, ("program_id",), pool, out / RESULTS_FILE, progress.execution)
     passed = {r["program_id"]: bool(r["passed"]) for r in results}
     detail = {r["program_id"]: f'{r["outcome"]}: {r.get("detail", "")}'.strip(": ") for r in results}

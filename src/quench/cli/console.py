@@ -1,0 +1,83 @@
+"""What the CLI shows while it works: status lines on stderr and one progress bar per stage.
+
+The library reports through callbacks (`notify`, `Progress`, a pool's results); only this module
+draws them, so that a bar and a message never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Iterable, Iterator, Sequence
+
+from tqdm import tqdm
+
+
+def say(message: str) -> None:
+    """A status line on stderr, printed above any open progress bar."""
+    tqdm.write(message, file=sys.stderr)
+
+
+def load_model(name: str, dtype: str = "auto", device: str = "cpu", prompt_format: str | None = None):
+    """quench.models.load_model, saying what it loads (and the one-time GGUF conversion)."""
+    from quench.models import load_model as load
+
+    return load(name, dtype, device, prompt_format, notify=say)
+
+
+class StageBars:
+    """One bar per stage, each with its own total; the next stage closes the one before."""
+
+    def __init__(self, units: dict[str, str] | None = None) -> None:
+        self.units = units or {}
+        self.bar: tqdm | None = None
+
+    def begin(self, name: str, total: int | None = None) -> None:
+        self.end()
+        self.bar = tqdm(total=total, desc=name, unit=self.units.get(name, "it"), dynamic_ncols=True)
+
+    def set_total(self, total: int) -> None:
+        if self.bar is not None:
+            self.bar.reset(total=total)
+
+    def advance(self, count: int = 1, **postfix: str) -> None:
+        if self.bar is not None:
+            self.bar.update(count)
+            if postfix:
+                self.bar.set_postfix(postfix, refresh=False)
+
+    def end(self, complete: bool = True) -> None:
+        """Close the current bar; a completed stage shows its total (what a resumed run read from disk counts)."""
+        if self.bar is None:
+            return
+        if complete and self.bar.total is not None and self.bar.n < self.bar.total:
+            self.bar.n = self.bar.total
+            self.bar.refresh()
+        self.bar.close()
+        self.bar = None
+
+
+class ReportingRunner:
+    """A sandbox pool whose `run_many` (the perturbations' meaning check) reports each finished program.
+
+    Everything else is the pool's own; results come back in the order the programs were given.
+    """
+
+    def __init__(self, pool, begin: Callable[[int], None], done: Callable[[], None]) -> None:
+        self.pool = pool
+        self.begin = begin
+        self.done = done
+
+    def run_many(self, programs: Sequence[str]) -> list:
+        self.begin(len(programs))
+        results: list = [None] * len(programs)
+        for index, result in self._reporting(self.pool.imap(enumerate(programs))):
+            results[index] = result
+        return results
+
+    def _reporting(self, pairs: Iterable[tuple[int, object]]) -> Iterator[tuple[int, object]]:
+        for pair in pairs:
+            self.done()
+            yield pair
+
+    def __getattr__(self, name: str):
+        return getattr(self.pool, name)

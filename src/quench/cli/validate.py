@@ -1,0 +1,167 @@
+"""Checks every subcommand runs before anything expensive or persistent: no model load, no perturbation,
+no write to --out until the whole command line is known to be usable.
+
+Each check raises QuenchError naming the flag or path that is wrong; the entry point turns it into
+`error: …` and exit code 2. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from quench.errors import QuenchError
+
+DEFAULT_KS = (1, 10, 100)  # pass@k reported by default, those that -n allows
+
+
+def check_tasks(spec: str | None) -> None:
+    """`--tasks 0,3,10-12`: every part names something and no range is empty or reversed."""
+    if spec is None:
+        return
+    parts = [part.strip() for part in spec.split(",")]
+    if not any(parts):
+        raise QuenchError(f"--tasks {spec!r}: names no task")
+    for part in parts:
+        if not part:
+            raise QuenchError(f"--tasks {spec!r}: an empty item between commas")
+        match = re.fullmatch(r"(\d+)-(\d+)", part)
+        if match and int(match[2]) < int(match[1]):
+            raise QuenchError(f"--tasks {spec!r}: the range {part} is empty (write it low-high, e.g. "
+                              f"{match[2]}-{match[1]})")
+
+
+def check_limit(limit: int | None) -> None:
+    if limit is not None and limit < 1:
+        raise QuenchError(f"--limit must be at least 1, got {limit}")
+
+
+def resolve_ks(spec: str | None, n: int, have: str = "got -n") -> str:
+    """The pass@k list to report: the user's (each k <= n), else those of 1, 10, 100 that n allows."""
+    if spec is None:
+        return ",".join(str(k) for k in DEFAULT_KS if k <= max(n, 1))
+    try:
+        ks = sorted({int(k) for k in spec.split(",") if k.strip()})
+    except ValueError:
+        raise QuenchError(f"--k must be a comma-separated list of integers, got {spec!r}") from None
+    if not ks or ks[0] < 1:
+        raise QuenchError(f"--k values must be >= 1, got {spec!r}")
+    if ks[-1] > n:
+        raise QuenchError(f"--k {spec}: pass@{ks[-1]} needs at least {ks[-1]} samples per problem, {have} {n}")
+    return ",".join(map(str, ks))
+
+
+def samples_per_problem(samples: list[dict]) -> int:
+    """The most samples any one problem (task and variant) has in a samples file."""
+    counts = Counter((s.get("task_id"), s.get("variant")) for s in samples)
+    return max(counts.values(), default=0)
+
+
+def check_positive(value: float | None, flag: str, minimum: float = 1) -> None:
+    if value is not None and value < minimum:
+        raise QuenchError(f"{flag} must be at least {minimum:g}, got {value:g}")
+
+
+def check_input_file(path: Path, flag: str) -> None:
+    """An existing, readable regular file."""
+    if not path.exists():
+        raise QuenchError(f"{flag} {path}: no such file")
+    if not path.is_file():
+        raise QuenchError(f"{flag} {path}: not a file")
+    if not os.access(path, os.R_OK):
+        raise QuenchError(f"{flag} {path}: not readable")
+
+
+def check_input_dir(path: Path, flag: str) -> None:
+    if not path.exists():
+        raise QuenchError(f"{flag} {path}: no such directory")
+    if not path.is_dir():
+        raise QuenchError(f"{flag} {path}: not a directory")
+
+
+def check_out_dir(out: Path, flag: str = "--out") -> None:
+    """--out is a directory quench can create and write, or QuenchError; nothing is left behind."""
+    existing = out
+    while not existing.exists() and not existing.is_symlink():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is not a directory" if existing.exists() else "does not exist"
+        raise QuenchError(f"{flag} {out}: {existing} {what}" if existing != out else f"{flag} {out}: not a directory")
+    probe_writable(existing, out, flag)
+
+
+def check_out_file(path: Path, flag: str = "--out") -> None:
+    """A file to write: its directory can be created and written, and the path itself is not a directory."""
+    if path.is_dir():
+        raise QuenchError(f"{flag} {path}: is a directory; give a file name")
+    check_out_dir(path.parent, flag)
+
+
+def probe_writable(existing: Path, out: Path, flag: str) -> None:
+    """Create and remove an empty directory in `existing`: the only test that holds for root, /proc and
+    read-only mounts alike (permission bits alone say yes to root everywhere)."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".quench-write-check-", dir=existing)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        where = "" if existing == out else f" ({existing})"
+        raise QuenchError(f"{flag} {out}: cannot write there{where}: {reason}") from None
+    os.rmdir(probe)
+
+
+def check_model_args(args: argparse.Namespace) -> None:
+    """--model, --dtype, --draft, --guard and --prompt-format, without loading anything."""
+    from quench.models.loading import check_dtype, check_model
+
+    check_model(args.model)
+    check_dtype(args.dtype)
+    speculate = getattr(args, "speculate", "none")
+    draft = getattr(args, "draft", "auto")
+    if draft != "auto":
+        if speculate not in ("draft", "hybrid"):
+            raise QuenchError(f"--draft {draft}: a draft model is used only with --speculate draft or hybrid; "
+                              "add one of them, or drop --draft")
+        check_model(draft)
+    guard = getattr(args, "guard", None)
+    if guard not in (None, "auto"):
+        check_input_file(Path(guard), "--guard")
+
+
+def check_ray(args: argparse.Namespace) -> None:
+    """Join the cluster of --ray before the model loads: a wrong address fails in seconds, not after the load."""
+    address = getattr(args, "ray", None)
+    if address:
+        from quench.distributed.cluster import connect
+
+        connect(address)
+
+
+def check_execution_args(args: argparse.Namespace) -> None:
+    check_positive(args.workers, "--workers")
+    if not args.timeout > 0:
+        raise QuenchError(f"--timeout must be positive, got {args.timeout:g}")
+
+
+def check_benchmark_args(args: argparse.Namespace) -> None:
+    check_tasks(args.tasks)
+    check_limit(args.limit)
+    if args.benchmark not in ("humaneval", "mbpp"):
+        check_input_file(Path(args.benchmark), "--benchmark")
+
+
+def check_generation_args(args: argparse.Namespace) -> None:
+    """Everything `generate`, `run` and `robustness` share, in the order a user reads the flags."""
+    from quench.cli import common
+
+    check_benchmark_args(args)
+    check_model_args(args)
+    common.sampling_from_args(args)
+    common.backend_options_from_args(args)
+    check_positive(args.max_new_tokens, "--max-new-tokens")
+    check_ray(args)

@@ -1,0 +1,61 @@
+"""The entry point: help without heavy imports, --threads, and Ctrl-C at any moment."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from quench.cli.main import SUBCOMMANDS, main
+
+HEAVY = ("torch", "transformers", "matplotlib", "libcst", "ray")
+HELPS = [[], *([name] for name in SUBCOMMANDS), ["guard", "build-data"], ["guard", "train"], ["draft", "train"]]
+
+
+@pytest.mark.parametrize("command", HELPS, ids=lambda command: " ".join(command) or "quench")
+def test_help_imports_no_heavy_library(command):
+    """`quench [X] --help` stays well under half a second: no torch, transformers, matplotlib, libcst or Ray."""
+    probe = (
+        "import sys\n"
+        "from quench.cli.main import main\n"
+        f"sys.argv = ['quench', *{command!r}, '--help']\n"
+        "try:\n    main()\nexcept SystemExit as done:\n    assert done.code == 0, done.code\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_robustness_help_does_not_offer_partial(capsys):
+    with pytest.raises(SystemExit):
+        main(["robustness", "--help"])
+    assert "--partial" not in capsys.readouterr().out
+
+
+def test_threads_sets_torch_threads(capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        assert main(["--threads", "1", "perturb", "--list"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("delay_s", [0.5, 1.5])
+def test_ctrl_c_while_starting_prints_one_line(delay_s, tmp_path):
+    """SIGINT during the imports or the model load: exit 130 and one line, never a traceback."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "QUENCH_CACHE": str(tmp_path / "cache")}
+    process = subprocess.Popen([sys.executable, "-m", "quench.cli.main", "run", "--limit", "1", "--out",
+                                str(tmp_path / "run")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    time.sleep(delay_s)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted")
