@@ -1,0 +1,133 @@
+"""CodeFort's robust-training claim, measured with intervals: each strategy vs plain fine-tuning on MBPP test.
+
+    OMP_NUM_THREADS=1 python benchmarks/codefort.py --root runs/codefort            # the full experiment
+    OMP_NUM_THREADS=1 python benchmarks/codefort.py --root runs/codefort-smoke --tasks 11-14 \\
+        --strategies none,alp --limit 8 --transforms VarRenamerNaive,FuncRenameCamelCase   # minutes
+
+Every model is trained on MBPP `train` with the same data, steps and seed (LoRA on the top
+`--lora-layers` blocks; `quench train`), then evaluated greedily with `quench robustness` on MBPP test
+problems 11-510 (never trained on) for the categories the strategies train on. Rows: the base model,
+then one per strategy; columns: nominal Pass@1 and RP@1, RD@1, RR@1 per category, each with its 95%
+bootstrap interval; then `quench compare` of each strategy against plain fine-tuning (`none`).
+
+Hours of CPU per model. Every step resumes: a training run continues from its saved state
+(`--resume`), a robustness run from its run directory, and finished steps are recorded in
+ROOT/steps.json, so the script can be killed and started again with the same arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from quench.robustness.compare import compare_runs, load_run, table_cells
+from quench.robustness.report import load_metrics
+from quench.robustness.tables import with_interval
+
+STRATEGIES = ("none", "da", "mda", "ba", "alp", "cl-seq")  # plain, DA, masked DA, batch aug., ALP, contrastive
+NAMES = {"base": "base model", "none": "plain fine-tuning", "da": "data augmentation", "mda": "masked DA",
+         "ba": "batch augmentation", "alp": "ALP", "cl-seq": "contrastive (sequence)"}
+
+
+def quench(*args: str) -> list[str]:
+    return [sys.executable, "-m", "quench.cli.main", *args]
+
+
+def train_command(args: argparse.Namespace, strategy: str, out: Path) -> list[str]:
+    # a saved state resumes; a directory left by a run that failed before saving one starts over
+    resume = ["--resume"] if (out / "state").exists() else ["--overwrite"] if out.exists() else []
+    return quench("train", "--model", args.model, "--prompt-format", args.prompt_format, "--strategy", strategy,
+                  "--categories", args.categories, "--splits", "train", "--seed", str(args.seed),
+                  "--epochs", str(args.epochs), "--dtype", "bfloat16", "--lora-layers", str(args.lora_layers),
+                  "--lr", "5e-4", "--batch-size", "4", "--max-length", str(args.max_length), "--out", str(out), *resume,
+                  *(["--limit", str(args.limit)] if args.limit else []),
+                  *(["--transforms", args.transforms] if args.transforms else []))
+
+
+def evaluate_command(args: argparse.Namespace, model: str, out: Path) -> list[str]:
+    return quench("robustness", "--model", model, "--prompt-format", args.prompt_format, "--dtype", "float32",
+                  "--benchmark", "mbpp", "--tasks", args.tasks, "--categories", args.categories,
+                  "--seeds", str(args.seeds), "--max-new-tokens", "320", "--out", str(out),
+                  *(["--transforms", args.transforms] if args.transforms else []))
+
+
+def run_step(root: Path, name: str, command: list[str]) -> None:
+    """Run one step unless ROOT/steps.json says it finished; record its wall time."""
+    steps_file = root / "steps.json"
+    steps = json.loads(steps_file.read_text()) if steps_file.exists() else {}
+    if name in steps:
+        return
+    print(f"[{name}] {' '.join(command[2:])}", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(command)
+    if done.returncode != 0:
+        sys.exit(f"error: step {name} failed (exit code {done.returncode}); fix it and run the script again")
+    steps[name] = {"command": " ".join(command[2:]), "seconds": round(time.perf_counter() - started, 1)}
+    steps_file.write_text(json.dumps(steps, indent=2) + "\n")
+
+
+def print_table(rows: dict[str, Path]) -> None:
+    """Strategy rows × nominal Pass@1 and per-category RP, RD, RR, in percent with 95% intervals."""
+    loaded = {name: load_metrics(path / "metrics.json")[0] for name, path in rows.items()}
+    categories = [g.category for g in next(iter(loaded.values())).categories]
+    header = ["model", "Pass@1 full"] + [f"{c} {m}@1" for c in categories for m in ("RP", "RD", "RR")]
+    print("| " + " | ".join(header) + " |")
+    print("|---" + "|---:" * (len(header) - 1) + "|")
+    for name, metrics in loaded.items():
+        cells = [NAMES.get(name, name), with_interval(metrics.nominal_pass["full"][1],
+                                                       metrics.nominal_intervals.get("full", {}).get(1))]
+        for group in metrics.categories:
+            cells += [with_interval(getattr(group, m)[1], group.interval(m, 1))
+                      for m in ("robust_pass", "robust_drop", "robust_relative")]
+        print("| " + " | ".join(cells) + " |")
+
+
+def print_comparisons(rows: dict[str, Path]) -> None:
+    if "none" not in rows:
+        return
+    plain = load_run(rows["none"])
+    for name, path in rows.items():
+        if name in ("none", "base"):
+            continue
+        print(f"\n{NAMES.get(name, name)} (B) vs plain fine-tuning (A):")
+        for row in compare_runs(plain, load_run(path)):
+            print("  " + "  ".join(table_cells(row)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path("runs/codefort"))
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--prompt-format", default="chat")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--categories", default="code_syntax,function_name")
+    parser.add_argument("--transforms", default=None, help="a subset of the categories' transformations")
+    parser.add_argument("--tasks", default="11-510", help="MBPP test problems to evaluate on")
+    parser.add_argument("--seeds", type=int, default=1, help="s: variants per randomised transformation")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--limit", type=int, default=None, help="train on the first N MBPP train problems")
+    parser.add_argument("--lora-layers", type=int, default=4)
+    parser.add_argument("--max-length", type=int, default=320, help="longer training sequences are left out")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--report-only", action="store_true", help="print the tables from finished runs")
+    args = parser.parse_args()
+    args.root.mkdir(parents=True, exist_ok=True)
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    rows = {"base": args.root / "eval-base"}
+    rows.update({s: args.root / f"eval-{s}" for s in strategies})
+    if not args.report_only:
+        run_step(args.root, "eval-base", evaluate_command(args, args.model, rows["base"]))
+        for strategy in strategies:
+            model_dir = args.root / f"train-{strategy}"
+            run_step(args.root, f"train-{strategy}", train_command(args, strategy, model_dir))
+            run_step(args.root, f"eval-{strategy}", evaluate_command(args, str(model_dir), rows[strategy]))
+    print_table({name: path for name, path in rows.items() if (path / "metrics.json").is_file()})
+    print_comparisons({name: path for name, path in rows.items() if (path / "outcomes.json").is_file()})
+
+
+if __name__ == "__main__":
+    main()
