@@ -1,0 +1,39 @@
+"""The CLI's progress: one bar per stage with its own total, and a pool that reports each checked program."""
+
+from quench.cli.console import ReportingRunner, StageBars
+from quench.execution import SandboxLimits, SandboxPool
+
+
+def test_each_stage_has_its_own_bar_and_total():
+    bars = StageBars({"generate": "sample"})
+    bars.begin("perturb")
+    bars.set_total(3)
+    bars.advance()
+    assert (bars.bar.desc, bars.bar.n, bars.bar.total) == ("perturb", 1, 3)
+    bars.begin("generate", 5)  # a new stage: a new bar from 0, not the old counter
+    assert (bars.bar.desc, bars.bar.n, bars.bar.total, bars.bar.unit) == ("generate", 0, 5, "sample")
+    bars.advance(2)
+    bar = bars.bar
+    bars.end()  # a finished stage shows its total: the rest was read back from disk
+    assert bar.n == 5 and bars.bar is None
+
+
+def test_an_interrupted_stage_keeps_its_count():
+    bars = StageBars()
+    bars.begin("execute", 4)
+    bars.advance()
+    bar = bars.bar
+    bars.end(complete=False)
+    assert bar.n == 1
+
+
+def test_reporting_runner_counts_each_program_and_keeps_their_order():
+    programs = ["import time; time.sleep(0.3)", "assert False", "print(1)"]
+    seen: list[int] = []
+    done: list[int] = []
+    with SandboxPool(2, SandboxLimits(timeout_s=5)) as pool:
+        runner = ReportingRunner(pool, seen.append, lambda: done.append(1))
+        results = runner.run_many(programs)
+        assert runner.isolation == pool.isolation  # everything else is the pool's own
+    assert seen == [3] and len(done) == 3
+    assert [r.passed for r in results] == [True, False, True]
