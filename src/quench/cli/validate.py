@@ -127,7 +127,7 @@ def check_model_args(args: argparse.Namespace) -> None:
         if speculate not in ("draft", "hybrid"):
             raise QuenchError(f"--draft {draft}: a draft model is used only with --speculate draft or hybrid; "
                               "add one of them, or drop --draft")
-        check_model(draft)
+        check_input_file(Path(draft), "--draft")  # a draft file from `quench draft train`
     guard = getattr(args, "guard", None)
     if guard not in (None, "auto"):
         check_input_file(Path(guard), "--guard")
