@@ -1,0 +1,76 @@
+"""Profile "recode": NL-Augmenter's word-level docstring edits as ReCode ran them."""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from quench.datasets import Problem, load_humaneval
+from quench.perturbations.base import create, seeded_rng
+from quench.perturbations.recode_docstring import split_docstring, tokens_of, untokenize
+
+RELEASE = Path(__file__).parents[2] / ".." / "shared" / "data" / "recode-release"
+PROMPT = ('def count_words(text: str) -> int:\n    """ Count the words of the given text, separated by\n'
+          '    single spaces (non-empty words only).\n    >>> count_words("a b")\n    2\n    """\n')
+PROBLEM = Problem("t/0", PROMPT, "    return len(text.split())\n", "def check(c):\n    assert c('a b') == 2\n",
+                  "count_words")
+
+
+def test_the_prose_runs_from_after_the_quotes_to_before_the_examples() -> None:
+    head, prose, examples = split_docstring(PROMPT, "count_words")
+    assert head.endswith('""" ') and prose.startswith("Count the words")  # the space after the quotes stays
+    assert prose.endswith("only).") and examples.startswith('\n    >>> count_words("a b")')
+    # no `>>>`: everything but the last character, closing quotes included (ReCode writes them back as `" " "`)
+    bare = 'def f(x):\n    """ Add one.\n    """\n'
+    assert split_docstring(bare, "f") == ('def f(x):\n    """ ', 'Add one.\n    """', "\n")
+
+
+def test_rebuilding_from_tokens_spaces_line_breaks_and_hyphens() -> None:
+    _, prose, _ = split_docstring(PROMPT, "count_words")
+    assert untokenize(tokens_of(prose)) == (
+        "Count the words of the given text, separated by \n     single spaces (non - empty words only).")
+
+
+@pytest.mark.parametrize("name", ["SynonymSubstitution", "SynonymInsertion"])
+def test_identifiers_and_examples_stay_and_seeds_are_reproducible(name: str) -> None:
+    transform = create(name, profile="recode")
+    variants = [transform.apply(PROBLEM, seeded_rng(name, "t/0", seed)).prompt for seed in range(10)]
+    assert variants == [transform.apply(PROBLEM, seeded_rng(name, "t/0", seed)).prompt for seed in range(10)]
+    for variant in variants:
+        assert variant.startswith('def count_words(text: str) -> int:\n    """ ')
+        assert variant.endswith('.\n    >>> count_words("a b")\n    2\n    """\n')
+    assert len(set(variants)) > 5
+    words = [len(v.split()) - len(PROMPT.split()) for v in variants]
+    if name == "SynonymInsertion":
+        assert all(w >= 0 for w in words) and max(words) > 0  # insertions only add words
+
+
+def edited_words(before: str, after: str) -> int:
+    matcher = difflib.SequenceMatcher(None, before.split(), after.split(), autojunk=False)
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
+
+
+@pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
+def test_synonym_substitution_edits_as_much_as_the_release() -> None:
+    problems = load_humaneval()
+    transform = create("SynonymSubstitution", profile="recode")
+    ours, theirs = [], []
+    for seed in range(10):
+        path = RELEASE / "humaneval" / "full" / "nlaugmenter" / f"humaneval_SynonymSubstitution_s{seed}.jsonl.gz"
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            released = {row["task_id"]: row["prompt"] for row in map(json.loads, f)}
+        for problem in problems:
+            ours.append((problem.prompt, transform.apply(problem, seeded_rng("SynonymSubstitution", problem.task_id, seed)).prompt))
+            theirs.append((problem.prompt, released[problem.task_id]))
+
+    def stats(pairs: list[tuple[str, str]]) -> tuple[float, float]:
+        changed = [(a, b) for a, b in pairs if a != b]
+        return len(changed) / len(pairs), sum(edited_words(a, b) for a, b in changed) / len(changed)
+
+    (share, words), (release_share, release_words) = stats(ours), stats(theirs)
+    assert abs(share - release_share) <= 0.1 * release_share and abs(words - release_words) <= 0.1 * release_words
