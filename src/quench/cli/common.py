@@ -173,7 +173,7 @@ def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
         log.info("resuming the run in %s", out)
         return
     if overwrite:
-        for name in ("samples.jsonl", "results.jsonl", "summary.json"):
+        for name in ("samples.jsonl", "results.jsonl", "summary.json", "elapsed.json"):
             (out / name).unlink(missing_ok=True)
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
