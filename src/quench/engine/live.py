@@ -149,6 +149,11 @@ class LiveQueue:
             entry = next((e for e in self._entries.values() if e.waiting), None)
             return None if entry is None or self.closed else entry.sampling
 
+    def held(self) -> int:
+        """Requests submitted and not yet finished, failed or dropped after a cancel."""
+        with self._lock:
+            return len(self._entries)
+
     def entry(self, index: int) -> LiveEntry | None:
         with self._lock:
             return self._entries.get(index)
@@ -262,6 +267,7 @@ class LiveEngine:
     max_len: int  # prompt + generated tokens of one row, at most (the server's context length)
     max_waiting: int = 256
     queue: LiveQueue = field(init=False)
+    loop: LiveLoop | None = field(default=None, init=False)  # the latest decode loop (its `stats`)
     _thread: threading.Thread | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -293,7 +299,7 @@ class LiveEngine:
             sampling = self.queue.wait_for_group(timeout=0.5)
             if sampling is None:
                 continue
-            loop = self._loop(sampling)
+            loop = self.loop = self._loop(sampling)
             try:
                 for _ in loop.run():  # each result went to its request's sink
                     pass

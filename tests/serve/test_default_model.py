@@ -1,0 +1,34 @@
+"""The default model served with speculation: a chat request gives the text `quench generate` gives."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from serve_helpers import serving
+from quench.datasets import load_benchmark, parse_tasks
+from quench.engine.config import EngineConfig
+from quench.engine.engine import QuenchBackend
+from quench.engine.types import GenerationRequest, SamplingParams
+from quench.models import encode_prompt, load_model
+from quench.models.prompts import CHAT_INSTRUCTION, fenced
+from quench.stopping import default_stop_sequences
+
+MAX_TOKENS = 48
+
+
+@pytest.mark.slow
+def test_greedy_chat_answers_equal_quench_generate() -> None:
+    loaded = load_model()
+    problems = load_benchmark("humaneval", None, parse_tasks("0,2"), None, False)
+    stops = default_stop_sequences("humaneval", "chat")
+    backend = QuenchBackend(loaded.model, loaded.tokenizer, EngineConfig(batch_size=4, drafter="ngram"))
+    requests = [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt), 1, stops) for p in problems]
+    expected = {r.key: r.text for r in backend.generate(requests, SamplingParams(max_new_tokens=MAX_TOKENS))}
+    with serving(backend, max_model_len=1024, model_name=loaded.name) as served:
+        for problem in problems:
+            content = CHAT_INSTRUCTION + fenced(problem.prompt)  # the user turn of `format_prompt`
+            body = {"model": loaded.name, "messages": [{"role": "user", "content": content}], "max_tokens": MAX_TOKENS,
+                    "temperature": 0, "stop": list(stops)}
+            answer = httpx.post(f"{served.url}/chat/completions", json=body, timeout=120).json()
+            assert answer["choices"][0]["message"]["content"] == expected[problem.task_id]

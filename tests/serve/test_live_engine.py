@@ -1,0 +1,182 @@
+"""The engine's live queue (quench.engine.live): continuous batching across requests, shared prefills,
+sampling groups, speculation, GenGuard and failures, driven directly and through the HTTP API."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+import torch
+from torch import nn
+
+from serve_helpers import MODEL, serving, tiny_backend
+from quench.engine.config import EngineConfig
+from quench.engine.live import Failed, Finished, LiveEngine, LiveEvent, Tokens
+from quench.engine.types import GenerationRequest, SamplingParams
+from quench.stopping import GenGuard, GuardInfo, GuardPolicy
+
+GREEDY = SamplingParams(max_new_tokens=16)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class Recorder:
+    """A sink per request; every event in arrival order, and a wait for one request's end."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, LiveEvent]] = []
+        self.done: dict[str, threading.Event] = {}
+        self.lock = threading.Lock()
+
+    def sink(self, name: str, n: int = 1):
+        self.done[name] = threading.Event()
+        finished = [0]
+
+        def receive(event: LiveEvent) -> None:
+            with self.lock:
+                self.events.append((name, event))
+            finished[0] += isinstance(event, (Finished, Failed))
+            if finished[0] >= n or isinstance(event, Failed):
+                self.done[name].set()
+        return receive
+
+    def wait(self, name: str) -> None:
+        assert self.done[name].wait(60), f"{name} did not finish"
+
+    def results(self, name: str) -> list:
+        return sorted((e.result for n, e in self.events if n == name and isinstance(e, Finished)),
+                      key=lambda r: r.sample_index)
+
+    def order(self) -> list[str]:
+        return [name for name, event in self.events if isinstance(event, Finished)]
+
+
+def request(backend, text: str, n: int = 1) -> GenerationRequest:
+    return GenerationRequest(text, tuple(backend.tokenizer(text)["input_ids"]), n)
+
+
+def test_a_request_joins_the_running_batch_at_the_next_step() -> None:
+    backend = tiny_backend()
+    engine = LiveEngine(backend, max_len=512).start()
+    seen = Recorder()
+    try:
+        first_tokens = threading.Event()
+        long_sink = seen.sink("long")
+        engine.submit(request(backend, "x = [1, 2, 3]\nfor"), SamplingParams(max_new_tokens=400),
+                      lambda event: (long_sink(event), isinstance(event, Tokens) and first_tokens.set()))
+        assert first_tokens.wait(30)
+        loop = engine.loop
+        engine.submit(request(backend, "def f(x):"), GREEDY, seen.sink("short"))
+        seen.wait("short")
+        assert seen.order() == ["short"]  # the long one still decodes
+        assert engine.loop is loop  # the short one joined its batch, not a batch of its own
+        seen.wait("long")
+    finally:
+        engine.stop()
+    [short] = seen.results("short")
+    [expected] = tiny_backend().generate([request(backend, "def f(x):")], GREEDY)
+    assert short.token_ids == expected.token_ids
+
+
+def test_n_samples_of_a_request_share_one_prefill() -> None:
+    backend = tiny_backend()
+    engine = LiveEngine(backend, max_len=512).start()
+    seen = Recorder()
+    try:
+        prompt = request(backend, "def add(a, b):\n", n=4)
+        engine.submit(prompt, SamplingParams(temperature=1.0, max_new_tokens=8), seen.sink("four", n=4))
+        seen.wait("four")
+    finally:
+        engine.stop()
+    assert [r.sample_index for r in seen.results("four")] == [0, 1, 2, 3]
+    assert engine.loop.stats.prefill_tokens == len(prompt.prompt_ids)
+
+
+def test_other_sampling_settings_wait_for_the_batch_to_drain_and_are_not_overtaken() -> None:
+    backend = tiny_backend()
+    engine = LiveEngine(backend, max_len=512)
+    seen = Recorder()
+    engine.submit(request(backend, "x = [1, 2, 3]\nfor"), SamplingParams(max_new_tokens=60), seen.sink("greedy-1"))
+    engine.submit(request(backend, "import os"), SamplingParams(temperature=0.8, max_new_tokens=4), seen.sink("sampled"))
+    engine.submit(request(backend, "a"), SamplingParams(max_new_tokens=2), seen.sink("greedy-2"))
+    engine.start()
+    try:
+        for name in ("greedy-1", "sampled", "greedy-2"):
+            seen.wait(name)
+    finally:
+        engine.stop()
+    assert seen.order() == ["greedy-1", "sampled", "greedy-2"]
+
+
+def test_speculative_serving_gives_the_regular_greedy_tokens() -> None:
+    prompts = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "x = 1\ny = 2\nx = 1\n"]
+    reference = tiny_backend()
+    expected = {r.key: r.token_ids for r in reference.generate([request(reference, p) for p in prompts], GREEDY)}
+    backend = tiny_backend(EngineConfig(batch_size=4, drafter="ngram"))
+    engine = LiveEngine(backend, max_len=512).start()
+    seen = Recorder()
+    try:
+        for p in prompts:
+            engine.submit(request(backend, p), GREEDY, seen.sink(p))
+        for p in prompts:
+            seen.wait(p)
+    finally:
+        engine.stop()
+    assert {p: seen.results(p)[0].token_ids for p in prompts} == expected
+    assert engine.loop.stats.drafted > 0
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_serves_the_next() -> None:
+    backend = tiny_backend()
+    greedy_tokens = backend.runner.greedy_tokens
+    broken = threading.Event()
+    broken.set()
+
+    def fail_once(*args, **kwargs):
+        if broken.is_set():
+            broken.clear()
+            raise RuntimeError("out of memory")
+        return greedy_tokens(*args, **kwargs)
+
+    backend.runner.greedy_tokens = fail_once
+    engine = LiveEngine(backend, max_len=512).start()
+    seen = Recorder()
+    try:
+        engine.submit(request(backend, "def f(x):"), GREEDY, seen.sink("first"))
+        seen.wait("first")
+        engine.submit(request(backend, "def f(x):"), GREEDY, seen.sink("second"))
+        seen.wait("second")
+    finally:
+        engine.stop()
+    assert [type(e) for n, e in seen.events if n == "first" and not isinstance(e, Tokens)] == [Failed]
+    assert "out of memory" in next(e.message for n, e in seen.events if isinstance(e, Failed))
+    assert len(seen.results("second")) == 1
+
+
+def always_stop_guard() -> GenGuard:
+    head = nn.Sequential(nn.Linear(32, 2))
+    with torch.no_grad():
+        head[0].weight.zero_()
+        head[0].bias.copy_(torch.tensor([0.0, 10.0]))
+    return GenGuard(head, GuardPolicy(mode="consecutive", consecutive=3), GuardInfo(32))
+
+
+def test_genguard_stops_are_reported_with_finish_reason_guard() -> None:
+    backend = tiny_backend()
+    backend.guard = always_stop_guard()
+    with serving(backend) as served:
+        for stream in (False, True):
+            body = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 16, "temperature": 0, "stream": stream}
+            response = httpx.post(f"{served.url}/completions", json=body, timeout=60)
+            assert response.status_code == 200
+            if stream:
+                assert '"finish_reason": "guard"' in response.text
+            else:
+                assert response.json()["choices"][0]["finish_reason"] == "guard"
