@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import random
+import string
 from dataclasses import dataclass
 
 from quench.datasets import Problem
@@ -196,10 +197,19 @@ def variable_to_rename(code: bytes, root) -> str | None:  # noqa: ANN001
     return max(candidates, key=lambda name: counts[name]) if candidates else None
 
 
-def rename_variable(code: bytes, root, new_name: str) -> list[Edit]:  # noqa: ANN001
+def random_name(length: int, rng: random.Random) -> str:
+    """ReCode's alpha-numeric name: a letter, then letters or (six times likelier) digits."""
+    letters = string.ascii_uppercase + string.ascii_lowercase
+    return rng.choice(letters) + "".join(rng.choice(letters + string.digits * 6) for _ in range(length - 1))
+
+
+def rename_variable(code: bytes, root, new_name: str | random.Random) -> list[Edit]:  # noqa: ANN001
+    """`new_name`: the name, or a generator for a random one as long as the chosen variable."""
     chosen = variable_to_rename(code, root)
     if chosen is None:
         return []
+    if isinstance(new_name, random.Random):
+        new_name = random_name(len(chosen), new_name)
     taken = set(variable_names(root, excluded_parents=False))
     name = new_name + "2" if new_name in TYPE_VARS or new_name in taken else new_name
     return [Edit(n.start_byte, n.end_byte, name) for n in breadth_first(root)
@@ -220,14 +230,14 @@ class RecodeCodeSyntax(Perturbation):
             return partial  # a one-line body: ReCode leaves the prompt as it is
         header, doc, body = sep(marked, problem.entry_point)
         code = (header + body).replace(";\n", "\n").replace(";", "\n").encode()
-        edits = self.edits(code, parser().parse(code).root_node)
+        edits = self.edits(code, parser().parse(code).root_node, rng)
         rendered = render(apply_edits(code, edits), doc, problem.entry_point, indent_unit(partial.prompt, problem.entry_point))
         if rendered is None:
             return partial
         prompt, rest = rendered
         return partial.with_changes(prompt=prompt, canonical_solution=rest)
 
-    def edits(self, code: bytes, root) -> list[Edit]:  # noqa: ANN001
+    def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
         raise NotImplementedError
 
 
@@ -236,7 +246,7 @@ class RecodeForWhile(RecodeCodeSyntax):
     name = "ForWhileTransformer"
     description = "the first convertible `for` loop in tree order (hidden half included) as a `while` loop"
 
-    def edits(self, code: bytes, root) -> list[Edit]:  # noqa: ANN001
+    def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
         return for_to_while(code, root)
 
 
@@ -245,7 +255,7 @@ class RecodeOperandSwap(RecodeCodeSyntax):
     name = "OperandSwap"
     description = "the first single comparison in tree order (hidden half included) with its operands swapped"
 
-    def edits(self, code: bytes, root) -> list[Edit]:  # noqa: ANN001
+    def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
         return operand_swap(code, root)
 
 
@@ -254,5 +264,15 @@ class RecodeVarRenamerNaive(RecodeCodeSyntax):
     name = "VarRenamerNaive"
     description = "the most frequent variable (parameters included) renamed to VAR_0 everywhere"
 
-    def edits(self, code: bytes, root) -> list[Edit]:  # noqa: ANN001
+    def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
         return rename_variable(code, root, "VAR_0")
+
+
+@register_recode
+class RecodeVarRenamerRN(RecodeCodeSyntax):
+    name = "VarRenamerRN"
+    description = "the most frequent variable renamed to a random alpha-numeric name of its length everywhere"
+    randomized = True
+
+    def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
+        return rename_variable(code, root, rng)
