@@ -30,8 +30,9 @@ def test_train_and_info(tmp_path: Path, capsys, make_synthetic) -> None:
 @pytest.mark.parametrize("argv,message", [
     (["guard", "build-data", "--out", "x", "--splits", "test"], "test data must stay unseen"),
     (["guard", "build-data", "--out", "x", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
-    (["guard", "train", "--data", "nowhere", "--out", "g.safetensors"], "not a guard dataset"),
-    (["guard", "info", "missing.safetensors"], "guard file not found"),
+    (["guard", "train", "--data", "nowhere", "--out", "g.safetensors"], "--data nowhere: no such directory"),
+    (["guard", "train", "--data", ".", "--out", "g.safetensors"], "not a guard dataset"),
+    (["guard", "info", "missing.safetensors"], "guard file missing.safetensors: no such file"),
 ])
 def test_bad_input(argv: list[str], message: str, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from quench.cli import generate as generate_cli
+from quench.cli import console
 from quench.cli.main import main
 from quench.models.loading import LoadedModel
 from quench.stopping import GenGuard, GuardInfo, GuardPolicy
@@ -22,7 +22,7 @@ SCRIPT = Script(list(COMPLETION.values()))
 @pytest.fixture()
 def bench(tmp_path: Path, monkeypatch) -> Path:
     loaded = LoadedModel(SCRIPT.model, SCRIPT.tokenizer, "scripted", "completion", torch.float32, "")
-    monkeypatch.setattr(generate_cli, "load_model", lambda *args, **kwargs: loaded)
+    monkeypatch.setattr(console, "load_model", lambda *args, **kwargs: loaded)  # what generate and run load
     path = tmp_path / "bench.jsonl"
     path.write_text("".join(json.dumps({"task_id": k, "prompt": chain[0], "canonical_solution": "", "test": "",
                                         "entry_point": ENTRY[k]}) + "\n" for k, chain in COMPLETION.items()))

@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, TypeVar
 
 import torch
 
+from quench.engine.config import EngineConfig
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams, cut_at_stop
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, model, tokenizer, batch_size: int = 8) -> None:
+    def __init__(self, model, tokenizer, batch_size: int = EngineConfig.batch_size) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
