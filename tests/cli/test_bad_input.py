@@ -133,6 +133,9 @@ CASES = [
     Case("missing benchmark file", ("run", "--benchmark", "{in}/bench.jsonl", "--out", "{out}"), "bench.jsonl: no such file"),
     Case("missing guard data", ("guard", "train", "--data", "{in}/data", "--out", "{out}/g.safetensors"), "--data"),
     Case("missing guard file", ("guard", "info", "{in}/guard.safetensors"), "guard.safetensors: no such file"),
+    Case("compare: missing run", ("compare", "{in}/a", "{in}/b", "--out", "{out}"), "a: no such run directory"),
+    Case("compare: not a run", ("compare", "{in}/a", "{in}/a", "--out", "{out}"), "a: not a run directory",
+         files={"a/config.json": b"{}\n"}),
 ]
 
 
