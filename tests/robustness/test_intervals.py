@@ -123,3 +123,17 @@ def test_intervals_survive_the_json_round_trip_and_old_files_still_load():
     del old["intervals"]
     assert GroupMetrics.from_json(old).intervals == {}
     assert Interval.from_json({"point": 0.5, "low": 0.4, "high": 0.6, "problems": 3}).note is None
+
+
+def test_sampled_outcomes_resample_problems_not_samples():
+    # One problem, 10 samples of which 4 pass: resampling the problem always gives pass@1 = 0.4, so the
+    # interval has no width; resampling samples would spread it from about 0.1 to 0.7.
+    run = RobustnessRun(
+        nominal_full={"P1": (True,) * 4 + (False,) * 6},
+        variants=(VariantOutcomes("ButterFingersPerturbation", "docstring", 0, {"P1": (True,) * 3 + (False,) * 7}),),
+    )
+    metrics = robustness_metrics(run, ks=(1, 5), bootstrap=BootstrapConfig(resamples=300))
+    interval = metrics.nominal_intervals["full"][1]
+    assert (interval.point, interval.low, interval.high, interval.problems) == (pytest.approx(0.4), 0.4, 0.4, 1)
+    robust = metrics.transformations[0].interval("robust_pass", 5)
+    assert robust.low == robust.high == pytest.approx(robust.point)
