@@ -9,6 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from quench.cli import console, validate
+from quench.cli.perturb import add_profile_arg
 from quench.errors import QuenchError
 from quench.models import DEFAULT_PRESET
 from quench.training.config import (
@@ -65,6 +66,7 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--categories", default=DEFAULT_CATEGORIES, help="perturbation categories to augment with")
     parser.add_argument("--transforms", default=None, help="perturbation names (overrides --categories)")
     parser.add_argument("--perturb-seeds", type=int, default=1, help="seeds per randomised perturbation")
+    add_profile_arg(parser)
     parser.add_argument("--variants-per-example", type=int, default=1, help="da/mda: variants drawn per example and epoch")
     parser.add_argument("--no-validate", dest="validate", action="store_false",
                         help="keep variants without running their reference solution")
@@ -99,7 +101,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     lora = LoraSettings(args.lora_rank, args.lora_alpha, args.lora_dropout, split_list(args.lora_targets),
                         args.lora_layers) if args.lora else None
     data = DataSettings(split_list(args.splits), args.limit, args.stdlib, transforms_from_args(args),
-                        args.perturb_seeds, args.variants_per_example, args.validate)
+                        args.perturb_seeds, args.variants_per_example, args.validate, args.profile)
     losses = LossWeights(args.alp_weight, args.seq_weight, args.tok_weight, args.seq_temperature,
                          args.tok_temperature, args.tok_max_aligned)
     return TrainConfig(args.model, parse_strategies(args.strategy), lora, args.epochs, args.lr, args.batch_size,

@@ -55,6 +55,7 @@ class DataSettings:
     perturb_seeds: int = 1  # seeds per randomised transformation
     variants_per_example: int = 1  # da/mda: perturbed variants drawn per example and epoch
     validate: bool = True  # keep only variants whose reference still passes (runs the sandbox)
+    profile: str = "quench"  # perturbation profile: "quench" or "recode" (docs/perturbations.md)
 
 
 @dataclass(frozen=True)

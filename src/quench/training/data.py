@@ -71,7 +71,7 @@ def training_problems(settings: DataSettings) -> list[Problem]:
 def make_variants(problems: Sequence[Problem], settings: DataSettings, pool: Any = None) -> list[Problem]:
     """Changed, valid variants of every problem under every transformation and seed, deduplicated."""
     made = perturb_problems(problems, settings.transforms, settings.perturb_seeds,
-                            validate_variants=settings.validate, pool=pool)
+                            validate_variants=settings.validate, pool=pool, profile=settings.profile)
     seen: set[tuple[str, str, str, str]] = set()
     out = []
     for (_, _), group in sorted(made.variants.items()):
