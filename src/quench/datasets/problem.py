@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from quench.datasets.languages import LANGUAGES, launcher, source
 from quench.errors import InputFileError, QuenchError
 
 REQUIRED_FIELDS = ("task_id", "prompt", "test", "entry_point")
@@ -25,10 +26,23 @@ class Problem:
     benchmark: str = ""  # "humaneval", "mbpp", or "" for user files
     prompt_kind: str = "full"  # "full" or "partial" (ReCode's partial-code prompt)
     extra: tuple[tuple[str, str], ...] = ()  # free metadata, e.g. (("perturbation", "tab_indent"),)
+    language: str = "python"  # "python" or an MBXP language: "javascript", "go", "cpp", "java"
 
     def program(self, completion: str) -> str:
-        """The program that checks `completion` (a continuation of the prompt)."""
+        """The program that checks `completion` (a continuation of the prompt), as the sandbox runs it.
+
+        Python: prompt, completion, tests and `check(entry_point)`. Other languages: a Python
+        launcher that builds and runs `source(...)` (see quench.datasets.languages).
+        """
+        if self.language != "python":
+            return launcher(self.language, self.source(completion))
         return f"{self.prompt}{completion}\n\n{self.test}\n\ncheck({self.entry_point})\n"
+
+    def source(self, completion: str) -> str:
+        """The program in the problem's own language (for Python the same as `program`)."""
+        if self.language == "python":
+            return self.program(completion)
+        return source(self.language, self.prompt, completion, self.test)
 
     def reference_program(self) -> str:
         return self.program(self.canonical_solution)
@@ -53,6 +67,9 @@ def problem_from_json(row: dict[str, object], benchmark: str = "") -> Problem:
     extra = row.get("extra") or {}
     if not isinstance(extra, dict):
         raise ValueError("field 'extra' must be an object")
+    language = str(row.get("language") or "python").lower()
+    if language not in ("python", *LANGUAGES):
+        raise ValueError(f"unknown language {language!r}: expected python, {', '.join(LANGUAGES)}")
     return Problem(
         task_id=str(row["task_id"]),
         prompt=str(row["prompt"]),
@@ -62,6 +79,7 @@ def problem_from_json(row: dict[str, object], benchmark: str = "") -> Problem:
         benchmark=str(row.get("benchmark") or benchmark),
         prompt_kind=str(row.get("prompt_kind") or "full"),
         extra=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
+        language=language,
     )
 
 

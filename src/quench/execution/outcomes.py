@@ -20,6 +20,7 @@ class Outcome(StrEnum):
     memory = "memory"  # MemoryError under the address-space limit
     crashed = "crashed"  # killed by a signal or exited early (sys.exit / os._exit before the end)
     syntax_error = "syntax_error"  # the program does not compile
+    compile_error = "compile_error"  # a compiled language's build failed (g++, javac, go, node's parser)
     sandbox_error = "sandbox_error"  # the harness failed, not the program
 
 
@@ -39,6 +40,7 @@ class ExecutionResult:
         return {"outcome": self.outcome.value, "detail": self.detail, "seconds": round(self.seconds, 4)}
 
 
+COMPILE_ERROR = "CompileError"  # what a language launcher raises when the build fails (quench.datasets.languages)
 SANDBOX_EXIT = 125  # exit status of a child that could not set itself up (as in forkserver.py)
 RECORD_KINDS = {  # the letter after the nonce in a child's completion record
     "P": Outcome.passed,
@@ -63,6 +65,8 @@ def classify(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionRe
             detail += " before the tests finished"
         elif kind == "M":
             detail = f"{detail or 'MemoryError'} (address-space limit {limits.memory_mb} MB)"
+        if kind == "F" and detail.startswith(COMPILE_ERROR):  # the launcher of another language
+            return ExecutionResult(Outcome.compile_error, detail[len(COMPILE_ERROR):].lstrip(": "), seconds)
         return ExecutionResult(RECORD_KINDS[kind], detail, seconds)
     if report.get("stopped") == "timeout":
         return ExecutionResult(Outcome.timeout, f"no result within {limits.timeout_s:g} s (wall clock)", seconds)

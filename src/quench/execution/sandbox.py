@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 from quench.errors import QuenchError
+from quench.execution.toolchains import ENV_VAR as TOOLCHAINS_VAR
+from quench.execution.toolchains import sandbox_binds, toolchain_dir
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ WORKER_ENV = {
     "OMP_NUM_THREADS": "1",  # numerical libraries must not spawn a thread per core in every program
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
+    TOOLCHAINS_VAR: toolchain_dir(),  # other languages' shared read-only build cache (toolchains.py)
 }
 FIX_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or run quench from a Python environment "
@@ -223,6 +226,8 @@ def bwrap_args(limits: SandboxLimits, python: str, bwrap: str = "bwrap") -> list
     outside = [path for path in python_dirs(python) if not path.startswith(SCRATCH + "/")]
     for path in [*outside, *scratch_binds(python)]:
         args += ["--ro-bind", path, path]
+    for path in sandbox_binds():  # other languages' build cache and configuration, where present
+        args += ["--ro-bind-try", path, path]
     args += ["--size", scratch, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
     return args + ["--chdir", SCRATCH]
 

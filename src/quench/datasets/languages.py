@@ -1,0 +1,144 @@
+"""MBXP's languages: how a problem's program is put together and how it is built and run.
+
+A program is `prompt + completion + test`, as MBXP (amazon-science/mxeval) defines it; the test
+harness's `main` exits non-zero when a case fails. For every language but Python the program
+handed to the sandbox is a small Python *launcher* that writes the source into the program's
+fresh scratch directory, builds it and runs it there, so the build and the run share the
+sandbox, limits and outcome enum of Python programs. A build that fails raises `CompileError`
+(the `compile_error` outcome); a run that exits non-zero raises `ProgramFailed` (`failed`).
+
+Per language:
+- JavaScript: `node main.js`; the harness needs lodash (Debian `node-lodash`, on NODE_PATH).
+- Go: `go tool compile` + `go tool link` against the precompiled standard library of the Go
+  installation (what `go run` does, without its build cache); `go build` with a private cache
+  where the installation ships no precompiled library.
+- C++: `g++ main.cpp` (mxeval's flags), with a shared read-only precompiled `bits/stdc++.h`
+  when one has been prepared (quench.execution.toolchains).
+- Java: one JVM compiles and runs the source (`java Main.java`, the single-file launcher); the
+  harness's `class Main` goes first, after the imports, because the launcher runs the first class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LAUNCHER = '''\
+import os, shutil, subprocess
+
+class CompileError(Exception):
+    pass
+
+class ProgramFailed(Exception):
+    pass
+
+def tail(path, size=600):
+    with open(path, "rb") as handle:
+        handle.seek(max(0, os.path.getsize(path) - size))
+        return handle.read().decode("utf-8", "replace").strip()
+
+def run(argv, log, env):
+    with open(log, "wb") as out:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+
+def build_and_run(source, name, builds, command, env, compile_mark):
+    env = {**os.environ, **{key: value.replace("{cwd}", os.getcwd()) for key, value in env.items()}}
+    with open(name, "w", encoding="utf-8") as handle:
+        handle.write(source)
+    for build in builds:
+        if run(build, "build.log", env) != 0:
+            raise CompileError(tail("build.log"))
+    with open("run.log", "wb") as out:
+        status = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out, env=env).returncode
+    if status != 0:
+        text = tail("run.log")
+        if compile_mark and text.endswith(compile_mark):
+            raise CompileError(text)
+        how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
+        raise ProgramFailed(f"{how}: {text}" if text else how)
+'''
+
+
+@dataclass(frozen=True)
+class Language:
+    """One MBXP language: its benchmark name, data file and toolchain."""
+
+    name: str  # "javascript", "go", "cpp", "java"
+    benchmark: str  # "mbjsp", "mbgp", "mbcpp", "mbjp"
+    data_file: str  # under quench/datasets/data
+    source_name: str  # the file the program is written to
+    fences: tuple[str, ...]  # code-fence tags of chat answers, e.g. ("javascript", "js")
+    line_comment: str  # "//"
+    tool: str  # the executable a machine needs (tests skip the language without it)
+
+
+LANGUAGES: dict[str, Language] = {
+    "javascript": Language("javascript", "mbjsp", "mbjsp_release_v1.2.jsonl", "main.js", ("javascript", "js", "node"),
+                           "//", "node"),
+    "go": Language("go", "mbgp", "mbgp_release_v1.1.jsonl", "main.go", ("go", "golang"), "//", "go"),
+    "cpp": Language("cpp", "mbcpp", "mbcpp_release_v1.2.jsonl", "main.cpp", ("cpp", "c++", "cc", "cxx"), "//", "g++"),
+    "java": Language("java", "mbjp", "mbjp_release_v1.2.jsonl", "Main.java", ("java",), "//", "java"),
+}
+BENCHMARK_LANGUAGES = {language.benchmark: language.name for language in LANGUAGES.values()}
+NODE_PATH = "/usr/share/nodejs:/usr/lib/nodejs:/usr/lib/node_modules:/usr/local/lib/node_modules"
+# A JVM inside the address-space limit: small fixed reservations, one GC thread, no JIT tiers
+# beyond C1 (the programs are tiny; start-up dominates).
+JAVA_FLAGS = ("-Xss8m", "-Xmx512m", "-XX:ReservedCodeCacheSize=64m", "-XX:CompressedClassSpaceSize=64m",
+              "-XX:MaxMetaspaceSize=128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+              "-Xshare:auto")
+JAVA_COMPILE_MARK = "error: compilation failed"  # the single-file launcher's last line when javac fails
+GO_BUILD_ENV = {"GOCACHE": "{cwd}/gocache", "GOPATH": "{cwd}/gopath", "GO111MODULE": "off", "CGO_ENABLED": "0", "GOFLAGS": ""}
+
+
+def language_of(benchmark: str) -> str:
+    """The language of a benchmark name ("mbjsp" → "javascript"); "python" for anything else."""
+    return BENCHMARK_LANGUAGES.get(benchmark, "python")
+
+
+def java_source(prompt: str, completion: str, test: str) -> str:
+    """Imports, then the harness (its `class Main` must be the first class), then the solution."""
+    lines = prompt.splitlines(keepends=True)
+    head = 0
+    while head < len(lines) and (lines[head].startswith("import ") or not lines[head].strip()):
+        head += 1
+    return "".join(lines[:head]) + test.lstrip("\n") + "\n\n" + "".join(lines[head:]) + completion + "\n"
+
+
+def source(language: str, prompt: str, completion: str, test: str) -> str:
+    """The program in the problem's language (MBXP: prompt + completion + test)."""
+    if language == "java":
+        return java_source(prompt, completion, test)
+    return prompt + completion + test
+
+
+def toolchain_steps(language: str) -> tuple[str, list[str], dict[str, str], str]:
+    """(build commands as a launcher expression, run command, extra environment, compile-error mark)."""
+    if language == "javascript":
+        return "[]", ["node", "main.js"], {"NODE_PATH": NODE_PATH}, ""
+    if language == "cpp":
+        return "cpp_builds()", ["./main"], {}, ""
+    if language == "java":
+        return "[]", ["java", *JAVA_FLAGS, "Main.java"], {}, JAVA_COMPILE_MARK
+    if language == "go":
+        return "go_builds()", ["./main"], GO_BUILD_ENV, ""
+    raise ValueError(f"no toolchain for language {language!r}")
+
+
+BUILDERS = '''
+def cpp_builds():  # the prepared precompiled bits/stdc++.h, if any, is found first on the include path
+    return [["g++", "-I", os.environ.get("QUENCH_TOOLCHAINS", "/nonexistent") + "/cpp", "main.cpp", "-o", "main"]]
+
+def go_builds():  # without `go build`'s cache: compile and link against the precompiled standard library
+    goroot = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("go") or "/nonexistent/bin/go")))
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    if os.path.exists(os.path.join(goroot, "pkg", "linux_" + arch, "fmt.a")):
+        return [["go", "tool", "compile", "-p", "main", "-o", "main.o", "main.go"], ["go", "tool", "link", "-o", "main", "main.o"]]
+    return [["go", "build", "-o", "main", "main.go"]]
+'''
+
+
+def launcher(language: str, program_source: str) -> str:
+    """The Python program that builds and runs `program_source` in the sandbox's scratch directory."""
+    spec = LANGUAGES[language]
+    builds, command, env, mark = toolchain_steps(language)
+    call = f"build_and_run({program_source!r}, {spec.source_name!r}, {builds}, {command!r}, {env!r}, {mark!r})\n"
+    return LAUNCHER + BUILDERS + "\n" + call
