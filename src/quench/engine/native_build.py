@@ -254,7 +254,9 @@ def _compile(compiler: str, header: Header, target: Path, openmp: bool) -> None:
             extra = ["-fopenmp"] if openmp and name in OPENMP else []
             command = [compiler, "-c", "-fPIC", *unit_flags(name), *extra, f"-I{CSRC}",
                        f"-DQUENCH_NATIVE_HEADER_HASH={header.digest}", str(CSRC / f"{name}.c"), "-o", str(obj)]
-            subprocess.run(command, check=True, capture_output=True, text=True)
+            done = subprocess.run(command, check=True, capture_output=True, text=True)
+            if done.stderr:  # warnings (errors under QUENCH_NATIVE_WERROR=1)
+                log.debug("compiling %s.c: %s", name, done.stderr)
             objects.append(str(obj))
         partial = Path(tmp) / target.name
         link = ["-fopenmp"] if openmp else []
