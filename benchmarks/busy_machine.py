@@ -7,7 +7,7 @@ times and the ratios: loaded / quiet per setting (target <= 1.6), and default / 
 condition (target <= 1.0). `--torch-default` adds torch's own default (one thread per CPU,
 OpenMP threads spin while they wait) for reference.
 
-Usage: python benchmarks/busy_machine.py [--tasks 0-3] [--max-new-tokens 64] [--torch-default]
+Usage: python benchmarks/busy_machine.py [--tasks 0-3] [--max-new-tokens 32] [--torch-default] [--warm-up]
 A machine that other jobs already share is not quiet: the printed load says how busy it was.
 """
 
@@ -89,12 +89,14 @@ def load_average() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="0-3")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--warm-up", action="store_true", help="one untimed run first (cold file cache, kernel build)")
     parser.add_argument("--torch-default", action="store_true", help="also time torch's own thread default")
     args = parser.parse_args()
     chosen = settings(args.torch_default)
     with tempfile.TemporaryDirectory(prefix="quench-busy-") as scratch:
-        timed_run(args, chosen[0], Path(scratch))  # warm the file cache and the native kernel build
+        if args.warm_up:
+            timed_run(args, chosen[0], Path(scratch))
         loads = [load_average()]
         quiet = run_condition(args, chosen, Path(scratch), loaded=False)
         loads.append(load_average())
