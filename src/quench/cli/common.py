@@ -8,7 +8,9 @@ import json
 import logging
 import re
 from pathlib import Path
+from typing import Callable
 
+from quench.cli import remote
 from quench.datasets import Problem, load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool, choose_isolation
@@ -43,8 +45,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
-    parser.add_argument("--backend", default="quench", choices=["hf", "quench"],
-                        help="hf: Hugging Face generate; quench: quench's engine (docs/engine.md)")
+    parser.add_argument("--backend", default="quench", choices=["hf", "quench", "openai"],
+                        help="hf: Hugging Face generate; quench: quench's engine (docs/engine.md); openai: an "
+                             "OpenAI-compatible server at --base-url (docs/serving.md)")
     parser.add_argument("--batch-size", type=int, default=ENGINE_DEFAULTS.batch_size)
     engine = parser.add_argument_group("quench engine")
     engine.add_argument("--speculate", default=ENGINE_DEFAULTS.drafter, choices=DRAFTERS,
@@ -68,6 +71,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                              "default %(default)s: past that drafts cost more than they save)")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
+    remote.add_openai_args(parser)
 
 
 def add_sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -200,8 +204,42 @@ def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
     return BackendOptions(name=args.backend, engine=engine, draft=args.draft, guard=args.guard).check()
 
 
+def load_model_from_args(args: argparse.Namespace):
+    """The local model (loaded), or for --backend openai what is known of the served one (nothing loads)."""
+    remote.check_remote_args(args)
+    if args.backend == "openai":
+        return remote.remote_model(args)
+    from quench.cli import console
+
+    return console.load_model(args.model, args.dtype, args.device, args.prompt_format)
+
+
+def prompt_encoder(loaded) -> Callable[[str], tuple[int, ...]]:
+    """A benchmark prompt -> the request's prompt ids: the model's tokens, or a server's text (`RemoteModel`)."""
+    from quench.models import encode_prompt
+    from quench.runs.openai_backend import RemoteModel
+
+    if isinstance(loaded, RemoteModel):
+        return loaded.encode
+
+    return lambda text: encode_prompt(loaded, text)
+
+
+def prompt_formatter(loaded) -> Callable[[str], str]:
+    """A benchmark prompt -> the text the model continues (the chat template applied), or the text a server gets."""
+    from quench.models import format_prompt
+    from quench.runs.openai_backend import RemoteModel
+
+    if isinstance(loaded, RemoteModel):
+        return loaded.format
+
+    return lambda text: format_prompt(loaded, text)
+
+
 def backend_from_args(args: argparse.Namespace, loaded):
-    """The local backend, or generation actors on the Ray cluster of --ray."""
+    """The local backend, a server's (--backend openai), or generation actors on the Ray cluster of --ray."""
+    if args.backend == "openai":
+        return remote.openai_backend(args)
     options = backend_options_from_args(args)
     if not getattr(args, "ray", None):
         return make_backend(loaded, options)

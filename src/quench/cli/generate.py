@@ -9,7 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from quench.datasets import Problem
-from quench.cli import common, console, validate
+from quench.cli import common, validate
 from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
 
 
@@ -51,10 +51,8 @@ def stopping_config(args: argparse.Namespace) -> dict:
 
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
     """Load the model, prepare the run directory, generate what is missing; print progress."""
-    from quench.models import encode_prompt
-
     sampling = common.sampling_from_args(args)
-    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
+    loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)
     common.prepare_run_dir(out, run_config(args, problems, loaded.prompt_format, stops), args.overwrite)
     backend = common.backend_from_args(args, loaded)
@@ -72,7 +70,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
 
     try:
         samples = generate_samples(
-            problems, backend, lambda text: encode_prompt(loaded, text), config, samples_path, on_sample
+            problems, backend, common.prompt_encoder(loaded), config, samples_path, on_sample
         )
     finally:
         bar.close()

@@ -80,7 +80,6 @@ def check_args(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quench.models import encode_prompt, format_prompt
     from quench.robustness.pipeline import RobustnessConfig, run_robustness
     from quench.robustness.report import write_report
 
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = common.sampling_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
-    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
+    loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
                               loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule, profile=args.profile,
@@ -113,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
             console.say(f"note: bubblewrap is unavailable; programs run with {pool.isolation} only")
         checked = console.ReportingRunner(pool, bars.set_total, bars.advance)  # the variants' meaning check
         try:
-            outcome = run_robustness(problems, config, backend, lambda text: encode_prompt(loaded, text),
-                                     lambda text: format_prompt(loaded, text), checked, out, stage_progress(bars))
+            outcome = run_robustness(problems, config, backend, common.prompt_encoder(loaded),
+                                     common.prompt_formatter(loaded), checked, out, stage_progress(bars))
             bars.end()
         finally:
             bars.end(complete=False)

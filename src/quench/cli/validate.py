@@ -160,8 +160,13 @@ def check_generation_args(args: argparse.Namespace) -> None:
     from quench.cli import common
 
     check_benchmark_args(args)
-    check_model_args(args)
+    if args.backend == "openai":
+        from quench.cli import remote
+
+        remote.openai_options(args)  # a server generates: nothing local to load or build
+    else:
+        check_model_args(args)
+        common.backend_options_from_args(args)
     common.sampling_from_args(args)
-    common.backend_options_from_args(args)
     check_positive(args.max_new_tokens, "--max-new-tokens")
     check_ray(args)

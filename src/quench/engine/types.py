@@ -60,7 +60,7 @@ class GenerationResult:
     text: str  # decoded generated text, cut before the first stop sequence
     finish_reason: str  # "eos", "stop", "length", "hook" (a stop rule, e.g. function complete), "guard" (GenGuard)
     seconds: float = 0.0  # wall time attributed to this sample (for time budgets)
-    extra: dict[str, float] = field(default_factory=dict)  # backend stats (accepted length, ...)
+    extra: dict[str, float | str] = field(default_factory=dict)  # backend stats (accepted length, a server's model name, ...)
 
 
 class Backend(Protocol):
