@@ -5,11 +5,10 @@ from quench.execution import SandboxLimits, SandboxPool
 
 
 def test_each_stage_has_its_own_bar_and_total():
-    bars = StageBars({"generate": "sample"})
-    bars.begin("perturb")
-    bars.set_total(3)
+    bars = StageBars()
+    bars.begin("perturb", 3)
     bars.advance()
-    assert (bars.bar.desc, bars.bar.n, bars.bar.total) == ("perturb", 1, 3)
+    assert (bars.bar.desc, bars.bar.n, bars.bar.total, bars.bar.unit) == ("perturb", 1, 3, "transformation")
     bars.begin("generate", 5)  # a new stage: a new bar from 0, not the old counter
     assert (bars.bar.desc, bars.bar.n, bars.bar.total, bars.bar.unit) == ("generate", 0, 5, "sample")
     bars.advance(2)
@@ -37,3 +36,12 @@ def test_reporting_runner_counts_each_program_and_keeps_their_order():
         assert runner.isolation == pool.isolation  # everything else is the pool's own
     assert seen == [3] and len(done) == 3
     assert [r.passed for r in results] == [True, False, True]
+
+
+def test_the_meaning_check_is_a_stage_of_its_own():
+    bars = StageBars()
+    bars.begin("perturb", 2)
+    with SandboxPool(1, SandboxLimits(timeout_s=5)) as pool:
+        bars.checking(pool).run_many(["print(1)", "print(2)"])
+    assert (bars.bar.desc, bars.bar.n, bars.bar.total, bars.bar.unit) == ("check", 2, 2, "program")
+    bars.end()

@@ -24,26 +24,29 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu", prompt_forma
     return load(name, dtype, device, prompt_format, notify=say)
 
 
+STAGE_UNITS = {"perturb": "transformation", "check": "program", "generate": "sample", "execute": "program"}
+
+
 class StageBars:
     """One bar per stage, each with its own total; the next stage closes the one before."""
 
     def __init__(self, units: dict[str, str] | None = None) -> None:
-        self.units = units or {}
+        self.units = {**STAGE_UNITS, **(units or {})}
         self.bar: tqdm | None = None
 
     def begin(self, name: str, total: int | None = None) -> None:
         self.end()
         self.bar = tqdm(total=total, desc=name, unit=self.units.get(name, "it"), dynamic_ncols=True)
 
-    def set_total(self, total: int) -> None:
-        if self.bar is not None:
-            self.bar.reset(total=total)
-
     def advance(self, count: int = 1, **postfix: str) -> None:
         if self.bar is not None:
             self.bar.update(count)
             if postfix:
                 self.bar.set_postfix(postfix, refresh=False)
+
+    def checking(self, pool) -> "ReportingRunner":
+        """`pool`, with the perturbations' meaning check drawn as its own stage, "check"."""
+        return ReportingRunner(pool, lambda total: self.begin("check", total), self.advance)
 
     def end(self, complete: bool = True) -> None:
         """Close the current bar; a completed stage shows its total (what a resumed run read from disk counts)."""

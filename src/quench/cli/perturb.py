@@ -103,20 +103,20 @@ def run(args: argparse.Namespace) -> int:
         validate.check_model_args(argparse.Namespace(model=args.model, dtype="auto"))
     validate.check_out_dir(args.out)
     model = load_model(args.model) if any(base.perturbation_class(t).model_based for t in transforms) else None
-    if args.no_validate:
-        result = perturb_problems(problems, transforms, args.seeds, validate_variants=False, model=model,
-                                  profile=profile)
-    else:
-        with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout), allow_unconfined=args.unsafe_unconfined) as pool:
-            bars = console.StageBars({"perturb": "program"})  # steps: the meaning check's programs
-            bars.begin("perturb")
-            checked = console.ReportingRunner(pool, bars.set_total, bars.advance)
-            try:
-                result = perturb_problems(problems, transforms, args.seeds, pool=checked, model=model,
-                                          profile=profile)
-                bars.end()
-            finally:
-                bars.end(complete=False)
+    bars = console.StageBars()
+    bars.begin("perturb", len(transforms))
+    try:
+        if args.no_validate:
+            result = perturb_problems(problems, transforms, args.seeds, validate_variants=False, model=model,
+                                      profile=profile, on_transform=lambda name: bars.advance())
+        else:
+            with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout),
+                             allow_unconfined=args.unsafe_unconfined) as pool:
+                result = perturb_problems(problems, transforms, args.seeds, pool=bars.checking(pool), model=model,
+                                          profile=profile, on_transform=lambda name: bars.advance())
+        bars.end()
+    finally:
+        bars.end(complete=False)
     benchmark = args.benchmark if args.benchmark in ("humaneval", "mbpp") else Path(args.benchmark).stem
     paths = write_set(result, args.out, benchmark)
     print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations, profile {profile.name}")

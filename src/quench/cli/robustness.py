@@ -106,14 +106,14 @@ def run(args: argparse.Namespace) -> int:
                 "unsafe_unconfined": args.unsafe_unconfined}
     common.prepare_run_dir(out, settings, args.overwrite)
     backend = common.backend_from_args(args, loaded)
-    bars = console.StageBars({"perturb": "program", "generate": "sample", "execute": "program"})
+    bars = console.StageBars()
     with common.pool_from_args(args) as pool:
         if pool.isolation != "bwrap":
             console.say(f"note: bubblewrap is unavailable; programs run with {pool.isolation} only")
-        checked = console.ReportingRunner(pool, bars.set_total, bars.advance)  # the variants' meaning check
         try:
             outcome = run_robustness(problems, config, backend, common.prompt_encoder(loaded),
-                                     common.prompt_formatter(loaded), checked, out, stage_progress(bars))
+                                     common.prompt_formatter(loaded), bars.checking(pool), out,
+                                     stage_progress(bars))
             bars.end()
         finally:
             bars.end(complete=False)
@@ -135,7 +135,8 @@ def stage_progress(bars: console.StageBars):
         tokens += record["num_tokens"]
         bars.advance(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):.0f}")
 
-    return Progress(stage=bars.begin, sample=on_sample, execution=lambda record: bars.advance())
+    return Progress(stage=bars.begin, transform=lambda name: bars.advance(), sample=on_sample,
+                    execution=lambda record: bars.advance())
 
 
 def print_table(outcome, out: Path) -> None:

@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from quench.datasets import Problem
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, Perturbation, apply_seeded, create, perturbation_class, tag
@@ -102,6 +102,7 @@ def perturb_problems(
     pool: Runner | None = None,
     model: object | None = None,
     profile: Profile | str = QUENCH,
+    on_transform: Callable[[str], None] | None = None,
 ) -> PerturbationSet:
     """Apply each transformation with each seed; keep the variants that keep their meaning.
 
@@ -109,6 +110,7 @@ def perturb_problems(
     (a started `SandboxPool`); None starts one when needed. `model`: a `TextModel` for the
     model-based transformations (default: `quench.models.load_model()`, loaded on first use).
     `profile`: "quench" (default) or "recode" (see `quench.perturbations.profile`).
+    `on_transform`: told each transformation's name once its variants are made (progress).
     """
     profile = resolve_profile(profile)
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
@@ -126,6 +128,8 @@ def perturb_problems(
                                    seed_list)
         seconds[name] = time.perf_counter() - start
         log.info("%s: %d variants in %.2f s", name, len(problems) * len(seed_list), seconds[name])
+        if on_transform:
+            on_transform(name)
         baselines = partials if code else problems
         triples += [(original, variant, cls.category)
                     for variants in produced[name].values() for original, variant in zip(baselines, variants)]

@@ -74,6 +74,7 @@ class Progress:
     """Callbacks the CLI uses for one progress bar per stage (perturb, generate, execute)."""
 
     stage: Callable[[str, int | None], None] = lambda name, total: None  # noqa: E731  # a stage begins: its steps
+    transform: Callable[[str], None] = lambda name: None  # noqa: E731  # a perturb step: a transformation applied
     sample: Callable[[dict], None] = lambda record: None  # noqa: E731  # a generate step
     execution: Callable[[dict], None] = lambda record: None  # noqa: E731  # an execute step
 
@@ -100,7 +101,8 @@ def variants_from_release(perturbed_dir: Path, problems: Sequence[Problem]) -> d
 
 
 def load_or_make_variants(
-    problems: Sequence[Problem], config: RobustnessConfig, pool, out: Path
+    problems: Sequence[Problem], config: RobustnessConfig, pool, out: Path,
+    on_transform: Callable[[str], None] | None = None,
 ) -> dict[tuple[str, int], list[Problem]]:
     """Valid variants per (transformation, seed), made once and kept in the run directory."""
     path = out / VARIANTS_FILE
@@ -111,7 +113,7 @@ def load_or_make_variants(
         summary: dict[str, object] = {"source": str(config.perturbed_dir)}
     else:
         made = perturb_problems(problems, config.transforms, config.seeds, validate_variants=True, pool=pool,
-                                profile=config.profile)
+                                profile=config.profile, on_transform=on_transform)
         variants, summary = made.variants, made.summary()
     (out / "perturbations.json").write_text(json.dumps(summary, indent=2) + "\n")
     staging = path.with_suffix(".tmp")
@@ -292,8 +294,8 @@ def run_robustness(
     """The whole job; every step resumes from what `out` already holds."""
     progress = progress or Progress()
     started = time.perf_counter()
-    progress.stage("perturb", None)  # its steps are the meaning check's programs, counted by the pool
-    variants = load_or_make_variants(problems, config, pool, out)
+    progress.stage("perturb", len(config.transforms))  # the meaning check that follows: counted by the pool
+    variants = load_or_make_variants(problems, config, pool, out, progress.transform)
     units = build_units(problems, variants, format_prompt, partial_baselines(problems, config))
     prompts = unique_prompts(units)
     progress.stage("generate", len(prompts) * config.n)
