@@ -74,3 +74,31 @@ def test_synonym_substitution_edits_as_much_as_the_release() -> None:
 
     (share, words), (release_share, release_words) = stats(ours), stats(theirs)
     assert abs(share - release_share) <= 0.1 * release_share and abs(words - release_words) <= 0.1 * release_words
+
+
+def test_function_name_typos_follow_nl_augmenters_draws() -> None:
+    from quench.perturbations.recode_chars import butter_fingers, change_char_case, swap_characters
+
+    # NL-Augmenter reseeds per text: the same seed gives the same edit whatever the task or order
+    assert butter_fingers("has_close_elements", 0) == butter_fingers("has_close_elements", 0)
+    assert change_char_case("abc", 3) != "abc" and change_char_case("abc", 3).lower() == "abc"
+    assert sorted(swap_characters("separate_paren_groups", 5)) == sorted("separate_paren_groups")
+    transform = create("FuncRenameButterFinger", profile="recode")
+    renamed = transform.apply_sequence([PROBLEM], 0)[0]
+    assert renamed.entry_point == "coujt_words" == butter_fingers("count_words", 0)
+    assert renamed.prompt == PROMPT.replace("count_words", "coujt_words")
+    assert transform.apply_sequence([PROBLEM], 1)[0] is PROBLEM  # no typo drawn: unchanged, as in ReCode
+
+
+@pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
+def test_function_name_typos_equal_the_release() -> None:
+    problems = load_humaneval()
+    for name in ("FuncRenameButterFinger", "FuncRenameChangeChar", "FuncRenameSwapChar"):
+        transform = create(name, profile="recode")
+        for seed in (1, 7):
+            path = RELEASE / "humaneval" / "full" / "func_name" / f"humaneval_{name}_s{seed}.jsonl.gz"
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                released = {row["task_id"]: row for row in map(json.loads, f)}
+            made = transform.apply_sequence(problems, seed)
+            assert all(v.prompt == released[v.task_id]["prompt"] and v.entry_point == released[v.task_id]["entry_point"]
+                       for v in made), (name, seed)

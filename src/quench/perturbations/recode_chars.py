@@ -1,0 +1,164 @@
+"""ReCode's character-level transformations (profile "recode"), with NL-Augmenter's own draws.
+
+NL-Augmenter reseeds its generator with the seed for every text, so ReCode's variants can be
+reproduced exactly: ButterFingers (`random.seed(s)`, a typo when `choice(range(100)) <= 5`),
+ChangeCharCase (`random.seed(s)`, p=0.35 per letter), SwapCharacters (NumPy seeded with
+`s + sum of the text's code points`, p=0.05 per adjacent pair). On the docstring they edit the
+prose ReCode cuts out (identifiers masked); on the function name, the name, which ReCode then
+replaces everywhere in the prompt by plain text substitution (the reference is left as it is).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from quench.datasets import Problem
+from quench.perturbations.base import DOCSTRING, FUNCTION_NAME, Perturbation, register_recode
+from quench.perturbations.recode_docstring import MASK, identifiers, masked, split_docstring
+
+KEYS = {
+    "q": "qwasedzx", "w": "wqesadrfcx", "e": "ewrsfdqazxcvgt", "r": "retdgfwsxcvgt", "t": "tryfhgedcvbnju",
+    "y": "ytugjhrfvbnji", "u": "uyihkjtgbnmlo", "i": "iuojlkyhnmlp", "o": "oipklujm", "p": "plo['ik",
+    "a": "aqszwxwdce", "s": "swxadrfv", "d": "decsfaqgbv", "f": "fdgrvwsxyhn", "g": "gtbfhedcyjn",
+    "h": "hyngjfrvkim", "j": "jhknugtblom", "k": "kjlinyhn", "l": "lokmpujn", "z": "zaxsvde",
+    "x": "xzcsdbvfrewq", "c": "cxvdfzswergb", "v": "vcfbgxdertyn", "b": "bvnghcftyun", "n": "nbmhjvgtuik",
+    "m": "mnkjloik", " ": " ",
+}
+
+
+def butter_fingers(text: str, seed: int, prob: float = 0.05) -> str:
+    rng = random.Random(seed)
+    out = []
+    for letter in text:
+        lower = letter.lower()
+        new = rng.choice(KEYS[lower]) if lower in KEYS and rng.choice(range(100)) <= int(prob * 100) else lower
+        out.append(new.upper() if lower != letter else new)
+    return "".join(out)
+
+
+def change_char_case(text: str, seed: int, prob: float = 0.35) -> str:
+    rng = random.Random(seed)
+    out = []
+    for c in text:
+        if c.isupper() and rng.random() < prob:
+            out.append(c.lower())
+        elif c.islower() and rng.random() < prob:
+            out.append(c.upper())
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def swap_characters(text: str, seed: int, prob: float = 0.05) -> str:
+    if len(text) < 2:
+        return text
+    state = np.random.RandomState((seed + sum(ord(c) for c in text)) % 2**32)
+    indices = np.argwhere(state.rand(len(text) - 1) < prob).reshape(-1)
+    state.shuffle(indices)
+    chars = list(text)
+    for i in indices:
+        if chars[i].isalnum() and chars[i + 1].isalnum():
+            chars[i], chars[i + 1] = chars[i + 1], chars[i]
+    return "".join(chars)
+
+
+def valid_name(name: str) -> str:
+    """ReCode's clean-up of a perturbed name: letters, digits and underscores kept."""
+    return "".join(c for c in name if c.isalnum() or c == "_")
+
+
+class RecodeCharLevel(Perturbation):
+    """Draws depend on the seed itself (not on the task): applied through `apply_sequence`."""
+
+    sequential = True
+
+    def apply(self, problem: Problem, rng: random.Random) -> Problem:
+        return self.apply_seed(problem, rng.randrange(10))
+
+    def apply_sequence(self, problems: list[Problem], seed: int) -> list[Problem]:
+        return [self.apply_seed(problem, seed) for problem in problems]
+
+    def apply_seed(self, problem: Problem, seed: int) -> Problem:
+        raise NotImplementedError
+
+    def edit(self, text: str, seed: int) -> str:
+        raise NotImplementedError
+
+
+class RecodeDocstringChars(RecodeCharLevel):
+    category = DOCSTRING
+
+    def apply_seed(self, problem: Problem, seed: int) -> Problem:
+        head, prose, examples = split_docstring(problem.prompt, problem.entry_point)
+        text, hidden = masked(prose, identifiers(problem))
+        new = self.edit(text, seed)
+        for word in hidden:
+            new = new.replace(MASK, word, 1)
+        prompt = head + new + examples
+        return problem if prompt == problem.prompt else problem.with_changes(prompt=prompt)
+
+
+class RecodeNameChars(RecodeCharLevel):
+    category = FUNCTION_NAME
+
+    def apply_seed(self, problem: Problem, seed: int) -> Problem:
+        name = valid_name(self.edit(problem.entry_point, seed))
+        if not name or name == problem.entry_point:
+            return problem
+        return problem.with_changes(prompt=problem.prompt.replace(problem.entry_point, name), entry_point=name)
+
+
+@register_recode
+class RecodeButterFingers(RecodeDocstringChars):
+    name = "ButterFingersPerturbation"
+    description = "NL-Augmenter's keyboard typos (p=0.05) on the docstring prose, its draws reproduced"
+
+    def edit(self, text: str, seed: int) -> str:
+        return butter_fingers(text, seed)
+
+
+@register_recode
+class RecodeChangeCharCase(RecodeDocstringChars):
+    name = "ChangeCharCase"
+    description = "NL-Augmenter's case flips (p=0.35) on the docstring prose, its draws reproduced"
+
+    def edit(self, text: str, seed: int) -> str:
+        return change_char_case(text, seed)
+
+
+@register_recode
+class RecodeSwapCharacters(RecodeDocstringChars):
+    name = "SwapCharactersPerturbation"
+    description = "NL-Augmenter's adjacent swaps (p=0.05) on the docstring prose, its draws reproduced"
+
+    def edit(self, text: str, seed: int) -> str:
+        return swap_characters(text, seed)
+
+
+@register_recode
+class RecodeFuncRenameButterFinger(RecodeNameChars):
+    name = "FuncRenameButterFinger"
+    description = "NL-Augmenter's keyboard typos (p=0.05) on the function name, replaced everywhere in the prompt"
+
+    def edit(self, text: str, seed: int) -> str:
+        return butter_fingers(text, seed)
+
+
+@register_recode
+class RecodeFuncRenameChangeChar(RecodeNameChars):
+    name = "FuncRenameChangeChar"
+    description = "NL-Augmenter's case flips (p=0.35) on the function name, replaced everywhere in the prompt"
+
+    def edit(self, text: str, seed: int) -> str:
+        return change_char_case(text, seed)
+
+
+@register_recode
+class RecodeFuncRenameSwapChar(RecodeNameChars):
+    name = "FuncRenameSwapChar"
+    description = "NL-Augmenter's adjacent swaps (p=0.05) on the function name, replaced everywhere in the prompt"
+
+    def edit(self, text: str, seed: int) -> str:
+        return swap_characters(text, seed)
