@@ -1,0 +1,28 @@
+"""`quench generate` says what it loads, and a command refused for a typo leaves --out free for the fixed one."""
+
+import json
+
+import pytest
+
+from helpers import save_tiny_model
+from quench.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def test_a_refused_command_leaves_out_free_for_the_corrected_one(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["--threads", "1", "generate", "--model", str(tiny_model_dir), "--tasks", "0", "--max-new-tokens", "4",
+            "--out", str(out)]
+    assert main([*argv, "--guard", str(tmp_path / "typo.safetensors")]) == 2
+    assert "typo.safetensors: no such file" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"loading {tiny_model_dir} …" in err  # before the model loads, above the progress bar
+    assert err.index("loading") < err.index("generate")
+    assert json.loads((out / "config.json").read_text())["guard"] is None
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 1
