@@ -224,3 +224,15 @@ def test_unreachable_ray_head_fails_in_seconds(tmp_path: Path) -> None:
     work.mkdir()
     address = f"127.0.0.1:{port}"
     assert_refused(refuse(["run", "--ray", address, "--out", str(work / "out")], work), f"--ray {address}")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any directory; /proc stands in above")
+def test_out_in_a_directory_this_user_cannot_write(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    locked = work / "locked"
+    locked.mkdir(parents=True)
+    locked.chmod(0o555)
+    try:
+        assert_refused(refuse(["run", "--out", str(locked / "run")], work), "cannot write there")
+    finally:
+        locked.chmod(0o755)
