@@ -8,7 +8,8 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 (the `compile_error` outcome); a run that exits non-zero raises `ProgramFailed` (`failed`).
 
 Per language:
-- JavaScript: `node main.js`; the harness needs lodash (Debian `node-lodash`, on NODE_PATH).
+- JavaScript: `node --check main.js` (a syntax error is a compile error), then `node main.js`;
+  the harness needs lodash (Debian `node-lodash`, on NODE_PATH).
 - Go: `go tool compile` + `go tool link` against the precompiled standard library of the Go
   installation (what `go run` does, without its build cache); `go build` with a private cache
   where the installation ships no precompiled library.
@@ -31,10 +32,14 @@ class CompileError(Exception):
 class ProgramFailed(Exception):
     pass
 
-def tail(path, size=600):
+def tail(path, size=200):
     with open(path, "rb") as handle:
         handle.seek(max(0, os.path.getsize(path) - size))
-        return handle.read().decode("utf-8", "replace").strip()
+        return handle.read().decode("utf-8", "replace")
+
+def head(path, size=280):  # the first error comes first; the sandbox keeps 300 characters of detail
+    with open(path, "rb") as handle:
+        return handle.read(size).decode("utf-8", "replace").strip()
 
 def run(argv, log, env):
     with open(log, "wb") as out:
@@ -46,12 +51,12 @@ def build_and_run(source, name, builds, command, env, compile_mark):
         handle.write(source)
     for build in builds:
         if run(build, "build.log", env) != 0:
-            raise CompileError(tail("build.log"))
+            raise CompileError(head("build.log"))
     with open("run.log", "wb") as out:
         status = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out, env=env).returncode
     if status != 0:
-        text = tail("run.log")
-        if compile_mark and text.endswith(compile_mark):
+        text = head("run.log")
+        if compile_mark and compile_mark in tail("run.log"):
             raise CompileError(text)
         how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
         raise ProgramFailed(f"{how}: {text}" if text else how)
@@ -113,7 +118,7 @@ def source(language: str, prompt: str, completion: str, test: str) -> str:
 def toolchain_steps(language: str) -> tuple[str, list[str], dict[str, str], str]:
     """(build commands as a launcher expression, run command, extra environment, compile-error mark)."""
     if language == "javascript":
-        return "[]", ["node", "main.js"], {"NODE_PATH": NODE_PATH}, ""
+        return '[["node", "--check", "main.js"]]', ["node", "main.js"], {"NODE_PATH": NODE_PATH}, ""
     if language == "cpp":
         return "cpp_builds()", ["./main"], {}, ""
     if language == "java":

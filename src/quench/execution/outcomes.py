@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from dataclasses import dataclass
 from enum import StrEnum
@@ -40,7 +41,9 @@ class ExecutionResult:
         return {"outcome": self.outcome.value, "detail": self.detail, "seconds": round(self.seconds, 4)}
 
 
-COMPILE_ERROR = "CompileError"  # what a language launcher raises when the build fails (quench.datasets.languages)
+# What another language's launcher raises (quench.datasets.languages): the build failed, the run failed.
+COMPILE_ERROR, PROGRAM_FAILED = "CompileError", "ProgramFailed"
+LAUNCHER_ERRORS = (f"{COMPILE_ERROR}: ", f"{PROGRAM_FAILED}: ")
 SANDBOX_EXIT = 125  # exit status of a child that could not set itself up (as in forkserver.py)
 RECORD_KINDS = {  # the letter after the nonce in a child's completion record
     "P": Outcome.passed,
@@ -65,8 +68,10 @@ def classify(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionRe
             detail += " before the tests finished"
         elif kind == "M":
             detail = f"{detail or 'MemoryError'} (address-space limit {limits.memory_mb} MB)"
-        if kind == "F" and detail.startswith(COMPILE_ERROR):  # the launcher of another language
-            return ExecutionResult(Outcome.compile_error, detail[len(COMPILE_ERROR):].lstrip(": "), seconds)
+        if kind == "F" and detail.startswith(LAUNCHER_ERRORS):  # another language's launcher (build or run)
+            outcome = Outcome.compile_error if detail.startswith(COMPILE_ERROR) else Outcome.failed
+            message = re.sub(r" \(line \d+\)$", "", detail.split(":", 1)[-1].strip())  # not the launcher's line
+            return ExecutionResult(outcome, message, seconds)
         return ExecutionResult(RECORD_KINDS[kind], detail, seconds)
     if report.get("stopped") == "timeout":
         return ExecutionResult(Outcome.timeout, f"no result within {limits.timeout_s:g} s (wall clock)", seconds)

@@ -1,0 +1,219 @@
+"""MBXP's languages in the sandbox: reference solutions pass, wrong ones fail, compile errors are
+their own outcome, and hostile programs in each language are contained.
+
+Runs in "bwrap" mode, where the shared build cache is bound read-only; a language whose
+toolchain this machine lacks is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from sandbox_helpers import pool_processes, skip_reason, wait_until_gone
+
+from quench.datasets import Problem, load_benchmark
+from quench.execution import Outcome, SandboxLimits, SandboxPool
+from quench.execution.toolchains import has_toolchain, prepare, toolchain_dir
+
+LANGUAGE_BENCHMARKS = {"javascript": "mbjsp", "go": "mbgp", "cpp": "mbcpp", "java": "mbjp"}
+# Builds take seconds on a busy machine (javac, g++): the limit covers build and run.
+LIMITS = SandboxLimits(timeout_s=12.0)
+
+# MBGP has no reference solutions: these are the first two test problems' (MBGP/11, MBGP/12).
+GO_SOLUTIONS = {
+    "MBGP/11": (
+        "\tb := []byte(s)\n"
+        "\tfor i := 0; i < len(b); i++ {\n\t\tif b[i] == ch[0] {\n\t\t\tb = append(b[:i:i], b[i+1:]...)\n\t\t\tbreak\n\t\t}\n\t}\n"
+        "\tfor i := len(b) - 1; i >= 0; i-- {\n\t\tif b[i] == ch[0] {\n\t\t\tb = append(b[:i:i], b[i+1:]...)\n\t\t\tbreak\n\t\t}\n\t}\n"
+        "\treturn string(b)\n}\n"
+    ),
+    "MBGP/12": (
+        "\tsum := func(row []int) int {\n\t\ttotal := 0\n\t\tfor _, v := range row {\n\t\t\ttotal += v\n\t\t}\n\t\treturn total\n\t}\n"
+        "\tsort.Slice(M, func(i, j int) bool { return sum(M[i]) < sum(M[j]) })\n\treturn M\n}\n"
+    ),
+}
+# A wrong answer and a program that does not build, as completions of the first test problem.
+WRONG = {
+    "javascript": "    return null;\n}\n",
+    "go": '\treturn "wrong"\n}\n',
+    "cpp": '    return "wrong";\n}\n',
+    "java": '        return "wrong";\n    }\n}\n',
+}
+BROKEN = {
+    "javascript": "    return (;\n}\n",
+    "go": "\treturn s +\n}\n",
+    "cpp": "    return undeclared_name;\n}\n",
+    "java": "        return 42;\n    }\n}\n",  # an int where a String is due
+}
+
+
+def needs(language: str) -> None:
+    reason = skip_reason("bwrap")
+    if reason is not None:
+        pytest.skip(reason)
+    if not has_toolchain(language):
+        pytest.skip(f"no {language} toolchain here")
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[SandboxPool]:
+    reason = skip_reason("bwrap")
+    if reason is not None:
+        pytest.skip(reason)
+    prepare("cpp")
+    with SandboxPool(2, LIMITS, isolation="bwrap") as sandbox:
+        yield sandbox
+
+
+def references(language: str, count: int = 2) -> list[tuple[Problem, str]]:
+    """The first test problems with a reference solution, and that solution."""
+    problems = load_benchmark(LANGUAGE_BENCHMARKS[language])
+    if language == "go":
+        return [(p, GO_SOLUTIONS[p.task_id]) for p in problems if p.task_id in GO_SOLUTIONS][:count]
+    return [(p, p.canonical_solution) for p in problems if p.canonical_solution][:count]
+
+
+@pytest.mark.parametrize("language", list(LANGUAGE_BENCHMARKS))
+def test_references_pass_wrong_answers_fail_and_compile_errors_are_their_own(pool: SandboxPool, language: str) -> None:
+    needs(language)
+    cases = references(language)
+    first = load_benchmark(LANGUAGE_BENCHMARKS[language])[0]
+    programs = [p.program(solution) for p, solution in cases]
+    programs += [first.program(WRONG[language]), first.program(BROKEN[language])]
+    *passed, wrong, broken = pool.run_many(programs)
+    assert [r.outcome for r in passed] == [Outcome.passed] * len(cases), [r.detail for r in passed]
+    assert wrong.outcome is Outcome.failed, wrong.detail
+    assert broken.outcome is Outcome.compile_error, broken.detail
+    assert broken.detail and "(line" not in broken.detail[-12:]
+
+
+def whole(language: str, text: str) -> str:
+    """A whole program in `language`, run as a problem with an empty prompt and harness."""
+    return Problem("hostile", "", text, "", "main", language=language).reference_program()
+
+
+HOSTILE_CPP = {
+    "loop": "int main() { volatile int x = 0; while (true) { x++; } }\n",
+    "fork": "#include <unistd.h>\nint main() { while (true) { fork(); } }\n",
+    "write": '#include <cstdio>\nint main() { const char* paths[] = {"{outside}", "{cache}"}; for (const char* p : paths) { FILE* f = fopen(p, "w");'
+             ' if (f) { fputs("x", f); fclose(f); return 0; } } return 1; }\n',
+    "network": "#include <sys/socket.h>\n#include <netinet/in.h>\n#include <arpa/inet.h>\n"
+               "int main() { int s = socket(AF_INET, SOCK_STREAM, 0); sockaddr_in a{}; a.sin_family = AF_INET;"
+               ' a.sin_port = htons({port}); inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);'
+               " return connect(s, (sockaddr*)&a, sizeof a) == 0 ? 0 : 1; }\n",
+    "output": '#include <cstdio>\nint main() { for (int i = 0; i < (1 << 18); i++) { fputs("xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'
+              'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'
+              'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\\n", i % 2 ? stdout : stderr); }'
+              " return 1; }\n",
+}
+HOSTILE_JS = {
+    "loop": "while (true) {}\n",
+    "fork": 'const cp = require("child_process");\nwhile (true) { try { cp.spawn("/bin/sleep", ["30"]); } catch (e) {} }\n',
+    "write": 'const fs = require("fs");\nfor (const p of ["{outside}", "{cache}"]) {\n'
+             '  try { fs.writeFileSync(p, "x"); process.exit(0); } catch (e) {}\n}\nprocess.exit(1);\n',
+    "network": 'require("net").connect({port}, "127.0.0.1", () => process.exit(0)).on("error", () => process.exit(1));\n',
+    "output": 'for (let i = 0; i < 256; i++) { process.stdout.write("x".repeat(1 << 20)); '
+              'process.stderr.write("y".repeat(1 << 20)); }\nprocess.exit(1);\n',
+}
+HOSTILE_GO = {
+    "loop": "package main\nfunc main() {\n\tfor {\n\t}\n}\n",
+    "fork": 'package main\nimport "os/exec"\nfunc main() {\n\tfor {\n\t\t_ = exec.Command("/bin/sleep", "30").Start()\n\t}\n}\n',
+    "write": 'package main\nimport "os"\nfunc main() {\n\tfor _, p := range []string{"{outside}", "{cache}"} {\n'
+             '\t\tif os.WriteFile(p, []byte("x"), 0o644) == nil {\n\t\t\tos.Exit(0)\n\t\t}\n\t}\n\tos.Exit(1)\n}\n',
+    "network": 'package main\nimport (\n\t"net"\n\t"os"\n)\nfunc main() {\n\tif _, err := net.Dial("tcp", "127.0.0.1:{port}");'
+               " err == nil {\n\t\tos.Exit(0)\n\t}\n\tos.Exit(1)\n}\n",
+    "output": 'package main\nimport (\n\t"os"\n\t"strings"\n)\nfunc main() {\n\tline := strings.Repeat("x", 1<<20)\n'
+              "\tfor i := 0; i < 256; i++ {\n\t\tos.Stdout.WriteString(line)\n\t\tos.Stderr.WriteString(line)\n\t}\n"
+              "\tos.Exit(1)\n}\n",
+}
+HOSTILE_JAVA = {
+    "loop": "class Main {\n    public static void main(String[] args) {\n        long x = 0;\n        while (true) { x++; }\n"
+            "    }\n}\n",
+    "fork": "class Main {\n    public static void main(String[] args) {\n        while (true) {\n"
+            '            try { new ProcessBuilder("/bin/sleep", "30").start(); } catch (Exception e) { }\n        }\n'
+            "    }\n}\n",
+    "write": "class Main {\n    public static void main(String[] args) {\n"
+             '        for (String p : new String[] {"{outside}", "{cache}"}) {\n'
+             '            try { java.nio.file.Files.writeString(java.nio.file.Path.of(p), "x"); System.exit(0); }'
+             " catch (Exception e) { }\n        }\n        System.exit(1);\n    }\n}\n",
+    "network": "class Main {\n    public static void main(String[] args) {\n"
+               '        try (java.net.Socket s = new java.net.Socket("127.0.0.1", {port})) { System.exit(0); }'
+               " catch (Exception e) { System.exit(1); }\n    }\n}\n",
+    "output": "class Main {\n    public static void main(String[] args) {\n"
+              '        String line = "x".repeat(1 << 20);\n'
+              "        for (int i = 0; i < 256; i++) { System.out.print(line); System.err.print(line); }\n"
+              "        System.exit(1);\n    }\n}\n",
+}
+HOSTILE = {"cpp": HOSTILE_CPP, "javascript": HOSTILE_JS, "go": HOSTILE_GO, "java": HOSTILE_JAVA}
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A TCP server on the host's loopback that no sandboxed program may reach."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory anyone may write to, outside the sandbox's scratch space."""
+    directory = Path("/var/tmp") / f"quench-hostile-{uuid.uuid4().hex}"
+    directory.mkdir()
+    directory.chmod(0o777)
+    yield directory / "written"
+    for entry in directory.iterdir():
+        entry.unlink()
+    directory.rmdir()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("language", list(HOSTILE))
+def test_hostile_programs_are_contained(pool: SandboxPool, language: str, listener: socket.socket,
+                                        outside: Path) -> None:
+    needs(language)
+    cache = Path(toolchain_dir()) / "cpp" / "bits" / "stdc++.h.gch"
+    before = cache.stat().st_mtime_ns if cache.exists() else None
+    fill = {"{outside}": str(outside), "{cache}": str(cache), "{port}": str(listener.getsockname()[1])}
+    names = list(HOSTILE[language])
+    texts = []
+    for name in names:
+        text = HOSTILE[language][name]
+        for key, value in fill.items():
+            text = text.replace(key, value)
+        texts.append(whole(language, text))
+    results = dict(zip(names, pool.run_many(texts)))
+    assert results["loop"].outcome is Outcome.timeout, results["loop"].detail
+    assert results["fork"].outcome in (Outcome.crashed, Outcome.timeout), results["fork"].detail
+    assert "processes" in results["fork"].detail or results["fork"].outcome is Outcome.timeout
+    for name in ("write", "network", "output"):
+        assert results[name].outcome is Outcome.failed, (name, results[name].detail)
+    assert len(results["output"].detail) < 4096
+    assert not outside.exists()
+    assert (cache.stat().st_mtime_ns if cache.exists() else None) == before
+    with pytest.raises(OSError):
+        listener.accept()
+    assert wait_until_gone("/bin/sleep") == []
+    assert len(pool_processes(pool)) == 2 * pool.workers
+
+
+def test_nothing_a_program_leaves_reaches_the_next(pool: SandboxPool) -> None:
+    needs("javascript")
+    leave = 'require("fs").writeFileSync("/tmp/left-behind", "x");\n'
+    find = 'const fs = require("fs");\nprocess.exit(fs.existsSync("/tmp/left-behind") ? 1 : 0);\n'
+    for _ in range(2):  # both workers
+        assert [r.outcome for r in pool.run_many([whole("javascript", leave)] * 2)] == [Outcome.passed] * 2
+        assert [r.outcome for r in pool.run_many([whole("javascript", find)] * 2)] == [Outcome.passed] * 2
+
+
+def test_build_cache_is_read_only_and_outside_scratch() -> None:
+    assert os.path.isabs(toolchain_dir())
+    assert not toolchain_dir().startswith("/tmp/")
