@@ -4,7 +4,7 @@ Perturbation time (the 60 s budget) and validation time are measured separately;
 model-based transformations run on a small subset with the default model. Prints a markdown
 table of share changed / share valid per transformation (docs/perturbations.md quotes it).
 
-    python benchmarks/perturb.py [--seeds 5] [--no-validate] [--model-subset 8] [--json out.json]
+    python benchmarks/perturb.py [--seeds 5] [--no-validate] [--model-subset 8] [--profile recode] [--json out.json]
 """
 
 from __future__ import annotations
@@ -24,17 +24,19 @@ def main() -> int:
     parser.add_argument("--model-subset", type=int, default=8,
                         help="HumanEval problems for the model-based ones (0: skip)")
     parser.add_argument("--json", default=None, help="also write the numbers here")
+    parser.add_argument("--profile", choices=["quench", "recode"], default="quench", help="perturbation profile")
     args = parser.parse_args()
 
     problems = load_humaneval() + load_mbpp("all")
     transforms = names(include_model_based=False)
     # CPU time as well as wall time: on a shared machine the wall clock measures the neighbours.
     wall, cpu = time.perf_counter(), time.process_time()
-    perturb_problems(problems, transforms, args.seeds, validate_variants=False)
+    perturb_problems(problems, transforms, args.seeds, validate_variants=False, profile=args.profile)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations")
     print(f"perturbation alone: {wall:.1f} s wall, {cpu:.1f} s CPU")
-    result = perturb_problems(problems, transforms, args.seeds, validate_variants=not args.no_validate)
+    result = perturb_problems(problems, transforms, args.seeds, validate_variants=not args.no_validate,
+                              profile=args.profile)
     perturb_s = sum(s.seconds for s in result.stats.values())
     print(f"with validation: perturbation {perturb_s:.1f} s, validation {result.validation_seconds:.1f} s wall\n")
     print("| transformation | category | changed | valid | valid of changed | perturb s |")
