@@ -42,3 +42,14 @@ def test_partial_prompt_plus_rest_is_the_reference_program_everywhere():
         if not parses(problem.reference_program()):
             broken.append(problem.task_id)
     assert broken == ["MBPP/64", "MBPP/966"]  # their released references are mis-indented
+
+
+def test_recode_split_counts_every_line_and_may_cut_inside_a_statement():
+    from quench.datasets.partial import recode_partial_problem
+
+    body = "    x = [\n        1,\n        2,\n    ]\n    return x\n"
+    problem = Problem("t/1", "def f():\n", body, "def check(c): assert c() == [1, 2]", "f")
+    assert recode_partial_problem(problem).prompt == "def f():\n    x = [\n        1,\n"  # 5 lines: cut after 2
+    for problem in load_humaneval() + load_mbpp("all"):
+        split = recode_partial_problem(problem)
+        assert split.prompt + split.canonical_solution == problem.prompt + problem.canonical_solution
