@@ -4,7 +4,7 @@ Chat answers: the code fence (the one that defines the entry point, else the fir
 trailing test code (`print`, `assert`, calls, `if __name__` blocks) and unfinished trailing lines
 removed; it becomes a whole `solution` placed after the prompt's preamble (imports, helpers).
 Raw completions: the continuation of the prompt, cut where a top-level statement starts and
-trimmed back until `prompt + completion` parses.
+trimmed back until `prompt + completion` parses. MBXP's other languages: see sanitize_braces.py.
 """
 
 from __future__ import annotations
@@ -107,6 +107,10 @@ def sanitize_completion(problem: Problem, text: str) -> Sanitized:
 
 def sanitize(problem: Problem, text: str, prompt_format: str) -> Sanitized:
     """Model text → what to execute; `prompt_format` is "chat" or "completion"."""
+    if problem.language != "python":  # MBXP's brace languages
+        from quench.execution.sanitize_braces import sanitize_braced_chat, sanitize_braced_completion
+
+        return sanitize_braced_chat(problem, text) if prompt_format == "chat" else sanitize_braced_completion(problem, text)
     if prompt_format == "chat":
         return sanitize_chat(problem, text)
     return sanitize_completion(problem, text)
@@ -114,6 +118,8 @@ def sanitize(problem: Problem, text: str, prompt_format: str) -> Sanitized:
 
 def program_for(problem: Problem, completion: str, solution: str = "") -> str:
     """The program that runs the sample against the problem's tests."""
+    if solution and problem.language != "python":  # the solution replaces the prompt
+        return problem.with_changes(prompt=solution).program("")
     if solution:
         return f"{solution}\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
     return problem.program(completion)

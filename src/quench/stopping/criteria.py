@@ -19,6 +19,11 @@ from quench.stopping.function_rule import FunctionComplete, FunctionRule
 COMPLETION_STOPS: dict[str, tuple[str, ...]] = {
     "humaneval": ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#"),
     "mbpp": ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ", '\n"""'),
+    # MBXP's languages: MBXP's and CodeFast's stop sequences (docs/languages.md).
+    "mbjsp": ("\nconsole", "\n/**", "\nmodule"),
+    "mbgp": ("\nfunc",),
+    "mbcpp": ("\nint main", "\n/**"),
+    "mbjp": ("\n    public static void",),
 }
 # A chat answer's code block closes with a bare fence on its own line; "```python" opens one.
 CHAT_STOPS: tuple[str, ...] = ("\n```\n",)
