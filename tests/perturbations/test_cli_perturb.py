@@ -58,3 +58,13 @@ def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown perturbation 'NoSuchThing'" in capsys.readouterr().err
     assert main(["perturb", "--categories", "colour", "--out", str(tmp_path)]) == 2
     assert main(["perturb", "--limit", "2"]) == 2
+
+
+def test_robustness_refuses_a_missing_baseline_file_before_loading_a_model(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "humaneval_partial.jsonl"
+    code = main(["robustness", "--profile", "recode", "--nominal-partial", str(missing), "--out", str(tmp_path / "run")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"--nominal-partial {missing}: no such file" in err and "loading" not in err
+    assert not (tmp_path / "run").exists()
