@@ -5,9 +5,11 @@ answers; the default model) as a fresh run each time, with quench's default thre
 `--threads 1`, first alone and then while one other process spins on a CPU, and prints the wall
 times and the ratios: loaded / quiet per setting (target <= 1.6), and default / --threads 1 per
 condition (target <= 1.0). `--torch-default` adds torch's own default (one thread per CPU,
-OpenMP threads spin while they wait) for reference.
+OpenMP threads spin while they wait) for reference. `--kernels` instead times decode-sized
+matrix products (batch 8, SmolLM2-135M's widths) under each OpenMP wait policy, in seconds.
 
 Usage: python benchmarks/busy_machine.py [--tasks 0-3] [--max-new-tokens 32] [--torch-default] [--warm-up]
+       python benchmarks/busy_machine.py --kernels
 A machine that other jobs already share is not quiet: the printed load says how busy it was.
 """
 
@@ -24,6 +26,17 @@ from pathlib import Path
 
 TRANSFORMS = "FuncRenameCamelCase,new_line_afterdoc"  # deterministic: one variant per problem each
 SPIN = "while True:\n    pass\n"
+KERNELS = """
+import sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+x, w_up, w_down = torch.randn(8, 576), torch.randn(576, 1536), torch.randn(1536, 576)  # (B, d), (d, 4d), (4d, d)
+for _ in range(50):
+    (x @ w_up).relu() @ w_down
+started = time.perf_counter()
+for _ in range(3000):
+    (x @ w_up).relu() @ w_down
+print(time.perf_counter() - started)
+"""
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,38 @@ def print_table(quiet: dict[str, float], loaded: dict[str, float], loads: tuple[
           f"loaded {loaded['default'] / loaded['--threads 1']:.2f}x (target <= 1.00x; loaded/quiet target <= 1.60x)")
 
 
+def time_kernels(loaded: bool) -> dict[str, float]:
+    """Seconds of the KERNELS loop per (wait policy, threads), alone or next to one spinning process."""
+    cpus = len(os.sched_getaffinity(0))
+    chosen = {f"active, {cpus} threads": ("ACTIVE", cpus), f"passive, {cpus} threads": ("PASSIVE", cpus),
+              "1 thread": ("PASSIVE", 1)}
+    competitor = subprocess.Popen([sys.executable, "-c", SPIN]) if loaded else None
+    try:
+        times = {}
+        for name, (policy, threads) in chosen.items():
+            env = {**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, "OMP_WAIT_POLICY": policy}
+            done = subprocess.run([sys.executable, "-c", KERNELS, str(threads)], env=env, capture_output=True,
+                                  text=True, check=True)
+            times[name] = float(done.stdout.split()[-1])
+        return times
+    finally:
+        if competitor is not None:
+            competitor.kill()
+            competitor.wait()
+
+
+def print_kernels() -> None:
+    loads = [load_average()]
+    quiet = time_kernels(loaded=False)
+    loads.append(load_average())
+    loaded = time_kernels(loaded=True)
+    print(f"3000 decode-sized MLP products; load average before: quiet {loads[0]}, loaded {loads[1]}")
+    print(f"{'setting':<22}{'quiet s':>9}{'loaded s':>10}{'loaded/quiet':>14}{'vs 1 thread, loaded':>21}")
+    for name in quiet:
+        print(f"{name:<22}{quiet[name]:>9.2f}{loaded[name]:>10.2f}{loaded[name] / quiet[name]:>13.2f}x"
+              f"{loaded[name] / loaded['1 thread']:>20.2f}x")
+
+
 def load_average() -> str:
     return " ".join(open("/proc/loadavg", encoding="ascii").read().split()[:3])
 
@@ -92,7 +137,11 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--warm-up", action="store_true", help="one untimed run first (cold file cache, kernel build)")
     parser.add_argument("--torch-default", action="store_true", help="also time torch's own thread default")
+    parser.add_argument("--kernels", action="store_true", help="time matrix products per OpenMP wait policy instead")
     args = parser.parse_args()
+    if args.kernels:
+        print_kernels()
+        return
     chosen = settings(args.torch_default)
     with tempfile.TemporaryDirectory(prefix="quench-busy-") as scratch:
         if args.warm_up:
