@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 
-debian_packages=(bubblewrap)
+# bubblewrap confines the programs quench runs; the rest are MBXP's toolchains (docs/languages.md):
+# Node.js and lodash (mbjsp), Go (mbgp), g++ (mbcpp), a JDK (mbjp).
+debian_packages=(bubblewrap nodejs node-lodash golang-go g++ default-jdk-headless)
 missing=()
 for pkg in "${debian_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -19,7 +21,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
   else
     echo "setup: warning: cannot install ${missing[*]} (no apt-get); without bubblewrap quench runs programs only" \
-         "as nobody (root, and a venv that others can read), else it refuses to run them" >&2
+         "as nobody (root, and a venv that others can read), else it refuses to run them; without a language's" \
+         "toolchain its MBXP benchmark is unavailable" >&2
   fi
 fi
 

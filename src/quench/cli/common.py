@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Callable
 
 from quench.cli import remote
-from quench.datasets import Problem, load_benchmark, parse_tasks
+from quench.datasets import Problem, language_of, load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool, choose_isolation
+from quench.execution.toolchains import prepare as prepare_toolchain
 from quench.engine import SamplingParams
 from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, ConfigError, EngineConfig, drafting_defaults
 from quench.runs.backends import BackendOptions, make_backend
@@ -32,8 +33,11 @@ ENGINE_FLAGS = {  # flag -> EngineConfig field
 
 
 def add_benchmark_args(parser: argparse.ArgumentParser, partial: bool = True) -> None:
-    parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, or a HumanEval-format .jsonl file")
-    parser.add_argument("--split", default=None, help="MBPP split: test (default), validation, train, fewshot, all")
+    parser.add_argument("--benchmark", default="humaneval",
+                        help="humaneval, mbpp, MBXP's mbjsp (JavaScript), mbgp (Go), mbcpp (C++), mbjp (Java), "
+                             "or a HumanEval-format .jsonl file")
+    parser.add_argument("--split", default=None,
+                        help="MBPP split (MBPP and MBXP, by task number): test (default), validation, train, fewshot, all")
     parser.add_argument("--tasks", default=None, help="task ids or numbers, e.g. '0,3,10-12'")
     parser.add_argument("--limit", type=int, default=None, help="keep the first N problems")
     if partial:
@@ -252,6 +256,7 @@ def backend_from_args(args: argparse.Namespace, loaded):
 def pool_from_args(args: argparse.Namespace):
     """A SandboxPool, or sandboxes on the Ray cluster of --ray; use it as a context manager."""
     limits = SandboxLimits(timeout_s=args.timeout)
+    prepare_toolchain(language_of(getattr(args, "benchmark", "")))  # e.g. C++'s precompiled header, once
     if not getattr(args, "ray", None):
         return SandboxPool(args.workers, limits, allow_unconfined=args.unsafe_unconfined)
     from quench.distributed import make_ray_pool

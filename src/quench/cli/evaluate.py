@@ -11,6 +11,7 @@ from typing import Mapping
 from tqdm import tqdm
 
 from quench.datasets import Problem
+from quench.datasets.loading import MBXP
 from quench.cli import common, validate
 from quench.errors import InputFileError, QuenchError
 from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
@@ -80,9 +81,9 @@ def infer_benchmark(args: argparse.Namespace, samples: list[dict]) -> None:
             raise QuenchError(f"{config_path}: cannot read the run's settings ({err})") from None
         args.benchmark, args.split = config.get("benchmark", args.benchmark), config.get("split", args.split)
         args.partial = args.partial or bool(config.get("partial"))
-    elif args.benchmark == "humaneval" and str(samples[0]["task_id"]).startswith("MBPP/"):
-        args.benchmark, args.split = "mbpp", "all"
-    if args.benchmark == "mbpp" and args.split is None:
+    elif args.benchmark == "humaneval" and str(samples[0]["task_id"]).split("/")[0].lower() in ("mbpp", *MBXP):
+        args.benchmark, args.split = str(samples[0]["task_id"]).split("/")[0].lower(), "all"
+    if args.benchmark in ("mbpp", *MBXP) and args.split is None:
         args.split = "all"  # select by the samples' task ids, whatever their split
 
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from quench.cli import console, validate
-from quench.datasets import load_benchmark, parse_tasks
+from quench.datasets import BENCHMARKS, load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.cli.common import add_unconfined_arg
 from quench.execution import SandboxLimits, SandboxPool
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         bars.end()
     finally:
         bars.end(complete=False)
-    benchmark = args.benchmark if args.benchmark in ("humaneval", "mbpp") else Path(args.benchmark).stem
+    benchmark = args.benchmark if args.benchmark in BENCHMARKS else Path(args.benchmark).stem
     paths = write_set(result, args.out, benchmark)
     print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations, profile {profile.name}")
     print_stats(result)

@@ -14,6 +14,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from quench.datasets.loading import BENCHMARKS
 from quench.errors import QuenchError
 
 DEFAULT_KS = (1, 10, 100)  # pass@k reported by default, those that -n allows
@@ -146,12 +147,25 @@ def check_execution_args(args: argparse.Namespace) -> None:
     check_positive(args.workers, "--workers")
     if not args.timeout > 0:
         raise QuenchError(f"--timeout must be positive, got {args.timeout:g}")
+    check_toolchain(getattr(args, "benchmark", ""))
+
+
+def check_toolchain(benchmark: str) -> None:
+    """An MBXP benchmark needs its language's toolchain here (scripts/setup.sh installs them)."""
+    from quench.datasets import LANGUAGES, language_of
+    from quench.execution.toolchains import has_toolchain
+
+    language = language_of(benchmark)
+    if language != "python" and not has_toolchain(language):
+        need = LANGUAGES[language].tool + (" and lodash (node-lodash)" if language == "javascript" else "")
+        raise QuenchError(f"--benchmark {benchmark}: its programs need {need}, which this machine lacks; "
+                          "scripts/setup.sh installs them")
 
 
 def check_benchmark_args(args: argparse.Namespace) -> None:
     check_tasks(args.tasks)
     check_limit(args.limit)
-    if args.benchmark not in ("humaneval", "mbpp"):
+    if args.benchmark not in BENCHMARKS:
         check_input_file(Path(args.benchmark), "--benchmark")
 
 
