@@ -69,21 +69,28 @@ async def respond(service: Service, request: Request, jobs: Sequence[Job], body:
     ident = protocol.new_id("chatcmpl" if chat else "cmpl")
     if body.stream:
         events = service.events(jobs)
-        first = await anext(events)  # queue errors (429, 503) are still an HTTP status, not a stream event
+        # the first event before the headers: queue errors (429, 503) are still an HTTP status, not a stream event
+        first = await until_disconnect(request, anext(events), ident)
         return StreamingResponse(stream(service, jobs, events, first, ident, body, chat), media_type="text/event-stream")
-    return await complete(service, request, jobs, ident, chat)
+    return await until_disconnect(request, collect_response(service, jobs, ident, chat), ident)
 
 
-async def complete(service: Service, request: Request, jobs: Sequence[Job], ident: str, chat: bool) -> dict[str, Any]:
-    """The whole answer at once; a client that disconnects meanwhile has its rows freed."""
-    collecting = asyncio.ensure_future(collect(service, jobs, chat))
-    while not collecting.done():
-        await asyncio.wait({collecting}, timeout=DISCONNECT_POLL_S)
-        if not collecting.done() and await request.is_disconnected():
+async def until_disconnect(request: Request, work, ident: str):
+    """Await `work`, cancelling it if the client goes away first (which closes `Service.events` and
+    so cancels the engine requests)."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if not task.done() and await request.is_disconnected():
             log.info("%s: client disconnected; its rows are freed", ident)
-            collecting.cancel()  # closes `Service.events`, which cancels the engine requests
+            task.cancel()
             raise APIError(499, "client disconnected")
-    choices, completion_tokens = collecting.result()
+    return task.result()
+
+
+async def collect_response(service: Service, jobs: Sequence[Job], ident: str, chat: bool) -> dict[str, Any]:
+    """The whole answer at once."""
+    choices, completion_tokens = await collect(service, jobs, chat)
     prompt_tokens = sum(len(job.request.prompt_ids) for job in jobs)
     return protocol.envelope("chat.completion" if chat else "text_completion", ident, service.config.model_name,
                              [choices[i] for i in sorted(choices)],

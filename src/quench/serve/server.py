@@ -56,6 +56,6 @@ def make_server(service: Service, host: str, port: int) -> uvicorn.Server:
     `shutdown_timeout` seconds, cancels the rest, then the app's shutdown stops the engine."""
     config = uvicorn.Config(
         make_app(service), host=host, port=port, log_level="warning", access_log=False,
-        timeout_graceful_shutdown=int(service.config.shutdown_timeout), lifespan="on",
+        timeout_graceful_shutdown=service.config.shutdown_timeout, lifespan="on",  # type: ignore[arg-type]
     )
     return uvicorn.Server(config)

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Sequence
 
-from quench.engine.live import EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull, Tokens
+from quench.engine.live import EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.serve.protocol import APIError, ChatRequest, CompletionRequest, Message, SamplingFields
 
@@ -161,6 +161,3 @@ class Service:
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
-
-
-__all__ = ["Finished", "Job", "ServeConfig", "Service", "TextStream", "Tokens"]
