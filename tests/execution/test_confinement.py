@@ -154,3 +154,19 @@ def test_the_cli_refuses_before_any_work_unless_told(tmp_path: Path, locked_pyth
     assert allowed.returncode == 0, allowed.stderr[-2000:]
     assert "UNCONFINED SANDBOX (opted in)" in allowed.stderr
     assert [json.loads(line)["outcome"] for line in (out / "results.jsonl").read_text().splitlines()] == ["failed"]
+
+
+@pytest.mark.slow  # a CLI run that loads torch and a tiny model
+def test_an_unconfined_run_is_recorded_in_config_json(tmp_path: Path, locked_python: str) -> None:
+    from helpers import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "tiny")
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = tmp_path / "run"
+    args = ["run", "--model", str(model), "--tasks", "0", "--max-new-tokens", "4", "--batch-size", "1",
+            "--workers", "1", "--k", "1", "--out", str(out), "--unsafe-unconfined"]
+    done = cli(locked_python, *args, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["unsafe_unconfined"] is True
