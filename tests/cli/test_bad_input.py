@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,3 +237,21 @@ def test_out_in_a_directory_this_user_cannot_write(tmp_path: Path) -> None:
         assert_refused(refuse(["run", "--out", str(locked / "run")], work), "cannot write there")
     finally:
         locked.chmod(0o755)
+
+
+@pytest.mark.slow  # waits 5 s for a reply
+def test_a_port_that_accepts_and_stays_silent_fails_in_seconds(tmp_path: Path) -> None:
+    """A connection is accepted, nothing answers (Ray's own client would retry for minutes): one line."""
+    pytest.importorskip("ray")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        address = "127.0.0.1:{}".format(server.getsockname()[1])
+        work = tmp_path / "work"
+        work.mkdir()
+        started = time.perf_counter()
+        outcome = refuse(["run", "--ray", address, "--out", str(work / "out")], work)
+        elapsed = time.perf_counter() - started
+    assert_refused(outcome, f"--ray {address}: no Ray head answers there")
+    assert len(outcome.done.stderr.strip().splitlines()) == 1, outcome.done.stderr
+    assert elapsed < 20, elapsed

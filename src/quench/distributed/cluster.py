@@ -58,15 +58,29 @@ def quiet_stderr() -> Iterator[None]:
             log.debug("Ray while connecting: %s", captured.read().decode(errors="replace"))
 
 
+# A gRPC server (a Ray head is one) answers an HTTP/2 client preface with a SETTINGS frame (RFC 9113 3.4).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
+HTTP2_SETTINGS = 0x4
+
+
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast on a HOST:PORT nobody listens on (Ray itself retries for minutes)."""
+    """Fail fast on a HOST:PORT where no gRPC server answers (Ray itself retries for minutes, or forever on
+    a port that accepts connections and stays silent)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         raise QuenchError(f"--ray {address}: expected auto or HOST:PORT (what `ray start --head` prints)")
+    hint = "start one with `ray start --head`"
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
+            connection.sendall(HTTP2_PREFACE)
+            frame = connection.recv(9)
+    except socket.timeout:
+        raise QuenchError(f"--ray {address}: no Ray head answers there (nothing replied within {timeout_s:g} s); "
+                          f"{hint}") from None
     except OSError as err:
-        raise QuenchError(f"--ray {address}: no Ray head answers there ({err}); start one with `ray start --head`") from None
+        raise QuenchError(f"--ray {address}: no Ray head answers there ({err}); {hint}") from None
+    if len(frame) < 4 or frame[3] != HTTP2_SETTINGS:
+        raise QuenchError(f"--ray {address}: what answers there is not a Ray head (it does not speak gRPC); {hint}")
 
 
 def fleet_size(requested: int | None, cpus_per_actor: float, gpus_per_actor: float) -> int:
