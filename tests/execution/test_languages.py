@@ -16,8 +16,10 @@ from typing import Iterator
 import pytest
 from sandbox_helpers import pool_processes, skip_reason, wait_until_gone
 
-from quench.datasets import Problem, load_benchmark
+from quench.datasets import LANGUAGES, Problem, load_benchmark
 from quench.execution import Outcome, SandboxLimits, SandboxPool
+from quench.execution.sanitize import program_for, sanitize
+from quench.execution.sanitize_braces import definition_start
 from quench.execution.toolchains import has_toolchain, prepare, toolchain_dir
 
 LANGUAGE_BENCHMARKS = {"javascript": "mbjsp", "go": "mbgp", "cpp": "mbcpp", "java": "mbjp"}
@@ -217,3 +219,15 @@ def test_nothing_a_program_leaves_reaches_the_next(pool: SandboxPool) -> None:
 def test_build_cache_is_read_only_and_outside_scratch() -> None:
     assert os.path.isabs(toolchain_dir())
     assert not toolchain_dir().startswith("/tmp/")
+
+
+@pytest.mark.parametrize("language", list(LANGUAGE_BENCHMARKS))
+def test_a_chat_answer_with_the_reference_passes_once_sanitized(pool: SandboxPool, language: str) -> None:
+    needs(language)
+    [(problem, solution)] = references(language, count=1)
+    start = definition_start(problem.prompt, problem.entry_point)
+    fence = LANGUAGES[language].fences[0]
+    answer = f"Here it is:\n```{fence}\n{problem.prompt[start:]}{solution}\n```\nIt passes the examples."
+    clean = sanitize(problem, answer, "chat")
+    [result] = pool.run_many([program_for(problem, clean.completion, clean.solution)])
+    assert result.outcome is Outcome.passed, (result.detail, clean.solution)

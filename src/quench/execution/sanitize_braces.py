@@ -6,8 +6,9 @@ in Java), so test code, a `main` or another function the model wrote after it ne
 Chat answers: the fenced block in the problem's language (the one that defines the entry point,
 else the first) gives the entry point's whole definition plus the helpers written before it; it
 is placed after the prompt's preamble (package, imports, includes, the doc comment), with the
-block's own package/import/include lines dropped where the preamble already has them. In Java
-the method goes back into the prompt's class. An answer with no definition of the entry point
+block's own package/import/include lines dropped where the preamble already has them (Go: the
+imports the prompt lacks, one declaration each). In Java the method goes back into the prompt's
+class; helper methods are not carried over. An answer with no definition of the entry point
 is taken as a continuation of the prompt.
 """
 
@@ -117,6 +118,26 @@ def without_duplicate_preamble(code: str, preamble: str) -> str:
     return "".join(kept)
 
 
+GO_IMPORT = re.compile(r'^import\s*(?:\((?P<group>[^)]*)\)|(?P<one>(?:[\w.]+\s+)?"[^"]+"))[ \t]*\n?', re.MULTILINE)
+GO_IMPORT_SPEC = re.compile(r'^\s*((?:[\w.]+\s+)?"([^"]+)")', re.MULTILINE)
+
+
+def go_import_specs(code: str) -> list[tuple[str, str]]:
+    """(spec, path) of each package a Go file imports, e.g. ('"strings"', "strings")."""
+    specs: list[tuple[str, str]] = []
+    for match in GO_IMPORT.finditer(code):
+        specs += [(m[1], m[2]) for m in GO_IMPORT_SPEC.finditer(match["group"] or match["one"])]
+    return specs
+
+
+def go_helpers(code: str, preamble: str) -> str:
+    """The answer's code before the function: its imports that the prompt lacks, one per line, then the rest."""
+    known = {path for _, path in go_import_specs(preamble)}
+    new = [f"import {spec}\n" for spec, path in go_import_specs(code) if path not in known]
+    rest = GO_IMPORT.sub("", re.sub(r"^package\s+\w+[ \t]*\n?", "", code, flags=re.MULTILINE))
+    return "".join(new) + "\n" + rest.lstrip("\n") if new else rest.lstrip("\n")
+
+
 def sanitize_braced_chat(problem: Problem, text: str) -> Sanitized:
     block = choose_braced_block(text, problem.language, problem.entry_point)
     start = definition_start(block, problem.entry_point) if block is not None else None
@@ -126,7 +147,12 @@ def sanitize_braced_chat(problem: Problem, text: str) -> Sanitized:
     if function is None:  # cut short by the token budget: the function never closes
         function = block[start:]
     preamble = prompt_preamble_braced(problem)
-    helpers = "" if problem.language == "java" else without_duplicate_preamble(block[:start], preamble)
+    if problem.language == "java":
+        helpers = ""
+    elif problem.language == "go":
+        helpers = go_helpers(block[:start], preamble)
+    else:
+        helpers = without_duplicate_preamble(block[:start], preamble)
     code = helpers + function.strip("\n") + "\n"
     closing = "}\n" * max(open_depth(preamble), 0)  # Java: close the prompt's class after the method
     return Sanitized(completion=code, solution=preamble + code + closing)
