@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from quench.datasets import LANGUAGES, Problem, language_of, load_benchmark, load_mbxp
+from quench.datasets import LANGUAGES, Problem, language_of, load_benchmark, load_mbxp, partial_problem
 from quench.datasets.languages import java_source, launcher, source
 from quench.datasets.loading import mbxp_path
 from quench.datasets.partial import split_braced_body
@@ -76,3 +76,9 @@ def test_sources_follow_mbxp_and_javas_harness_comes_first() -> None:
     program = launcher("javascript", "console.log(1)\n")
     compile(program, "<launcher>", "exec")  # a Python program
     assert "'console.log(1)\\n'" in program and set(LANGUAGES) == {"javascript", "go", "cpp", "java"}
+
+
+def test_partial_problems_of_brace_languages_split_by_braces_not_pythons_tokens() -> None:
+    problem = Problem("MBJSP/0", "function f(a) {\n", "    let b = 1;\n    if (a) {\n        b += 1;\n    }\n    return b;\n}",
+                      "", "f", language="javascript")
+    assert partial_problem(problem).prompt == "function f(a) {\n    let b = 1;\n    if (a) {\n        b += 1;\n"

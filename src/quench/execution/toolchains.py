@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 ENV_VAR = "QUENCH_TOOLCHAINS"
 PCH_TIMEOUT_S = 300
+MIN_PCH_BYTES = 1 << 20  # a real precompiled bits/stdc++.h is tens of MB; anything smaller is rebuilt
 
 
 def toolchain_dir() -> str:
@@ -64,7 +65,7 @@ def prepare(language: str) -> None:
 def prepare_cpp_header() -> Path | None:
     """Precompile `bits/stdc++.h` with the flags programs are built with; None if g++ cannot."""
     target = Path(toolchain_dir()) / "cpp" / "bits" / "stdc++.h.gch"
-    if target.is_file():
+    if target.is_file() and target.stat().st_size >= MIN_PCH_BYTES:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     for directory in (target.parent, target.parent.parent, Path(toolchain_dir())):
