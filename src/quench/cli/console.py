@@ -9,11 +9,11 @@ from __future__ import annotations
 import sys
 from typing import Callable, Iterable, Iterator, Sequence
 
-from tqdm import tqdm
-
 
 def say(message: str) -> None:
     """A status line on stderr, printed above any open progress bar."""
+    from tqdm import tqdm
+
     tqdm.write(message, file=sys.stderr)
 
 
@@ -32,9 +32,11 @@ class StageBars:
 
     def __init__(self, units: dict[str, str] | None = None) -> None:
         self.units = {**STAGE_UNITS, **(units or {})}
-        self.bar: tqdm | None = None
+        self.bar = None  # the open tqdm bar (tqdm is imported when a bar opens: help stays light)
 
     def begin(self, name: str, total: int | None = None) -> None:
+        from tqdm import tqdm
+
         self.end()
         self.bar = tqdm(total=total, desc=name, unit=self.units.get(name, "it"), dynamic_ncols=True)
 

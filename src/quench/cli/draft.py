@@ -6,8 +6,6 @@ import argparse
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from quench.cli import console, validate
 from quench.errors import QuenchError
 from quench.models import DEFAULT_PRESET
@@ -77,6 +75,8 @@ class BarProgress:
         self.bar: tqdm | None = None
 
     def begin(self, phase: str, total: int) -> None:
+        from tqdm import tqdm
+
         self.bar = tqdm(total=total, desc=phase, dynamic_ncols=True, smoothing=0.1)
 
     def advance(self, count: int = 1, **info: float) -> None:

@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from tqdm import tqdm
-
 from quench.datasets import Problem
 from quench.datasets.loading import MBXP
 from quench.cli import common, validate
@@ -45,6 +43,8 @@ def execute_into(
     skipped: int = 0,
 ) -> Summary:
     """Score each sample against its (task id, variant) problem; `skipped` input lines are counted."""
+    from tqdm import tqdm
+
     check_sample_tasks(samples, by_id, source)
     ks = common.parse_ks(args.k)
     bar = tqdm(total=len(samples), desc="execute", unit="program", dynamic_ncols=True)

@@ -6,8 +6,6 @@ import argparse
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from quench.datasets import Problem
 from quench.cli import common, validate
 from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
@@ -51,6 +49,8 @@ def stopping_config(args: argparse.Namespace) -> dict:
 
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
     """Load the model, prepare the run directory, generate what is missing; print progress."""
+    from tqdm import tqdm
+
     sampling = common.sampling_from_args(args)
     loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)

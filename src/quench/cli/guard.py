@@ -7,8 +7,6 @@ import json
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from quench.datasets import load_mbpp
 from quench.cli import common, console, validate
 from quench.errors import QuenchError
@@ -82,6 +80,8 @@ def run_build(args: argparse.Namespace) -> int:
     common.backend_options_from_args(args)
     validate.check_out_dir(args.out)
     problems = [(split, p) for split in splits for p in load_mbpp(split)[: args.limit]]
+    from tqdm import tqdm
+
     from quench.models import encode_prompt
     from quench.stopping.dataset import ANSWERS, generate_answers, label_answers, read_answers
 

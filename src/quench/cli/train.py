@@ -6,8 +6,6 @@ import argparse
 import os
 from pathlib import Path
 
-from tqdm import tqdm
-
 from quench.cli import console, validate
 from quench.cli.perturb import add_profile_arg
 from quench.errors import QuenchError
@@ -116,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         raise QuenchError(f"--stop-after must be at least 1, got {args.stop_after}")
     validate.check_model_args(args)
     validate.check_out_dir(args.out)
+    from tqdm import tqdm
+
     from quench.training import train, training_problems
 
     main_process = int(os.environ.get("RANK", "0")) == 0
