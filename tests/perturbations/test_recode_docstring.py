@@ -102,3 +102,28 @@ def test_function_name_typos_equal_the_release() -> None:
             made = transform.apply_sequence(problems, seed)
             assert all(v.prompt == released[v.task_id]["prompt"] and v.entry_point == released[v.task_id]["entry_point"]
                        for v in made), (name, seed)
+
+
+def test_single_quoted_docstrings_and_keywords_named_in_the_code_stay() -> None:
+    prompt = "\ndef f(x):\n    '''\n    Then return x in a list.\n    '''\n"
+    head, prose, examples = split_docstring(prompt, "f")
+    assert head == "\ndef f(x):\n    '''\n    " and prose == "Then return x in a list.\n    '''" and examples == "\n"
+    problem = Problem("t/1", prompt, "    return [x]\n", "def check(c):\n    assert c(1) == [1]\n", "f")
+    transform = create("ChangeCharCase", profile="recode")
+    for seed in range(5):
+        changed = transform.apply_seed(problem, seed).prompt
+        # `return` and `in` are ReCode's reserved words (case-sensitive), `x` a variable: never edited
+        assert changed[:-16].endswith(" return x in ") and changed.lower() == prompt.lower()
+
+
+@pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
+def test_docstring_typos_equal_the_release() -> None:
+    problems = load_humaneval()
+    for name in ("ButterFingersPerturbation", "ChangeCharCase", "SwapCharactersPerturbation"):
+        transform = create(name, profile="recode")
+        for seed in (0, 6):
+            path = RELEASE / "humaneval" / "full" / "nlaugmenter" / f"humaneval_{name}_s{seed}.jsonl.gz"
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                released = {row["task_id"]: row["prompt"] for row in map(json.loads, f)}
+            made = transform.apply_sequence(problems, seed)
+            assert all(v.prompt == released[v.task_id] for v in made), (name, seed)

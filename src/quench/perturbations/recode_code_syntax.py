@@ -31,7 +31,9 @@ from quench.perturbations.recode_format import marked_program
 from quench.perturbations.recode_render import render, sep
 
 MIRRORED = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
-TYPE_VARS = frozenset({"float", "list", "List", "int", "bool", "tuple", "str", "dict", "True", "False"})
+# Never renamed, and never edited in a docstring: NatGen's list, keywords `return` and `in` included.
+TYPE_VARS = frozenset({"float", "list", "List", "int", "bool", "tuple", "str", "dict", "True", "False",
+                       "self", "return", "$", "in"})
 NOT_VARIABLE_PARENTS = frozenset({"function_definition", "class_definition", "call"})
 
 

@@ -41,12 +41,14 @@ BLANKS = " \n\t"
 def split_docstring(prompt: str, entry_point: str) -> tuple[str, str, str]:
     """ReCode's (head, prose, examples): prose from after the quotes and whitespace to before `>>>`.
 
-    As in ReCode, the first character after the quotes always stays in the head; a prompt
-    without `>>>` (88 of HumanEval's) hands over everything but its last character, closing
-    quotes included (NL-Augmenter writes them back as `" " "`), and a `\'\'\'` docstring is not
-    found, so the prose starts near the top of the prompt.
+    As in ReCode, the first character after the quotes always stays in the head, a `\'\'\'`
+    docstring counts when there is no double-quoted one, and a prompt without `>>>` (88 of
+    HumanEval's) hands over everything but its last character, closing quotes included
+    (NL-Augmenter writes them back as `" " "`).
     """
-    start = prompt.find('"""', prompt.find(entry_point)) + 3
+    after = prompt.find(entry_point)
+    quotes = prompt.find('"""', after)
+    start = (quotes if quotes != -1 else prompt.find("'''", after)) + 3
     special = start + 1
     while special < len(prompt) and prompt[special] in BLANKS:
         special += 1
