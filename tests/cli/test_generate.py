@@ -26,3 +26,15 @@ def test_a_refused_command_leaves_out_free_for_the_corrected_one(tiny_model_dir,
     assert err.index("loading") < err.index("generate")
     assert json.loads((out / "config.json").read_text())["guard"] is None
     assert len((out / "samples.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_draft_that_does_not_load_leaves_no_run_directory(tiny_model_dir, tmp_path, capsys):
+    """The backend (draft, guard) is built before --out is written: a corrupt draft leaves no config.json."""
+    draft = tmp_path / "draft.safetensors"
+    draft.write_bytes(b"not a draft")
+    out = tmp_path / "run"
+    argv = ["--threads", "1", "generate", "--model", str(tiny_model_dir), "--tasks", "0", "--max-new-tokens", "4",
+            "--speculate", "draft", "--draft", str(draft), "--out", str(out)]
+    assert main(argv) == 2
+    assert "draft.safetensors: not a readable draft" in capsys.readouterr().err
+    assert not out.exists()

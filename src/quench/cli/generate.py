@@ -54,8 +54,8 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     sampling = common.sampling_from_args(args)
     loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)
+    backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
     common.prepare_run_dir(out, run_config(args, problems, loaded.prompt_format, stops), args.overwrite)
-    backend = common.backend_from_args(args, loaded)
     config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
     samples_path = out / "samples.jsonl"
     already = len(resume_samples(samples_path))

@@ -86,9 +86,9 @@ def run_build(args: argparse.Namespace) -> int:
     from quench.stopping.dataset import ANSWERS, generate_answers, label_answers, read_answers
 
     loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
+    backend = common.backend_from_args(args, loaded)
     args.out.mkdir(parents=True, exist_ok=True)
     common.lock_run_dir(args.out)
-    backend = common.backend_from_args(args, loaded)
     encode = lambda text: encode_prompt(loaded, text)  # noqa: E731
     wanted = {p.task_id for _, p in problems}
     already = sum(r["task_id"] in wanted for r in read_answers(args.out / ANSWERS))

@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
                 "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None, **stopping_config(args),
                 "profile": args.profile, "nominal_partial": str(args.nominal_partial) if args.nominal_partial else None,
                 "unsafe_unconfined": args.unsafe_unconfined}
+    backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
     common.prepare_run_dir(out, settings, args.overwrite)
-    backend = common.backend_from_args(args, loaded)
     bars = console.StageBars()
     with common.pool_from_args(args) as pool:
         if pool.isolation != "bwrap":

@@ -180,6 +180,7 @@ def check_model_dir(path: Path) -> None:
 def check_model(name_or_path: str) -> None:
     """Fail fast, before anything loads: a preset, a GGUF file or a complete HF model directory."""
     if name_or_path in PRESETS:
+        preset_gguf_parts(PRESETS[name_or_path])  # QuenchError naming the package to install where it is missing
         return
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".gguf":
