@@ -7,7 +7,7 @@ draws them, so that a bar and a message never overwrite each other.
 from __future__ import annotations
 
 import sys
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Sequence
 
 
 def say(message: str) -> None:
@@ -75,14 +75,10 @@ class ReportingRunner:
     def run_many(self, programs: Sequence[str]) -> list:
         self.begin(len(programs))
         results: list = [None] * len(programs)
-        for index, result in self._reporting(self.pool.imap(enumerate(programs))):
+        for index, result in self.pool.imap(enumerate(programs)):
             results[index] = result
-        return results
-
-    def _reporting(self, pairs: Iterable[tuple[int, object]]) -> Iterator[tuple[int, object]]:
-        for pair in pairs:
             self.done()
-            yield pair
+        return results
 
     def __getattr__(self, name: str):
         return getattr(self.pool, name)
