@@ -100,6 +100,16 @@ def test_var_renamer_naive_renames_the_most_frequent_variable_signature_included
     assert renamed.canonical_solution == "# print('@@this is the line to split##')\n    z = y\n    return z\n"
 
 
+def test_var_renamer_rn_draws_one_generator_over_the_problems_in_order() -> None:
+    from quench.perturbations.recode_code_syntax import random_name
+
+    problems = [PROBLEM, PROBLEM.with_changes(task_id="t/9")]
+    made = perturb_problems(problems, ["VarRenamerRN"], [2], validate_variants=False, profile="recode")
+    rng = random.Random(42 + 2)
+    first, second = random_name(1, rng), random_name(1, rng)  # `x` is renamed; the second task continues the stream
+    assert [v.prompt.split("\n")[0] for v in made.variants[("VarRenamerRN", 2)]] == [f"def f({first}):", f"def f({second}):"]
+
+
 def test_profiles_resolve_by_name_and_refuse_others() -> None:
     assert resolve_profile("recode") is RECODE and resolve_profile(QUENCH) is QUENCH
     with pytest.raises(QuenchError, match="--profile 'nlaugmenter': choose one of quench, recode"):

@@ -275,6 +275,12 @@ class RecodeVarRenamerRN(RecodeCodeSyntax):
     name = "VarRenamerRN"
     description = "the most frequent variable renamed to a random alpha-numeric name of its length everywhere"
     randomized = True
+    sequential = True
+    first_seed = 42  # ReCode's --rng-seed: seed s draws from one Random(42 + s) over the benchmark in order
+
+    def apply_sequence(self, problems: list[Problem], seed: int) -> list[Problem]:
+        rng = random.Random(self.first_seed + seed)
+        return [self.apply(problem, rng) for problem in problems]
 
     def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
         return rename_variable(code, root, rng)
