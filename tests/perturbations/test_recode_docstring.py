@@ -127,3 +127,28 @@ def test_docstring_typos_equal_the_release() -> None:
                 released = {row["task_id"]: row["prompt"] for row in map(json.loads, f)}
             made = transform.apply_sequence(problems, seed)
             assert all(v.prompt == released[v.task_id] for v in made), (name, seed)
+
+
+def test_whitespace_draws_once_per_character_names_included() -> None:
+    from quench.perturbations.recode_chars import whitespace
+
+    rng = random.Random(4)
+    draws = [rng.random() for _ in "a b"]
+    expected = "".join(("" if d < 0.1 else c) if c == " " else (c + " " if d < 0.05 else c) for c, d in zip("a b", draws))
+    assert whitespace("a b", 4) == expected
+    transform = create("WhitespacePerturbation", profile="recode")
+    changed = [transform.apply_seed(PROBLEM, seed).prompt for seed in range(10)]
+    # unlike the other char-level edits, the names in the prose are not protected: `text` may split
+    assert all("".join(p.split()) == "".join(PROMPT.split()) for p in changed) and len(set(changed)) > 5
+    assert any("te xt" in p or "t ext" in p or "tex t" in p for p in changed)
+
+
+@pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
+def test_whitespace_equals_the_release() -> None:
+    problems = load_humaneval()
+    transform = create("WhitespacePerturbation", profile="recode")
+    for seed in (2, 9):
+        path = RELEASE / "humaneval" / "full" / "nlaugmenter" / f"humaneval_WhitespacePerturbation_s{seed}.jsonl.gz"
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            released = {row["task_id"]: row["prompt"] for row in map(json.loads, f)}
+        assert all(v.prompt == released[v.task_id] for v in transform.apply_sequence(problems, seed)), seed

@@ -1,8 +1,9 @@
 """ReCode's character-level transformations (profile "recode"), with NL-Augmenter's own draws.
 
 NL-Augmenter reseeds its generator with the seed for every text, so ReCode's variants can be
-reproduced exactly: ButterFingers (`random.seed(s)`, a typo when `choice(range(100)) <= 5`),
-ChangeCharCase (`random.seed(s)`, p=0.35 per letter), SwapCharacters (NumPy seeded with
+reproduced exactly: WhitespacePerturbation (`random.seed(s)`, one draw per character, and the
+only one that edits the program's names too), ButterFingers (`random.seed(s)`, a typo when
+`choice(range(100)) <= 5`), ChangeCharCase (`random.seed(s)`, p=0.35 per letter), SwapCharacters (NumPy seeded with
 `s + sum of the text's code points`, p=0.05 per adjacent pair). On the docstring they edit the
 prose ReCode cuts out (identifiers masked); on the function name, the name, which ReCode then
 replaces everywhere in the prompt by plain text substitution (the reference is left as it is).
@@ -64,6 +65,19 @@ def swap_characters(text: str, seed: int, prob: float = 0.05) -> str:
     return "".join(chars)
 
 
+def whitespace(text: str, seed: int, remove_prob: float = 0.1, add_prob: float = 0.05) -> str:
+    """One draw per character: a whitespace character dropped, or a space added after any other."""
+    rng = random.Random(seed)
+    out = []
+    for c in text:
+        draw = rng.random()
+        if c.isspace():
+            out.append("" if draw < remove_prob else c)
+        else:
+            out.append(c + " " if draw < add_prob else c)
+    return "".join(out)
+
+
 def valid_name(name: str) -> str:
     """ReCode's clean-up of a perturbed name: letters, digits and underscores kept."""
     return "".join(c for c in name if c.isalnum() or c == "_")
@@ -89,10 +103,11 @@ class RecodeCharLevel(Perturbation):
 
 class RecodeDocstringChars(RecodeCharLevel):
     category = DOCSTRING
+    masks_identifiers = True  # ReCode hides the program's names from the char-level edits but whitespace
 
     def apply_seed(self, problem: Problem, seed: int) -> Problem:
         head, prose, examples = split_docstring(problem.prompt, problem.entry_point)
-        text, hidden = masked(prose, identifiers(problem))
+        text, hidden = masked(prose, identifiers(problem)) if self.masks_identifiers else (prose, [])
         new = self.edit(text, seed)
         for word in hidden:
             new = new.replace(MASK, word, 1)
@@ -135,6 +150,17 @@ class RecodeSwapCharacters(RecodeDocstringChars):
 
     def edit(self, text: str, seed: int) -> str:
         return swap_characters(text, seed)
+
+
+@register_recode
+class RecodeWhitespace(RecodeDocstringChars):
+    name = "WhitespacePerturbation"
+    description = ("NL-Augmenter's whitespace noise (a blank dropped p=0.1, a space added p=0.05) "
+                   "on the docstring prose, names included")
+    masks_identifiers = False
+
+    def edit(self, text: str, seed: int) -> str:
+        return whitespace(text, seed)
 
 
 @register_recode
