@@ -111,3 +111,11 @@ def test_guard_state_ragged_rows_and_reset() -> None:
     assert state.step(stops, torch.tensor([[0], [0], [PAD]])) == [None, 1, None]
     state.reset(0)
     assert state.step(hidden[:, :2], torch.tensor([[0, 0], [PAD, PAD], [PAD, PAD]])) == [0, None, None]
+
+
+def test_genguard_is_the_engines_stop_observer() -> None:
+    """The decode loop calls GenGuard only through quench.engine.observers' protocol."""
+    from quench.engine import RowStopper, StopObserver
+
+    guard = fixed_guard(GuardPolicy())
+    assert isinstance(guard, StopObserver) and issubclass(GuardState, RowStopper)

@@ -7,9 +7,10 @@ the row stops and how many of its generated tokens it keeps. The engine knows on
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 PAD = -1  # token id of a position that is not part of its row (a rejected draft, a free slot)
 
