@@ -67,7 +67,8 @@ def pool() -> Iterator[SandboxPool]:
     reason = skip_reason("bwrap")
     if reason is not None:
         pytest.skip(reason)
-    prepare("cpp")
+    for language in LANGUAGE_BENCHMARKS:
+        prepare(language)
     with SandboxPool(2, LIMITS, isolation="bwrap") as sandbox:
         yield sandbox
 

@@ -8,15 +8,16 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 (the `compile_error` outcome); a run that exits non-zero raises `ProgramFailed` (`failed`).
 
 Per language:
-- JavaScript: `node --check main.js` (a syntax error is a compile error), then `node main.js`;
-  the harness needs lodash (Debian `node-lodash`, on NODE_PATH).
-- Go: `go tool compile` + `go tool link` against the precompiled standard library of the Go
-  installation (what `go run` does, without its build cache); `go build` with a private cache
-  where the installation ships no precompiled library.
+- JavaScript: `node main.js`; when it fails, `node --check main.js` tells a syntax error (a
+  compile error) from a failed test. The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
+- Go: the compiler and linker against the precompiled standard library of the Go installation
+  (what `go run` does, without its build cache, debug information or symbol table); `go build`
+  with a private cache where the installation ships no precompiled library.
 - C++: `g++ main.cpp` (mxeval's flags), with a shared read-only precompiled `bits/stdc++.h`
   when one has been prepared (quench.execution.toolchains).
-- Java: one JVM compiles and runs the source (`java Main.java`, the single-file launcher); the
-  harness's `class Main` goes first, after the imports, because the launcher runs the first class.
+- Java: one JVM compiles and runs the source (`java Main.java`, the single-file launcher), with a
+  prepared class-data archive of the launcher's classes (javac's) when there is one; the harness's
+  `class Main` goes first, after the imports, because the launcher runs the first class.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def run(argv, log, env):
     with open(log, "wb") as out:
         return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
 
-def build_and_run(source, name, builds, command, env, compile_mark):
+def build_and_run(source, name, builds, command, env, compile_mark, syntax_check):
     env = {**os.environ, **{key: value.replace("{cwd}", os.getcwd()) for key, value in env.items()}}
     with open(name, "w", encoding="utf-8") as handle:
         handle.write(source)
@@ -58,6 +59,8 @@ def build_and_run(source, name, builds, command, env, compile_mark):
         text = head("run.log")
         if compile_mark and compile_mark in tail("run.log"):
             raise CompileError(text)
+        if syntax_check and run(syntax_check, "check.log", env) != 0:  # only failed runs pay for the check
+            raise CompileError(head("check.log"))
         how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
         raise ProgramFailed(f"{how}: {text}" if text else how)
 '''
@@ -115,28 +118,38 @@ def source(language: str, prompt: str, completion: str, test: str) -> str:
     return prompt + completion + test
 
 
-def toolchain_steps(language: str) -> tuple[str, list[str], dict[str, str], str]:
-    """(build commands as a launcher expression, run command, extra environment, compile-error mark)."""
+def toolchain_steps(language: str) -> tuple[str, str, dict[str, str], str, list[str]]:
+    """Launcher expressions for the build commands and the run command, the extra environment,
+    the compile-error mark in a failed run's output, and the syntax check of a failed run."""
     if language == "javascript":
-        return '[["node", "--check", "main.js"]]', ["node", "main.js"], {"NODE_PATH": NODE_PATH}, ""
+        return "[]", repr(["node", "main.js"]), {"NODE_PATH": NODE_PATH}, "", ["node", "--check", "main.js"]
     if language == "cpp":
-        return "cpp_builds()", ["./main"], {}, ""
+        return "cpp_builds()", repr(["./main"]), {}, "", []
     if language == "java":
-        return "[]", ["java", *JAVA_FLAGS, "Main.java"], {}, JAVA_COMPILE_MARK
+        return "[]", "java_command()", {}, JAVA_COMPILE_MARK, []
     if language == "go":
-        return "go_builds()", ["./main"], GO_BUILD_ENV, ""
+        return "go_builds()", repr(["./main"]), GO_BUILD_ENV, "", []
     raise ValueError(f"no toolchain for language {language!r}")
 
 
 BUILDERS = '''
-def cpp_builds():  # the prepared precompiled bits/stdc++.h, if any, is found first on the include path
-    return [["g++", "-I", os.environ.get("QUENCH_TOOLCHAINS", "/nonexistent") + "/cpp", "main.cpp", "-o", "main"]]
+CACHE = os.environ.get("QUENCH_TOOLCHAINS", "/nonexistent")
 
-def go_builds():  # without `go build`'s cache: compile and link against the precompiled standard library
+def cpp_builds():  # the prepared precompiled bits/stdc++.h, if any, is found first on the include path
+    return [["g++", "-I", CACHE + "/cpp", "main.cpp", "-o", "main"]]
+
+def java_command():  # the class-data archive of the source launcher (javac's classes), if prepared
+    archive = CACHE + "/java/launcher.jsa"
+    shared = ["-XX:SharedArchiveFile=" + archive] if os.path.isfile(archive) else []
+    return ["java", *shared, *JAVA_FLAGS, "Main.java"]
+
+def go_builds():  # what `go run` does, without its build cache: compile and link against the precompiled library
     goroot = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("go") or "/nonexistent/bin/go")))
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
-    if os.path.exists(os.path.join(goroot, "pkg", "linux_" + arch, "fmt.a")):
-        return [["go", "tool", "compile", "-p", "main", "-o", "main.o", "main.go"], ["go", "tool", "link", "-o", "main", "main.o"]]
+    tools = os.path.join(goroot, "pkg", "tool", "linux_" + arch)
+    if os.path.exists(os.path.join(goroot, "pkg", "linux_" + arch, "fmt.a")) and os.path.exists(tools):
+        return [[tools + "/compile", "-p", "main", "-dwarf=false", "-o", "main.o", "main.go"],
+                [tools + "/link", "-s", "-w", "-o", "main", "main.o"]]
     return [["go", "build", "-o", "main", "main.go"]]
 '''
 
@@ -144,6 +157,7 @@ def go_builds():  # without `go build`'s cache: compile and link against the pre
 def launcher(language: str, program_source: str) -> str:
     """The Python program that builds and runs `program_source` in the sandbox's scratch directory."""
     spec = LANGUAGES[language]
-    builds, command, env, mark = toolchain_steps(language)
-    call = f"build_and_run({program_source!r}, {spec.source_name!r}, {builds}, {command!r}, {env!r}, {mark!r})\n"
-    return LAUNCHER + BUILDERS + "\n" + call
+    builds, command, env, mark, check = toolchain_steps(language)
+    call = (f"build_and_run({program_source!r}, {spec.source_name!r}, {builds}, {command}, {env!r}, {mark!r}, "
+            f"{check!r})\n")
+    return LAUNCHER + BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS))) + "\n" + call

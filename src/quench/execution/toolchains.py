@@ -3,9 +3,9 @@
 The cache directory (`QUENCH_TOOLCHAINS`, default `~/.cache/quench/toolchains`) is prepared once,
 outside the sandbox, from trusted inputs only, and is bound read-only into every sandbox: a
 program can read it but never change what the next program sees. It holds a precompiled
-`bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time). Node.js,
-the JDK and Go need nothing prepared: the JDK ships its class-data archive and Debian's Go its
-precompiled standard library.
+`bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time) and a
+class-data archive of the classes Java's source launcher loads (javac's: most of a JVM's start).
+Node.js and Go need nothing prepared: Debian's Go ships its precompiled standard library.
 """
 
 from __future__ import annotations
@@ -18,12 +18,24 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from quench.datasets.languages import LANGUAGES
+from quench.datasets.languages import JAVA_FLAGS, LANGUAGES
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "QUENCH_TOOLCHAINS"
-PCH_TIMEOUT_S = 300
+PCH_TIMEOUT_S = PREPARE_TIMEOUT_S = 300
+# Like MBJP's harness: collections, boxing, string building and an exception, so their classes are archived.
+JAVA_TRAINING = """import java.util.*;
+
+class Main {
+    public static void main(String[] args) throws Exception {
+        List<List<Integer>> rows = Arrays.asList(Arrays.asList(1, 2), new ArrayList<>(List.of(3)));
+        Map<String, Integer> counts = new HashMap<>();
+        for (List<Integer> row : rows) { counts.merge(row.toString(), row.size(), Integer::sum); }
+        if (!Objects.equals(counts.get("[3]"), 1)) { throw new Exception("x = " + counts); }
+    }
+}
+"""
 MIN_PCH_BYTES = 1 << 20  # a real precompiled bits/stdc++.h is tens of MB; anything smaller is rebuilt
 
 
@@ -57,9 +69,50 @@ def has_toolchain(language: str) -> bool:
 
 
 def prepare(language: str) -> None:
-    """Prepare the shared cache for `language` (idempotent; nothing to do for most languages)."""
+    """Prepare the shared cache for `language` (idempotent; nothing to do for JavaScript and Go)."""
     if language == "cpp" and shutil.which("g++"):
         prepare_cpp_header()
+    if language == "java" and shutil.which("java"):
+        prepare_java_archive()
+
+
+def cache_subdir(name: str) -> Path:
+    """A directory of the cache that programs (run as nobody) can read."""
+    directory = Path(toolchain_dir()) / name
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in (directory, directory.parent):
+        path.chmod(0o755)
+    return directory
+
+
+def build_into(target: Path, command: list[str], what: str, cwd: str) -> bool:
+    """Run a trusted build that writes `target`; log and return False when it fails."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S, check=False, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        log.warning("could not prepare %s (%s); programs build without it", what, err)
+        return False
+    if done.returncode != 0 or not target.is_file():
+        log.warning("could not prepare %s: %s", what, (done.stderr or done.stdout).strip()[-300:])
+        return False
+    return True
+
+
+def prepare_java_archive() -> Path | None:
+    """A class-data archive of what the source launcher loads (javac), shared read-only by every JVM."""
+    target = cache_subdir("java") / "launcher.jsa"
+    if target.is_file():
+        return target
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        Path(scratch, "Main.java").write_text(JAVA_TRAINING, encoding="ascii")
+        built = Path(scratch) / "launcher.jsa"
+        command = ["java", f"-XX:ArchiveClassesAtExit={built}", *JAVA_FLAGS, "Main.java"]
+        if not build_into(built, command, "the Java launcher's class-data archive", scratch):
+            return None
+        built.chmod(0o644)
+        os.replace(built, target)
+    log.info("archived the Java source launcher's classes into %s", target)
+    return target
 
 
 def prepare_cpp_header() -> Path | None:
