@@ -3,6 +3,7 @@ sampling groups, speculation, GenGuard and failures, driven directly and through
 
 from __future__ import annotations
 
+import json
 import threading
 
 import httpx
@@ -10,9 +11,11 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import char_tokenizer, tiny_llama
 from serve_helpers import MODEL, serving, tiny_backend
 from quench.engine.config import EngineConfig
-from quench.engine.live import Failed, Finished, LiveEngine, LiveEvent, Tokens
+from quench.engine.engine import QuenchBackend
+from quench.engine.live import Failed, Finished, LiveEngine, LiveEvent, Tokens, settled_text, tokens_before
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.stopping import GenGuard, GuardInfo, GuardPolicy
 
@@ -180,3 +183,42 @@ def test_genguard_stops_are_reported_with_finish_reason_guard() -> None:
                 assert '"finish_reason": "guard"' in response.text
             else:
                 assert response.json()["choices"][0]["finish_reason"] == "guard"
+
+
+@pytest.mark.parametrize("text, settled", [
+    ("def f():\n    return 1\n    x", "def f():\n    return 1\n"),
+    ("a = 1\n\n   \nfoo", "a = 1\n"),
+    ("a\n\n", "a\n"),
+    ("a\nb\n", "a\nb\n"),
+    ("no newline yet", ""),
+    ("", ""),
+])
+def test_guarded_rows_publish_only_what_genguard_cannot_take_back(text: str, settled: str) -> None:
+    assert settled_text(text) == len(settled)
+
+
+def test_tokens_before_counts_tokens_that_end_inside_the_text() -> None:
+    assert tokens_before(["ab", "c\nd", "e"], 3) == 1
+    assert tokens_before(["ab", "c\nd", "e"], 5) == 2
+    assert tokens_before(["ab"], 0) == 0
+
+
+def test_a_guarded_stream_adds_up_to_the_guarded_answer() -> None:
+    tokenizer = char_tokenizer()
+    model = tiny_llama(max_positions=1024)
+    with torch.no_grad():  # newlines now and then, so that lines end and GenGuard's line vote decides
+        model.lm_head.weight[tokenizer.convert_tokens_to_ids("\n")] *= 3
+    torch.manual_seed(0)
+    guard = GenGuard(nn.Sequential(nn.Linear(32, 2)), GuardPolicy(mode="lines", max_empty_lines=1), GuardInfo(32))
+    backend = QuenchBackend(model, tokenizer, EngineConfig(batch_size=4), guard=guard)
+    chunks = 0
+    with serving(backend) as served:
+        for prompt in ["class Stack:\n    def", "x = [1, 2, 3]\nfor", "import os\nprint("]:
+            body = {"model": MODEL, "prompt": prompt, "max_tokens": 300, "temperature": 0}
+            whole = httpx.post(f"{served.url}/completions", json=body, timeout=60).json()["choices"][0]
+            streamed = httpx.post(f"{served.url}/completions", json={**body, "stream": True}, timeout=60).text
+            parts = [json.loads(line[6:])["choices"][0] for line in streamed.splitlines() if line.startswith("data: {")]
+            assert "".join(p["text"] for p in parts) == whole["text"]
+            assert parts[-1]["finish_reason"] == whole["finish_reason"]
+            chunks += len(parts)
+    assert chunks > 20  # text went out line by line, not only at the end

@@ -30,8 +30,10 @@ from quench.engine.types import GenerationRequest, GenerationResult, SamplingPar
 
 log = logging.getLogger(__name__)
 
-# With a stop observer (GenGuard) a row's last tokens may still be taken back when it stops, so the
-# newest tokens of a row are published only once this many more follow (or the row finishes).
+# With a stop observer (GenGuard) a row's last tokens may still be taken back when it stops: GenGuard
+# cuts at the start of the current line, of a run of blank lines, or of its last few "stop" votes. So
+# with one, a row publishes only tokens before its current line and trailing blank lines, and at least
+# this many tokens before its end (or all of them once it finishes).
 GUARD_HOLDBACK = 32
 
 
@@ -177,6 +179,28 @@ class LiveQueue:
             return live
 
 
+def settled_text(text: str) -> int:
+    """Characters of `text` before its current (unfinished) line and any blank lines right before it."""
+    cut = text.rfind("\n") + 1
+    while cut > 0:
+        start = text.rfind("\n", 0, cut - 1) + 1
+        if text[start : cut - 1].strip():
+            break
+        cut = start
+    return cut
+
+
+def tokens_before(pieces: list[str], chars: int) -> int:
+    """How many leading tokens (their texts: `pieces`) end within the first `chars` characters."""
+    count, end = 0, 0
+    for piece in pieces:
+        end += len(piece)
+        if end > chars:
+            break
+        count += 1
+    return count
+
+
 def notify(entry: LiveEntry, event: LiveEvent) -> None:
     """Hand an event to a request's sink; a sink that fails costs its request only."""
     try:
@@ -204,11 +228,11 @@ class LiveStopRules(StopRules):
 class LiveLoop(DecodeLoop):
     """A decode loop over a `LiveQueue`: drops cancelled rows and publishes new tokens every step."""
 
-    def __init__(self, *args, live: LiveQueue, holdback: int = 0, **kwargs) -> None:
+    def __init__(self, *args, live: LiveQueue, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.live = live
-        self.holdback = holdback
         self.published: dict[tuple[int, int], int] = {}  # (request index, sample index) -> tokens published
+        self.pieces: dict[tuple[int, int], list[str]] = {}  # with a guard: each generated token's text
 
     def run(self) -> Iterator[GenerationResult]:
         while True:
@@ -238,11 +262,17 @@ class LiveLoop(DecodeLoop):
                 continue
             key = (row.request_index, row.sample_index)
             sent = self.published.get(key, 0)
-            ready = len(row.generated) - self.holdback
+            ready = len(row.generated) if self.guard is None else self._settled(key, row.generated)
             entry = self.live.entry(row.request_index)
             if ready > sent and entry is not None and not entry.cancelled:
                 self.published[key] = ready
                 notify(entry, Tokens(row.sample_index, tuple(row.generated[sent:ready])))
+
+    def _settled(self, key: tuple[int, int], generated: list[int]) -> int:
+        """How many of a guarded row's tokens the guard can no longer take back (see GUARD_HOLDBACK)."""
+        pieces = self.pieces.setdefault(key, [])
+        pieces.extend(self.stop.decode([token]) for token in generated[len(pieces):])
+        return min(len(pieces) - GUARD_HOLDBACK, tokens_before(pieces, settled_text("".join(pieces))))
 
     def _finish(self, slot: int, reason: str) -> GenerationResult:
         """Finish the row as `DecodeLoop` does, and hand the sample to its request's sink."""
@@ -250,6 +280,7 @@ class LiveLoop(DecodeLoop):
         assert row is not None
         result = super()._finish(slot, reason)
         self.published.pop((row.request_index, row.sample_index), None)
+        self.pieces.pop((row.request_index, row.sample_index), None)
         entry = self.live.entry(row.request_index)
         if entry is not None and not entry.cancelled:
             entry.finished += 1
@@ -326,7 +357,6 @@ class LiveEngine:
             share_prefixes=config.share_prefixes,
             max_draft_rows=config.draft_max_rows or None,
             live=self.queue,
-            holdback=GUARD_HOLDBACK if guard is not None else 0,
         )
 
     def _fail_running(self, loop: LiveLoop, message: str) -> None:
