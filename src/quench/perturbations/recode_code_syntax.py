@@ -28,7 +28,7 @@ from quench.errors import QuenchError
 from quench.perturbations.base import CODE_SYNTAX, Perturbation, register_recode
 from quench.perturbations.recode_code_format import indent_unit
 from quench.perturbations.recode_format import marked_program
-from quench.perturbations.recode_render import render, sep
+from quench.perturbations.recode_render import MARKER, render, sep
 
 MIRRORED = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
 # Never renamed, and never edited in a docstring: NatGen's list, keywords `return` and `in` included.
@@ -224,6 +224,7 @@ class RecodeCodeSyntax(Perturbation):
     category = CODE_SYNTAX
     randomized = False
     splits_itself = True  # takes the full problem: the marker needs the whole reference
+    marker_as_statement = False  # the marker comment made a `print` statement while transforming
 
     def apply(self, problem: Problem, rng: random.Random) -> Problem:
         partial = recode_partial_problem(problem)
@@ -231,9 +232,14 @@ class RecodeCodeSyntax(Perturbation):
         if marked is None:
             return partial  # a one-line body: ReCode leaves the prompt as it is
         header, doc, body = sep(marked, problem.entry_point)
-        code = (header + body).replace(";\n", "\n").replace(";", "\n").encode()
-        edits = self.edits(code, parser().parse(code).root_node, rng)
-        rendered = render(apply_edits(code, edits), doc, problem.entry_point, indent_unit(partial.prompt, problem.entry_point))
+        code = (header + body).replace(";\n", "\n").replace(";", "\n")
+        if self.marker_as_statement:
+            code = code.replace(MARKER, MARKER[2:])
+        edits = self.edits(code.encode(), parser().parse(code.encode()).root_node, rng)
+        program = apply_edits(code.encode(), edits)
+        if self.marker_as_statement:
+            program = program.replace(MARKER[2:], MARKER)
+        rendered = render(program, doc, problem.entry_point, indent_unit(partial.prompt, problem.entry_point))
         if rendered is None:
             return partial
         prompt, rest = rendered
