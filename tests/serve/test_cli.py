@@ -55,6 +55,12 @@ def test_a_port_in_use_is_refused_before_the_model_loads(capsys) -> None:
     assert time.monotonic() - started < 5  # the default model was not loaded
 
 
+def test_a_context_past_the_models_position_limit_is_refused(tiny_dir: Path, capsys) -> None:
+    assert main(["--threads", "1", "serve", "--model", str(tiny_dir), "--port", str(free_port()),
+                 "--max-model-len", "5000"]) == 2
+    assert "--max-model-len 5000 is past the model's position limit of 4096" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_sigterm_finishes_in_flight_requests_then_exits(tiny_dir: Path) -> None:
     port = free_port()
