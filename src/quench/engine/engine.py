@@ -13,6 +13,7 @@ from quench.errors import QuenchError
 from quench.engine.decode import DecodeLoop, LoopStats
 from quench.engine.draft_length import make_policy
 from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
+from quench.engine import invariant as invariant_kernels
 from quench.engine.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, round_up
 from quench.engine.llama import LlamaRunner, is_llama
@@ -28,12 +29,16 @@ log = logging.getLogger(__name__)
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 
-def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False) -> Runner:
+def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False, target: bool = True) -> Runner:
     """The Llama fast path when it applies (and is enabled), else the generic Hugging Face path.
-    int8: int8 weight copies for products of a few rows (draft models; `LlamaRunner`)."""
+    int8: int8 weight copies for products of a few rows (draft models; `LlamaRunner`). target: the model whose
+    logits decide the output, the one `config.batch_invariant` applies to (a draft's bits never reach it)."""
     if config.dtype != "auto":
         model.to(_DTYPES[config.dtype])
     model.eval()
+    invariant = config.batch_invariant and target
+    if invariant:
+        _check_invariant(model, config)
     if config.fast_path and is_llama(model):
         return LlamaRunner(
             model,
@@ -42,8 +47,21 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
             native_attention=config.native_attention and not config.compile,
             int8=int8,
             kernels=config.kernels,
+            batch_invariant=invariant,
         )
     return HFRunner(model)
+
+
+def _check_invariant(model: torch.nn.Module, config: EngineConfig) -> None:
+    """ConfigError where `batch_invariant` cannot be served: only the Llama fast path with the native kernels
+    (CPU, float32 or bfloat16) has a fixed reduction order per row."""
+    if not (config.fast_path and is_llama(model)) or config.compile or not config.native_attention:
+        raise ConfigError("batch_invariant", "needs the Llama fast path with native kernels (a Llama-family model, "
+                          "fast_path and native_attention on, compile off)")
+    weight = model.get_input_embeddings().weight
+    if weight.device.type != "cpu" or not invariant_kernels.available(weight.dtype):
+        raise ConfigError("batch_invariant", f"needs float32 or bfloat16 on CPU with the native kernels built, "
+                          f"got {weight.dtype} on {weight.device.type}")
 
 
 def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tuple[Runner, HeadColumns | None]:
@@ -53,7 +71,7 @@ def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tup
     scores only the head's rows: the drafter picks among them and maps its picks back. The generic
     Hugging Face path calls the module, whose head returns full logits (-inf elsewhere).
     """
-    runner = make_runner(draft_model, config, int8=config.draft_int8)
+    runner = make_runner(draft_model, config, int8=config.draft_int8, target=False)
     head = draft_model.get_output_embeddings()
     if isinstance(runner, LlamaRunner) and isinstance(head, SubsetHead):
         return runner, HeadColumns.of(head.token_ids, head.vocab_size)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from quench.engine import native
+from quench.engine import invariant, native
 from quench.engine.native_config import KernelConfig
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.screen import Int8Weight, ScreenedHead, int8_weight, screen_available, screen_head
@@ -38,11 +38,15 @@ class Linear:
     bfloat16 bits (draft models only). amx: the small GEMM may use AMX tiles (`native.use_amx`)."""
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool, int8: bool = False, amx: bool = False
+        self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool, int8: bool = False, amx: bool = False,
+        fixed: bool = False,
     ) -> None:
         self.out_features = weight.shape[0]
         self.bias = bias
         self.amx = amx
+        # fixed: every product through the batch-invariant kernel (`invariant.gemm`), whatever the row count
+        self.fixed = invariant.pack(weight) if fixed else None
+        prepack = prepack and not fixed
         self.packed = prepack and _can_prepack(weight)
         # bfloat16 decode steps (a few rows) use quench's own kernel (native.small_gemm); prefills oneDNN's.
         self.small = native.pack_small_gemm(weight) if prepack and bias is None else None
@@ -50,6 +54,10 @@ class Linear:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 8) if self.packed else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fixed is not None:
+            y = invariant.gemm(x.reshape(-1, x.shape[-1]), self.fixed, self.out_features)
+            y = y.view(*x.shape[:-1], self.out_features)
+            return y + self.bias if self.bias is not None else y
         if self.int8 is not None and x.dtype == torch.bfloat16 and x.numel() <= INT8_MAX_ROWS * x.shape[-1]:
             return self.int8(x)
         if self.small is not None and x.dim() == 2 and x.shape[0] <= native.small_gemm_rows(self.amx) and x.is_contiguous():
@@ -108,9 +116,12 @@ class LlamaRunner:
         native_attention: bool = True,
         int8: bool = False,
         kernels: KernelConfig = KernelConfig(),
+        batch_invariant: bool = False,
     ) -> None:
         """int8: run products of a few rows from int8 copies of the weights (`Linear`), for draft models.
-        kernels: AMX tiles and the screened head, where the CPU serves them (`EngineConfig.kernels`)."""
+        kernels: AMX tiles and the screened head, where the CPU serves them (`EngineConfig.kernels`).
+        batch_invariant: every step on the packed path with the invariant kernels (`invariant`; ValueError where
+        they cannot serve the model's dtype)."""
         config = model.config
         inner = model.model
         self.dtype = inner.embed_tokens.weight.dtype
@@ -125,13 +136,18 @@ class LlamaRunner:
         self.vocab_size = model.lm_head.weight.shape[0]
         self.embed = inner.embed_tokens.weight.detach()
         self.final_norm = inner.norm.weight.detach()
+        self.batch_invariant = batch_invariant
+        if batch_invariant and not (native_attention and self.device.type == "cpu" and invariant.available(self.dtype)):
+            raise ValueError(f"batch-invariant kernels serve float32 and bfloat16 on CPU with the native library, not {self.dtype}")
         self.kernels = kernels
-        self.amx = native.use_amx(kernels)  # the GEMMs and attention run AMX tiles
-        self.int8 = int8 and prepack and self.dtype == torch.bfloat16 and screen_available()
-        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8, self.amx)
+        self.amx = native.use_amx(kernels) and not batch_invariant  # the GEMMs and attention run AMX tiles
+        self.int8 = int8 and prepack and self.dtype == torch.bfloat16 and screen_available() and not batch_invariant
+        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8, self.amx, batch_invariant)
         # greedy steps read an int8 copy of the head first (quench.engine.screen); same tokens
         self.head_screen: ScreenedHead | None = (
-            screen_head(model.lm_head.weight.detach(), self.lm_head.small) if kernels.screen and not self.int8 else None
+            screen_head(model.lm_head.weight.detach(), self.lm_head.small)
+            if kernels.screen and not self.int8 and not batch_invariant
+            else None
         )
         self.layers = [self._layer(layer, prepack) for layer in inner.layers]
         self._rotary = inner.rotary_emb
@@ -150,7 +166,7 @@ class LlamaRunner:
     def _native_layer_table(self) -> ctypes.Array | None:
         """The addresses `native.layers` reads (6 per layer), where the whole layer loop can run in C: bfloat16
         glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take."""
-        if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
+        if self.batch_invariant or not (self.native_glue and self.head_dim == 64 and native.layers_available()):
             return None
         if any(linear.small is None for linear in self._projections()) or self.layers[0].gate_up.out_features % 32:
             return None
@@ -184,11 +200,11 @@ class LlamaRunner:
         gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
         return LlamaLayer(
             input_norm=layer.input_layernorm.weight.detach(),
-            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), prepack, self.int8, self.amx),
-            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, prepack, self.int8, self.amx),
+            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), prepack, self.int8, self.amx, self.batch_invariant),
+            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, prepack, self.int8, self.amx, self.batch_invariant),
             post_norm=layer.post_attention_layernorm.weight.detach(),
-            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), prepack, self.int8, self.amx),
-            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, prepack, self.int8, self.amx),
+            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), prepack, self.int8, self.amx, self.batch_invariant),
+            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, prepack, self.int8, self.amx, self.batch_invariant),
         )
 
     @torch.no_grad()
@@ -243,6 +259,8 @@ class LlamaRunner:
         """Whether a step of num_new tokens per row runs the packed path (C attention over real tokens only)."""
         if not self.native:
             return False
+        if self.batch_invariant:  # one path for every step: a prefill gives the same bits as decode steps
+            return True
         return num_new <= NATIVE_MAX_NEW or (self.native_glue and self.head_dim == 64 and num_new <= NATIVE_PREFILL_MAX)
 
     def prefill_kernel(self, tokens: int) -> str | None:
@@ -256,6 +274,8 @@ class LlamaRunner:
         (`native.gemm_kernel`) decides the bits. PyTorch's attention and oneDNN choose their blocking by
         shape: None there. `PrefixStore` copies a prompt's beginning from another only where the other's
         prefill, the whole new prompt and its rest all give the same answer."""
+        if self.batch_invariant:
+            return "fixed"
         kernel = native.gemm_kernel(tokens, self.amx)  # "onednn" past what the small GEMM (and the C layer loop) serves
         if self._layer_table is None or self.int8 or not self._packed(tokens) or kernel == "onednn":
             return None  # int8 copies (drafts): a short rest would take other kernels than the whole prompt
@@ -378,7 +398,7 @@ class LlamaRunner:
             gate_up = layer.gate_up(h)  # (N, 2 I)
             inner = gate_up.shape[-1] // 2
             following = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.final_norm
-            h = native.add_rms_norm(x, layer.down(F.silu(gate_up[:, :inner]) * gate_up[:, inner:]), following, self.eps, h)
+            h = native.add_rms_norm(x, layer.down(self._silu_mul(gate_up)), following, self.eps, h)
         return h
 
     def _forward_impl(
@@ -424,9 +444,17 @@ class LlamaRunner:
 
     def _mlp(self, x: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
         gate_up = layer.gate_up(self._rms_norm(x, layer.post_norm))  # (B, S, 2 I)
+        return x + layer.down(self._silu_mul(gate_up))
+
+    def _silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """(..., 2 I) -> silu(gate) * up (..., I); row by row in C on the batch-invariant path."""
+        if self.batch_invariant:
+            return invariant.silu_mul(gate_up)
         inner = gate_up.shape[-1] // 2
-        return x + layer.down(F.silu(gate_up[..., :inner]) * gate_up[..., inner:])
+        return F.silu(gate_up[..., :inner]) * gate_up[..., inner:]
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if self.batch_invariant and x.dtype == torch.float32:
+            return invariant.rms_norm(x, weight, self.eps)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return weight * normed.to(x.dtype)

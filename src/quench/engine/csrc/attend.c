@@ -18,7 +18,9 @@
 
 /* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
    its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
-   cos, sin_signed (positions, D); out (N, H D). */
+   cos, sin_signed (positions, D); out (N, H D). A query's softmax and weighted sum run over its own keys
+   only, in loops whose bounds depend on its position alone: its bits are the same in a decode step, a
+   verification pass or a prefill, whatever other queries the call holds. */
 #define ATTEND(T, SUFFIX, NAME, HD)                                                                \
 static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,                     \
                 const int64_t* start, const int64_t* offsets, T* out, int B, int H,                 \
@@ -60,22 +62,23 @@ static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,  
             const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
             for (int t = 0; t < keys; t++) {                                                      \
                 for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);      \
-                for (int m = 0; m < M; m++) {                                                     \
+                for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++) {          \
                     float dot = 0.0f;                                                             \
                     for (int d = 0; d < D; d++) dot += q[m * D + d] * row[d];                    \
-                    scores[(int64_t)m * keys + t] = (t <= start[b] + m / G) ? dot * scale : -INFINITY; \
+                    scores[(int64_t)m * keys + t] = dot * scale;                                  \
                 }                                                                                 \
             }                                                                                     \
-            for (int m = 0; m < M; m++) {                                                         \
-                float* sc = scores + (int64_t)m * keys, top = -INFINITY, total = 0.0f;           \
-                for (int t = 0; t < keys; t++) top = sc[t] > top ? sc[t] : top;                   \
-                for (int t = 0; t < keys; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }     \
-                for (int t = 0; t < keys; t++) sc[t] /= total;                                    \
+            for (int m = 0; m < M; m++) {  /* only the query's own keys: its bits whatever follows */ \
+                int seen = (int)start[b] + m / G + 1;                                             \
+                float* sc = scores + (int64_t)m * keys, top = sc[0], total = 0.0f;               \
+                for (int t = 0; t < seen; t++) top = sc[t] > top ? sc[t] : top;                   \
+                for (int t = 0; t < seen; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }     \
+                for (int t = 0; t < seen; t++) sc[t] /= total;                                    \
             }                                                                                     \
             memset(acc, 0, sizeof(float) * M * D);                                                \
             for (int t = 0; t < keys; t++) {                                                      \
                 for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);      \
-                for (int m = 0; m < M; m++) {                                                     \
+                for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++) {          \
                     float p = scores[(int64_t)m * keys + t];                                      \
                     for (int d = 0; d < D; d++) acc[m * D + d] += p * row[d];                     \
                 }                                                                                 \

@@ -48,6 +48,14 @@ void argmax_f32(const float* x, int64_t* out, int R, int V, int64_t stride);
 void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
 int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
 
+/* fixed.c: batch-invariant kernels (each row's bits independent of the call's rows and threads); W packed
+   (ceil(N/16), K, 16) in its dtype. fixed_gemm_bf16 returns 0, 1 where out of memory. */
+void fixed_gemm_f32(const float* x, const float* wp, float* y, int M, int N, int K, int threads);
+int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
+void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm, float eps);
+void silu_mul_f32(const float* gate_up, float* act, int N, int I);
+void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I);
+
 /* layers.c: SiLU x up, and every decoder layer of a packed step in one call. */
 void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I);
 int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,

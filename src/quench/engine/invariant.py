@@ -1,0 +1,67 @@
+"""Batch-invariant kernels (C sources in `csrc/fixed.c`): a row's output bits depend on that row alone.
+
+`EngineConfig.batch_invariant` routes the Llama fast path's matrix products, RMSNorm (float32) and SiLU x up
+through these, so a token's logits are the same whether it is computed in a decode step of 1 or 64 rows, in
+a verification pass of any width, in a prefill, or on 1 or 2 threads (docs/engine.md, "Batch invariance").
+Each product output is one float32 sum over K in the order k = 0 .. K-1 (fused multiply-adds), rounded once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from quench.engine import native
+
+_FLOATS = (torch.float32, torch.bfloat16)
+
+
+def available(dtype: torch.dtype) -> bool:
+    """Whether the invariant kernels serve this dtype here (a built native library, float32 or bfloat16)."""
+    return dtype in _FLOATS and native.available(dtype)
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """W (N, K) -> (ceil(N/16), K, 16) in W's dtype, zeros past N: 16 output columns per contiguous block."""
+    out_features, in_features = weight.shape
+    padded = weight.detach().new_zeros((out_features + 15) // 16 * 16, in_features)
+    padded[:out_features] = weight.detach()
+    return padded.reshape(-1, 16, in_features).transpose(1, 2).contiguous()  # (N/16, K, 16)
+
+
+def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    """x (M, K) -> x W^T (M, N) in x's dtype, W packed by `pack` (same dtype)."""
+    rows, in_features = x.shape
+    x = x.contiguous()
+    assert x.dtype == packed.dtype and packed.shape[1] == in_features
+    out = torch.empty(rows, out_features, dtype=x.dtype)
+    library = native.build_result().library
+    assert library is not None
+    threads = torch.get_num_threads()
+    if x.dtype == torch.float32:
+        library.fixed_gemm_f32(x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, threads)
+    elif library.fixed_gemm_bf16(x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, threads):
+        raise MemoryError("the invariant GEMM could not allocate its buffer")
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """float32 x (N, Dm) -> weight * x / sqrt(mean(x^2) + eps), row by row in a fixed order."""
+    x = x.contiguous()
+    assert x.dtype == weight.dtype == torch.float32 and x.dim() == 2
+    out = torch.empty_like(x)
+    library = native.build_result().library
+    assert library is not None
+    library.rms_norm_f32(x.data_ptr(), weight.contiguous().data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up (N, 2 I) -> silu(gate) * up (N, I), element by element (bfloat16: silu rounded, then the product)."""
+    gate_up = gate_up.contiguous()
+    rows, width = gate_up.shape
+    out = torch.empty(rows, width // 2, dtype=gate_up.dtype)
+    library = native.build_result().library
+    assert library is not None and gate_up.dtype in _FLOATS
+    function = library.silu_mul_f32 if gate_up.dtype == torch.float32 else library.silu_mul_rows_bf16
+    function(gate_up.data_ptr(), out.data_ptr(), rows, width // 2)
+    return out

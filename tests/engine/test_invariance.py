@@ -1,0 +1,125 @@
+"""Batch invariance (`EngineConfig.batch_invariant`): a token's logits have the same bits whatever the batch, the
+row's position in it, the width of the step (decode, verification, prefill) and the thread count; so greedy
+output is the same at every batch size and with every drafter."""
+
+import random
+
+import pytest
+import torch
+
+from helpers import CHARS, DRAFT_EVERYTHING, char_tokenizer, llama_head_dim_64, perturbed, tiny_llama, torch_threads
+from quench.engine import invariant
+from quench.engine.config import ConfigError
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.llama import LlamaRunner
+from quench.engine.types import GenerationRequest, SamplingParams
+
+pytestmark = pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
+
+PROMPTS = [
+    "def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)",
+    "def add(a, b):\n    return", "while True:\n    pass\n", "# sort a list\n", "s = 'abc'\nt = s[::-1]\n",
+    "for k in range(10):\n    print(k)\n",
+]
+MODELS = {
+    "float32": lambda: tiny_llama(dtype=torch.float32),
+    "bfloat16": lambda: tiny_llama(dtype=torch.bfloat16),
+    "bfloat16-head64": lambda: llama_head_dim_64(torch.bfloat16, vocab_size=len(CHARS) + 3),
+}
+
+
+def sequences(vocab: int, count: int, seed: int) -> list[list[int]]:
+    """Random token sequences of 5 to 40 tokens (ids from 3: no special tokens)."""
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab) for _ in range(rng.randint(5, 40))] for _ in range(count)]
+
+
+def logits_one_by_one(runner: LlamaRunner, sequence: list[int]) -> torch.Tensor:
+    """Each token fed alone in a batch of one: (T, V), the reference every other schedule must equal."""
+    cache = runner.new_cache(1, 64)
+    rows = [runner.forward(cache, torch.tensor([[token]]), torch.tensor([at]))[0, 0] for at, token in enumerate(sequence)]
+    return torch.stack(rows)
+
+
+def logits_in_chunks(runner: LlamaRunner, seqs: list[list[int]], rng: random.Random, widest: int) -> list[torch.Tensor]:
+    """All sequences in one batch, each fed in chunks of random widths 1..widest per step (ragged), rows that are
+    done feeding nothing: (T_b, V) per sequence."""
+    cache = runner.new_cache(len(seqs), 64 + widest)
+    done = [0] * len(seqs)
+    out: list[list[torch.Tensor]] = [[] for _ in seqs]
+    while any(d < len(s) for d, s in zip(done, seqs)):
+        counts = [min(rng.randint(1, widest), len(s) - d) for d, s in zip(done, seqs)]
+        width = max(counts)
+        tokens = torch.zeros(len(seqs), width, dtype=torch.long)
+        for b, (d, c) in enumerate(zip(done, counts)):
+            tokens[b, :c] = torch.tensor(seqs[b][d : d + c])
+        logits = runner.forward(cache, tokens, torch.tensor(done), counts=torch.tensor(counts))  # (B, S, V)
+        for b, c in enumerate(counts):
+            out[b].extend(logits[b, :c])
+            done[b] += c
+    return [torch.stack(rows) for rows in out]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("widest", [1, 5, 40])  # decode steps, verification widths, whole prefills
+def test_logits_bits_do_not_depend_on_batch_position_width_or_threads(name, widest):
+    model = MODELS[name]()
+    runner = LlamaRunner(model, batch_invariant=True)
+    seqs = sequences(model.config.vocab_size, 8, seed=widest)
+    with torch_threads(1):
+        reference = [logits_one_by_one(runner, s) for s in seqs]
+    for seed, threads in [(0, 1), (1, 2)]:
+        rng = random.Random(seed)
+        order = list(range(len(seqs)))
+        rng.shuffle(order)  # another composition and position for every row
+        with torch_threads(threads):
+            got = logits_in_chunks(runner, [seqs[i] for i in order], rng, widest)
+        for i, logits in zip(order, got):
+            assert torch.equal(logits, reference[i]), (name, widest, threads, i)
+
+
+def requests(prompts: list[str]) -> list[GenerationRequest]:
+    tokenizer = char_tokenizer()
+    ids = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    return [GenerationRequest(f"t/{i}", p) for i, p in enumerate(ids)]
+
+
+def greedy(model, reqs, draft_model=None, threads: int = 1, **config) -> dict[str, tuple[int, ...]]:
+    config = EngineConfig(batch_invariant=True, **{**DRAFT_EVERYTHING, **config})
+    backend = QuenchBackend(model, char_tokenizer(), config, draft_model=draft_model)
+    with torch_threads(threads):
+        return {r.key: r.token_ids for r in backend.generate(reqs, SamplingParams(max_new_tokens=24))}
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16"])
+def test_greedy_output_is_the_same_at_every_batch_size_drafter_and_thread_count(name):
+    model = MODELS[name]()
+    reqs = requests(PROMPTS)
+    alone = {}
+    for r in reqs:
+        alone.update(greedy(model, [r], batch_size=1))
+    assert greedy(model, reqs, batch_size=8) == alone
+    assert greedy(model, list(reversed(reqs)), batch_size=3, threads=2) == alone
+    assert greedy(model, reqs, batch_size=8, drafter="ngram", ngram_min=1) == alone
+    draft = perturbed(model, 0.3)
+    for drafter in ("draft", "hybrid"):
+        assert greedy(model, reqs, draft, batch_size=8, drafter=drafter, draft_length="fixed", draft_tokens=4) == alone
+        assert greedy(model, reqs[:3], draft, batch_size=1, drafter=drafter) == {r.key: alone[r.key] for r in reqs[:3]}
+
+
+def test_the_invariant_gemm_gives_each_row_the_bits_it_gets_alone():
+    generator = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        weight = torch.randn(100, 72, generator=generator).to(dtype)  # N not a multiple of 16
+        x = torch.randn(13, 72, generator=generator).to(dtype)
+        packed = invariant.pack(weight)
+        whole = invariant.gemm(x, packed, 100)
+        assert torch.equal(whole, torch.cat([invariant.gemm(x[i : i + 1], packed, 100) for i in range(13)]))
+        assert torch.allclose(whole.double(), x.double() @ weight.double().T, rtol=1e-2, atol=1e-2)
+
+
+def test_batch_invariance_off_the_llama_fast_path_is_a_config_error():
+    with pytest.raises(ConfigError, match="batch_invariant"):
+        QuenchBackend(tiny_llama(), char_tokenizer(), EngineConfig(batch_invariant=True, fast_path=False))
+    with pytest.raises(ConfigError, match="batch_invariant"):
+        QuenchBackend(tiny_llama(dtype=torch.float64), char_tokenizer(), EngineConfig(batch_invariant=True))
