@@ -74,7 +74,7 @@ def _load_all() -> None:
     # Importing the modules fills the registries; done lazily to avoid import cycles.
     from quench.perturbations import (  # noqa: F401
         code_format, code_syntax, docstring, function_name, model_based, recode_code_format, recode_code_syntax,
-        recode_chars, recode_dead_code, recode_docstring, recode_inflection, renaming,
+        recode_chars, recode_dead_code, recode_docstring, recode_inflection, recode_tense, renaming,
     )
 
 

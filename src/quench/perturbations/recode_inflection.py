@@ -79,7 +79,7 @@ def camel_case(name: str) -> str:
 @register_recode
 class RecodeEnglishInflectionalVariation(RecodeCharLevel):
     name = "EnglishInflectionalVariation"
-    description = "every noun, verb and adjective of the prose as a seeded inflection of its lemma; the prose on one line"
+    description = "every noun, verb and adjective of the prose as a seeded inflection; the prose on one line"
     category = DOCSTRING
 
     def apply_seed(self, problem: Problem, seed: int) -> Problem:
@@ -95,7 +95,7 @@ class RecodeEnglishInflectionalVariation(RecodeCharLevel):
 @register_recode
 class RecodeFuncRenameInflectionalVariation(RecodeCharLevel):
     name = "FuncRenameInflectionalVariation"
-    description = "each word of the function name as a seeded inflection of its lemma, replaced everywhere in the prompt"
+    description = "each word of the function name as a seeded inflection, replaced everywhere in the prompt"
     category = FUNCTION_NAME
 
     def apply_seed(self, problem: Problem, seed: int) -> Problem:
