@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
     validate.check_benchmark_args(args)
     validate.check_execution_args(args)
+    validate.check_perturbable(args.benchmark)
     transforms = chosen_transforms(args)
     if not transforms:
         raise QuenchError("no transformation selected: check --categories and --transforms")

@@ -69,6 +69,8 @@ def check_args(args: argparse.Namespace) -> tuple[int, ...]:
     """Every flag and path, before the model loads and before --out is touched; the pass@k list."""
     validate.check_generation_args(args)
     validate.check_execution_args(args)
+    if args.perturbed_dir is None:
+        validate.check_perturbable(args.benchmark)
     if args.seeds is not None and args.seeds < 1:
         raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
     if args.perturbed_dir is not None:
@@ -108,8 +110,7 @@ def run(args: argparse.Namespace) -> int:
     common.prepare_run_dir(out, settings, args.overwrite)
     bars = console.StageBars()
     with common.pool_from_args(args) as pool:
-        if pool.isolation != "bwrap":
-            console.say(f"note: bubblewrap is unavailable; programs run with {pool.isolation} only")
+        common.say_isolation(pool.isolation)
         try:
             outcome = run_robustness(problems, config, backend, common.prompt_encoder(loaded),
                                      common.prompt_formatter(loaded), bars.checking(pool), out,

@@ -150,6 +150,16 @@ def check_execution_args(args: argparse.Namespace) -> None:
     check_toolchain(getattr(args, "benchmark", ""))
 
 
+def check_perturbable(benchmark: str) -> None:
+    """The robustness transformations read Python: refuse MBXP's languages rather than leave them unchanged."""
+    from quench.datasets import language_of
+
+    language = language_of(benchmark)
+    if language != "python":
+        raise QuenchError(f"--benchmark {benchmark}: the robustness transformations read Python, and none applies to "
+                          f"{language} prompts yet (docs/languages.md lists which would carry over)")
+
+
 def check_toolchain(benchmark: str) -> None:
     """An MBXP benchmark needs its language's toolchain here (scripts/setup.sh installs them)."""
     from quench.datasets import LANGUAGES, language_of
