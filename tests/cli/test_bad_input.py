@@ -20,6 +20,7 @@ import pytest
 SAMPLE = json.dumps({"task_id": "HumanEval/0", "completion": "    return True\n"}) + "\n"
 PROBLEM = json.dumps({"task_id": "T/0", "prompt": "def f():\n", "entry_point": "f",
                       "canonical_solution": "    return 1\n", "test": "def check(f):\n    assert f() == 1\n"}) + "\n"
+UNCONFINED = "cannot confine the programs to run: bubblewrap (bwrap) is not installed"
 GGUF_V3_HEADER = b"GGUF" + (3).to_bytes(4, "little") + (1).to_bytes(8, "little") + (0).to_bytes(8, "little")
 
 
@@ -30,6 +31,7 @@ class Case:
     expected: str  # a substring of the error line that names the input
     files: dict[str, bytes] = field(default_factory=dict)  # under {in}
     read_only: tuple[str, ...] = ()  # input files made 0444 before the run
+    unconfinable: bool = False  # run where programs cannot be confined: no bubblewrap, an interpreter nobody reads
 
 
 CASES = [
@@ -145,6 +147,14 @@ CASES = [
     Case("missing benchmark file", ("run", "--benchmark", "{in}/bench.jsonl", "--out", "{out}"), "bench.jsonl: no such file"),
     Case("missing guard data", ("guard", "train", "--data", "{in}/data", "--out", "{out}/g.safetensors"), "--data"),
     Case("missing guard file", ("guard", "info", "{in}/guard.safetensors"), "guard.safetensors: no such file"),
+    # programs that cannot be confined: refused before any work unless --unsafe-unconfined
+    Case("unconfined, evaluate", ("evaluate", "{in}/samples.jsonl", "--out", "{out}"), UNCONFINED,
+         files={"samples.jsonl": SAMPLE.encode()}, unconfinable=True),
+    Case("unconfined, run", ("run", "--out", "{out}"), UNCONFINED, unconfinable=True),
+    Case("unconfined, robustness", ("robustness", "--out", "{out}"), UNCONFINED, unconfinable=True),
+    Case("unconfined, perturb", ("perturb", "--limit", "1", "--out", "{out}"), UNCONFINED, unconfinable=True),
+    Case("unconfined, train", ("train", "--strategy", "da", "--limit", "1", "--out", "{out}"), UNCONFINED,
+         unconfinable=True),
     Case("compare: missing run", ("compare", "{in}/a", "{in}/b", "--out", "{out}"), "a: no such run directory"),
     Case("compare: not a run", ("compare", "{in}/a", "{in}/a", "--out", "{out}"), "a: not a run directory",
          files={"a/config.json": b"{}\n"}),
@@ -161,9 +171,14 @@ def tree_state(root: Path) -> dict[str, tuple[int, str]]:
     return state
 
 
-def quench(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def quench(argv: list[str], cwd: Path, python: str | None = None) -> subprocess.CompletedProcess:
+    """The CLI; with `python` (an interpreter nobody can read), on a PATH without bubblewrap."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "QUENCH_CACHE": str(cwd.parent / "cache")}
-    return subprocess.run([sys.executable, "-m", "quench.cli.main", *argv], cwd=cwd, env=env,
+    if python is not None:
+        empty = cwd.parent / "empty-bin"
+        empty.mkdir(exist_ok=True)
+        env.update(PATH=str(empty), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.run([python or sys.executable, "-m", "quench.cli.main", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -173,9 +188,9 @@ class Outcome:
     changed: bool  # an input file or --out differs from before the run
 
 
-def refuse(argv: list[str], work: Path) -> Outcome:
+def refuse(argv: list[str], work: Path, python: str | None = None) -> Outcome:
     before = tree_state(work)
-    done = quench(argv, work)
+    done = quench(argv, work, python)
     return Outcome(done, tree_state(work) != before)
 
 
@@ -189,7 +204,15 @@ def assert_refused(outcome: Outcome, expected: str) -> None:
     assert not outcome.changed, "an input file or --out changed"
 
 
-def run_case(case: Case, work: Path) -> Outcome:
+def locked_python(parent: Path) -> str:
+    """A venv (no pip) in a 0700 directory, made from this interpreter: programs it runs cannot drop to nobody."""
+    locked = parent / "locked"
+    locked.mkdir(mode=0o700)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(locked / "venv")], check=True, timeout=120)
+    return str(locked / "venv" / "bin" / "python")
+
+
+def run_case(case: Case, work: Path, python: str | None = None) -> Outcome:
     inputs = work / "in"  # work is the cwd: default run directories would appear there
     inputs.mkdir(parents=True)
     for name, content in case.files.items():
@@ -198,15 +221,16 @@ def run_case(case: Case, work: Path) -> Outcome:
     for name in case.read_only:
         (inputs / name).chmod(0o444)
     argv = [arg.replace("{in}", str(inputs)).replace("{out}", str(work / "out")) for arg in case.argv]
-    return refuse(argv, work)
+    return refuse(argv, work, python if case.unconfinable else None)
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     """All rows at once, a few processes at a time (each is a short-lived CLI start)."""
     works = [tmp_path_factory.mktemp("bad-input") / "work" for _ in CASES]
+    python = locked_python(tmp_path_factory.mktemp("unconfinable"))
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip((case.id for case in CASES), pool.map(run_case, CASES, works)))
+        return dict(zip((case.id for case in CASES), pool.map(run_case, CASES, works, [python] * len(CASES))))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

@@ -109,7 +109,20 @@ def check_sandbox(args: argparse.Namespace) -> None:
     """Before any work: refuse a command that would run programs unconfined without --unsafe-unconfined."""
     if not hasattr(args, "unsafe_unconfined") or getattr(args, "no_validate", False) or getattr(args, "list", False):
         return
+    needed = getattr(args, "needs_sandbox", None)  # a subcommand that runs programs only with some flags
+    if needed is not None and not needed(args):
+        return
     choose_isolation(allow_unconfined=args.unsafe_unconfined)
+
+
+def say_isolation(isolation: str) -> None:
+    """A line on the terminal when programs run with less than bubblewrap's namespaces."""
+    from quench.cli import console
+
+    if isolation == "rlimits":
+        console.say("note: bubblewrap is unavailable; programs run as nobody under rlimits, without namespaces")
+    elif isolation == "unconfined":
+        console.say("note: programs run UNCONFINED (--unsafe-unconfined): they can read, change and delete your files")
 
 
 def problems_from_args(args: argparse.Namespace) -> list[Problem]:
@@ -165,6 +178,15 @@ def release_run_dirs() -> None:
         _held_locks.pop().close()
 
 
+ADDED_SETTINGS = ("dtype_used",)  # recorded since a later version: absent from older run directories
+
+
+def changed_settings(previous: dict, config: dict) -> list[str]:
+    """The settings a resumed run would change; a setting older run directories lack is not one of them."""
+    keys = set(previous) | (set(config) - {k for k in ADDED_SETTINGS if k not in previous})
+    return sorted(k for k in keys if previous.get(k) != config.get(k))
+
+
 def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
     """Create and lock the run directory, or check that a resumed run uses the same settings."""
     out.mkdir(parents=True, exist_ok=True)
@@ -172,13 +194,15 @@ def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
     config_path = out / "config.json"
     if config_path.exists() and not overwrite:
         previous = json.loads(config_path.read_text())
-        changed = sorted(k for k in set(previous) | set(config) if previous.get(k) != config.get(k))
+        changed = changed_settings(previous, config)
         if changed:
             raise QuenchError(
                 f"{out}: holds a run with other settings ({', '.join(changed)}); "
                 "use another --out, or --overwrite to start it again"
             )
         log.info("resuming the run in %s", out)
+        if previous != config:  # an older run directory: record what it lacked
+            config_path.write_text(json.dumps({**config, **previous}, indent=2, sort_keys=True) + "\n")
         return
     if overwrite:
         for name in ("samples.jsonl", "results.jsonl", "summary.json", "elapsed.json"):

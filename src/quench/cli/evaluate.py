@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
@@ -49,13 +50,13 @@ def execute_into(
     ks = common.parse_ks(args.k)
     bar = tqdm(total=len(samples), desc="execute", unit="program", dynamic_ncols=True)
     with common.pool_from_args(args) as pool:
-        if pool.isolation != "bwrap":
-            tqdm.write(f"note: bubblewrap is unavailable; programs run with rlimits and a process group only ({pool.isolation})")
+        common.say_isolation(pool.isolation)
         try:
             results = execute_samples(samples, by_id, pool, out / "results.jsonl", on_result=lambda r: bar.update(1))
         finally:
             bar.close()
-    summary = summarize(results, ks, skipped)
+    summary = replace(summarize(results, ks, skipped), isolation=pool.isolation,
+                      unsafe_unconfined=args.unsafe_unconfined)
     (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     return summary
 

@@ -31,9 +31,11 @@ def default_out(args: argparse.Namespace) -> Path:
     return Path("runs") / f"{common.slug(args.benchmark)}-{kind}-{common.slug(args.model)}-n{args.samples}-t{args.temperature:g}"
 
 
-def run_config(args: argparse.Namespace, problems: list[Problem], prompt_format: str, stops: tuple[str, ...]) -> dict:
+def run_config(args: argparse.Namespace, problems: list[Problem], loaded, stops: tuple[str, ...]) -> dict:
+    """The run's settings for config.json: `dtype` as asked (e.g. auto), `dtype_used` what the model loaded as."""
     return {
-        "model": args.model, "dtype": args.dtype, "prompt_format": prompt_format, "backend": args.backend,
+        "model": args.model, "dtype": args.dtype, "dtype_used": str(loaded.dtype).removeprefix("torch."),
+        "prompt_format": loaded.prompt_format, "backend": args.backend,
         "benchmark": args.benchmark, "split": args.split, "partial": args.partial,
         "tasks": [p.task_id for p in problems], "n": args.samples, "temperature": args.temperature,
         "top_p": args.top_p, "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
@@ -55,7 +57,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
-    common.prepare_run_dir(out, run_config(args, problems, loaded.prompt_format, stops), args.overwrite)
+    common.prepare_run_dir(out, run_config(args, problems, loaded, stops), args.overwrite)
     config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
     samples_path = out / "samples.jsonl"
     already = len(resume_samples(samples_path))

@@ -69,7 +69,7 @@ def run_with_budget(args: argparse.Namespace) -> int:
     sampling = common.sampling_from_args(args)
     loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
     stops = common.stops_from_args(args, loaded.prompt_format)
-    settings = {**run_config(args, problems, loaded.prompt_format, stops), "time_budget": args.time_budget}
+    settings = {**run_config(args, problems, loaded, stops), "time_budget": args.time_budget}
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
     common.prepare_run_dir(out, settings, args.overwrite)
     bar = tqdm(total=len(problems), desc="budget", unit="problem", dynamic_ncols=True)

@@ -7,11 +7,12 @@ import os
 from pathlib import Path
 
 from quench.cli import console, validate
+from quench.cli.common import add_unconfined_arg
 from quench.cli.perturb import add_profile_arg
 from quench.errors import QuenchError
 from quench.models import DEFAULT_PRESET
 from quench.training.config import (
-    DEFAULT_LORA_TARGETS, STRATEGIES, DataSettings, LoraSettings, LossWeights, TrainConfig, check_config,
+    AUGMENTING, DEFAULT_LORA_TARGETS, STRATEGIES, DataSettings, LoraSettings, LossWeights, TrainConfig, check_config,
     parse_strategies,
 )
 
@@ -36,7 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_optimisation_args(parser)
     add_data_args(parser)
     add_loss_args(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, needs_sandbox=needs_sandbox)
+
+
+def needs_sandbox(args: argparse.Namespace) -> bool:
+    """Whether the run checks perturbed variants in the sandbox (augmenting strategies, unless --no-validate)."""
+    return bool(args.validate and parse_strategies(args.strategy) & AUGMENTING)
 
 
 def add_optimisation_args(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +74,7 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants-per-example", type=int, default=1, help="da/mda: variants drawn per example and epoch")
     parser.add_argument("--no-validate", dest="validate", action="store_false",
                         help="keep variants without running their reference solution")
+    add_unconfined_arg(parser)
 
 
 def add_loss_args(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     validate.check_out_dir(args.out)
     from tqdm import tqdm
 
+    from quench.perturbations.validate import SandboxRunner
     from quench.training import train, training_problems
 
     main_process = int(os.environ.get("RANK", "0")) == 0
@@ -131,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = train(config, loaded, problems, args.out, resume=args.resume, overwrite=args.overwrite,
-                       stop_after=args.stop_after, on_step=on_step, device=args.device)
+                       stop_after=args.stop_after, on_step=on_step, device=args.device,
+                       pool=SandboxRunner(allow_unconfined=args.unsafe_unconfined))
     finally:
         bar.close()
     if main_process:

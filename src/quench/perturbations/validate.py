@@ -112,11 +112,25 @@ def validate(pairs: Sequence[tuple[Problem, Problem, str]], runner: Runner | Non
     return out
 
 
-def run(programs: list[str], runner: Runner | None) -> list:
-    if runner is not None:
-        return runner.run_many(programs)
-    from quench.execution import SandboxLimits, SandboxPool
+@dataclass(frozen=True)
+class SandboxRunner:
+    """A `Runner` that starts a `SandboxPool` for each batch of programs and stops it afterwards.
 
-    log.info("validating: running %d programs", len(programs))
-    with SandboxPool(limits=SandboxLimits(timeout_s=VALIDATION_TIMEOUT_S)) as pool:
-        return pool.run_many(programs)
+    `allow_unconfined`: run them even where the pool cannot confine them (`--unsafe-unconfined`).
+    """
+
+    workers: int | None = None
+    timeout_s: float = VALIDATION_TIMEOUT_S
+    allow_unconfined: bool = False
+
+    def run_many(self, programs: Sequence[str]) -> list:
+        from quench.execution import SandboxLimits, SandboxPool
+
+        log.info("validating: running %d programs", len(programs))
+        with SandboxPool(self.workers, SandboxLimits(timeout_s=self.timeout_s),
+                         allow_unconfined=self.allow_unconfined) as pool:
+            return pool.run_many(programs)
+
+
+def run(programs: list[str], runner: Runner | None) -> list:
+    return (runner or SandboxRunner()).run_many(programs)

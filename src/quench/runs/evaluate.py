@@ -33,6 +33,8 @@ class Summary:
     outcomes: dict[str, int]  # outcome name → count
     skipped: int = 0  # input lines left out with --skip-invalid
     by_variant: dict[str, "Summary"] = field(default_factory=dict)  # robustness samples: one per variant
+    isolation: str = ""  # how programs ran: bwrap, rlimits or unconfined ("" when not known)
+    unsafe_unconfined: bool = False  # the user allowed unconfined programs (--unsafe-unconfined)
 
     def to_json(self) -> dict:
         row = {
@@ -42,6 +44,9 @@ class Summary:
             "outcomes": self.outcomes,
             "skipped_lines": self.skipped,
         }
+        if self.isolation:
+            row["isolation"] = self.isolation
+            row["unsafe_unconfined"] = self.unsafe_unconfined
         if self.by_variant:
             row["by_variant"] = {name: s.to_json() for name, s in self.by_variant.items()}
         return row

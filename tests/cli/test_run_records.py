@@ -1,0 +1,58 @@
+"""What a run directory records: the dtype the model loaded as, how its programs ran; older directories resume."""
+
+import json
+
+import pytest
+
+from helpers import save_tiny_model
+from quench.cli.main import main
+from quench.execution import choose_isolation
+from quench.models.loading import resolve_dtype
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def run_argv(model, out) -> list[str]:
+    return ["--threads", "1", "run", "--model", str(model), "--tasks", "0", "--max-new-tokens", "4",
+            "--batch-size", "1", "--workers", "1", "--out", str(out)]
+
+
+def read(path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_run_records_the_dtype_used_and_the_isolation(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(run_argv(tiny_model_dir, out)) == 0
+    config = read(out / "config.json")
+    assert config["dtype"] == "auto"
+    assert config["dtype_used"] == str(resolve_dtype("auto", "cpu")).removeprefix("torch.")
+    assert config["dtype_used"] in ("bfloat16", "float32")
+    summary = read(out / "summary.json")
+    assert (summary["isolation"], summary["unsafe_unconfined"]) == (choose_isolation(), False)
+    assert summary["num_samples"] == 1
+
+    evaluated = tmp_path / "evaluated"
+    assert main(["evaluate", str(out / "samples.jsonl"), "--workers", "1", "--out", str(evaluated)]) == 0
+    again = read(evaluated / "summary.json")
+    assert (again["isolation"], again["unsafe_unconfined"]) == (choose_isolation(), False)
+    assert again["pass_at_k"] == summary["pass_at_k"]
+
+
+def test_an_older_run_directory_resumes_and_another_dtype_does_not(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(run_argv(tiny_model_dir, out)) == 0
+    config = read(out / "config.json")
+    older = {k: v for k, v in config.items() if k != "dtype_used"}  # written before dtype_used was recorded
+    (out / "config.json").write_text(json.dumps(older, indent=2, sort_keys=True) + "\n")
+    assert main(run_argv(tiny_model_dir, out)) == 0
+    assert read(out / "config.json") == config  # resumed, and now says what it used
+
+    other = "float32" if config["dtype_used"] == "bfloat16" else "bfloat16"
+    (out / "config.json").write_text(json.dumps({**config, "dtype_used": other}) + "\n")
+    capsys.readouterr()
+    assert main(run_argv(tiny_model_dir, out)) == 2
+    assert "holds a run with other settings (dtype_used)" in capsys.readouterr().err
