@@ -110,8 +110,7 @@ def run(args: argparse.Namespace) -> int:
     common.prepare_run_dir(out, settings, args.overwrite)
     bars = console.StageBars()
     with common.pool_from_args(args) as pool:
-        if pool.isolation != "bwrap":
-            console.say(f"note: bubblewrap is unavailable; programs run with {pool.isolation} only")
+        common.say_isolation(pool.isolation)
         try:
             outcome = run_robustness(problems, config, backend, common.prompt_encoder(loaded),
                                      common.prompt_formatter(loaded), bars.checking(pool), out,
