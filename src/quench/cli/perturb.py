@@ -104,17 +104,21 @@ def run(args: argparse.Namespace) -> int:
         validate.check_model_args(argparse.Namespace(model=args.model, dtype="auto"))
     validate.check_out_dir(args.out)
     model = load_model(args.model) if any(base.perturbation_class(t).model_based for t in transforms) else None
-    bars = console.StageBars()
-    bars.begin("perturb", len(transforms))
+    bars = console.StageBars({"perturb": "variant"})
+    bars.begin("perturb", len(transforms) * args.seeds * len(problems))
+
+    def on_variants(name: str, count: int) -> None:
+        bars.advance(count, transformation=name)
+
     try:
         if args.no_validate:
             result = perturb_problems(problems, transforms, args.seeds, validate_variants=False, model=model,
-                                      profile=profile, on_transform=lambda name: bars.advance())
+                                      profile=profile, on_variants=on_variants)
         else:
             with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout),
                              allow_unconfined=args.unsafe_unconfined) as pool:
                 result = perturb_problems(problems, transforms, args.seeds, pool=bars.checking(pool), model=model,
-                                          profile=profile, on_transform=lambda name: bars.advance())
+                                          profile=profile, on_variants=on_variants)
         bars.end()
     finally:
         bars.end(complete=False)

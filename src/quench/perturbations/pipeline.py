@@ -80,17 +80,24 @@ class PerturbationSet:
         }
 
 
-def apply_all(perturbation: Perturbation, problems: Sequence[Problem], seeds: Sequence[int]) -> dict[int, list[Problem]]:
-    """Variants per seed; a transformation that ignores randomness is applied once."""
+def apply_all(perturbation: Perturbation, problems: Sequence[Problem], seeds: Sequence[int],
+              on_made: Callable[[int], None] = lambda count: None) -> dict[int, list[Problem]]:
+    """Variants per seed; a transformation that ignores randomness is applied once.
+    `on_made` is told how many variants were just made: one per problem, or a seed's all at once."""
     out: dict[int, list[Problem]] = {}
     for seed in seeds:
         if not perturbation.randomized and out:
             first = next(iter(out.values()))
             out[seed] = [tag(p, perturbation, seed) for p in first]
+            on_made(len(problems))
         elif perturbation.sequential:
             out[seed] = [tag(p, perturbation, seed) for p in perturbation.apply_sequence(problems, seed)]
+            on_made(len(problems))
         else:
-            out[seed] = [apply_seeded(perturbation, p, seed) for p in problems]
+            out[seed] = []
+            for problem in problems:
+                out[seed].append(apply_seeded(perturbation, problem, seed))
+                on_made(1)
     return out
 
 
@@ -103,6 +110,7 @@ def perturb_problems(
     model: object | None = None,
     profile: Profile | str = QUENCH,
     on_transform: Callable[[str], None] | None = None,
+    on_variants: Callable[[str, int], None] | None = None,
 ) -> PerturbationSet:
     """Apply each transformation with each seed; keep the variants that keep their meaning.
 
@@ -111,6 +119,8 @@ def perturb_problems(
     model-based transformations (default: `quench.models.load_model()`, loaded on first use).
     `profile`: "quench" (default) or "recode" (see `quench.perturbations.profile`).
     `on_transform`: told each transformation's name once its variants are made (progress).
+    `on_variants`: told a transformation's name and a count of variants as they are made, of
+    len(transforms) x seeds x len(problems) in all (progress within a transformation).
     """
     profile = resolve_profile(profile)
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
@@ -124,8 +134,9 @@ def perturb_problems(
         perturbation = create(name, profile.name, **kwargs)
         code = cls.category in (CODE_SYNTAX, CODE_FORMAT)
         start = time.perf_counter()
+        made = (lambda count, name=name: on_variants(name, count)) if on_variants else (lambda count: None)
         produced[name] = apply_all(perturbation, partials if code and not perturbation.splits_itself else problems,
-                                   seed_list)
+                                   seed_list, made)
         seconds[name] = time.perf_counter() - start
         log.info("%s: %d variants in %.2f s", name, len(problems) * len(seed_list), seconds[name])
         if on_transform:
