@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from helpers import save_tiny_model
-from serve_helpers import MODEL, serving, tiny_backend
+from live_server import MODEL, serving, tiny_backend
 from quench.datasets import Problem
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.errors import QuenchError

@@ -7,7 +7,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from serve_helpers import Served, serving, tiny_backend
+from live_server import Served, serving, tiny_backend
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from quench.engine.types import GenerationRequest, SamplingParams
-from serve_helpers import MODEL, Served, tiny_backend
+from live_server import MODEL, Served, tiny_backend
 
 PROMPTS = ["def add(a, b):\n", "import os\nprint(", "class Stack:\n    def", "x = [1, 2, 3]\nfor", "# sort a list", "s = '"]
 MAX_TOKENS = 24

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from serve_helpers import serving
+from live_server import serving
 from quench.datasets import load_benchmark, parse_tasks
 from quench.engine.config import EngineConfig
 from quench.engine.engine import QuenchBackend

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from serve_helpers import MODEL, Served, serving, tiny_backend
+from live_server import MODEL, Served, serving, tiny_backend
 
 GOOD = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 4, "temperature": 0}
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from helpers import char_tokenizer, tiny_llama
-from serve_helpers import MODEL, serving, tiny_backend
+from live_server import MODEL, serving, tiny_backend
 from quench.engine.config import EngineConfig
 from quench.engine.engine import QuenchBackend
 from quench.engine.live import Failed, Finished, LiveEngine, LiveEvent, Tokens, settled_text, tokens_before

@@ -1,4 +1,4 @@
-"""A real `quench serve` app over a tiny model built in the test, served by uvicorn on loopback (tests/serve)."""
+"""A real `quench serve` app over a tiny model built in the test, served by uvicorn on loopback (tests/serve, tests/runs)."""
 
 from __future__ import annotations
 
