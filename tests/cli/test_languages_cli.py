@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -39,3 +40,19 @@ def test_a_missing_toolchain_is_named_before_the_model_loads(tmp_path: Path, ben
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: --benchmark {benchmark}: its programs need {tool}"), last
     assert "loading" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_evaluate_takes_the_benchmark_from_mbxp_task_ids(tmp_path: Path) -> None:
+    if shutil.which("node") is None or shutil.which("bwrap") is None:
+        pytest.skip("needs node and bubblewrap")
+    from quench.datasets import load_benchmark
+
+    [problem] = load_benchmark("mbjsp", tasks=["20"])
+    rows = [{"task_id": problem.task_id, "sample_index": 0, "completion": problem.canonical_solution},
+            {"task_id": problem.task_id, "sample_index": 1, "completion": "    return (;\n}\n"}]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    done = quench("evaluate", str(samples), "--out", str(tmp_path / "eval"), "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in (tmp_path / "eval" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["outcome"] for r in results) == ["compile_error", "passed"]
