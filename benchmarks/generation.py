@@ -58,9 +58,11 @@ from quench.models import load_model
 from quench.models.draft import load_draft
 from quench.models.prompts import encode_prompt
 
-BACKENDS = ("hf", "quench", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
+BACKENDS = ("hf", "quench", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant", "quench-invariant-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
 DEFAULT_BACKENDS = ("hf", "quench", "quench-ngram", "hf-assisted-ngram", "hf-assisted-draft")
-SPECULATIVE = ("quench-ngram", "quench-draft", "quench-hybrid")  # also compared with `quench` (regular decoding)
+SPECULATIVE = ("quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant-hybrid")  # also compared with `quench`
+# (regular decoding), as is the batch-invariant engine (EngineConfig.batch_invariant): its cost
+AGAINST_REGULAR = (*SPECULATIVE, "quench-invariant")
 LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matched, as quench's
 Backend = HFBackend | QuenchBackend
 
@@ -155,9 +157,11 @@ def make_backends(
 ) -> dict[str, Backend]:
     model, tokenizer = loaded.model, loaded.tokenizer
 
-    def quench(drafter: str, share_prefixes: bool = True, kernels: KernelConfig = KernelConfig()) -> QuenchBackend:
+    def quench(
+        drafter: str, share_prefixes: bool = True, kernels: KernelConfig = KernelConfig(), invariant: bool = False
+    ) -> QuenchBackend:
         config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens, share_prefixes=share_prefixes,
-                              kernels=kernels)
+                              kernels=kernels, batch_invariant=invariant)
         return QuenchBackend(model, tokenizer, config, draft_model=draft if config.runs_draft_model else None)
 
     def assisted(options: AssistOptions) -> HFBackend:
@@ -171,6 +175,8 @@ def make_backends(
         "quench-ngram": lambda: quench("ngram"),
         "quench-draft": lambda: quench("draft"),
         "quench-hybrid": lambda: quench("hybrid"),  # prompt lookup where it matches, else the draft model
+        "quench-invariant": lambda: quench("none", invariant=True),  # batch-invariant kernels
+        "quench-invariant-hybrid": lambda: quench("hybrid", invariant=True),
         "hf-assisted-ngram": lambda: assisted(AssistOptions(lookup_tokens=draft_tokens)),
         "hf-assisted-draft": lambda: assisted(AssistOptions(assistant=draft)),
     }
@@ -274,7 +280,7 @@ def run(args) -> tuple[list[Measurement], int, int]:
             for name, m in best.items():
                 if name != "hf" and "hf" in rates:  # each round against HF's run next to it: the host moves between rounds
                     m.round_ratios = [round(r / h, 2) for r, h in zip(rates[name], rates["hf"])]
-                if name in SPECULATIVE and "quench" in rates:  # speculative decoding against regular, the same way
+                if name in AGAINST_REGULAR and "quench" in rates:  # speculative decoding against regular, the same way
                     m.regular_round_ratios = [round(r / q, 2) for r, q in zip(rates[name], rates["quench"])]
                     m.regular_decode_ratio = round(m.decode_tokens_per_s / best["quench"].decode_tokens_per_s, 2)
                 if mode == "greedy" and name != "hf" and "hf" in outputs:

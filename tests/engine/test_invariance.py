@@ -123,3 +123,34 @@ def test_batch_invariance_off_the_llama_fast_path_is_a_config_error():
         QuenchBackend(tiny_llama(), char_tokenizer(), EngineConfig(batch_invariant=True, fast_path=False))
     with pytest.raises(ConfigError, match="batch_invariant"):
         QuenchBackend(tiny_llama(dtype=torch.float64), char_tokenizer(), EngineConfig(batch_invariant=True))
+
+
+def default_model_answers(dtype: str, batch_invariant: bool, tasks: int = 8, max_new_tokens: int = 64) -> dict[str, dict]:
+    """The default model's greedy token ids for the first HumanEval prompts, per schedule: batch 1 and 8, regular,
+    prompt lookup and hybrid drafting."""
+    from quench.datasets import load_humaneval
+    from quench.models import encode_prompt, load_model
+    from quench.models.draft import load_draft
+
+    loaded = load_model(dtype=dtype)
+    draft = load_draft("auto", loaded)
+    reqs = [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt)) for p in load_humaneval()[:tasks]]
+    sampling = SamplingParams(max_new_tokens=max_new_tokens)
+
+    def run(batch_size: int, drafter: str = "none") -> dict[str, tuple[int, ...]]:
+        config = EngineConfig(batch_size=batch_size, drafter=drafter, batch_invariant=batch_invariant, **DRAFT_EVERYTHING)
+        backend = QuenchBackend(loaded.model, loaded.tokenizer, config, draft_model=draft if config.runs_draft_model else None)
+        return {r.key: r.token_ids for r in backend.generate(reqs, sampling)}
+
+    return {
+        "batch 1": run(1), "batch 8": run(8), "batch 8 ngram": run(8, "ngram"), "batch 8 hybrid": run(8, "hybrid"),
+        "batch 1 hybrid": run(1, "hybrid"),
+    }
+
+
+@pytest.mark.slow
+def test_the_default_model_answers_humaneval_the_same_at_batch_1_and_8_with_and_without_speculation():
+    answers = default_model_answers("bfloat16", batch_invariant=True)
+    reference = answers.pop("batch 1")
+    for schedule, answer in answers.items():
+        assert answer == reference, schedule
