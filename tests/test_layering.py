@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "training": {"errors", "datasets", "engine", "models", "perturbations"},
     "robustness": {"errors", "datasets", "engine", "execution", "perturbations", "runs"},
     "distributed": {"errors", "engine", "execution", "models", "runs"},
-    "serve": {"errors", "engine", "models", "runs"},
+    "serve": {"errors", "engine", "models", "runs", "distributed"},  # distributed: --ray replicas
     "cli": {"errors", "threads", "datasets", "models", "engine", "execution", "stopping", "perturbations", "runs",
             "training", "robustness", "distributed", "serve"},
 }
