@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from sandbox_helpers import pool_processes, skip_reason, wait_until_gone
+from sandbox_helpers import mode_python, pool_processes, skip_reason, wait_until_gone
 
 from quench.datasets import LANGUAGES, Problem, load_benchmark
 from quench.execution import Outcome, SandboxLimits, SandboxPool
@@ -232,3 +232,16 @@ def test_a_chat_answer_with_the_reference_passes_once_sanitized(pool: SandboxPoo
     clean = sanitize(problem, answer, "chat")
     [result] = pool.run_many([program_for(problem, clean.completion, clean.solution)])
     assert result.outcome is Outcome.passed, (result.detail, clean.solution)
+
+
+def test_references_pass_without_namespaces_too() -> None:
+    """"rlimits" mode: programs run as nobody, who may be unable to read the build cache; builds go without it."""
+    reason = skip_reason("rlimits")
+    if reason is not None:
+        pytest.skip(reason)
+    languages = [language for language in LANGUAGE_BENCHMARKS if has_toolchain(language)]
+    cases = [references(language, count=1)[0] for language in languages]
+    slow_builds = SandboxLimits(timeout_s=45.0)  # g++ without the precompiled header, on a busy machine
+    with SandboxPool(2, slow_builds, isolation="rlimits", python=mode_python("rlimits")) as sandbox:
+        results = sandbox.run_many([problem.program(solution) for problem, solution in cases])
+    assert [r.outcome for r in results] == [Outcome.passed] * len(cases), [r.detail for r in results]

@@ -135,8 +135,9 @@ def toolchain_steps(language: str) -> tuple[str, str, dict[str, str], str, list[
 BUILDERS = '''
 CACHE = os.environ.get("QUENCH_TOOLCHAINS", "/nonexistent")
 
-def cpp_builds():  # the prepared precompiled bits/stdc++.h, if any, is found first on the include path
-    return [["g++", "-I", CACHE + "/cpp", "main.cpp", "-o", "main"]]
+def cpp_builds():  # the prepared precompiled bits/stdc++.h, if any (and readable), comes first on the include path
+    include = ["-I", CACHE + "/cpp"] if os.access(CACHE + "/cpp", os.R_OK | os.X_OK) else []
+    return [["g++", *include, "main.cpp", "-o", "main"]]
 
 def java_command():  # the class-data archive of the source launcher (javac's classes), if prepared
     archive = CACHE + "/java/launcher.jsa"
