@@ -59,3 +59,17 @@ def test_ctrl_c_while_starting_prints_one_line(delay_s, tmp_path):
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("interrupted")
+
+
+def test_the_entry_point_imports_nothing_before_its_try():
+    """Everything the CLI needs is imported inside main()'s try, where Ctrl-C ends in one line."""
+    probe = (
+        "import sys\n"
+        "import quench\n"
+        "before = set(sys.modules)\n"
+        "import quench.cli.main\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['quench.cli', 'quench.cli.main']"

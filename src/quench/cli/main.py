@@ -1,79 +1,24 @@
-"""`quench` console entry point: one subcommand per module; errors become exit code 2."""
+"""`quench` console entry point. It imports nothing but `sys` before its `try`, so that Ctrl-C at any
+moment, the imports included, ends in one line; subcommand modules import their heavy libraries
+(torch, transformers…) only when they run."""
 
-from __future__ import annotations
-
-import argparse
-import importlib
-import logging
 import sys
-
-from quench import __version__
-from quench.errors import QuenchError
-from quench.threads import configure_threads, prepare_openmp
 
 SUBCOMMANDS = ("generate", "evaluate", "run", "robustness", "perturb", "guard", "train", "draft", "doctor", "compare",
                "serve")
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, with its errors in quench's one-line form: `error: …` as the last line, exit code 2."""
-
-    def error(self, message: str):
-        command = self.prog.removeprefix("quench").strip()  # "run", "guard train", or "" at the top
-        self.print_usage(sys.stderr)
-        self.exit(2, f"error: {command + ': ' if command else ''}{message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="quench", description="Fast, robust evaluation of code LLMs.")
-    parser.add_argument("--version", action="version", version=f"quench {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch CPU threads (default: one per CPU not busy with other work when the command starts)")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"quench.cli.{name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"quench.cli.{name}":
-                raise
-            continue
-        module.register(subparsers)
-    return parser
-
-
-def set_threads(threads: int | None) -> None:
-    """--threads, else a default that holds on a busy machine (quench.threads)."""
-    configure_threads(threads)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Subcommand modules import their heavy libraries (torch, transformers…) only when they run."""
-    prepare_openmp()  # read when torch loads
     try:
-        return run_command(argv)
-    except KeyboardInterrupt:  # also during the imports, before a command has started
+        from quench.threads import prepare_openmp
+
+        prepare_openmp()  # read when torch loads
+        from quench.cli.parser import run_command
+
+        return run_command(argv, SUBCOMMANDS)
+    except KeyboardInterrupt:
         print("interrupted: what finished is saved; run the same command again to continue", file=sys.stderr)
         return 130
-
-
-def run_command(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from quench.cli.common import check_sandbox, release_run_dirs
-
-    try:
-        set_threads(args.threads)
-        check_sandbox(args)
-        return args.handler(args)
-    except QuenchError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    finally:
-        release_run_dirs()
 
 
 if __name__ == "__main__":
