@@ -27,7 +27,7 @@ import httpx
 
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams, cut_at_stop
 from quench.errors import QuenchError
-from quench.models.prompts import CHAT_INSTRUCTION, fenced
+from quench.models.prompts import chat_instruction, fenced
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class RemoteModel:
 
 def chat_message(prompt: str) -> str:
     """The user turn `quench.models.format_prompt` puts into the chat template."""
-    return CHAT_INSTRUCTION + fenced(prompt)
+    return chat_instruction(prompt) + fenced(prompt)
 
 
 def encode(text: str) -> tuple[int, ...]:
