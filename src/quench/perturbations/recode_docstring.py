@@ -96,13 +96,15 @@ def untokenize(tokens: list[str]) -> str:
 
 PREFIX = "([{\"'`$"
 SUFFIX = ")]}\"',.:;!?%"
+OPERATORS = "=<>-+*/"
 HYPHEN = re.compile(r"(?<=[A-Za-z])(-)(?=[A-Za-z])")
 
 
 def split_chunk(chunk: str) -> list[str]:
     """A space-free chunk as spaCy's English tokenizer roughly cuts it: opening and closing
-    brackets, quotes and punctuation come off the ends, a hyphen between letters stands alone;
-    the rest (`a_b`, `1,0,1`, `-1`, `f(x`) stays whole."""
+    brackets, quotes and punctuation come off the ends, a hyphen between letters stands alone,
+    an operator of symbols alone (`==`, `->`) falls into characters; the rest (`a_b`, `1,0,1`,
+    `-1`, `f(x`) stays whole."""
     head: list[str] = []
     tail: list[str] = []
     while len(chunk) > 1 and chunk[0] in PREFIX:
@@ -111,7 +113,10 @@ def split_chunk(chunk: str) -> list[str]:
     while len(chunk) > 1 and chunk[-1] in SUFFIX and not (chunk[-1] == "." and chunk[:-1].count(".")):
         tail.insert(0, chunk[-1])
         chunk = chunk[:-1]
-    middle = [part for part in HYPHEN.split(chunk) if part]  # `non-empty` -> `non - empty`
+    if len(chunk) > 1 and not chunk.strip(OPERATORS):
+        middle = list(chunk)  # `==`, `->`, `=>`: one token per character
+    else:
+        middle = [part for part in HYPHEN.split(chunk) if part]  # `non-empty` -> `non - empty`
     return [*head, *middle, *tail]
 
 
