@@ -37,11 +37,25 @@ def free_port() -> int:
     (["--max-waiting", "0"], "--max-waiting must be at least 1"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--model", "no-such-model"], "no-such-model"),
+    (["--replicas", "2"], "need --ray ADDRESS"),
+    (["--ray", "auto", "--replicas", "0"], "--replicas must be at least 1"),
+    (["--ray", "auto", "--cpus-per-replica", "0"], "--cpus-per-replica must be > 0"),
 ])
 def test_bad_flags_are_one_line_errors_with_exit_code_2(flags, words, capsys) -> None:
     assert main(["serve", *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: ") and words in err
+
+
+def test_ray_without_ray_serve_is_one_line_naming_the_extra(capsys) -> None:
+    try:
+        import ray.serve  # noqa: F401
+        pytest.skip("Ray Serve is installed")
+    except ImportError:
+        pass
+    assert main(["serve", "--ray", "auto", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: --ray: ") and "quench-code[serve-ray]" in err
 
 
 def test_a_port_in_use_is_refused_before_the_model_loads(capsys) -> None:

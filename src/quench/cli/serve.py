@@ -24,6 +24,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--max-n", type=int, default=64, help="samples per request, at most (default %(default)s)")
     server.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="S",
                         help="on SIGTERM, seconds in-flight requests get to finish before they are cancelled")
+    cluster = parser.add_argument_group("Ray cluster (needs the serve-ray extra)")
+    cluster.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                         help="run --replicas engine replicas on this Ray cluster behind one endpoint (Ray Serve)")
+    cluster.add_argument("--replicas", type=int, default=1, metavar="N", help="engine replicas with --ray (default %(default)s)")
+    cluster.add_argument("--cpus-per-replica", type=float, default=1.0, metavar="C",
+                         help="CPUs (torch threads) per replica (default %(default)s)")
+    cluster.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
+                         help="GPUs per replica (default: 1 with --device cuda, else 0)")
     parser.set_defaults(handler=run)
 
 
@@ -38,6 +46,12 @@ def check_args(args: argparse.Namespace) -> None:
             raise QuenchError(f"{flag} must be at least 1, got {value}")
     if args.shutdown_timeout < 0:
         raise QuenchError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
+    if args.ray is None and (args.replicas != 1 or args.gpus_per_replica is not None or args.cpus_per_replica != 1.0):
+        raise QuenchError("--replicas, --cpus-per-replica and --gpus-per-replica need --ray ADDRESS")
+    if args.replicas < 1:
+        raise QuenchError(f"--replicas must be at least 1, got {args.replicas}")
+    if args.cpus_per_replica <= 0 or (args.gpus_per_replica is not None and args.gpus_per_replica < 0):
+        raise QuenchError("--cpus-per-replica must be > 0 and --gpus-per-replica >= 0")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     options = common.backend_options_from_args(args)
     check_address(args.host, args.port)
+    if args.ray is not None:
+        return run_on_ray(args, options)
     loaded = load_model(args.model, args.dtype, args.device, args.prompt_format,
                         notify=lambda message: print(message, file=sys.stderr))
     config = ServeConfig(args.served_model_name or args.model, context_length(loaded, args.max_model_len),
@@ -58,4 +74,37 @@ def run(args: argparse.Namespace) -> int:
           f"(context {config.max_model_len} tokens, batch {options.engine.batch_size}, "
           f"speculate {options.engine.drafter}); Ctrl-C or SIGTERM stops", file=sys.stderr, flush=True)
     server.run()
+    return 0
+
+
+def run_on_ray(args: argparse.Namespace, options) -> int:
+    """--ray: replicas on the cluster, Ray Serve's proxy on --host/--port, until SIGTERM or SIGINT."""
+    import signal
+    import threading
+
+    try:
+        from quench.serve import replicas
+    except ImportError as err:
+        raise QuenchError(f"--ray: {err}") from None
+    from quench.distributed import ModelSpec
+    from quench.distributed.cluster import connect
+    from quench.serve.service import ServeConfig
+
+    gpus = args.gpus_per_replica if args.gpus_per_replica is not None else float(args.device.startswith("cuda"))
+    spec = ModelSpec(args.model, args.dtype, args.device, args.prompt_format, options)
+    config = ServeConfig(args.served_model_name or args.model, 0, args.max_n, args.max_waiting, args.shutdown_timeout)
+    fleet = replicas.ReplicaOptions(args.replicas, args.cpus_per_replica, gpus, 2 * options.engine.batch_size)
+    connect(args.ray)
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    print(f"starting {args.replicas} replica(s) of {config.model_name} on the Ray cluster", file=sys.stderr, flush=True)
+    try:
+        replicas.start(spec, config, args.max_model_len, fleet, args.host, args.port)
+    except RuntimeError as err:  # a replica could not start (e.g. the model is missing on a node)
+        replicas.stop()
+        raise QuenchError(f"--ray: the replicas did not start: {err}") from None
+    print(f"serving {config.model_name} on http://{args.host}:{args.port}/v1 ({args.replicas} replica(s), "
+          f"batch {options.engine.batch_size} each); Ctrl-C or SIGTERM stops", file=sys.stderr, flush=True)
+    replicas.run_until_signalled(stopping)
     return 0
