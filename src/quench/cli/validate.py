@@ -86,22 +86,27 @@ def check_input_dir(path: Path, flag: str) -> None:
 
 def check_out_dir(out: Path, flag: str = "--out") -> None:
     """--out is a directory quench can create and write, or QuenchError; nothing is left behind."""
-    existing = out
-    while not existing.exists() and not existing.is_symlink():
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is not a directory" if existing.exists() else "does not exist"
-        raise QuenchError(f"{flag} {out}: {existing} {what}" if existing != out else f"{flag} {out}: not a directory")
-    probe_writable(existing, out, flag)
+    check_writable(out, out, flag)
 
 
 def check_out_file(path: Path, flag: str = "--out") -> None:
     """A file to write: its directory can be created and written, and the path itself is not a directory."""
     if path.is_dir():
         raise QuenchError(f"{flag} {path}: is a directory; give a file name")
-    check_out_dir(path.parent, flag)
+    check_writable(path.parent, path, flag)
+
+
+def check_writable(directory: Path, named: Path, flag: str) -> None:
+    """`directory` can be created and written; an error names `named`, the path the user gave."""
+    existing = directory
+    while not existing.exists() and not existing.is_symlink():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is not a directory" if existing.exists() else "does not exist"
+        raise QuenchError(f"{flag} {named}: {existing} {what}" if existing != named else f"{flag} {named}: not a directory")
+    probe_writable(existing, named, flag)
 
 
 def probe_writable(existing: Path, out: Path, flag: str) -> None:
