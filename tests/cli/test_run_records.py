@@ -56,3 +56,27 @@ def test_an_older_run_directory_resumes_and_another_dtype_does_not(tiny_model_di
     capsys.readouterr()
     assert main(run_argv(tiny_model_dir, out)) == 2
     assert "holds a run with other settings (dtype_used)" in capsys.readouterr().err
+
+
+def test_an_unconfined_evaluation_says_so_in_summary_json(tmp_path):
+    """From an interpreter nobody can read, on a PATH without bubblewrap: only --unsafe-unconfined runs it."""
+    import os
+    import subprocess
+    import sys
+
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(locked / "venv")], check=True, timeout=120)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": "    return False\n"}) + "\n")
+    out = tmp_path / "out"
+    done = subprocess.run([str(locked / "venv" / "bin" / "python"), "-m", "quench.cli.main", "evaluate", str(samples),
+                           "--workers", "1", "--unsafe-unconfined", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "note: programs run UNCONFINED" in done.stderr
+    summary = read(out / "summary.json")
+    assert (summary["isolation"], summary["unsafe_unconfined"]) == ("unconfined", True)
