@@ -1,6 +1,9 @@
 """What a run directory records: the dtype the model loaded as, how its programs ran; older directories resume."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -60,10 +63,6 @@ def test_an_older_run_directory_resumes_and_another_dtype_does_not(tiny_model_di
 
 def test_an_unconfined_evaluation_says_so_in_summary_json(tmp_path):
     """From an interpreter nobody can read, on a PATH without bubblewrap: only --unsafe-unconfined runs it."""
-    import os
-    import subprocess
-    import sys
-
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o700)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(locked / "venv")], check=True, timeout=120)
