@@ -29,7 +29,8 @@ GOOD = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 4, "temperature": 0
     ({"top_p": 0}, 400, "top_p", "greater than 0"),
     ({"stop": 3}, 400, "stop", "valid string"),
     ({"stream": "yes"}, 400, "stream", "valid boolean"),
-    ({"logprobs": 2}, 400, "logprobs", "not supported"),
+    ({"logprobs": 21}, 400, "logprobs", "less than or equal to 20"),
+    ({"echo": True}, 400, "echo", "not supported"),
     ({"prompt": None}, 400, "prompt", "valid string"),
 ])
 def test_bad_completion_requests_get_openai_errors(served: Served, change, status, param, words) -> None:

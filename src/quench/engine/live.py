@@ -10,6 +10,7 @@ settings differ from the running batch's wait until it drains; meanwhile no new 
 settings is admitted, so no request waits behind a stream of others. `max_new_tokens` and the seed are
 per request: the first through `LiveStopRules`, the second through the request key (each row's
 generator is seeded from the key and the sample index, `quench.engine.sampling.row_generator`).
+Requests that ask for log-probabilities (`quench.engine.logprobs`) run in batches of their own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from quench.engine.decode import DecodeLoop
 from quench.engine.draft_length import make_policy
 from quench.engine.engine import QuenchBackend
 from quench.engine.kv_cache import round_up
+from quench.engine.logprobs import ScoredPrefixes, ScoringRunner, TokenLogprob, score_token
 from quench.engine.rows import Row, StopRules
 from quench.engine.scheduler import WorkItem
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
@@ -43,11 +45,13 @@ class Tokens:
 
     sample_index: int
     token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, for a request that asked for them
 
 
 @dataclass(frozen=True)
 class Finished:
     result: GenerationResult
+    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token of result.token_ids
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,14 @@ class EngineStopped(Exception):
     """The engine no longer takes requests (shutting down)."""
 
 
-def batch_group(sampling: SamplingParams) -> tuple[float, float, int]:
+Group = tuple[float, float, int, bool]  # temperature, top-p, top-k, log-probabilities wanted
+
+
+def batch_group(sampling: SamplingParams, scored: bool = False) -> Group:
     """The settings rows of one batch must share: greedy rows all decode together."""
     if sampling.greedy:
-        return (0.0, 1.0, 0)
-    return (sampling.temperature, sampling.top_p, sampling.top_k)
+        return (0.0, 1.0, 0, scored)
+    return (sampling.temperature, sampling.top_p, sampling.top_k, scored)
 
 
 @dataclass
@@ -82,13 +89,14 @@ class LiveEntry:
     request: GenerationRequest
     sampling: SamplingParams
     sink: Sink
+    top_logprobs: int | None = None  # None: no log-probabilities; else this many alternatives per token
     started: int = 0  # samples started
     finished: int = 0
     cancelled: bool = False
 
     @property
-    def group(self) -> tuple[float, float, int]:
-        return batch_group(self.sampling)
+    def group(self) -> Group:
+        return batch_group(self.sampling, self.top_logprobs is not None)
 
     @property
     def waiting(self) -> bool:
@@ -101,13 +109,13 @@ class LiveQueue:
     def __init__(self, max_waiting: int) -> None:
         self.max_waiting = max_waiting  # requests not started yet; beyond that `add` raises QueueFull
         self.closed = False
-        self.group: tuple[float, float, int] | None = None  # of the running loop
+        self.group: Group | None = None  # of the running loop
         self._entries: OrderedDict[int, LiveEntry] = OrderedDict()
         self._next_index = 0
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
 
-    def add(self, request: GenerationRequest, sampling: SamplingParams, sink: Sink) -> int:
+    def add(self, request: GenerationRequest, sampling: SamplingParams, sink: Sink, top_logprobs: int | None = None) -> int:
         with self._lock:
             if self.closed:
                 raise EngineStopped("the engine is shutting down")
@@ -115,7 +123,7 @@ class LiveQueue:
                 raise QueueFull(f"{self.max_waiting} requests are already waiting")
             index = self._next_index
             self._next_index += 1
-            self._entries[index] = LiveEntry(index, request, sampling, sink)
+            self._entries[index] = LiveEntry(index, request, sampling, sink, top_logprobs)
             self._changed.notify_all()
             return index
 
@@ -144,12 +152,12 @@ class LiveQueue:
             entry = self._entries.get(request_index)
             return entry is not None and entry.waiting and not self.closed
 
-    def wait_for_group(self, timeout: float) -> SamplingParams | None:
-        """Block until a request waits (or `timeout`); the sampling settings of the oldest waiting one."""
+    def wait_for_group(self, timeout: float) -> LiveEntry | None:
+        """Block until a request waits (or `timeout`); the oldest waiting one (its settings start the next loop)."""
         with self._lock:
             self._changed.wait_for(lambda: self.closed or any(e.waiting for e in self._entries.values()), timeout)
             entry = next((e for e in self._entries.values() if e.waiting), None)
-            return None if entry is None or self.closed else entry.sampling
+            return None if entry is None or self.closed else entry
 
     def held(self) -> int:
         """Requests submitted and not yet finished, failed or dropped after a cancel."""
@@ -216,8 +224,11 @@ class LiveStopRules(StopRules):
     def __init__(self, tokenizer, eos_ids: frozenset[int], max_new_tokens: int, queue: LiveQueue) -> None:
         super().__init__(tokenizer, eos_ids, max_new_tokens)
         self.queue = queue
+        self.on_token: Callable[[Row, int], None] | None = None  # sees each token before it is appended
 
     def append(self, row: Row, token: int) -> str | None:
+        if self.on_token is not None:
+            self.on_token(row, token)
         reason = super().append(row, token)
         entry = self.queue.entry(row.request_index)
         if reason is None and entry is not None and len(row.generated) >= entry.sampling.max_new_tokens:
@@ -226,13 +237,43 @@ class LiveStopRules(StopRules):
 
 
 class LiveLoop(DecodeLoop):
-    """A decode loop over a `LiveQueue`: drops cancelled rows and publishes new tokens every step."""
+    """A decode loop over a `LiveQueue`: drops cancelled rows and publishes new tokens every step.
 
-    def __init__(self, *args, live: LiveQueue, **kwargs) -> None:
+    scored: its rows want log-probabilities; its runner is a `ScoringRunner` and its stop rules a
+    `LiveStopRules`, through which each committed token is scored."""
+
+    def __init__(self, *args, live: LiveQueue, scored: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.live = live
         self.published: dict[tuple[int, int], int] = {}  # (request index, sample index) -> tokens published
         self.pieces: dict[tuple[int, int], list[str]] = {}  # with a guard: each generated token's text
+        self.scores: dict[tuple[int, int], list[TokenLogprob]] | None = None  # scored: per sample, per token
+        self.step_start: dict[int, int] = {}  # scored: slot -> its generated tokens before this step's
+        if scored:
+            self.scores = {}
+            self.prefixes = ScoredPrefixes(self.runner, share=self.prefixes.share)
+            self.stop.on_token = self._score  # type: ignore[attr-defined]
+
+    def _score(self, row: Row, token: int) -> None:
+        """Keep the log-probability of `token`, about to be appended to `row` (see quench.engine.logprobs)."""
+        assert self.scores is not None and isinstance(self.prefixes, ScoredPrefixes)
+        entry = self.live.entry(row.request_index)
+        top = (entry.top_logprobs or 0) if entry is not None else 0
+        if not row.generated:  # the first token: from the prompt's logits
+            logits = self.prefixes.handed[row.request_index]
+        else:
+            slot = next(b for b, other in enumerate(self.slots) if other is row)
+            last = self.runner.last  # type: ignore[attr-defined]
+            logits = last.at(slot, len(row.generated) - self.step_start[slot])
+        self.scores.setdefault((row.request_index, row.sample_index), []).append(score_token(logits, token, top))
+
+    def _commit(self, verdict, draft, width, active, keeps) -> Iterator[GenerationResult]:
+        if self.scores is not None:
+            self.step_start = {b: len(self.slots[b].generated) for b in active}
+        yield from super()._commit(verdict, draft, width, active, keeps)
+
+    def _logprobs(self, key: tuple[int, int], start: int, end: int) -> tuple[TokenLogprob, ...] | None:
+        return None if self.scores is None else tuple(self.scores.get(key, ())[start:end])
 
     def run(self) -> Iterator[GenerationResult]:
         while True:
@@ -252,6 +293,7 @@ class LiveLoop(DecodeLoop):
                 self.slots[slot] = None  # a free slot: the next `_admit` refills it
         for index in cancelled:
             self.prefixes.release(index)
+            self._forget(index)
             if self.drafter is not None:
                 self.drafter.release(index)
             self.live.remove(index)
@@ -266,7 +308,7 @@ class LiveLoop(DecodeLoop):
             entry = self.live.entry(row.request_index)
             if ready > sent and entry is not None and not entry.cancelled:
                 self.published[key] = ready
-                notify(entry, Tokens(row.sample_index, tuple(row.generated[sent:ready])))
+                notify(entry, Tokens(row.sample_index, tuple(row.generated[sent:ready]), self._logprobs(key, sent, ready)))
 
     def _settled(self, key: tuple[int, int], generated: list[int]) -> int:
         """How many of a guarded row's tokens the guard can no longer take back (see GUARD_HOLDBACK)."""
@@ -279,15 +321,24 @@ class LiveLoop(DecodeLoop):
         row = self.slots[slot]
         assert row is not None
         result = super()._finish(slot, reason)
-        self.published.pop((row.request_index, row.sample_index), None)
-        self.pieces.pop((row.request_index, row.sample_index), None)
+        key = (row.request_index, row.sample_index)
+        self.published.pop(key, None)
+        self.pieces.pop(key, None)
+        logprobs = self._logprobs(key, 0, len(result.token_ids))
+        if self.scores is not None:
+            self.scores.pop(key, None)
         entry = self.live.entry(row.request_index)
         if entry is not None and not entry.cancelled:
             entry.finished += 1
             if entry.finished >= entry.request.n:
                 self.live.remove(row.request_index)
-            notify(entry, Finished(result))
+                self._forget(row.request_index)
+            notify(entry, Finished(result, logprobs))
         return result
+
+    def _forget(self, request_index: int) -> None:
+        if isinstance(self.prefixes, ScoredPrefixes):
+            self.prefixes.handed.pop(request_index, None)
 
 
 @dataclass
@@ -309,11 +360,12 @@ class LiveEngine:
         self._thread.start()
         return self
 
-    def submit(self, request: GenerationRequest, sampling: SamplingParams, sink: Sink) -> int:
-        """Queue a request; its ticket for `cancel`. QueueFull or EngineStopped when it cannot wait."""
+    def submit(self, request: GenerationRequest, sampling: SamplingParams, sink: Sink, top_logprobs: int | None = None) -> int:
+        """Queue a request; its ticket for `cancel`. QueueFull or EngineStopped when it cannot wait.
+        top_logprobs: None, or each token's log-probability with this many alternatives (at most MAX_TOP)."""
         if len(request.prompt_ids) + sampling.max_new_tokens > self.max_len:
             raise ValueError(f"{len(request.prompt_ids)} prompt + {sampling.max_new_tokens} new tokens > {self.max_len}")
-        return self.queue.add(request, sampling, sink)
+        return self.queue.add(request, sampling, sink, top_logprobs)
 
     def cancel(self, ticket: int) -> None:
         self.queue.cancel(ticket)
@@ -327,10 +379,10 @@ class LiveEngine:
 
     def _serve(self) -> None:
         while not self.queue.closed:
-            sampling = self.queue.wait_for_group(timeout=0.5)
-            if sampling is None:
+            oldest = self.queue.wait_for_group(timeout=0.5)
+            if oldest is None:
                 continue
-            loop = self.loop = self._loop(sampling)
+            loop = self.loop = self._loop(oldest.sampling, oldest.top_logprobs is not None)
             try:
                 for _ in loop.run():  # each result went to its request's sink
                     pass
@@ -338,14 +390,14 @@ class LiveEngine:
                 log.exception("engine step failed")
                 self._fail_running(loop, f"engine error: {err}")
 
-    def _loop(self, sampling: SamplingParams) -> LiveLoop:
+    def _loop(self, sampling: SamplingParams, scored: bool) -> LiveLoop:
         backend, config = self.backend, self.backend.config
-        self.queue.group = batch_group(sampling)
+        self.queue.group = batch_group(sampling, scored)
         cache_len = round_up(self.max_len + config.max_draft_tokens + 2, 64)
         loop_sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, self.max_len, seed=0)
         guard = backend.guard.start(backend.tokenizer, config.batch_size) if backend.guard is not None else None
         return LiveLoop(
-            backend.runner,
+            ScoringRunner(backend.runner) if scored else backend.runner,
             backend._target_cache(cache_len),
             self.queue,
             LiveStopRules(backend.tokenizer, backend.eos_ids, self.max_len, self.queue),
@@ -357,6 +409,7 @@ class LiveEngine:
             share_prefixes=config.share_prefixes,
             max_draft_rows=config.draft_max_rows or None,
             live=self.queue,
+            scored=scored,
         )
 
     def _fail_running(self, loop: LiveLoop, message: str) -> None:

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from quench.engine.live import Finished, Tokens
+from quench.engine.logprobs import TokenLogprob
 from quench.serve import protocol
 from quench.serve.protocol import APIError, ChatRequest, CompletionRequest
 from quench.serve.service import Job, Service
@@ -107,9 +108,39 @@ async def collect(service: Service, jobs: Sequence[Job], chat: bool) -> tuple[di
         if isinstance(event, Finished):
             result = event.result
             choice = index * n + result.sample_index
-            choices[choice] = make(choice, result.text, protocol.FINISH_REASONS.get(result.finish_reason, "stop"))
+            job = jobs[index]
+            choices[choice] = make(choice, result.text, protocol.FINISH_REASONS.get(result.finish_reason, "stop"),
+                                   logprobs_of(service, job, event.logprobs, chat, job.text_offset))
             completion_tokens += len(result.token_ids)
     return choices, completion_tokens
+
+
+def logprobs_of(service: Service, job: Job, items: Sequence[TokenLogprob] | None, chat: bool,
+                offset: int) -> dict[str, Any] | None:
+    """A choice's (or a chunk's) logprobs in the API's form; None where the request did not ask for them."""
+    if job.top_logprobs is None or items is None:
+        return None
+    if chat:
+        return protocol.chat_logprobs(items, service.token_text)
+    return protocol.completion_logprobs(items, service.token_text, offset)
+
+
+class ChoiceLogprobs:
+    """A streamed choice's log-probabilities: those of tokens received, sent with the next text delta."""
+
+    def __init__(self, service: Service, job: Job, chat: bool) -> None:
+        self.service, self.job, self.chat = service, job, chat
+        self.received: list[TokenLogprob] = []
+        self.sent = 0
+        self.offset = job.text_offset  # characters before the next token (completions' text_offset)
+
+    def take(self, final: Sequence[TokenLogprob] | None = None) -> dict[str, Any] | None:
+        """What the next chunk carries: the received ones not sent yet (or, at the end, the rest of `final`)."""
+        items = list(final[self.sent:]) if final is not None else self.received[self.sent:]
+        self.sent += len(items)
+        part = logprobs_of(self.service, self.job, items, self.chat, self.offset)
+        self.offset += sum(len(self.service.token_text(item.token)) for item in items) if part and not self.chat else 0
+        return part
 
 
 async def stream(service: Service, jobs: Sequence[Job], events: AsyncIterator, first: tuple, ident: str, body: Any,
@@ -120,15 +151,16 @@ async def stream(service: Service, jobs: Sequence[Job], events: AsyncIterator, f
     kind = "chat.completion.chunk" if chat else "text_completion"
     model = service.config.model_name
     texts = {(j, s): service.stream_for(job) for j, job in enumerate(jobs) for s in range(job.request.n)}
+    scores = {(j, s): ChoiceLogprobs(service, job, chat) for j, job in enumerate(jobs) for s in range(job.request.n)}
     opened: set[int] = set()
     completion_tokens = 0
 
-    def chunk(choice: int, text: str | None, reason: str | None) -> str:
+    def chunk(choice: int, text: str | None, reason: str | None, logprobs: dict[str, Any] | None) -> str:
         if chat:
-            part = protocol.chat_delta(choice, text, reason, first=choice not in opened)
+            part = protocol.chat_delta(choice, text, reason, first=choice not in opened, logprobs=logprobs)
             opened.add(choice)
         else:
-            part = protocol.completion_choice(choice, text or "", reason)
+            part = protocol.completion_choice(choice, text or "", reason, logprobs)
         extra = {"usage": None} if body.stream_options and body.stream_options.include_usage else None
         return protocol.sse(protocol.envelope(kind, ident, model, [part], extra))
 
@@ -137,15 +169,17 @@ async def stream(service: Service, jobs: Sequence[Job], events: AsyncIterator, f
         while True:
             for index, event in pending:
                 if isinstance(event, Tokens):
+                    scores[index, event.sample_index].received.extend(event.logprobs or ())
                     delta = texts[index, event.sample_index].push(event.token_ids)
                     if delta:
-                        yield chunk(index * n + event.sample_index, delta, None)
+                        yield chunk(index * n + event.sample_index, delta, None, scores[index, event.sample_index].take())
                 elif isinstance(event, Finished):
                     result = event.result
                     completion_tokens += len(result.token_ids)
                     delta = texts[index, result.sample_index].finish(result.text)
                     reason = protocol.FINISH_REASONS.get(result.finish_reason, "stop")
-                    yield chunk(index * n + result.sample_index, delta, reason)
+                    logprobs = scores[index, result.sample_index].take(event.logprobs or ())
+                    yield chunk(index * n + result.sample_index, delta, reason, logprobs)
             try:
                 pending = [await anext(events)]
             except StopAsyncIteration:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from quench.engine.logprobs import MAX_TOP, TokenLogprob
 
 # quench's finish reasons (GenerationResult.finish_reason) as the API reports them. "guard" is quench's
 # own: GenGuard (--guard) judged the rest of the answer excess and stopped the sample there.
@@ -54,6 +56,10 @@ class SamplingFields(BaseModel):
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
 
+    def wanted_logprobs(self) -> int | None:
+        """None: no log-probabilities; else each token's, with this many alternatives."""
+        return None
+
     def unsupported(self) -> str | None:
         """The first field set to something quench cannot do, or None."""
         if self.presence_penalty or self.frequency_penalty:
@@ -71,14 +77,15 @@ class SamplingFields(BaseModel):
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int]
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP)  # each token's log-probability and this many alternatives
     echo: bool = False
     best_of: int | None = None
     suffix: str | None = None
 
+    def wanted_logprobs(self) -> int | None:
+        return self.logprobs
+
     def unsupported(self) -> str | None:
-        if self.logprobs is not None:
-            return "logprobs"
         if self.echo:
             return "echo"
         if self.best_of is not None and self.best_of != self.n:
@@ -107,11 +114,13 @@ class ChatRequest(SamplingFields):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP)
     tools: list[Any] | None = None
 
+    def wanted_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
     def unsupported(self) -> str | None:
-        if self.logprobs:
-            return "logprobs"
         if self.tools:
             return "tools"
         return super().unsupported()
@@ -146,20 +155,43 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def completion_choice(index: int, text: str, finish_reason: str | None) -> dict[str, Any]:
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+def completion_choice(index: int, text: str, finish_reason: str | None,
+                      logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
 
 
-def chat_choice(index: int, text: str, finish_reason: str | None) -> dict[str, Any]:
-    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
+def chat_choice(index: int, text: str, finish_reason: str | None, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
             "finish_reason": finish_reason}
 
 
-def chat_delta(index: int, text: str | None, finish_reason: str | None, first: bool = False) -> dict[str, Any]:
+def chat_delta(index: int, text: str | None, finish_reason: str | None, first: bool = False,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     delta: dict[str, Any] = {"role": "assistant"} if first else {}
     if text is not None:
         delta["content"] = text
-    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def completion_logprobs(items: Sequence[TokenLogprob], text_of: Callable[[int], str], offset: int) -> dict[str, Any]:
+    """The completions API's form: tokens, token_logprobs, top_logprobs (token -> logprob), text_offset.
+    offset: characters before the first token (the prompt's, or what the stream sent before)."""
+    tokens = [text_of(item.token) for item in items]
+    offsets = [offset + sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+    tops = [{text_of(token): value for token, value in item.top} for item in items]
+    return {"tokens": tokens, "token_logprobs": [item.logprob for item in items],
+            "top_logprobs": tops if any(item.top for item in items) else None, "text_offset": offsets}
+
+
+def chat_logprobs(items: Sequence[TokenLogprob], text_of: Callable[[int], str]) -> dict[str, Any]:
+    """The chat API's form: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}."""
+
+    def entry(token: int, value: float) -> dict[str, Any]:
+        text = text_of(token)
+        return {"token": text, "logprob": value, "bytes": list(text.encode())}
+
+    return {"content": [{**entry(item.token, item.logprob), "top_logprobs": [entry(t, v) for t, v in item.top]}
+                        for item in items], "refusal": None}
 
 
 def envelope(kind: str, ident: str, model: str, choices: list[dict], extra: dict | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable, Sequence
 
 from quench.engine.live import EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull
@@ -29,6 +29,8 @@ class Job:
 
     request: GenerationRequest
     sampling: SamplingParams
+    top_logprobs: int | None = None  # None: no log-probabilities; else this many alternatives per token
+    text_offset: int = 0  # characters of the prompt text (the completions API's logprobs count from there)
 
 
 class TextStream:
@@ -83,10 +85,16 @@ class Service:
         if not prompts:
             raise APIError(400, "prompt: must not be empty", param="prompt")
         ids = [self.encode_text(p) if isinstance(p, str) else self.check_ids(p) for p in prompts]
-        return [self.job(prompt_ids, body, body.max_tokens, COMPLETION_MAX_TOKENS) for prompt_ids in ids]
+        jobs = [self.job(prompt_ids, body, body.max_tokens, COMPLETION_MAX_TOKENS) for prompt_ids in ids]
+        if body.logprobs is None:
+            return jobs
+        offsets = [len(p) if isinstance(p, str) else len(self.decode(list(i))) for p, i in zip(prompts, ids)]
+        return [replace(job, text_offset=offset) for job, offset in zip(jobs, offsets)]
 
     def chat_jobs(self, body: ChatRequest) -> list[Job]:
         self.check_common(body)
+        if body.top_logprobs is not None and not body.logprobs:
+            raise APIError(400, "top_logprobs: needs logprobs: true", param="top_logprobs")
         prompt_ids = self.encode_chat(body.messages)
         return [self.job(prompt_ids, body, body.max_completion_tokens or body.max_tokens, None)]
 
@@ -124,7 +132,7 @@ class Service:
         # each row's generator is seeded from the key: one seed gives the same samples whatever the batch
         key = f"seed:{body.seed}" if body.seed is not None else f"request:{uuid.uuid4().hex}"
         request = GenerationRequest(key, prompt_ids, body.n, body.stop_sequences())
-        return Job(request, SamplingParams(body.temperature, body.top_p, body.top_k, wanted, seed=0))
+        return Job(request, SamplingParams(body.temperature, body.top_p, body.top_k, wanted, seed=0), body.wanted_logprobs())
 
     async def events(self, jobs: Sequence[Job]) -> AsyncIterator[tuple[int, LiveEvent]]:
         """(job index, event) until every sample of every job finished; cancels what is left if closed early."""
@@ -150,7 +158,7 @@ class Service:
 
     def submit(self, job: Job, sink: Callable[[LiveEvent], None]) -> int:
         try:
-            return self.engine.submit(job.request, job.sampling, sink)
+            return self.engine.submit(job.request, job.sampling, sink, job.top_logprobs)
         except QueueFull as err:
             raise APIError(429, f"the server is busy: {err}; retry later", kind="rate_limit_exceeded") from None
         except EngineStopped as err:
@@ -161,3 +169,7 @@ class Service:
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text, as the logprobs of an answer name it."""
+        return self.tokenizer.decode([token_id])
