@@ -18,12 +18,14 @@ def quench(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     return subprocess.run([*QUENCH, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
-def test_robustness_transformations_refuse_other_languages(tmp_path: Path) -> None:
-    for command in (("perturb", "--benchmark", "mbjsp", "--out", str(tmp_path / "p")),
-                    ("robustness", "--benchmark", "mbcpp", "--tasks", "11", "--out", str(tmp_path / "r"))):
+def test_recode_profile_refuses_other_languages(tmp_path: Path) -> None:
+    for command in (("perturb", "--benchmark", "mbjsp", "--profile", "recode", "--out", str(tmp_path / "p")),
+                    ("robustness", "--benchmark", "mbcpp", "--profile", "recode", "--tasks", "11",
+                     "--out", str(tmp_path / "r"))):
         done = quench(*command)
         assert done.returncode == 2, done.stderr
-        assert done.stderr.strip().splitlines()[-1].startswith(f"error: --benchmark {command[2]}: the robustness")
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"error: --benchmark {command[2]}: --profile recode reproduces ReCode's Python"), last
     assert not (tmp_path / "p").exists() and not (tmp_path / "r").exists()
 
 

@@ -71,6 +71,8 @@ def print_stats(result: PerturbationSet) -> None:
     for stats in result.stats.values():
         valid = f"{stats.share_valid:7.1%}" if result.validated else "      -"
         print(f"{stats.name:33s} {stats.category:14s} {stats.share_changed:8.1%} {valid} {stats.seconds:8.2f}")
+    for name, why in result.not_applicable.items():
+        print(f"{name:33s} {why}")
     if result.rejected:
         fate = "kept, as ReCode keeps them" if result.profile.keep_invalid else "left out"
         print(f"{len(result.rejected)} variants failed the meaning check and were {fate} (see summary.json)")
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
     validate.check_benchmark_args(args)
     validate.check_execution_args(args)
-    validate.check_perturbable(args.benchmark)
+    validate.check_perturbable(args.benchmark, args.profile)
     transforms = chosen_transforms(args)
     if not transforms:
         raise QuenchError("no transformation selected: check --categories and --transforms")
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         bars.end(complete=False)
     benchmark = args.benchmark if args.benchmark in BENCHMARKS else Path(args.benchmark).stem
     paths = write_set(result, args.out, benchmark)
-    print(f"{len(problems)} problems x {args.seeds} seeds x {len(transforms)} transformations, profile {profile.name}")
+    print(f"{len(problems)} problems x {args.seeds} seeds x {len(result.stats)} transformations, profile {profile.name}")
     print_stats(result)
     print(f"wrote {len(paths) - 2} variant files, {benchmark}_partial.jsonl (the nominal partial prompts) "
           f"and summary.json to {args.out}")

@@ -49,6 +49,19 @@ def chosen_transforms(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(names(categories, include_model_based=False))
 
 
+def applicable_transforms(transforms: tuple[str, ...], problems) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The transformations that apply to the problems' language, and the others with the reason (said once here)."""
+    from quench.perturbations.languages import inapplicable
+
+    skipped = inapplicable(transforms, problems)
+    for name, why in skipped.items():
+        console.say(f"{name}: {why}")
+    kept = tuple(name for name in transforms if name not in skipped)
+    if not kept:
+        raise QuenchError(f"none of the chosen transformations applies: {'; '.join(skipped.values())}")
+    return kept, skipped
+
+
 def apply_default_subset(args: argparse.Namespace) -> None:
     """No --tasks/--limit on HumanEval: the demo subset, sized to finish in a few minutes here."""
     demo = args.benchmark == "humaneval" and args.tasks is None and args.limit is None and args.perturbed_dir is None
@@ -70,7 +83,7 @@ def check_args(args: argparse.Namespace) -> tuple[int, ...]:
     validate.check_generation_args(args)
     validate.check_execution_args(args)
     if args.perturbed_dir is None:
-        validate.check_perturbable(args.benchmark)
+        validate.check_perturbable(args.benchmark, args.profile)
     if args.seeds is not None and args.seeds < 1:
         raise QuenchError(f"--seeds must be at least 1, got {args.seeds}")
     if args.perturbed_dir is not None:
@@ -88,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     ks = check_args(args)
     apply_default_subset(args)
     problems = common.problems_from_args(args)
-    transforms = chosen_transforms(args)
+    transforms, not_applicable = applicable_transforms(chosen_transforms(args), problems)
     sampling = common.sampling_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
@@ -105,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
                 "max_new_tokens": args.max_new_tokens, "seed": args.seed, "stop": list(stops),
                 "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None, **stopping_config(args),
                 "profile": args.profile, "nominal_partial": str(args.nominal_partial) if args.nominal_partial else None,
-                "unsafe_unconfined": args.unsafe_unconfined}
+                "unsafe_unconfined": args.unsafe_unconfined,
+                "not_applicable": "; ".join(f"{name}: {why}" for name, why in not_applicable.items())}
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
     common.prepare_run_dir(out, settings, args.overwrite)
     bars = console.StageBars()

@@ -155,14 +155,14 @@ def check_execution_args(args: argparse.Namespace) -> None:
     check_toolchain(getattr(args, "benchmark", ""))
 
 
-def check_perturbable(benchmark: str) -> None:
-    """The robustness transformations read Python: refuse MBXP's languages rather than leave them unchanged."""
+def check_perturbable(benchmark: str, profile: str = "quench") -> None:
+    """ReCode's own profile reproduces its Python releases: MBXP's languages take quench's transformations."""
     from quench.datasets import language_of
 
     language = language_of(benchmark)
-    if language != "python":
-        raise QuenchError(f"--benchmark {benchmark}: the robustness transformations read Python, and none applies to "
-                          f"{language} prompts yet (docs/languages.md lists which would carry over)")
+    if language != "python" and profile != "quench":
+        raise QuenchError(f"--benchmark {benchmark}: --profile {profile} reproduces ReCode's Python releases; "
+                          f"{language} prompts take --profile quench (docs/languages.md)")
 
 
 def check_toolchain(benchmark: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from quench.datasets import Problem
+from quench.perturbations import languages
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, Perturbation, apply_seeded, create, perturbation_class, tag
 from quench.perturbations.profile import QUENCH, Profile, resolve_profile
 from quench.perturbations.recode_format import file_name, nominal_partial_rows, recode_row, write_recode
@@ -63,6 +64,7 @@ class PerturbationSet:
     validated: bool = True
     validation_seconds: float = 0.0
     profile: Profile = QUENCH
+    not_applicable: dict[str, str] = field(default_factory=dict)  # transformation -> why it was not applied
 
     def summary(self) -> dict[str, object]:
         return {
@@ -77,6 +79,7 @@ class PerturbationSet:
                 for name, s in self.stats.items()
             },
             "rejected": [r.__dict__ for r in self.rejected],
+            "not_applicable": self.not_applicable,
         }
 
 
@@ -124,6 +127,8 @@ def perturb_problems(
     """
     profile = resolve_profile(profile)
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    not_applicable = languages.inapplicable(transforms, problems)
+    transforms = [name for name in transforms if name not in not_applicable]
     partials = [profile.partial(p) for p in problems]  # the baseline of the code categories
     produced: dict[str, dict[int, list[Problem]]] = {}
     seconds: dict[str, float] = {}
@@ -131,7 +136,7 @@ def perturb_problems(
     for name in transforms:
         cls = perturbation_class(name)
         kwargs = {"model": model} if cls.model_based and model is not None else {}
-        perturbation = create(name, profile.name, **kwargs)
+        perturbation = languages.adapt(create(name, profile.name, **kwargs), problems)
         code = cls.category in (CODE_SYNTAX, CODE_FORMAT)
         start = time.perf_counter()
         made = (lambda count, name=name: on_variants(name, count)) if on_variants else (lambda count: None)
@@ -151,6 +156,7 @@ def perturb_problems(
         verdicts = [Verdict(True, is_changed(nominal(o, c), v)) for o, v, c in triples]
     result = collect(produced, seconds, verdicts, problems, profile.keep_invalid)
     result.profile = profile
+    result.not_applicable = not_applicable
     result.validated = validate_variants
     result.validation_seconds = time.perf_counter() - start if validate_variants else 0.0
     return result

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from quench.datasets import Problem
+from quench.perturbations import languages
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME
 from quench.perturbations.source import cached_partial, parse
 from quench.perturbations.text import docstring_text
@@ -76,6 +77,9 @@ def static_verdict(base: Problem, variant: Problem, category: str) -> Verdict | 
     """The verdict when no execution is needed, else None."""
     if not is_changed(base, variant):
         return Verdict(True, False)
+    if base.language != "python":
+        reason = languages.static_check(base, variant, category)
+        return None if reason is None else Verdict(not reason, True, reason)
     if not parses(base):
         return Verdict(False, True, "the nominal program does not parse")
     if category == DOCSTRING:
