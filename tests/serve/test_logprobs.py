@@ -119,6 +119,18 @@ def test_completions_and_chat_return_logprobs_in_the_apis_shapes() -> None:
         assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "logprobs"
 
 
+def test_tokens_past_a_stop_sequence_are_not_listed() -> None:
+    with serving(tiny_backend()) as served:
+        body = {"model": MODEL, "prompt": "def h(z):\n", "max_tokens": 8, "temperature": 0, "logprobs": 0}
+        full = httpx.post(f"{served.url}/completions", json=body, timeout=60).json()["choices"][0]
+        stop = full["text"][3:5]
+        cut = httpx.post(f"{served.url}/completions", json={**body, "stop": [stop]}, timeout=60).json()["choices"][0]
+    assert cut["text"] == full["text"][: full["text"].index(stop)]
+    assert "".join(cut["logprobs"]["tokens"]) == cut["text"]
+    assert cut["logprobs"]["token_logprobs"] == full["logprobs"]["token_logprobs"][: len(cut["text"])]
+    assert cut["logprobs"]["top_logprobs"] is None  # logprobs 0: no alternatives
+
+
 def test_a_stream_carries_every_tokens_logprob_once_in_order() -> None:
     with serving(tiny_backend()) as served:
         body = {"model": MODEL, "prompt": "def k(w):\n", "max_tokens": 20, "temperature": 0, "logprobs": 1, "n": 2,
@@ -135,4 +147,5 @@ def test_a_stream_carries_every_tokens_logprob_once_in_order() -> None:
                         parts[key].extend((choice["logprobs"] or {}).get(key, []))
     for choice in whole["choices"]:
         expected = choice["logprobs"]
+        assert "".join(expected["tokens"]) == choice["text"]
         assert streamed[choice["index"]] == {key: expected[key] for key in ("tokens", "token_logprobs", "text_offset")}

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 from quench.engine.decode import DecodeLoop
 from quench.engine.draft_length import make_policy
 from quench.engine.engine import QuenchBackend
+from quench.engine.holdback import GUARD_HOLDBACK, settled_text, tokens_before
 from quench.engine.kv_cache import round_up
 from quench.engine.logprobs import ScoredPrefixes, ScoringRunner, TokenLogprob, score_token
 from quench.engine.rows import Row, StopRules
@@ -31,12 +32,6 @@ from quench.engine.scheduler import WorkItem
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
 
 log = logging.getLogger(__name__)
-
-# With a stop observer (GenGuard) a row's last tokens may still be taken back when it stops: GenGuard
-# cuts at the start of the current line, of a run of blank lines, or of its last few "stop" votes. So
-# with one, a row publishes only tokens before its current line and trailing blank lines, and at least
-# this many tokens before its end (or all of them once it finishes).
-GUARD_HOLDBACK = 32
 
 
 @dataclass(frozen=True)
@@ -185,28 +180,6 @@ class LiveQueue:
                 entry.cancelled = True
             self._changed.notify_all()
             return live
-
-
-def settled_text(text: str) -> int:
-    """Characters of `text` before its current (unfinished) line and any blank lines right before it."""
-    cut = text.rfind("\n") + 1
-    while cut > 0:
-        start = text.rfind("\n", 0, cut - 1) + 1
-        if text[start : cut - 1].strip():
-            break
-        cut = start
-    return cut
-
-
-def tokens_before(pieces: list[str], chars: int) -> int:
-    """How many leading tokens (their texts: `pieces`) end within the first `chars` characters."""
-    count, end = 0, 0
-    for piece in pieces:
-        end += len(piece)
-        if end > chars:
-            break
-        count += 1
-    return count
 
 
 def notify(entry: LiveEntry, event: LiveEvent) -> None:

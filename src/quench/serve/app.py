@@ -110,7 +110,8 @@ async def collect(service: Service, jobs: Sequence[Job], chat: bool) -> tuple[di
             choice = index * n + result.sample_index
             job = jobs[index]
             choices[choice] = make(choice, result.text, protocol.FINISH_REASONS.get(result.finish_reason, "stop"),
-                                   logprobs_of(service, job, event.logprobs, chat, job.text_offset))
+                                   logprobs_of(service, job, within(service, event.logprobs, result.text), chat,
+                                               job.text_offset))
             completion_tokens += len(result.token_ids)
     return choices, completion_tokens
 
@@ -123,6 +124,18 @@ def logprobs_of(service: Service, job: Job, items: Sequence[TokenLogprob] | None
     if chat:
         return protocol.chat_logprobs(items, service.token_text)
     return protocol.completion_logprobs(items, service.token_text, offset)
+
+
+def within(service: Service, items: Sequence[TokenLogprob] | None, text: str) -> Sequence[TokenLogprob] | None:
+    """The leading entries whose tokens lie inside the answer's `text` (a stop sequence may have cut it)."""
+    if items is None:
+        return None
+    end = 0
+    for count, item in enumerate(items):
+        end += len(service.token_text(item.token))
+        if end > len(text):
+            return items[:count]
+    return items
 
 
 class ChoiceLogprobs:
@@ -178,7 +191,7 @@ async def stream(service: Service, jobs: Sequence[Job], events: AsyncIterator, f
                     completion_tokens += len(result.token_ids)
                     delta = texts[index, result.sample_index].finish(result.text)
                     reason = protocol.FINISH_REASONS.get(result.finish_reason, "stop")
-                    logprobs = scores[index, result.sample_index].take(event.logprobs or ())
+                    logprobs = scores[index, result.sample_index].take(within(service, event.logprobs, result.text) or ())
                     yield chunk(index * n + result.sample_index, delta, reason, logprobs)
             try:
                 pending = [await anext(events)]
