@@ -17,7 +17,7 @@ import numpy as np
 
 from quench.datasets import Problem
 from quench.perturbations.base import DOCSTRING, FUNCTION_NAME, Perturbation, register_recode
-from quench.perturbations.recode_docstring import MASK, identifiers, masked, split_docstring
+from quench.perturbations.recode_docstring import edit_prose
 
 KEYS = {
     "q": "qwasedzx", "w": "wqesadrfcx", "e": "ewrsfdqazxcvgt", "r": "retdgfwsxcvgt", "t": "tryfhgedcvbnju",
@@ -83,8 +83,9 @@ def valid_name(name: str) -> str:
     return "".join(c for c in name if c.isalnum() or c == "_")
 
 
-class RecodeCharLevel(Perturbation):
-    """Draws depend on the seed itself (not on the task): applied through `apply_sequence`."""
+class RecodeSeeded(Perturbation):
+    """An edit `(text, seed) -> text` whose draws depend on the seed itself (not on the task):
+    applied through `apply_sequence`."""
 
     sequential = True
 
@@ -101,21 +102,19 @@ class RecodeCharLevel(Perturbation):
         raise NotImplementedError
 
 
-class RecodeDocstringChars(RecodeCharLevel):
+class RecodeSeededProse(RecodeSeeded):
+    """The edit on ReCode's docstring prose."""
+
     category = DOCSTRING
     masks_identifiers = True  # ReCode hides the program's names from the char-level edits but whitespace
 
     def apply_seed(self, problem: Problem, seed: int) -> Problem:
-        head, prose, examples = split_docstring(problem.prompt, problem.entry_point)
-        text, hidden = masked(prose, identifiers(problem)) if self.masks_identifiers else (prose, [])
-        new = self.edit(text, seed)
-        for word in hidden:
-            new = new.replace(MASK, word, 1)
-        prompt = head + new + examples
-        return problem if prompt == problem.prompt else problem.with_changes(prompt=prompt)
+        return edit_prose(problem, lambda text: self.edit(text, seed), self.masks_identifiers)
 
 
-class RecodeNameChars(RecodeCharLevel):
+class RecodeSeededName(RecodeSeeded):
+    """The edit on the function name, which then replaces it everywhere in the prompt as plain text."""
+
     category = FUNCTION_NAME
 
     def apply_seed(self, problem: Problem, seed: int) -> Problem:
@@ -126,65 +125,51 @@ class RecodeNameChars(RecodeCharLevel):
 
 
 @register_recode
-class RecodeButterFingers(RecodeDocstringChars):
+class RecodeButterFingers(RecodeSeededProse):
     name = "ButterFingersPerturbation"
     description = "NL-Augmenter's keyboard typos (p=0.05) on the docstring prose, its draws reproduced"
-
-    def edit(self, text: str, seed: int) -> str:
-        return butter_fingers(text, seed)
+    edit = staticmethod(butter_fingers)
 
 
 @register_recode
-class RecodeChangeCharCase(RecodeDocstringChars):
+class RecodeChangeCharCase(RecodeSeededProse):
     name = "ChangeCharCase"
     description = "NL-Augmenter's case flips (p=0.35) on the docstring prose, its draws reproduced"
-
-    def edit(self, text: str, seed: int) -> str:
-        return change_char_case(text, seed)
+    edit = staticmethod(change_char_case)
 
 
 @register_recode
-class RecodeSwapCharacters(RecodeDocstringChars):
+class RecodeSwapCharacters(RecodeSeededProse):
     name = "SwapCharactersPerturbation"
     description = "NL-Augmenter's adjacent swaps (p=0.05) on the docstring prose, its draws reproduced"
-
-    def edit(self, text: str, seed: int) -> str:
-        return swap_characters(text, seed)
+    edit = staticmethod(swap_characters)
 
 
 @register_recode
-class RecodeWhitespace(RecodeDocstringChars):
+class RecodeWhitespace(RecodeSeededProse):
     name = "WhitespacePerturbation"
     description = ("NL-Augmenter's whitespace noise (a blank dropped p=0.1, a space added p=0.05) "
                    "on the docstring prose, names included")
     masks_identifiers = False
-
-    def edit(self, text: str, seed: int) -> str:
-        return whitespace(text, seed)
+    edit = staticmethod(whitespace)
 
 
 @register_recode
-class RecodeFuncRenameButterFinger(RecodeNameChars):
+class RecodeFuncRenameButterFinger(RecodeSeededName):
     name = "FuncRenameButterFinger"
     description = "NL-Augmenter's keyboard typos (p=0.05) on the function name, replaced everywhere in the prompt"
-
-    def edit(self, text: str, seed: int) -> str:
-        return butter_fingers(text, seed)
+    edit = staticmethod(butter_fingers)
 
 
 @register_recode
-class RecodeFuncRenameChangeChar(RecodeNameChars):
+class RecodeFuncRenameChangeChar(RecodeSeededName):
     name = "FuncRenameChangeChar"
     description = "NL-Augmenter's case flips (p=0.35) on the function name, replaced everywhere in the prompt"
-
-    def edit(self, text: str, seed: int) -> str:
-        return change_char_case(text, seed)
+    edit = staticmethod(change_char_case)
 
 
 @register_recode
-class RecodeFuncRenameSwapChar(RecodeNameChars):
+class RecodeFuncRenameSwapChar(RecodeSeededName):
     name = "FuncRenameSwapChar"
     description = "NL-Augmenter's adjacent swaps (p=0.05) on the function name, replaced everywhere in the prompt"
-
-    def edit(self, text: str, seed: int) -> str:
-        return swap_characters(text, seed)
+    edit = staticmethod(swap_characters)

@@ -198,8 +198,22 @@ def new_lines(code: str, entry_point: str, rng: random.Random, prob: float = 0.5
     return code[:end] + "".join(out)
 
 
+class RecodeStream(Perturbation):
+    """ReCode draws from one generator seeded 42 + s over the benchmark in order, so a variant
+    equals the release's when the whole benchmark is perturbed in its order (a subset draws
+    from the start of the stream)."""
+
+    randomized = True
+    sequential = True
+    first_seed = 42  # ReCode's --rng-seed default; seed s draws from Random(42 + s)
+
+    def apply_sequence(self, problems: list[Problem], seed: int) -> list[Problem]:
+        rng = random.Random(self.first_seed + seed)
+        return [self.apply(problem, rng) for problem in problems]
+
+
 class RecodeFormat(Perturbation):
-    """A ReCode format function applied to ReCode's partial prompt."""
+    """A ReCode format function `(code, entry_point) -> code` applied to ReCode's partial prompt."""
 
     category = CODE_FORMAT
     randomized = False
@@ -211,6 +225,9 @@ class RecodeFormat(Perturbation):
         return partial if prompt == partial.prompt else partial.with_changes(prompt=prompt)
 
     def transform(self, code: str, entry_point: str, rng: random.Random) -> str:
+        return self.function(code, entry_point)
+
+    def function(self, code: str, entry_point: str) -> str:
         raise NotImplementedError
 
 
@@ -218,62 +235,41 @@ class RecodeFormat(Perturbation):
 class RecodeTabIndent(RecodeFormat):
     name = "tab_indent"
     description = "each leading indentation unit replaced by a tab (or a tab by four spaces)"
-
-    def transform(self, code: str, entry_point: str, rng: random.Random) -> str:
-        return tab_indent(code, entry_point)
+    function = staticmethod(tab_indent)
 
 
 @register_recode
 class RecodeSplitLines(RecodeFormat):
     name = "split_lines"
     description = "the longest line after the docstring split with ` \\ ` before its middle word"
-
-    def transform(self, code: str, entry_point: str, rng: random.Random) -> str:
-        return split_lines(code, entry_point)
+    function = staticmethod(split_lines)
 
 
 @register_recode
 class RecodeDoc2Comments(RecodeFormat):
     name = "doc2comments"
     description = "the docstring turned into `#` comments, whitespace-only lines as `#  `"
-
-    def transform(self, code: str, entry_point: str, rng: random.Random) -> str:
-        return doc2comments(code, entry_point)
+    function = staticmethod(doc2comments)
 
 
 @register_recode
 class RecodeNewLineAfterCode(RecodeFormat):
     name = "new_line_aftercode"
     description = "a newline appended to the prompt"
-
-    def transform(self, code: str, entry_point: str, rng: random.Random) -> str:
-        return new_line_aftercode(code, entry_point)
+    function = staticmethod(new_line_aftercode)
 
 
 @register_recode
 class RecodeNewLineAfterDoc(RecodeFormat):
     name = "new_line_afterdoc"
     description = "a newline right after the docstring's closing quotes"
-
-    def transform(self, code: str, entry_point: str, rng: random.Random) -> str:
-        return new_line_afterdoc(code, entry_point)
+    function = staticmethod(new_line_afterdoc)
 
 
 @register_recode
-class RecodeNewLines(RecodeFormat):
-    """ReCode draws from one generator seeded 42 + s over the benchmark in order, so a variant
-    equals the release's when the whole benchmark is perturbed in its order (a subset draws
-    from the start of the stream)."""
-
+class RecodeNewLines(RecodeStream, RecodeFormat):
     name = "new_lines"
     description = "after each newline following the docstring, another with p=0.5"
-    randomized = True
-    sequential = True
-    first_seed = 42  # ReCode's --rng-seed default; seed s draws from Random(42 + s)
 
     def transform(self, code: str, entry_point: str, rng: random.Random) -> str:
         return new_lines(code, entry_point, rng)
-
-    def apply_sequence(self, problems: list[Problem], seed: int) -> list[Problem]:
-        rng = random.Random(self.first_seed + seed)
-        return [self.apply(problem, rng) for problem in problems]

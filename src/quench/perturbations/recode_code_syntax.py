@@ -26,7 +26,7 @@ from quench.datasets import Problem
 from quench.datasets.partial import recode_partial_problem
 from quench.errors import QuenchError
 from quench.perturbations.base import CODE_SYNTAX, Perturbation, register_recode
-from quench.perturbations.recode_code_format import indent_unit
+from quench.perturbations.recode_code_format import RecodeStream, indent_unit
 from quench.perturbations.recode_format import marked_program
 from quench.perturbations.recode_render import MARKER, render, sep
 
@@ -219,7 +219,8 @@ def rename_variable(code: bytes, root, new_name: str | random.Random) -> list[Ed
 
 
 class RecodeCodeSyntax(Perturbation):
-    """A NatGen transformation of ReCode's marked partial program, rendered as ReCode wrote it."""
+    """A NatGen transformation `(code, tree) -> edits` of ReCode's marked partial program, rendered
+    as ReCode wrote it."""
 
     category = CODE_SYNTAX
     randomized = False
@@ -246,6 +247,9 @@ class RecodeCodeSyntax(Perturbation):
         return partial.with_changes(prompt=prompt, canonical_solution=rest)
 
     def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
+        return self.function(code, root)
+
+    def function(self, code: bytes, root) -> list[Edit]:  # noqa: ANN001
         raise NotImplementedError
 
 
@@ -253,18 +257,14 @@ class RecodeCodeSyntax(Perturbation):
 class RecodeForWhile(RecodeCodeSyntax):
     name = "ForWhileTransformer"
     description = "the first convertible `for` loop in tree order (hidden half included) as a `while` loop"
-
-    def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
-        return for_to_while(code, root)
+    function = staticmethod(for_to_while)
 
 
 @register_recode
 class RecodeOperandSwap(RecodeCodeSyntax):
     name = "OperandSwap"
     description = "the first single comparison in tree order (hidden half included) with its operands swapped"
-
-    def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
-        return operand_swap(code, root)
+    function = staticmethod(operand_swap)
 
 
 @register_recode
@@ -272,21 +272,14 @@ class RecodeVarRenamerNaive(RecodeCodeSyntax):
     name = "VarRenamerNaive"
     description = "the most frequent variable (parameters included) renamed to VAR_0 everywhere"
 
-    def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
+    def function(self, code: bytes, root) -> list[Edit]:  # noqa: ANN001
         return rename_variable(code, root, "VAR_0")
 
 
 @register_recode
-class RecodeVarRenamerRN(RecodeCodeSyntax):
+class RecodeVarRenamerRN(RecodeStream, RecodeCodeSyntax):
     name = "VarRenamerRN"
     description = "the most frequent variable renamed to a random alpha-numeric name of its length everywhere"
-    randomized = True
-    sequential = True
-    first_seed = 42  # ReCode's --rng-seed: seed s draws from one Random(42 + s) over the benchmark in order
-
-    def apply_sequence(self, problems: list[Problem], seed: int) -> list[Problem]:
-        rng = random.Random(self.first_seed + seed)
-        return [self.apply(problem, rng) for problem in problems]
 
     def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001
         return rename_variable(code, root, rng)

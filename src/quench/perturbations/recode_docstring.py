@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import random
 import re
+from typing import Callable
 
 from quench.datasets import Problem
 from quench.perturbations.base import DOCSTRING, Perturbation, register_recode
@@ -81,6 +82,18 @@ def masked(prose: str, protected: set[str]) -> tuple[str, list[str]]:
         else:
             words.append(word)
     return " ".join(words), hidden
+
+
+def edit_prose(problem: Problem, edit: Callable[[str], str], mask: bool = True) -> Problem:
+    """`problem` with `edit` applied to ReCode's docstring prose, the program's names masked from it
+    unless `mask` is False; the same problem when nothing changes."""
+    head, prose, examples = split_docstring(problem.prompt, problem.entry_point)
+    text, hidden = masked(prose, identifiers(problem)) if mask else (prose, [])
+    new = edit(text)
+    for word in hidden:
+        new = new.replace(MASK, word, 1)
+    prompt = head + new + examples
+    return problem if prompt == problem.prompt else problem.with_changes(prompt=prompt)
 
 
 def untokenize(tokens: list[str]) -> str:
@@ -162,19 +175,16 @@ class RecodeWordwise(Perturbation):
     prob = 0.5
 
     def apply(self, problem: Problem, rng: random.Random) -> Problem:
-        head, prose, examples = split_docstring(problem.prompt, problem.entry_point)
-        text, hidden = masked(prose, identifiers(problem))
+        return edit_prose(problem, lambda text: self.edit_words(text, rng))
+
+    def edit_words(self, text: str, rng: random.Random) -> str:
         out = []
         for token in tokens_of(text):
             if token[:1].isalpha() and lexicon().analyses(token.lower()) and self.eligible(token):
                 out += self.edit(token, rng)
             else:
                 out.append(token)
-        new = untokenize(out)
-        for word in hidden:
-            new = new.replace(MASK, word, 1)
-        prompt = head + new + examples
-        return problem if prompt == problem.prompt else problem.with_changes(prompt=prompt)
+        return untokenize(out)
 
     def eligible(self, word: str) -> bool:
         return True

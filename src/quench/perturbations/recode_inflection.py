@@ -18,11 +18,9 @@ from __future__ import annotations
 import random
 import re
 
-from quench.datasets import Problem
-from quench.perturbations.base import DOCSTRING, FUNCTION_NAME, register_recode
+from quench.perturbations.base import register_recode
 from quench.perturbations.lexicon import lexicon
-from quench.perturbations.recode_chars import RecodeCharLevel, valid_name
-from quench.perturbations.recode_docstring import MASK, identifiers, masked, split_docstring
+from quench.perturbations.recode_chars import RecodeSeededName, RecodeSeededProse
 from quench.perturbations.text import match_case
 
 TOKEN = re.compile(r"[^\W_]+|\S")
@@ -76,33 +74,22 @@ def camel_case(name: str) -> str:
     return words[0] + "".join(w[:1].upper() + w[1:] for w in words[1:] if w)
 
 
+def inflect_name(name: str, seed: int) -> str:
+    """Each word of a snake_case or camelCase name inflected (the name's spelling kept)."""
+    snake = name if "_" in name else snake_case(name)
+    new = "_".join(inflect_text(" ".join(snake.split("_")), seed, name=True).split(" "))
+    return new if "_" in name else camel_case(new)
+
+
 @register_recode
-class RecodeEnglishInflectionalVariation(RecodeCharLevel):
+class RecodeEnglishInflectionalVariation(RecodeSeededProse):
     name = "EnglishInflectionalVariation"
     description = "every noun, verb and adjective of the prose as a seeded inflection; the prose on one line"
-    category = DOCSTRING
-
-    def apply_seed(self, problem: Problem, seed: int) -> Problem:
-        head, prose, examples = split_docstring(problem.prompt, problem.entry_point)
-        text, hidden = masked(prose, identifiers(problem))
-        new = inflect_text(text, seed)
-        for word in hidden:
-            new = new.replace(MASK, word, 1)
-        prompt = head + new + examples
-        return problem if prompt == problem.prompt else problem.with_changes(prompt=prompt)
+    edit = staticmethod(inflect_text)
 
 
 @register_recode
-class RecodeFuncRenameInflectionalVariation(RecodeCharLevel):
+class RecodeFuncRenameInflectionalVariation(RecodeSeededName):
     name = "FuncRenameInflectionalVariation"
     description = "each word of the function name as a seeded inflection, replaced everywhere in the prompt"
-    category = FUNCTION_NAME
-
-    def apply_seed(self, problem: Problem, seed: int) -> Problem:
-        old = problem.entry_point
-        snake = old if "_" in old else snake_case(old)
-        new = "_".join(inflect_text(" ".join(snake.split("_")), seed, name=True).split(" "))
-        new = valid_name(new if "_" in old else camel_case(new))
-        if not new or new == old:
-            return problem
-        return problem.with_changes(prompt=problem.prompt.replace(old, new), entry_point=new)
+    edit = staticmethod(inflect_name)

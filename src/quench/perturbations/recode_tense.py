@@ -19,7 +19,7 @@ import string
 from quench.datasets import Problem
 from quench.perturbations.base import DOCSTRING, Perturbation, register_recode
 from quench.perturbations.lexicon import lexicon
-from quench.perturbations.recode_docstring import MASK, identifiers, masked, split_docstring, tokens_of
+from quench.perturbations.recode_docstring import MASK, edit_prose, tokens_of
 
 BE = frozenset({"am", "is", "are", "was", "were", "be"})
 PLURAL_SUBJECTS = frozenset({"you", "we", "they"})
@@ -82,13 +82,11 @@ class RecodeTense(Perturbation):
     to_past = True
 
     def apply(self, problem: Problem, rng: random.Random) -> Problem:
-        head, prose, examples = split_docstring(problem.prompt, problem.entry_point)
-        text, hidden = masked(prose, identifiers(problem))
-        new = joined(shift(tokens_of(text), self.to_past)).replace("< ||| >", MASK)
-        for word in hidden:
-            new = new.replace(MASK, word, 1)
-        prompt = head + new + examples
-        return problem if prompt == problem.prompt else problem.with_changes(prompt=prompt)
+        return edit_prose(problem, self.shift_text)
+
+    def shift_text(self, text: str) -> str:
+        # tenseflow's join spaces the mask out as `< ||| >`
+        return joined(shift(tokens_of(text), self.to_past)).replace("< ||| >", MASK)
 
 
 @register_recode
