@@ -52,6 +52,13 @@ def test_identifiers_and_examples_stay_and_seeds_are_reproducible(name: str) -> 
         assert all(w >= 0 for w in words) and max(words) > 0  # insertions only add words
 
 
+def released(category: str, name: str, seed: int) -> dict[str, dict[str, str]]:
+    """ReCode's released HumanEval variants of one transformation and seed, by task id."""
+    path = RELEASE / "humaneval" / "full" / category / f"humaneval_{name}_s{seed}.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return {row["task_id"]: row for row in map(json.loads, f)}
+
+
 def edited_words(before: str, after: str) -> int:
     matcher = difflib.SequenceMatcher(None, before.split(), after.split(), autojunk=False)
     return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
@@ -64,12 +71,10 @@ def test_synonyms_edit_as_much_as_the_release(name: str) -> None:
     transform = create(name, profile="recode")
     ours, theirs = [], []
     for seed in range(10):
-        path = RELEASE / "humaneval" / "full" / "nlaugmenter" / f"humaneval_{name}_s{seed}.jsonl.gz"
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            released = {row["task_id"]: row["prompt"] for row in map(json.loads, f)}
+        rows = released("nlaugmenter", name, seed)
         for problem in problems:
             ours.append((problem.prompt, transform.apply(problem, seeded_rng(name, problem.task_id, seed)).prompt))
-            theirs.append((problem.prompt, released[problem.task_id]))
+            theirs.append((problem.prompt, rows[problem.task_id]["prompt"]))
 
     def stats(pairs: list[tuple[str, str]]) -> tuple[float, float]:
         changed = [(a, b) for a, b in pairs if a != b]
@@ -93,20 +98,6 @@ def test_function_name_typos_follow_nl_augmenters_draws() -> None:
     assert transform.apply_sequence([PROBLEM], 1)[0] is PROBLEM  # no typo drawn: unchanged, as in ReCode
 
 
-@pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
-def test_function_name_typos_equal_the_release() -> None:
-    problems = load_humaneval()
-    for name in ("FuncRenameButterFinger", "FuncRenameChangeChar", "FuncRenameSwapChar"):
-        transform = create(name, profile="recode")
-        for seed in (1, 7):
-            path = RELEASE / "humaneval" / "full" / "func_name" / f"humaneval_{name}_s{seed}.jsonl.gz"
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                released = {row["task_id"]: row for row in map(json.loads, f)}
-            made = transform.apply_sequence(problems, seed)
-            assert all(v.prompt == released[v.task_id]["prompt"] and v.entry_point == released[v.task_id]["entry_point"]
-                       for v in made), (name, seed)
-
-
 def test_single_quoted_docstrings_and_keywords_named_in_the_code_stay() -> None:
     prompt = "\ndef f(x):\n    '''\n    Then return x in a list.\n    '''\n"
     head, prose, examples = split_docstring(prompt, "f")
@@ -117,19 +108,6 @@ def test_single_quoted_docstrings_and_keywords_named_in_the_code_stay() -> None:
         changed = transform.apply_seed(problem, seed).prompt
         # `return` and `in` are ReCode's reserved words (case-sensitive), `x` a variable: never edited
         assert changed[:-16].endswith(" return x in ") and changed.lower() == prompt.lower()
-
-
-@pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
-def test_docstring_typos_equal_the_release() -> None:
-    problems = load_humaneval()
-    for name in ("ButterFingersPerturbation", "ChangeCharCase", "SwapCharactersPerturbation"):
-        transform = create(name, profile="recode")
-        for seed in (0, 6):
-            path = RELEASE / "humaneval" / "full" / "nlaugmenter" / f"humaneval_{name}_s{seed}.jsonl.gz"
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                released = {row["task_id"]: row["prompt"] for row in map(json.loads, f)}
-            made = transform.apply_sequence(problems, seed)
-            assert all(v.prompt == released[v.task_id] for v in made), (name, seed)
 
 
 def test_whitespace_draws_once_per_character_names_included() -> None:
@@ -147,11 +125,17 @@ def test_whitespace_draws_once_per_character_names_included() -> None:
 
 
 @pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
-def test_whitespace_equals_the_release() -> None:
-    problems = load_humaneval()
-    transform = create("WhitespacePerturbation", profile="recode")
-    for seed in (2, 9):
-        path = RELEASE / "humaneval" / "full" / "nlaugmenter" / f"humaneval_WhitespacePerturbation_s{seed}.jsonl.gz"
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            released = {row["task_id"]: row["prompt"] for row in map(json.loads, f)}
-        assert all(v.prompt == released[v.task_id] for v in transform.apply_sequence(problems, seed)), seed
+@pytest.mark.parametrize(("category", "name", "seed"), [
+    (category, name, seed)
+    for category, names, seeds in [
+        ("func_name", ("FuncRenameButterFinger", "FuncRenameChangeChar", "FuncRenameSwapChar"), (1, 7)),
+        ("nlaugmenter", ("ButterFingersPerturbation", "ChangeCharCase", "SwapCharactersPerturbation"), (0, 6)),
+        ("nlaugmenter", ("WhitespacePerturbation",), (2, 9)),
+    ]
+    for name in names for seed in seeds
+])
+def test_char_level_edits_equal_the_release(category: str, name: str, seed: int) -> None:
+    rows = released(category, name, seed)
+    made = create(name, profile="recode").apply_sequence(load_humaneval(), seed)
+    assert [(v.prompt, v.entry_point) for v in made] == [(rows[v.task_id]["prompt"], rows[v.task_id]["entry_point"])
+                                                         for v in made]
