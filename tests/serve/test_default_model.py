@@ -1,4 +1,5 @@
-"""The default model served with speculation: a chat request gives the text `quench generate` gives."""
+"""The default model served with speculation: a chat request gives the text `quench generate` gives,
+with or without log-probabilities."""
 
 from __future__ import annotations
 
@@ -32,3 +33,11 @@ def test_greedy_chat_answers_equal_quench_generate() -> None:
                     "temperature": 0, "stop": list(stops)}
             answer = httpx.post(f"{served.url}/chat/completions", json=body, timeout=120).json()
             assert answer["choices"][0]["message"]["content"] == expected[problem.task_id]
+            # with log-probabilities (a batch of their own, float logits every step): the same answer, and
+            # each greedy token is the likeliest of its position
+            scored = httpx.post(f"{served.url}/chat/completions", json={**body, "logprobs": True, "top_logprobs": 2},
+                                timeout=120).json()["choices"][0]
+            assert scored["message"]["content"] == expected[problem.task_id]
+            content = scored["logprobs"]["content"]
+            assert "".join(item["token"] for item in content) == scored["message"]["content"]
+            assert all(item["top_logprobs"][0]["logprob"] == item["logprob"] <= 0 for item in content)
