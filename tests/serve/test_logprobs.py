@@ -149,3 +149,17 @@ def test_a_stream_carries_every_tokens_logprob_once_in_order() -> None:
         expected = choice["logprobs"]
         assert "".join(expected["tokens"]) == choice["text"]
         assert streamed[choice["index"]] == {key: expected[key] for key in ("tokens", "token_logprobs", "text_offset")}
+
+
+def test_the_openai_client_reads_the_logprobs() -> None:
+    openai = pytest.importorskip("openai")
+    with serving(tiny_backend()) as served:
+        client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0)
+        chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+                                              temperature=0, logprobs=True, top_logprobs=2)
+        items = chat.choices[0].logprobs.content
+        assert "".join(item.token for item in items) == chat.choices[0].message.content
+        assert all(len(item.top_logprobs) == 2 and item.top_logprobs[0].logprob == item.logprob for item in items)
+        completion = client.completions.create(model=MODEL, prompt="def q():", max_tokens=5, temperature=0, logprobs=1)
+        logprobs = completion.choices[0].logprobs
+        assert "".join(logprobs.tokens) == completion.choices[0].text and len(logprobs.token_logprobs) == 5
