@@ -67,7 +67,8 @@ class EngineReplica:
 
 
 def deployment(spec: ModelSpec, config: ServeConfig, wanted_len: int | None, options: ReplicaOptions):  # -> serve.Application
-    """The Ray Serve application: `options.replicas` copies of `EngineReplica`, spread over nodes."""
+    """The Ray Serve application: `options.replicas` copies of `EngineReplica`, spread over nodes. Each
+    replica sets `config.max_model_len` from `wanted_len` and its loaded model (`server.context_length`)."""
     replica = serve.deployment(
         serve.ingress()(EngineReplica),
         name="engine",
