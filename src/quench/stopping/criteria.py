@@ -13,7 +13,7 @@ from typing import Mapping
 
 from quench.datasets import Problem
 from quench.engine.types import GenerationRequest
-from quench.stopping.function_rule import FunctionComplete, FunctionRule
+from quench.stopping.function_rule import FunctionComplete, FunctionRule, function_scanner
 
 # Stop sequences of the common harnesses for raw completions (docs/stopping.md, "Stop sequences").
 COMPLETION_STOPS: dict[str, tuple[str, ...]] = {
@@ -95,7 +95,7 @@ class RowRules:
     prompt: str = ""  # the benchmark prompt (a completion continues it; the rule reads its `def`)
 
     def start(self) -> TextStops:
-        function = FunctionComplete(self.function, self.prompt) if self.function is not None else None
+        function = function_scanner(self.function, self.prompt) if self.function is not None else None
         return TextStops(self.stop_sequences, function)
 
     def cut(self, text: str) -> tuple[str, TextStop | None]:
@@ -111,7 +111,8 @@ def rules_for(
     """The rules for one benchmark problem (its entry point is the target function)."""
     function = None
     if function_complete:
-        function = FunctionRule(prompt_format, problem.entry_point, keep_definitions=keep_definitions)
+        function = FunctionRule(prompt_format, problem.entry_point, keep_definitions=keep_definitions,
+                                language=problem.language)
     return RowRules(stop_sequences, function, problem.prompt)
 
 

@@ -6,7 +6,12 @@ tokenizer), or at the closing fence of the chat answer's code block that holds t
 `keep_definitions` (the default for chat answers, whose sanitizer keeps helpers) a `def`, `class`,
 decorator or import there does not end the code; the next other statement at that level does.
 
-The scanner is incremental: `feed` looks at the new text and the unfinished last line only, and it
+MBXP's brace languages (`BracedFunctionComplete`): a completion ends right after the brace that
+closes every block the prompt left open (the function, and Java's class), skipping braces in
+strings and comments as the brace sanitizer does; a chat answer ends at the closing fence of the
+block that defines the target. `function_scanner` picks the scanner for a rule.
+
+The Python scanner is incremental: `feed` looks at the new text and the unfinished last line only, and it
 decides on an unfinished line as soon as its first characters settle the question (a closing fence
 after three backticks, `print(` after its first letter), which saves the rest of that line.
 """
@@ -31,6 +36,7 @@ class FunctionRule:
     at_fence: bool = True  # stop at the closing fence of the block holding the target (chat)
     at_dedent: bool = True  # stop at a statement at or left of the target's `def` after its body
     keep_definitions: bool | None = None  # None: True for chat answers, False for completions
+    language: str = "python"  # MBXP's brace languages ("javascript", "go", "cpp", "java") end at braces
 
     @property
     def keeps_definitions(self) -> bool:
@@ -165,3 +171,56 @@ class FunctionComplete:
 def _has_code(line: str) -> bool:
     stripped = line.strip()
     return bool(stripped) and not stripped.startswith("#")
+
+
+class BracedFunctionComplete:
+    """One row's scanner for a brace language, with `FunctionComplete`'s `feed`."""
+
+    def __init__(self, rule: FunctionRule, prompt: str = "") -> None:
+        from quench.execution.sanitize_braces import open_depth
+
+        self.rule = rule
+        self.chat = rule.prompt_format == "chat"
+        self.depth = 0 if self.chat else open_depth(prompt)  # blocks the prompt leaves open
+        self.text = ""
+        self.stop_at: int | None = None
+
+    def feed(self, new_text: str) -> int | None:
+        """Add generated text; return the stop offset (in generated text) once the function is complete."""
+        if self.stop_at is not None:
+            return self.stop_at
+        self.text += new_text
+        if self.chat:
+            self.stop_at = self._closing_fence() if self.rule.at_fence and "`" in self.text else None
+        elif self.rule.at_dedent and self.depth > 0 and "}" in new_text:  # only a new `}` can close the body
+            self.stop_at = self._after_close()
+        return self.stop_at
+
+    def _after_close(self) -> int | None:
+        from quench.execution.sanitize_braces import cut_after_close
+
+        cut = cut_after_close(self.text, self.depth)
+        return None if cut is None else len(cut)
+
+    def _closing_fence(self) -> int | None:
+        """The start of the fence line that closes a block defining the target (an unfinished one counts)."""
+        from quench.execution.sanitize_braces import definition_start
+
+        in_fence, block_start, line_start = False, 0, 0
+        for line in self.text.split("\n"):
+            if line.lstrip().startswith("```"):
+                if in_fence and self._defines(self.text[block_start:line_start], definition_start):
+                    return line_start
+                in_fence, block_start = not in_fence, line_start + len(line) + 1
+            line_start += len(line) + 1
+        return None
+
+    def _defines(self, code: str, definition_start) -> bool:
+        return self.rule.entry_point is None or definition_start(code, self.rule.entry_point) is not None
+
+
+def function_scanner(rule: FunctionRule, prompt: str = "") -> FunctionComplete | BracedFunctionComplete:
+    """The rule's scanner: Python's indentation scanner, or the brace scanner for MBXP's languages."""
+    if rule.language == "python":
+        return FunctionComplete(rule, prompt)
+    return BracedFunctionComplete(rule, prompt)
