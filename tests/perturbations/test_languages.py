@@ -26,7 +26,7 @@ GO = Problem(
     "// Write a function that returns the sum of two numbers.\n// Examples:\n// >>> add_nums(1, 2)\n// >>> 3\n"
     "func add_nums (a int, b int) int {\n",
     "",
-    "\n\nfunc main() {\n\tfmt.Println(add_nums(1, 2))\n}\n",
+    '\n\nfunc main() {\n\tfmt.Println(add_nums(1, 2), "failed to pass")\n}\n',
     "add_nums", "mbgp", language="go")
 CPP = Problem(
     "MBCPP/1",
@@ -65,6 +65,12 @@ def test_the_comments_examples_and_gos_boilerplate_stay_as_they_are() -> None:
         prose = [problem.prompt[start:end] for start, end in block.prose]
         assert prose == ["Write a function that returns the sum of two numbers."], problem.language
     assert comment_block("function f(a) {\n", "f") is None  # no comment: nothing to edit
+
+
+def test_words_in_the_harnesss_strings_are_not_taken_for_names() -> None:
+    infinitive = GO.with_changes(prompt=GO.prompt.replace("that returns the sum", "to add"))
+    assert perturb("TenseTransformationPast", infinitive) == infinitive  # "to add" stays, as "to" is prose
+    assert perturb("TenseTransformationPast", GO).prompt == GO.prompt.replace("returns", "returned")
 
 
 def test_character_noise_keeps_every_comment_marker() -> None:

@@ -48,6 +48,7 @@ COMMENT_LINE = re.compile(r"^[ \t]*(?:/\*\*?|\*/|\*|//)")
 MARKER = re.compile(r"^[ \t]*(?:/\*\*?|\*(?!/)|//)[ \t]?")
 EXAMPLES = re.compile(r"^[*\s]*(?:>|Examples?:)")
 BOILERPLATE = re.compile(r"^Code should be written in")
+STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`')  # the harness's messages are not names
 FORBIDDEN_IN_PROSE = ("*/", "/*", "\n", "\\")
 
 
@@ -128,7 +129,7 @@ def code_identifiers(*texts: str) -> frozenset[str]:
     for text in texts:
         for line in text.split("\n"):
             if not COMMENT_LINE.match(line):
-                words.update(IDENTIFIER.findall(line.split("//")[0]))
+                words.update(IDENTIFIER.findall(STRING.sub(" ", line).split("//")[0]))
     return frozenset(words)
 
 
