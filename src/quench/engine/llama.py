@@ -396,7 +396,6 @@ class LlamaRunner:
             )  # (N, H D)
             h = native.add_rms_norm(x, layer.o(attn), layer.post_norm, self.eps, h)
             gate_up = layer.gate_up(h)  # (N, 2 I)
-            inner = gate_up.shape[-1] // 2
             following = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.final_norm
             h = native.add_rms_norm(x, layer.down(self._silu_mul(gate_up)), following, self.eps, h)
         return h
