@@ -168,3 +168,16 @@ def test_the_reference_is_run_and_a_missed_call_site_is_rejected() -> None:
                          (JS, formatted, "code_format"), (JS, broken, "code_format")], SandboxRunner(workers=1))
     assert [v.valid for v in verdicts] == [True, False, True, False], verdicts
     assert verdicts[1].reason.startswith("reference ")
+
+
+def test_none_applying_is_one_error_line_before_any_work(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    for command in (("perturb", "--benchmark", "mbjsp", "--tasks", "11", "--transforms", "split_lines"),
+                    ("robustness", "--benchmark", "mbgp", "--tasks", "11", "--categories", "code_syntax")):
+        done = subprocess.run([sys.executable, "-m", "quench.cli.main", *command, "--out", str(tmp_path / "out")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("error: --categories/--transforms: none of ")
+        assert "loading" not in done.stderr and not (tmp_path / "out").exists()

@@ -11,6 +11,7 @@ from quench.errors import QuenchError
 from quench.cli.common import add_unconfined_arg
 from quench.execution import SandboxLimits, SandboxPool
 from quench.perturbations import base
+from quench.perturbations.languages import split_applicable
 from quench.perturbations.pipeline import PerturbationSet, perturb_problems, write_set
 from quench.perturbations.profile import DEFAULT_PROFILE, PROFILES, resolve_profile
 
@@ -102,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         raise QuenchError("no transformation selected: check --categories and --transforms")
     profile = resolve_profile(args.profile)
     problems = load_benchmark(args.benchmark, args.split, parse_tasks(args.tasks), args.limit)
+    split_applicable(transforms, problems)  # none applying to the language is an error before any work
     if args.model is not None and any(base.perturbation_class(t).model_based for t in transforms):
         validate.check_model_args(argparse.Namespace(model=args.model, dtype="auto"))
     validate.check_out_dir(args.out)

@@ -51,15 +51,12 @@ def chosen_transforms(args: argparse.Namespace) -> tuple[str, ...]:
 
 def applicable_transforms(transforms: tuple[str, ...], problems) -> tuple[tuple[str, ...], dict[str, str]]:
     """The transformations that apply to the problems' language, and the others with the reason (said once here)."""
-    from quench.perturbations.languages import inapplicable
+    from quench.perturbations.languages import split_applicable
 
-    skipped = inapplicable(transforms, problems)
+    kept, skipped = split_applicable(transforms, problems)
     for name, why in skipped.items():
         console.say(f"{name}: {why}")
-    kept = tuple(name for name in transforms if name not in skipped)
-    if not kept:
-        raise QuenchError(f"none of the chosen transformations applies: {'; '.join(skipped.values())}")
-    return kept, skipped
+    return tuple(kept), skipped
 
 
 def apply_default_subset(args: argparse.Namespace) -> None:

@@ -369,3 +369,16 @@ def inapplicable(transforms: Sequence[str], problems: Sequence[Problem]) -> dict
             named = ", ".join(language_name(lang) for lang in languages)
             out[name] = f"not applicable to {named}: {next(iter(reasons.values()))}"
     return out
+
+
+def split_applicable(transforms: Sequence[str], problems: Sequence[Problem]) -> tuple[list[str], dict[str, str]]:
+    """(the transformations that apply, the others with the reason); an error when none applies."""
+    from quench.errors import QuenchError
+
+    skipped = inapplicable(transforms, problems)
+    kept = [name for name in transforms if name not in skipped]
+    if transforms and not kept:
+        named = ", ".join(sorted({language_name(p.language) for p in problems}))
+        raise QuenchError(f"--categories/--transforms: none of {', '.join(transforms)} applies to {named} "
+                          f"(docs/languages.md lists what does)")
+    return kept, skipped
