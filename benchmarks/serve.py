@@ -10,8 +10,10 @@ chat completions of HumanEval prompts (quench's chat turn): n = 1 greedy, n = 8 
 Every client sends its next request as soon as its last one finished, until the cell's requests are
 done. Per cell: completion tokens per wall-second (the servers' usage counts), time to first token
 (request sent to first streamed text) and time per output token after it ((last - first text) /
-(tokens per sample - 1)), p50 and p95 over requests; and speculative / regular throughput. On a
-shared machine only the ratios within one run count.
+(tokens per sample - 1)), p50 and p95 over requests; and speculative / regular throughput. The
+server `quench-none+logprobs` is regular decoding with clients asking for `logprobs` (5 alternatives):
+its throughput against `quench-none` is what log-probabilities cost. On a shared machine only the
+ratios within one run count.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ import httpx
 from quench.datasets import load_humaneval
 from quench.models import DEFAULT_PRESET
 from quench.models.prompts import CHAT_INSTRUCTION, fenced
+
+
+LOGPROBS = "+logprobs"  # a server name's suffix: its clients ask for log-probabilities
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def start_server(kind: str, model: str, port: int, args: argparse.Namespace) -> 
     else:
         command = [sys.executable, "-m", "quench.cli.main", "--threads", str(args.threads), "serve", "--model", model,
                    "--served-model-name", "bench", "--port", str(port), "--batch-size", str(args.batch_size),
-                   "--speculate", kind.removeprefix("quench-"), "--max-waiting", "4096", "--max-n", "8"]
+                   "--speculate", kind.removeprefix("quench-").removesuffix(LOGPROBS), "--max-waiting", "4096", "--max-n", "8"]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -108,9 +113,11 @@ def stop(server: subprocess.Popen) -> None:
         server.wait()
 
 
-async def one_request(client: httpx.AsyncClient, url: str, prompt: str, n: int, max_tokens: int) -> Timing:
+async def one_request(client: httpx.AsyncClient, url: str, prompt: str, n: int, max_tokens: int, logprobs: bool) -> Timing:
     body = {"model": "bench", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "n": n,
             "temperature": 0.0 if n == 1 else 0.8, "seed": 0, "stream": True, "stream_options": {"include_usage": True}}
+    if logprobs:
+        body |= {"logprobs": True, "top_logprobs": 5}
     sent = time.perf_counter()
     first = last = None
     tokens = 0
@@ -131,7 +138,8 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, n: int, 
     return Timing(first - sent, tpot, tokens)
 
 
-async def load(url: str, prompts: list[str], clients: int, n: int, requests: int, max_tokens: int) -> tuple[list[Timing], float]:
+async def load(url: str, prompts: list[str], clients: int, n: int, requests: int, max_tokens: int,
+               logprobs: bool) -> tuple[list[Timing], float]:
     queue: asyncio.Queue[str] = asyncio.Queue()
     for i in range(requests):
         queue.put_nowait(prompts[i % len(prompts)])
@@ -140,7 +148,7 @@ async def load(url: str, prompts: list[str], clients: int, n: int, requests: int
     async def client_loop(client: httpx.AsyncClient) -> None:
         while not queue.empty():
             prompt = queue.get_nowait()
-            timings.append(await one_request(client, url, prompt, n, max_tokens))
+            timings.append(await one_request(client, url, prompt, n, max_tokens, logprobs))
 
     limits = httpx.Limits(max_connections=clients + 4)
     async with httpx.AsyncClient(timeout=3600, limits=limits) as client:
@@ -151,7 +159,7 @@ async def load(url: str, prompts: list[str], clients: int, n: int, requests: int
 
 def measure(server: str, url: str, prompts: list[str], clients: int, n: int, args: argparse.Namespace) -> Cell:
     requests = max(clients, args.min_requests)
-    timings, seconds = asyncio.run(load(url, prompts, clients, n, requests, args.max_tokens))
+    timings, seconds = asyncio.run(load(url, prompts, clients, n, requests, args.max_tokens, server.endswith(LOGPROBS)))
     ttft = [t.ttft * 1000 for t in timings]
     tpot = [t.tpot * 1000 for t in timings if t.tpot is not None]
     return Cell(server, clients, n, requests, sum(t.tokens for t in timings), seconds,
@@ -172,6 +180,9 @@ def print_table(cells: list[Cell], servers: list[str]) -> None:
                          f"{c.tpot_p50_ms:5.1f}/{c.tpot_p95_ms:<7.1f}" if c else f"{'-':^38}")
         regular, spec = row.get("quench-none"), row.get("quench-ngram")
         ratio = f"{spec.throughput / regular.throughput:.2f}x" if regular and spec else "-"
+        scored = row.get("quench-none" + LOGPROBS)
+        if regular and scored:
+            ratio += f" | logprobs/regular {scored.throughput / regular.throughput:.2f}x"
         print(f"{clients:>7} {n:>2} | " + " | ".join(parts) + f" | {ratio}")
 
 
