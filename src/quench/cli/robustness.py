@@ -68,7 +68,7 @@ def apply_default_subset(args: argparse.Namespace) -> None:
         args.seeds = DEMO_SEEDS if demo else DEFAULT_SEEDS
     if demo:
         console.say(f"note: no --tasks/--limit given: the default subset HumanEval/{DEFAULT_TASKS}, s = {args.seeds} "
-                   f"(about 6 minutes on 2 cores); pass --limit 164 --seeds {DEFAULT_SEEDS} for ReCode's full setting")
+                   f"(about 20 minutes on 2 cores without bf16 hardware); pass --limit 164 --seeds {DEFAULT_SEEDS} for ReCode's full setting")
 
 
 def default_out(args: argparse.Namespace) -> Path:
