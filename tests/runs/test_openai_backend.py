@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import torch
 
 from helpers import save_tiny_model
 from live_server import MODEL, serving, tiny_backend
@@ -27,14 +26,6 @@ from quench.runs.samples import GenerateConfig, generate_samples
 
 GREEDY = SamplingParams(max_new_tokens=16)
 PROMPTS = ["def add(a, b):\n", "import os\nprint(", "class Stack:\n    def"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("prompt_format", ["completion", "chat"])

@@ -7,7 +7,14 @@ from typing import Iterator
 import pytest
 import torch
 
+from helpers import torch_threads
 from live_server import Served, serving, tiny_backend
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -22,14 +22,6 @@ from quench.stopping import GenGuard, GuardInfo, GuardPolicy
 GREEDY = SamplingParams(max_new_tokens=16)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class Recorder:
     """A sink per request; every event in arrival order, and a wait for one request's end."""
 

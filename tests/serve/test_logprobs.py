@@ -17,14 +17,6 @@ from quench.engine.live import Finished, LiveEngine, LiveEvent, Tokens
 from quench.engine.types import GenerationRequest, SamplingParams
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def run(engine: LiveEngine, prompt: str, sampling: SamplingParams, top: int | None, n: int = 1, key: str = "k"):
     """(finished events by sample, every Tokens event) of one request."""
     events: list[LiveEvent] = []
