@@ -5,20 +5,11 @@ from __future__ import annotations
 import pytest
 
 from quench.stopping import FunctionComplete, FunctionRule
+from stopping.scanning import kept
 
 CHAT = FunctionRule("chat", "f")
 COMPLETION = FunctionRule("completion", "f")
 PROMPT = 'def f(x):\n    """Return x."""\n'
-
-
-def kept(text: str, rule: FunctionRule, prompt: str = "", chunk: int = 0) -> str | None:
-    """The text before the stop, or None if the rule never stops; fed in chunks (0 = all at once)."""
-    scanner = FunctionComplete(rule, prompt)
-    pieces = [text] if chunk == 0 else [text[i : i + chunk] for i in range(0, len(text), chunk)]
-    for piece in pieces:
-        if (at := scanner.feed(piece)) is not None:
-            return text[:at]
-    return None
 
 
 CASES = [

@@ -6,19 +6,11 @@ import pytest
 
 from quench.datasets import Problem
 from quench.stopping.criteria import rules_for
-from quench.stopping.function_rule import BracedFunctionComplete, FunctionRule, function_scanner
+from quench.stopping.function_rule import BracedFunctionComplete, FunctionRule
+from stopping.scanning import kept
 
 JS_PROMPT = "/**\n * Add. { not a brace }\n */\nfunction addNums(a, b) {\n"
 JAVA_PROMPT = "class AddNums {\n    /** Add. */\n    public static int addNums(int a, int b) {\n"
-
-
-def kept(text: str, rule: FunctionRule, prompt: str = "", chunk: int = 0) -> str | None:
-    scanner = function_scanner(rule, prompt)
-    pieces = [text] if chunk == 0 else [text[i : i + chunk] for i in range(0, len(text), chunk)]
-    for piece in pieces:
-        if (at := scanner.feed(piece)) is not None:
-            return text[:at]
-    return None
 
 
 CASES = [
