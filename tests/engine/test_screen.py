@@ -9,7 +9,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from helpers import llama_head_dim_64, torch_threads
 from quench.engine import native
-from quench.engine.llama import INT8_MAX_ROWS, LlamaRunner
+from quench.engine.linear import INT8_MAX_ROWS
+from quench.engine.llama import LlamaRunner
 from quench.engine.native import KernelConfig
 from quench.engine.native_build import HEADER
 from quench.engine.screen import KERNEL_MAX_ROWS, MAX_ROWS, VNNI_ROWS, int8_weight, screen_available, screen_head
