@@ -30,6 +30,11 @@ def test_train_and_info(tmp_path: Path, capsys, make_synthetic) -> None:
 @pytest.mark.parametrize("argv,message", [
     (["guard", "build-data", "--out", "x", "--splits", "test"], "test data must stay unseen"),
     (["guard", "build-data", "--out", "x", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    (["guard", "build-data", "--out", "x", "--benchmark", "mbpp,humaneval"], "HumanEval must stay unseen"),
+    (["guard", "build-data", "--out", "x", "--benchmark", ","], "--benchmark: choose from"),
+    (["guard", "build-data", "--out", "x", "--limit", "train:0"], "--limit must be at least 1"),
+    (["guard", "build-data", "--out", "x", "--limit", "test:4"], "split 'test' is not in --splits"),
+    (["guard", "build-data", "--out", "x", "--limit", "many"], "--limit: N or split:N"),
     (["guard", "train", "--data", "nowhere", "--out", "g.safetensors"], "--data nowhere: no such directory"),
     (["guard", "train", "--data", ".", "--out", "g.safetensors"], "not a guard dataset"),
     (["guard", "info", "missing.safetensors"], "guard file missing.safetensors: no such file"),
@@ -44,3 +49,15 @@ def test_bad_policy(tmp_path: Path, make_synthetic) -> None:
     make_synthetic(answers=4, length=12).save(tmp_path / "data")
     with pytest.raises(QuenchError, match="threshold"):
         run(["guard", "train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "g"), "--threshold", "2"])
+
+
+def test_build_problems_interleave_benchmarks_and_splits() -> None:
+    limits = guard_cli.parse_limits("train:3,validation:1", ["train", "validation"])
+    assert limits == {"train": 3, "validation": 1}
+    pairs = guard_cli.build_problems(["mbpp", "mbgp"], ["train", "validation"], limits)
+    assert len(pairs) == 8
+    assert [(s, p.language) for s, p in pairs[:4]] == [
+        ("train", "python"), ("train", "go"), ("validation", "python"), ("validation", "go")]
+    assert {p.task_id.split("/")[0] for _, p in pairs} == {"MBPP", "MBGP"}
+    assert all(601 <= int(p.task_id.split("/")[1]) <= 974 for s, p in pairs if s == "train")
+    assert guard_cli.parse_limits("5", ["train"]) == {"train": 5}

@@ -54,4 +54,5 @@ def test_build_resumes_labels_and_featurizes(tmp_path: Path) -> None:
     assert data.labels[:n].tolist() == [0] * end + [1] * (n - end)
     assert data.records[1]["split"] == "validation" and data.records[0]["excess_token"] == end
     assert data.shape[ANSWER.index("\n")].tolist() == [1, 1, 1]  # a newline token
-    assert data.meta["label_rule"] == "sanitized-end-v1" and data.meta["model"] == "tiny"
+    assert data.meta["label_rule"] == "sanitized-end-v2" and data.meta["model"] == "tiny"
+    assert data.records[0]["language"] == "python"

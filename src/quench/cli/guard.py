@@ -7,12 +7,13 @@ import json
 import time
 from pathlib import Path
 
-from quench.datasets import load_mbpp
+from quench.datasets import Problem, load_benchmark
 from quench.cli import common, console, validate
 from quench.errors import QuenchError
 from quench.stopping.policy import GuardPolicy
 
 TRAIN_SPLITS = ("train", "validation")  # MBPP's; never "test", never HumanEval
+GUARD_BENCHMARKS = ("mbpp", "mbjsp", "mbgp", "mbcpp", "mbjp")  # MBPP and MBXP share MBPP's splits by task number
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,11 +21,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verbs = parser.add_subparsers(dest="guard_command", required=True)
 
     build = verbs.add_parser(
-        "build-data", help="generate on MBPP train/validation prompts, label tokens, save hidden states"
+        "build-data", help="generate on MBPP/MBXP train/validation prompts, label tokens, save hidden states"
     )
     build.add_argument("--out", type=Path, required=True, help="dataset directory (resumes an unfinished build)")
+    build.add_argument("--benchmark", default="mbpp",
+                       help=f"comma-separated, from {', '.join(GUARD_BENCHMARKS)} (one dataset, each answer keeps its language)")
     build.add_argument("--splits", default="train,validation", help="MBPP splits (train, validation)")
-    build.add_argument("--limit", type=int, default=None, help="first N problems of each split")
+    build.add_argument("--limit", default=None,
+                       help="first N problems of each split and benchmark: N, or per split, e.g. train:48,validation:16")
     build.add_argument("--max-new-tokens", type=int, default=300)
     common.add_model_args(build)
     build.set_defaults(handler=run_build)
@@ -64,22 +68,64 @@ def policy_from_args(args: argparse.Namespace) -> GuardPolicy:
         raise QuenchError(f"--threshold/--consecutive/--max-empty-lines: {err}") from None
 
 
-def run_build(args: argparse.Namespace) -> int:
-    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+def parse_benchmarks(spec: str) -> list[str]:
+    """`"mbpp,mbjsp"` → ["mbpp", "mbjsp"]; HumanEval and unknown names are refused."""
+    names = list(dict.fromkeys(b.strip() for b in spec.split(",") if b.strip()))
+    bad = [b for b in names if b not in GUARD_BENCHMARKS]
+    if bad or not names:
+        raise QuenchError(
+            f"--benchmark: choose from {', '.join(GUARD_BENCHMARKS)} (HumanEval must stay unseen), got {spec!r}"
+        )
+    return names
+
+
+def parse_splits(spec: str) -> list[str]:
+    splits = list(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
     bad = [s for s in splits if s not in TRAIN_SPLITS]
     if bad or not splits:
-        raise QuenchError(
-            f"--splits: choose from {', '.join(TRAIN_SPLITS)} (test data must stay unseen), got {args.splits!r}"
-        )
+        raise QuenchError(f"--splits: choose from {', '.join(TRAIN_SPLITS)} (test data must stay unseen), got {spec!r}")
+    return splits
+
+
+def parse_limits(spec: str | None, splits: list[str]) -> dict[str, int | None]:
+    """`--limit`: `N` for every split, or `train:48,validation:16` (a split not named is not limited)."""
+    if spec is None:
+        return {s: None for s in splits}
+    limits: dict[str, int | None] = {s: None for s in splits}
+    try:
+        if ":" not in spec:
+            limits = {s: int(spec) for s in splits}
+        else:
+            for part in (p.strip() for p in spec.split(",") if p.strip()):
+                split, number = part.split(":")
+                if split.strip() not in splits:
+                    raise ValueError(f"split {split.strip()!r} is not in --splits")
+                limits[split.strip()] = int(number)
+    except ValueError as err:
+        raise QuenchError(f"--limit: N or split:N,... (e.g. train:48,validation:16), got {spec!r} ({err})") from None
+    for number in limits.values():
+        validate.check_limit(number)
+    return limits
+
+
+def build_problems(benchmarks: list[str], splits: list[str], limits: dict[str, int | None]) -> list[tuple[str, Problem]]:
+    """(split, problem) pairs, round-robin over the benchmarks and splits, so a partial build holds every language."""
+    lists = [[(split, p) for p in load_benchmark(b, split)[: limits[split]]] for split in splits for b in benchmarks]
+    return [pair for k in range(max(map(len, lists), default=0)) for pair in (lst[k] for lst in lists if k < len(lst))]
+
+
+def run_build(args: argparse.Namespace) -> int:
+    benchmarks = parse_benchmarks(args.benchmark)
+    splits = parse_splits(args.splits)
     if args.max_new_tokens < 1:
         raise QuenchError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    validate.check_limit(args.limit)
+    limits = parse_limits(args.limit, splits)
     if args.guard:
         raise QuenchError("--guard: build-data labels answers generated without early stopping; drop --guard")
     validate.check_model_args(args)
     common.backend_options_from_args(args)
     validate.check_out_dir(args.out)
-    problems = [(split, p) for split in splits for p in load_mbpp(split)[: args.limit]]
+    problems = build_problems(benchmarks, splits, limits)
     from tqdm import tqdm
 
     from quench.models import encode_prompt
@@ -99,7 +145,8 @@ def run_build(args: argparse.Namespace) -> int:
     print(f"{len(answers)} answers in {time.perf_counter() - started:.0f}s; labelling and collecting hidden states")
     meta = {
         "model": args.model, "prompt_format": loaded.prompt_format, "dtype": str(loaded.dtype).removeprefix("torch."),
-        "max_new_tokens": args.max_new_tokens, "description": f"mbpp {'+'.join(splits)}",
+        "max_new_tokens": args.max_new_tokens, "benchmarks": benchmarks,
+        "description": f"{'+'.join(benchmarks)} {'+'.join(splits)} (limit {args.limit or 'none'})",
     }
     data = label_answers(answers, {p.task_id: p for _, p in problems}, loaded.tokenizer, loaded.model, encode,
                          loaded.prompt_format, meta)

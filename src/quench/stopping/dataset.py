@@ -145,7 +145,8 @@ def label_answers(
         row_labels = token_labels(token_starts(tokenizer, ids), excess)
         index = len(records)
         records.append({
-            "task_id": answer["task_id"], "split": answer["split"], "num_tokens": len(ids),
+            "task_id": answer["task_id"], "split": answer["split"], "language": problem.language,
+            "benchmark": problem.benchmark, "num_tokens": len(ids),
             "excess_token": row_labels.index(1) if 1 in row_labels else len(ids), "excess_char": excess,
             "finish_reason": answer["finish_reason"], "text": answer["text"],
         })

@@ -1,15 +1,19 @@
 """The labelling rule for GenGuard's training data: which generated tokens are excess.
 
-Rule (version "sanitized-end-v1"): the required code is the code quench's sanitizer keeps. In a
-chat answer that is the top-level imports, definitions and assignments of the code block that
-defines the entry point (else the first block); in a raw completion, the continuation up to the
-first top-level statement, trimmed until prompt + completion parses. The required code ends at the
-end of the line of the last kept statement (trailing blank lines are excess). A token that starts
-before that point is "continue" (0); every later token — blank lines, test code, the closing
-fence, prose — is "stop" (1).
+Rule (version "sanitized-end-v2"): the required code is the code quench's sanitizer keeps.
+Python (as in v1): in a chat answer, the top-level imports, definitions and assignments of the
+code block that defines the entry point; in a raw completion, the continuation up to the first
+top-level statement, trimmed until prompt + completion parses; the required code ends at the end
+of the line of the last kept statement. MBXP's brace languages (JavaScript, Go, C++, Java; the
+brace scan of `execution/sanitize_braces.py`): in a chat answer, the fenced block that defines the
+entry point, up to the end of the line of the brace that closes the entry point's definition
+(helpers before it are kept, code after it is not: the sanitizer drops it); in a raw completion,
+up to the end of the line of the brace that closes every block the prompt left open.
+A token that starts before that point is "continue" (0); every later token — blank lines, test
+code, a `main`, the closing fence, prose — is "stop" (1).
 
-Answers whose end cannot be told are left out (`None`): no code block or no entry point, or an
-answer cut by the token limit whose code block never closed (the code may not be finished).
+Answers whose end cannot be told are left out (`None`): no code block or no definition of the entry
+point, or an answer cut by the token limit before its code closed (the code may not be finished).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import ast
 from typing import Any, Sequence
 
 from quench.datasets import Problem
+from quench.datasets.languages import LANGUAGES
+from quench.execution.sanitize_braces import cut_after_close, definition_start, open_depth
 from quench.execution.sanitize import (
     FENCE,
     KEPT_TOP_LEVEL,
@@ -27,7 +33,7 @@ from quench.execution.sanitize import (
     longest_parsable_prefix,
 )
 
-RULE = "sanitized-end-v1"
+RULE = "sanitized-end-v2"
 CONTINUE, STOP = 0, 1
 
 
@@ -36,6 +42,10 @@ def excess_start(problem: Problem, text: str, prompt_format: str, finished: bool
 
     finished: the answer ended by itself (EOS or a stop), not by the token limit.
     """
+    if problem.language != "python":
+        if prompt_format == "chat":
+            return _braced_chat_end(problem, text, finished)
+        return _braced_completion_end(problem, text, finished)
     if prompt_format == "chat":
         return _chat_end(problem, text, finished)
     return _completion_end(problem, text, finished)
@@ -74,6 +84,40 @@ def _completion_end(problem: Problem, text: str, finished: bool) -> int | None:
     kept = longest_parsable_prefix(cut, problem.prompt)
     code = kept.rstrip()
     return len(code) + 1 if kept[len(code) : len(code) + 1] == "\n" else len(code)  # trailing blank lines are excess
+
+
+def _braced_chat_end(problem: Problem, text: str, finished: bool) -> int | None:
+    tags = set(LANGUAGES[problem.language].fences) | {""}
+    blocks = [m for m in FENCE.finditer(text) if m.group(1).lower() in tags] or list(FENCE.finditer(text))
+    for block in blocks:
+        start = definition_start(block.group(2), problem.entry_point)
+        if start is None:
+            continue
+        closed = text[block.end(2) : block.end()] == "```"
+        function = cut_after_close(block.group(2)[start:], 0)
+        if function is not None:
+            return _line_end(text, block.start(2) + start + len(function))
+        return block.end(2) if closed or finished else None  # never closes: the sanitizer keeps the whole block
+    return None
+
+
+def _braced_completion_end(problem: Problem, text: str, finished: bool) -> int | None:
+    depth = open_depth(problem.prompt)
+    if depth <= 0:
+        return None
+    cut = cut_after_close(text, depth)
+    if cut is None:
+        if not finished:
+            return None  # the body may go on
+        code = text.rstrip()
+        return len(code) + 1 if text[len(code) : len(code) + 1] == "\n" else len(code)
+    return _line_end(text, len(cut))
+
+
+def _line_end(text: str, offset: int) -> int:
+    """The offset after the newline that ends the line holding `offset - 1` (the end of text if none)."""
+    newline = text.find("\n", offset)
+    return len(text) if newline < 0 else newline + 1
 
 
 def token_starts(tokenizer: Any, token_ids: Sequence[int]) -> list[int]:
