@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from quench.datasets import Problem, load_benchmark
@@ -43,8 +44,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--val-fraction", type=float, default=0.2,
                        help="held-out answers if the data has no validation split")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--benchmark", default=None,
+                       help="train on these benchmarks' answers only (comma-separated, e.g. mbpp); default all")
     add_policy_args(train)
     train.set_defaults(handler=run_train)
+
+    score = verbs.add_parser("eval", help="a guard's token precision/recall per language on a dataset's validation answers")
+    score.add_argument("path", type=Path, help="guard file (.safetensors), or auto for the model's shipped guard")
+    score.add_argument("--data", type=Path, required=True, help="dataset directory")
+    score.add_argument("--answers", default="validation", choices=["validation", "all"])
+    score.add_argument("--threshold", type=float, default=None, help="override the guard's threshold")
+    score.set_defaults(handler=run_eval)
 
     info = verbs.add_parser("info", help="print what a guard file was trained for and its validation figures")
     info.add_argument("path", type=Path)
@@ -161,10 +171,13 @@ def run_train(args: argparse.Namespace) -> int:
     validate.check_input_dir(args.data, "--data")
     validate.check_out_file(args.out)
     policy = policy_from_args(args)
+    wanted = parse_benchmarks(args.benchmark) if args.benchmark is not None else None
     from quench.stopping.dataset import GuardDataset
-    from quench.stopping.train import TrainConfig, train_guard
+    from quench.stopping.train import TrainConfig, evaluate_by_language, split_answers, train_guard
 
     data = GuardDataset.load(args.data)
+    if wanted is not None:
+        data = select_benchmarks(data, wanted)
     config = TrainConfig(args.kind, args.mlp_hidden, args.epochs, lr=args.lr, val_fraction=args.val_fraction,
                          seed=args.seed)
     guard, metrics = train_guard(data, config, policy, calibrate=args.threshold == "auto")
@@ -174,8 +187,69 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"policy on {metrics.answers} answers: {metrics.stopped} stopped after the code, {metrics.early} too early, "
           f"{metrics.never} never; {metrics.generated_share:.0%} of the tokens generated, "
           f"{metrics.excess_kept:.1f} excess tokens kept per stop")
+    print_by_language(evaluate_by_language(guard, data, split_answers(data, args.val_fraction, args.seed)))
     print(f"guard ({args.out.stat().st_size} bytes) -> {args.out}")
     return 0
+
+
+def select_benchmarks(data, wanted: list[str]):  # GuardDataset -> GuardDataset (imported late: torch)
+    """The answers of the `wanted` benchmarks (answers built before MBXP carry none: MBPP)."""
+    have = [r.get("benchmark", "mbpp") for r in data.records]
+    missing = [b for b in wanted if b not in have]
+    if missing:
+        raise QuenchError(f"--benchmark: the dataset has no {', '.join(missing)} answers (it has {', '.join(sorted(set(have)))})")
+    return data.select([b in wanted for b in have])
+
+
+def print_by_language(by_language: dict) -> None:
+    """One line per language: validation token precision/recall and the policy's outcome."""
+    if len(by_language) < 2 and not any(language != "python" for language in by_language):
+        return
+    print(f"{'language':<11} {'answers':>7} {'tokens':>7} {'stop':>5} {'precision':>9} {'recall':>6} "
+          f"{'early':>5} {'never':>5} {'generated':>9}")
+    for language, m in by_language.items():
+        print(f"{language:<11} {m.answers:>7} {m.tokens:>7} {m.stop_share:>5.0%} {m.precision:>9.3f} {m.recall:>6.3f} "
+              f"{m.early:>5} {m.never:>5} {m.generated_share:>9.0%}")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    validate.check_input_dir(args.data, "--data")
+    if str(args.path) != "auto":
+        validate.check_input_file(args.path, "guard file")
+    if args.threshold is not None and not 0.0 < args.threshold < 1.0:
+        raise QuenchError(f"--threshold must be between 0 and 1, got {args.threshold}")
+    import torch
+
+    from quench.stopping.dataset import GuardDataset
+    from quench.stopping.loading import load_guard
+    from quench.stopping.train import evaluate_by_language, split_answers
+
+    data = GuardDataset.load(args.data)
+    guard = load_guard(args.path, DataModel(data.meta.get("model", ""), data.hidden_size))
+    if args.threshold is not None:
+        guard = guard.with_policy(threshold=args.threshold)
+    answers = split_answers(data, 0.2, 0) if args.answers == "validation" else torch.ones(len(data.records), dtype=torch.bool)
+    print(f"{args.path} (threshold {guard.policy.threshold:g}) on {args.data}, {args.answers} answers:")
+    print_by_language(evaluate_by_language(guard, data, answers) | {"all": evaluate_all(guard, data, answers)})
+    return 0
+
+
+@dataclass(frozen=True)
+class DataModel:
+    """What `load_guard` needs to know of the model a dataset was built with."""
+
+    name: str
+    hidden_size: int
+
+    @property
+    def config(self) -> "DataModel":
+        return self
+
+
+def evaluate_all(guard, data, answers):  # GenGuard, GuardDataset, (A,) bool -> StopMetrics
+    from quench.stopping.train import evaluate_guard
+
+    return evaluate_guard(guard, data, answers)
 
 
 def run_info(args: argparse.Namespace) -> int:

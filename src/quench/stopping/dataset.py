@@ -58,6 +58,23 @@ class GuardDataset:
         (out / SEQUENCES).write_text("".join(json.dumps(r) + "\n" for r in self.records))
         (out / META).write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
 
+    def languages(self) -> list[str]:
+        """Each answer's language (answers built before MBXP carry none: Python)."""
+        return [r.get("language", "python") for r in self.records]
+
+    def select(self, keep: Sequence[bool]) -> "GuardDataset":
+        """The answers where `keep` (A,) is true, renumbered."""
+        kept = [a for a, flag in enumerate(keep) if flag]
+        if not kept:
+            raise QuenchError("no answers left after selecting by language")
+        renumber = torch.full((len(self.records),), -1, dtype=torch.int32)
+        renumber[torch.tensor(kept)] = torch.arange(len(kept), dtype=torch.int32)
+        rows = renumber[self.sequence.long()] >= 0  # (N,)
+        return GuardDataset(
+            self.hidden[rows], self.labels[rows], renumber[self.sequence.long()][rows], self.position[rows],
+            self.shape[rows], [self.records[a] for a in kept], dict(self.meta),
+        )
+
     @staticmethod
     def load(directory: Path) -> "GuardDataset":
         from safetensors.torch import load_file

@@ -122,6 +122,17 @@ def train_guard(
     return GenGuard(guard.head, guard.policy, info), metrics
 
 
+def evaluate_by_language(guard: GenGuard, data: GuardDataset, answers: torch.Tensor) -> dict[str, StopMetrics]:
+    """`evaluate_guard` on the selected answers (A,) bool of each language in the data."""
+    languages = data.languages()
+    by_language = {}
+    for language in sorted(set(languages)):
+        chosen = answers & torch.tensor([lang == language for lang in languages])
+        if chosen.any():
+            by_language[language] = evaluate_guard(guard, data, chosen)
+    return by_language
+
+
 def calibrate_threshold(guard: GenGuard, data: GuardDataset, answers: torch.Tensor) -> float:
     """The lowest threshold that cuts the fewest answers before their code ends (stopping early costs
     correctness; stopping late only tokens), among `THRESHOLDS`."""
