@@ -1,9 +1,9 @@
-"""A hand-written forward pass for Llama-family models over the ragged static KV cache.
+"""A hand-written forward pass for Llama-style decoders over the ragged static KV cache.
 
-The weights are taken from a Hugging Face `LlamaForCausalLM` (no copy for the embedding; the
-projections are fused — q/k/v into one matrix, gate/up into one — and, on CPU, pre-packed for
-oneDNN, which halves the time of the small-batch matrix products that dominate decoding).
-Numerics follow `transformers.models.llama.modeling_llama` operation for operation.
+The weights are taken from a Hugging Face `LlamaForCausalLM`, `Qwen2ForCausalLM` or `Gemma3ForCausalLM`
+(`families.py`: what differs between them; no copy for the embedding; the projections are fused — q/k/v into
+one matrix, gate/up into one — and, on CPU, pre-packed for quench's or oneDNN's kernels). Numerics follow each
+family's `modeling_*.py` operation for operation.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from quench.engine import invariant, native
+from quench.engine.families import family_of, gelu_tanh_mul, norm_weight, offset_rms_norm, rope_frequencies, window_mask
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.linear import INT8_MAX_ROWS, Linear
 from quench.engine.native_config import KernelConfig
@@ -32,18 +33,27 @@ class LlamaLayer:
     input_norm: torch.Tensor  # (Dm,)
     qkv: Linear  # Dm -> (H + 2 Hkv) D
     o: Linear  # H D -> Dm
-    post_norm: torch.Tensor  # (Dm,)
+    post_norm: torch.Tensor  # (Dm,) the norm before the MLP
     gate_up: Linear  # Dm -> 2 I
     down: Linear  # I -> Dm
+    rope: str = "default"  # which RoPE table (`families.Family.rope_kinds`)
+    window: int | None = None  # sliding window in keys (None: global attention)
+    q_norm: torch.Tensor | None = None  # (D,) Gemma: per-head norms of q and k
+    k_norm: torch.Tensor | None = None  # (D,)
+    attn_out_norm: torch.Tensor | None = None  # (Dm,) Gemma: the attention output's norm before the residual add
+    mlp_out_norm: torch.Tensor | None = None  # (Dm,) Gemma: the MLP output's norm before the residual add
 
 
 def is_llama(model: torch.nn.Module) -> bool:
-    """Whether the fast path can run this model exactly (Llama architecture, static RoPE, SiLU MLP)."""
-    config = getattr(model, "config", None)
-    if getattr(config, "model_type", None) != "llama" or getattr(config, "hidden_act", None) != "silu":
-        return False
-    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
-    return rotary is not None and "dynamic" not in str(getattr(rotary, "rope_type", "default"))
+    """Whether the fast path can run this model exactly: a Llama, Qwen2 or Gemma 3 decoder (`families.py`)."""
+    return family_of(model) is not None
+
+
+def _fixed_products(dtype: torch.dtype) -> bool:
+    """bfloat16 products where the CPU has no AVX512-BF16 (no small GEMM): the fixed-order kernel widens to
+    float32 and runs FMAs, 3-8x faster there than oneDNN's emulated bfloat16 at 8 to 1024 rows."""
+    library = native.build_result().library
+    return dtype == torch.bfloat16 and library is not None and not library.small_gemm_available()
 
 
 def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
@@ -76,6 +86,10 @@ class LlamaRunner:
         they cannot serve the model's dtype)."""
         config = model.config
         inner = model.model
+        family = family_of(model)
+        if family is None:
+            raise ValueError(f"the fast path does not run {type(model).__name__} models")
+        self.family = family
         self.dtype = inner.embed_tokens.weight.dtype
         self.logits_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
         self.device = inner.embed_tokens.weight.device
@@ -87,27 +101,34 @@ class LlamaRunner:
         self.scale = inner.layers[0].self_attn.scaling
         self.vocab_size = model.lm_head.weight.shape[0]
         self.embed = inner.embed_tokens.weight.detach()
-        self.final_norm = inner.norm.weight.detach()
+        self.final_norm = norm_weight(inner.norm.weight, family)
+        # Gemma: embeddings times sqrt(hidden), the scale rounded to the model dtype first (as its embedding module)
+        self.embed_scale = torch.tensor(family.embed_scale).to(self.dtype) if family.embed_scale is not None else None
+        self.window = family.smallest_window
         self.batch_invariant = batch_invariant
+        if batch_invariant and (not family.llama_like or self.window is not None):
+            raise ValueError(f"batch-invariant kernels serve Llama's layer without sliding windows, not {family.name}'s")
         if batch_invariant and not (native_attention and self.device.type == "cpu" and invariant.available(self.dtype)):
             raise ValueError(f"batch-invariant kernels serve float32 and bfloat16 on CPU with the native library, not {self.dtype}")
+        self.fixed = batch_invariant or (prepack and _fixed_products(self.dtype))  # every product on `invariant.gemm`
         self.kernels = kernels
         self.amx = native.use_amx(kernels) and not batch_invariant  # the GEMMs and attention run AMX tiles
         self.int8 = int8 and prepack and self.dtype == torch.bfloat16 and screen_available() and not batch_invariant
-        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8, self.amx, batch_invariant)
+        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8, self.amx, self.fixed)
         # greedy steps read an int8 copy of the head first (quench.engine.screen); same tokens
         self.head_screen: ScreenedHead | None = (
             screen_head(model.lm_head.weight.detach(), self.lm_head.small)
             if kernels.screen and not self.int8 and not batch_invariant
             else None
         )
-        self.layers = [self._layer(layer, prepack) for layer in inner.layers]
+        self.layers = [self._layer(layer, prepack, index) for index, layer in enumerate(inner.layers)]
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)
         self.native = native_attention and self.device.type == "cpu" and native.available(self.dtype)
         # bfloat16 decode steps run their element-wise glue (residuals, RMSNorm, SiLU) in C too; float32/64
-        # keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there).
-        self.native_glue = self.native and self.dtype == torch.bfloat16
+        # keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there). The C glue
+        # is Llama's layer: other families keep PyTorch's ops in bfloat16 too.
+        self.native_glue = self.native and self.dtype == torch.bfloat16 and family.llama_like
         self._layer_table = self._native_layer_table()
         self._int8_table = self._int8_layer_table() if self.int8 else None
         self._layer_shape = native.LayerShape(
@@ -118,7 +139,9 @@ class LlamaRunner:
     def _native_layer_table(self) -> ctypes.Array | None:
         """The addresses `native.layers` reads (6 per layer), where the whole layer loop can run in C: bfloat16
         glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take."""
-        if self.batch_invariant or not (self.native_glue and self.head_dim == 64 and native.layers_available()):
+        if self.batch_invariant or self.window is not None:
+            return None
+        if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
             return None
         if any(linear.small is None for linear in self._projections()) or self.layers[0].gate_up.out_features % 32:
             return None
@@ -146,31 +169,44 @@ class LlamaRunner:
         return (ctypes.c_int64 * len(addresses))(*addresses)
 
     @torch.no_grad()
-    def _layer(self, layer: torch.nn.Module, prepack: bool) -> LlamaLayer:
-        attn, mlp = layer.self_attn, layer.mlp
+    def _layer(self, layer: torch.nn.Module, prepack: bool, index: int) -> LlamaLayer:
+        attn, mlp, family = layer.self_attn, layer.mlp, self.family
         qkv_weight = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
         gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        kernels = (prepack, self.int8, self.amx, self.fixed)
+        sandwich = family.sandwich_norms  # Gemma's post_attention_layernorm is the attention output's norm
         return LlamaLayer(
-            input_norm=layer.input_layernorm.weight.detach(),
-            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), prepack, self.int8, self.amx, self.batch_invariant),
-            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, prepack, self.int8, self.amx, self.batch_invariant),
-            post_norm=layer.post_attention_layernorm.weight.detach(),
-            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), prepack, self.int8, self.amx, self.batch_invariant),
-            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, prepack, self.int8, self.amx, self.batch_invariant),
+            input_norm=norm_weight(layer.input_layernorm.weight, family),
+            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), *kernels),
+            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, *kernels),
+            post_norm=norm_weight((layer.pre_feedforward_layernorm if sandwich else layer.post_attention_layernorm).weight, family),
+            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), *kernels),
+            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, *kernels),
+            rope=family.rope_kinds[index],
+            window=family.windows[index],
+            q_norm=norm_weight(attn.q_norm.weight, family) if family.qk_norm else None,
+            k_norm=norm_weight(attn.k_norm.weight, family) if family.qk_norm else None,
+            attn_out_norm=norm_weight(layer.post_attention_layernorm.weight, family) if sandwich else None,
+            mlp_out_norm=norm_weight(layer.post_feedforward_layernorm.weight, family) if sandwich else None,
         )
 
     @torch.no_grad()
     def _rope_tables(self, max_positions: int) -> None:
-        # Same float32 arithmetic as LlamaRotaryEmbedding.forward, done once for every position.
-        rotary = self._rotary
+        """(cos, sin_signed) per RoPE kind, (T, D) each; `cos`/`sin_signed` are the first layer's (the C layer loop's)."""
+        self.rope = {kind: self._rope_table(kind, max_positions) for kind in set(self.family.rope_kinds)}
+        self.cos, self.sin_signed = self.rope[self.family.rope_kinds[0]]
+
+    def _rope_table(self, kind: str, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # Same float32 arithmetic as LlamaRotaryEmbedding.forward (and Gemma's per layer type), once per position.
+        inv_freq, scaling = rope_frequencies(self._rotary, kind)
         positions = torch.arange(max_positions, device=self.device, dtype=torch.float32)
-        freqs = positions[:, None] * rotary.inv_freq.float()[None, :]  # (T, D/2)
+        freqs = positions[:, None] * inv_freq.float()[None, :]  # (T, D/2)
         emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
-        self.cos = (emb.cos() * rotary.attention_scaling).to(self.dtype)  # (T, D)
-        sin = (emb.sin() * rotary.attention_scaling).to(self.dtype)  # (T, D)
+        cos = (emb.cos() * scaling).to(self.dtype)  # (T, D)
+        sin = (emb.sin() * scaling).to(self.dtype)  # (T, D)
         half = self.head_dim // 2
         # rotate_half(x) * sin == flip_halves(x) * [-sin_lo, sin_hi], bit for bit (negation is exact).
-        self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)  # (T, D)
+        return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)  # (T, D), (T, D)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         if max_len > self.cos.shape[0]:  # longer than the model was trained for: extend the tables
@@ -198,7 +234,7 @@ class LlamaRunner:
         (B, Dm) at `logits_at`, in the model's dtype (zeros at padding on the native path).
         """
         batch, num_new = tokens.shape
-        if self._packed(num_new):
+        if self._packed(num_new, start):
             logits, states = self._forward_packed(cache, tokens, start, counts, logits_at, hidden)
         else:
             _check_room(cache, start, num_new)
@@ -207,9 +243,13 @@ class LlamaRunner:
             logits, states = self._forward(cache.keys, cache.values, tokens, start, mask, logits_at)
         return (logits, states) if hidden else logits
 
-    def _packed(self, num_new: int) -> bool:
-        """Whether a step of num_new tokens per row runs the packed path (C attention over real tokens only)."""
+    def _packed(self, num_new: int, start: torch.Tensor | None = None) -> bool:
+        """Whether a step of num_new tokens per row from `start` (B,) runs the packed path (C attention over real
+        tokens only). With sliding windows, only while every fed position is below the smallest window (there
+        the window hides nothing); later steps mask each layer's window on the PyTorch path."""
         if not self.native:
+            return False
+        if self.window is not None and (start is None or int(start.max()) + num_new > self.window):
             return False
         if self.batch_invariant:  # one path for every step: a prefill gives the same bits as decode steps
             return True
@@ -228,6 +268,8 @@ class LlamaRunner:
         prefill, the whole new prompt and its rest all give the same answer."""
         if self.batch_invariant:
             return "fixed"
+        if self.window is not None:
+            return None  # a prompt past the window takes the PyTorch path
         kernel = native.gemm_kernel(tokens, self.amx)  # "onednn" past what the small GEMM (and the C layer loop) serves
         if self._layer_table is None or self.int8 or not self._packed(tokens) or kernel == "onednn":
             return None  # int8 copies (drafts): a short rest would take other kernels than the whole prompt
@@ -245,7 +287,7 @@ class LlamaRunner:
         row spent 2-5 ms padding and converting (B, S, V) float32 logits for this.
         """
         batch, num_new = tokens.shape
-        if not self._packed(num_new):
+        if not self._packed(num_new, start):
             return native.argmax(self.forward(cache, tokens, start, counts=counts))  # (B, S)
         h, real, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm), (B, S)
         best = self._head_argmax(h)  # (N,)
@@ -268,7 +310,7 @@ class LlamaRunner:
         """Feed tokens (B, S) as `forward` does -> float32 logits of the real tokens only, (N, V) with
         N = counts.sum(), row after row. A sampled verification step reads nothing else; hybrid rows
         draft 1 to 12 tokens, so the padded (B, S, V) block was up to 3x larger than its real rows."""
-        if not self._packed(tokens.shape[1]):
+        if not self._packed(tokens.shape[1], start):
             return real_rows(self.forward(cache, tokens, start, counts=counts), counts)  # (N, V)
         h, _, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm)
         return self.lm_head(h).to(self.logits_dtype)  # (N, V)
@@ -287,17 +329,19 @@ class LlamaRunner:
         offsets = torch.zeros(batch + 1, dtype=torch.long)
         torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
         start = start.to(torch.long).contiguous()
-        x = F.embedding(tokens[real], self.embed)  # (N, Dm)
+        x = self._embed(tokens[real])  # (N, Dm)
         if self.native_glue:
             return self._layers_glued(x, cache, start, offsets), real, offsets
         width = self.heads + 2 * self.kv_heads
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
+            qkv = self._qk_norm(qkv, layer)
+            cos, sin_signed = self.rope[layer.rope]
             attn = native.rope_attend(
-                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale,
+                qkv, cache.keys[index], cache.values[index], cos, sin_signed, start, offsets, self.heads, self.scale,
                 amx=self.amx,
             )  # (N, H D)
-            x = self._mlp(x + layer.o(attn), layer)
+            x = self._mlp(x + self._branch_out(layer.o(attn), layer.attn_out_norm), layer)
         return self._rms_norm(x, self.final_norm), real, offsets
 
     def _forward_packed(
@@ -366,15 +410,21 @@ class LlamaRunner:
         groups = self.heads // self.kv_heads
         positions = start[:, None] + torch.arange(num_new, device=tokens.device)  # (B, S)
         rows = torch.arange(batch, device=tokens.device)[:, None]  # (B, 1)
-        cos = self.cos[positions][:, :, None, :]  # (B, S, 1, D)
-        sin = self.sin_signed[positions][:, :, None, :]  # (B, S, 1, D)
+        rope = {kind: (cos[positions][:, :, None, :], sin[positions][:, :, None, :]) for kind, (cos, sin) in self.rope.items()}
         # Queries of one kv-head group share its keys: fold the group into the query axis so
         # attention runs as plain multi-head attention over Hkv heads (no repeated K/V copies).
-        mask = mask[:, :, None].expand(batch, 1, groups, num_new, window).reshape(batch, 1, groups * num_new, window)
-        x = F.embedding(tokens, self.embed)  # (B, S, Dm)
+        masks = {
+            size: (mask if size is None else window_mask(mask, start, size))[:, :, None]
+            .expand(batch, 1, groups, num_new, window)
+            .reshape(batch, 1, groups * num_new, window)
+            for size in {layer.window for layer in self.layers}
+        }  # sliding window (None: global) -> (B, 1, G S, Tk)
+        x = self._embed(tokens)  # (B, S, Dm)
         for index, layer in enumerate(self.layers):
             h = self._rms_norm(x, layer.input_norm)
             qkv = layer.qkv(h).view(batch, num_new, self.heads + 2 * self.kv_heads, self.head_dim)
+            qkv = self._qk_norm(qkv, layer)
+            cos, sin = rope[layer.rope]  # (B, S, 1, D) each
             qk = qkv[:, :, : self.heads + self.kv_heads]  # (B, S, H + Hkv, D)
             flipped = qk.unflatten(-1, (2, self.head_dim // 2)).flip(-2).flatten(-2)
             qk = qk * cos + flipped * sin  # RoPE
@@ -384,18 +434,38 @@ class LlamaRunner:
             q = q.reshape(batch, num_new, self.kv_heads, groups, self.head_dim).permute(0, 2, 3, 1, 4)
             q = q.reshape(batch, self.kv_heads, groups * num_new, self.head_dim)  # (B, Hkv, G S, D)
             attn = F.scaled_dot_product_attention(
-                q, keys[index][:, :, :window], values[index][:, :, :window], attn_mask=mask, scale=self.scale
+                q, keys[index][:, :, :window], values[index][:, :, :window], attn_mask=masks[layer.window], scale=self.scale
             )  # (B, Hkv, G S, D)
             attn = attn.view(batch, self.kv_heads, groups, num_new, self.head_dim).permute(0, 3, 1, 2, 4)
-            x = self._mlp(x + layer.o(attn.reshape(batch, num_new, self.heads * self.head_dim)), layer)
+            out = layer.o(attn.reshape(batch, num_new, self.heads * self.head_dim))  # (B, S, Dm)
+            x = self._mlp(x + self._branch_out(out, layer.attn_out_norm), layer)
         if logits_at is not None:
             x = x[torch.arange(batch, device=x.device), logits_at]  # (B, Dm)
         h = self._rms_norm(x, self.final_norm)  # (B, S, Dm) or (B, Dm): the LM head's input
         return self.lm_head(h).to(self.logits_dtype), h
 
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (...) -> embeddings (..., Dm), times Gemma's scale where the family has one."""
+        x = F.embedding(tokens, self.embed)
+        return x * self.embed_scale if self.embed_scale is not None else x
+
+    def _qk_norm(self, qkv: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
+        """qkv (..., H + 2 Hkv, D) -> the same with each head of q and k normed (Gemma); others unchanged."""
+        if layer.q_norm is None:
+            return qkv
+        heads = self.heads
+        q = self._rms_norm(qkv[..., :heads, :], layer.q_norm)  # (..., H, D)
+        k = self._rms_norm(qkv[..., heads : heads + self.kv_heads, :], layer.k_norm)  # (..., Hkv, D)
+        return torch.cat((q, k, qkv[..., heads + self.kv_heads :, :]), dim=-2)  # contiguous, as rope_attend reads it
+
+    def _branch_out(self, out: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        """A branch's output before the residual add: normed where the family norms it (Gemma), else as is."""
+        return out if weight is None else self._rms_norm(out, weight)
+
     def _mlp(self, x: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
         gate_up = layer.gate_up(self._rms_norm(x, layer.post_norm))  # (B, S, 2 I)
-        return x + layer.down(self._silu_mul(gate_up))
+        act = gelu_tanh_mul(gate_up) if self.family.activation == "gelu_tanh" else self._silu_mul(gate_up)  # (B, S, I)
+        return x + self._branch_out(layer.down(act), layer.mlp_out_norm)
 
     def _silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """(..., 2 I) -> silu(gate) * up (..., I); row by row in C on the batch-invariant path."""
@@ -405,6 +475,8 @@ class LlamaRunner:
         return F.silu(gate_up[..., :inner]) * gate_up[..., inner:]
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if self.family.offset_norm:
+            return offset_rms_norm(x, weight, self.eps)
         if self.batch_invariant and x.dtype == torch.float32:
             return invariant.rms_norm(x, weight, self.eps)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)

@@ -97,12 +97,14 @@ static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,  
 #define DISPATCH(T, SUFFIX)                                                                        \
 ATTEND(T, SUFFIX, attend64_##SUFFIX, 64)                                                          \
 ATTEND(T, SUFFIX, attend128_##SUFFIX, 128)                                                        \
+ATTEND(T, SUFFIX, attend256_##SUFFIX, 256)  /* Gemma 3 */                                         \
 ATTEND(T, SUFFIX, attend_any_##SUFFIX, D_)                                                        \
 static int rope_attend_generic_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed, \
                          const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
                          int Hkv, int D, int Tmax, float scale) {                                   \
     if (D == 64) return attend64_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
     if (D == 128) return attend128_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+    if (D == 256) return attend256_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
     return attend_any_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
 }
 DISPATCH(bf16, bf16)

@@ -1,0 +1,145 @@
+"""The fast path on Gemma 3 (`families.py`) against Hugging Face's `Gemma3ForCausalLM`, on tiny random models:
+logits on the packed C path and the PyTorch path, across the sliding window, greedy output, speculation."""
+
+import pytest
+import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+from helpers import CHARS, DRAFT_EVERYTHING, char_tokenizer, perturbed
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.families import family_of
+from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.types import GenerationRequest, SamplingParams
+
+WINDOW = 12  # sliding window of the tiny models' local layers: the tests run past it
+PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
+
+
+def tiny_gemma(dtype: torch.dtype = torch.float32, seed: int = 0, **overrides) -> Gemma3ForCausalLM:
+    """3 layers (local, global, local), GQA, head size 16, its own attention scale and RoPE bases; the norm
+    weights drawn at random (Gemma stores w - 1: the initial zeros would hide a missing offset)."""
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=len(CHARS) + 3, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], max_position_embeddings=128,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, **overrides,
+    )
+    model = Gemma3ForCausalLM(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name:
+                parameter.normal_(0.0, 0.5)
+            elif "proj" in name:
+                parameter.mul_(4)  # sharper attention and larger activations than the init's: errors show
+    return model.to(dtype).eval()
+
+
+def hf_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids).logits.to(torch.float64)  # (B, T, V)
+
+
+def test_gemma_3_takes_the_fast_path_and_unsupported_variants_do_not():
+    assert is_llama(tiny_gemma())
+    family = family_of(tiny_gemma())
+    assert family.windows == (WINDOW, None, WINDOW) and family.rope_kinds[1] == "full_attention"
+    assert not is_llama(tiny_gemma(final_logit_softcapping=30.0))
+    assert not is_llama(tiny_gemma(attn_logit_softcapping=50.0))
+    backend = QuenchBackend(tiny_gemma(final_logit_softcapping=30.0), char_tokenizer(), EngineConfig(batch_size=2))
+    assert type(backend.runner).__name__ == "HFRunner"
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-5), (torch.float64, 1e-12)])
+def test_logits_match_hugging_face_on_prefill_and_decode_steps_past_the_window(dtype, tolerance):
+    """Rows prefill 6 tokens, then decode one token a step to 3x the window: float32 runs the packed C path while
+    every position is below the window and the PyTorch path with per-layer window masks after; float64 the
+    PyTorch path throughout."""
+    model = tiny_gemma(dtype)
+    runner = LlamaRunner(model)
+    ids = torch.randint(3, model.config.vocab_size, (2, 3 * WINDOW))
+    reference = hf_logits(model, ids)
+    cache = runner.new_cache(2, 64)
+    zero = torch.zeros(2, dtype=torch.long)
+    assert runner._packed(6, zero) == (dtype == torch.float32)
+    logits = runner.forward(cache, ids[:, :6], zero)  # (B, 6, V)
+    assert torch.allclose(logits.double(), reference[:, :6], rtol=0, atol=tolerance)
+    for position in range(6, ids.shape[1]):
+        start = torch.full((2,), position)
+        step = runner.forward(cache, ids[:, position : position + 1], start)[:, 0]  # (B, V)
+        assert torch.allclose(step.double(), reference[:, position], rtol=0, atol=tolerance), position
+
+
+def test_ragged_verification_steps_match_hugging_face_on_both_paths():
+    """Ragged rows of 5, 3 and 1 tokens (verification-shaped) after ragged prefixes, below and past the window."""
+    model = tiny_gemma()
+    runner = LlamaRunner(model)
+    ids = torch.randint(3, model.config.vocab_size, (3, 3 * WINDOW))
+    reference = hf_logits(model, ids)
+    counts = torch.tensor([5, 3, 1])
+    for start, packed in (([4, 2, 4], True), ([WINDOW + 4, WINDOW, WINDOW + 6], False)):
+        cache = runner.new_cache(3, 64)
+        runner.forward(cache, ids[:, : max(start)], torch.zeros(3, dtype=torch.long), counts=torch.tensor(start))
+        tokens = torch.stack([ids[b, s : s + 5] for b, s in enumerate(start)])  # (B, 5)
+        assert runner._packed(5, torch.tensor(start)) == packed
+        logits = runner.forward(cache, tokens, torch.tensor(start), counts=counts)
+        for b, s in enumerate(start):
+            n = int(counts[b])
+            assert torch.allclose(logits[b, :n].double(), reference[b, s : s + n], rtol=0, atol=2e-5), (start, b)
+
+
+def test_bfloat16_logits_follow_the_float32_model():
+    """bfloat16 on the packed path (and the products this CPU serves fastest) stays close to float32 HF."""
+    model = tiny_gemma(torch.float32)
+    ids = torch.randint(3, model.config.vocab_size, (2, 10))
+    reference = hf_logits(model, ids)
+    runner = LlamaRunner(tiny_gemma(torch.bfloat16))
+    logits = runner.forward(runner.new_cache(2, 32), ids, torch.zeros(2, dtype=torch.long)).double()
+    error = (logits - reference).abs().max() / reference.abs().max()
+    assert error < 0.05, float(error)
+
+
+def requests(prompts=PROMPTS) -> list[GenerationRequest]:
+    tokenizer = char_tokenizer()
+    ids = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    return [GenerationRequest(f"t/{i}", p) for i, p in enumerate(ids)]
+
+
+def hf_greedy(model, request: GenerationRequest, max_new_tokens: int) -> tuple[int, ...]:
+    prompt = torch.tensor([request.prompt_ids])
+    with torch.inference_mode():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                             do_sample=False, min_new_tokens=max_new_tokens)
+    return tuple(out[0, prompt.shape[1] :].tolist())
+
+
+def quench_greedy(model, reqs, max_new_tokens: int, draft_model=None, **config) -> dict[str, tuple[int, ...]]:
+    backend = QuenchBackend(model, char_tokenizer(), EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)
+    assert type(backend.runner).__name__ == "LlamaRunner"
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
+    return {r.key: tuple(r.token_ids) for r in backend.generate(reqs, sampling)}
+
+
+def test_greedy_output_equals_hugging_face_generate_past_the_window_with_ragged_prompts_and_refills():
+    model = tiny_gemma()
+    reqs = requests()
+    out = quench_greedy(model, reqs, 3 * WINDOW, batch_size=2)
+    for r in reqs:
+        assert out[r.key] == hf_greedy(model, r, 3 * WINDOW), r.key
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "draft", "hybrid"])
+def test_speculative_greedy_equals_regular_greedy(drafter):
+    model = tiny_gemma()
+    reqs = requests()
+    regular = quench_greedy(model, reqs, 3 * WINDOW, batch_size=3)
+    draft = perturbed(model, 0.3) if drafter != "ngram" else None
+    fixed = {"draft_length": "fixed", "draft_tokens": 4} if drafter != "ngram" else {"ngram_min": 1}
+    assert quench_greedy(model, reqs, 3 * WINDOW, draft, batch_size=3, drafter=drafter, **fixed) == regular
+
+
+def test_batch_invariance_is_refused_for_gemma():
+    with pytest.raises(ValueError, match="gemma3_text"):
+        LlamaRunner(tiny_gemma(), batch_invariant=True)

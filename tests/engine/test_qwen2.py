@@ -1,0 +1,152 @@
+"""The fast path on Qwen2 (Llama's layer with q/k/v biases, `families.py`) against Hugging Face's
+`Qwen2ForCausalLM` on tiny random models: logits, greedy output, speculation, a sliding window, batch invariance."""
+
+import random
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from helpers import CHARS, DRAFT_EVERYTHING, char_tokenizer, perturbed, torch_threads
+from quench.engine import invariant
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.types import GenerationRequest, SamplingParams
+
+WINDOW = 10
+PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
+
+
+def tiny_qwen2(dtype: torch.dtype = torch.float32, seed: int = 0, window: int | None = None) -> Qwen2ForCausalLM:
+    """2 layers, GQA, head size 8, random q/k/v biases (the init's zeros would hide a dropped bias); window: the
+    second layer attends over a sliding window of that many keys."""
+    torch.manual_seed(seed)
+    sliding = {"use_sliding_window": True, "sliding_window": window, "max_window_layers": 1} if window else {}
+    config = Qwen2Config(
+        vocab_size=len(CHARS) + 3, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0, **sliding,
+    )
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                projection.bias.normal_(0.0, 0.5)
+                projection.weight.mul_(4)
+    return model.to(dtype).eval()
+
+
+def hf_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids).logits.to(torch.float64)  # (B, T, V)
+
+
+def test_qwen2_takes_the_fast_path():
+    assert is_llama(tiny_qwen2()) and is_llama(tiny_qwen2(window=WINDOW))
+    assert LlamaRunner(tiny_qwen2(window=WINDOW)).window == WINDOW
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("window", [None, WINDOW])
+def test_logits_match_hugging_face_on_prefill_and_ragged_continuation(dtype, tolerance, window):
+    """Prefill 6 tokens, then ragged steps of 1-4 tokens (one row re-feeding earlier positions) to past the window."""
+    model = tiny_qwen2(dtype, window=window)
+    runner = LlamaRunner(model)
+    ids = torch.randint(3, model.config.vocab_size, (2, 40))
+    reference = hf_logits(model, ids)
+    cache = runner.new_cache(2, 64)
+    logits = runner.forward(cache, ids[:, :6], torch.zeros(2, dtype=torch.long))
+    assert torch.allclose(logits.double(), reference[:, :6], rtol=0, atol=tolerance)
+    done = [6, 6]
+    for step in range(10):
+        start = torch.tensor([done[0], done[1] - 2 if step == 3 else done[1]])  # row 1 rolls back 2 positions once
+        counts = torch.tensor([1 + step % 4, 1 + (step + 2) % 4])
+        tokens = torch.stack([ids[b, int(start[b]) : int(start[b]) + 4] for b in range(2)])
+        logits = runner.forward(cache, tokens, start, counts=counts)
+        for b in range(2):
+            s, n = int(start[b]), int(counts[b])
+            assert torch.allclose(logits[b, :n].double(), reference[b, s : s + n], rtol=0, atol=tolerance), (step, b)
+            done[b] = s + n
+
+
+def requests(prompts=PROMPTS) -> list[GenerationRequest]:
+    tokenizer = char_tokenizer()
+    ids = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    return [GenerationRequest(f"t/{i}", p) for i, p in enumerate(ids)]
+
+
+def hf_greedy(model, request: GenerationRequest, max_new_tokens: int) -> tuple[int, ...]:
+    prompt = torch.tensor([request.prompt_ids])
+    with torch.inference_mode():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                             do_sample=False, min_new_tokens=max_new_tokens)
+    return tuple(out[0, prompt.shape[1] :].tolist())
+
+
+def quench_greedy(model, reqs, max_new_tokens: int, draft_model=None, threads: int = 1, **config) -> dict[str, tuple[int, ...]]:
+    backend = QuenchBackend(model, char_tokenizer(), EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)
+    assert type(backend.runner).__name__ == "LlamaRunner"
+    with torch_threads(threads):
+        return {r.key: tuple(r.token_ids) for r in backend.generate(reqs, SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True))}
+
+
+@pytest.mark.parametrize("window", [None, WINDOW])
+def test_greedy_output_equals_hugging_face_generate_with_ragged_prompts_and_refills(window):
+    model = tiny_qwen2(window=window)
+    reqs = requests()
+    out = quench_greedy(model, reqs, 24, batch_size=2)
+    for r in reqs:
+        assert out[r.key] == hf_greedy(model, r, 24), r.key
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "draft", "hybrid"])
+def test_speculative_greedy_equals_regular_greedy(drafter):
+    model = tiny_qwen2()
+    reqs = requests()
+    regular = quench_greedy(model, reqs, 24, batch_size=3)
+    draft = perturbed(model, 0.3) if drafter != "ngram" else None
+    fixed = {"draft_length": "fixed", "draft_tokens": 4} if drafter != "ngram" else {"ngram_min": 1}
+    assert quench_greedy(model, reqs, 24, draft, batch_size=3, drafter=drafter, **fixed) == regular
+
+
+@pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_invariant_logits_bits_do_not_depend_on_the_batch_or_the_step_width(dtype):
+    """Each sequence fed one token at a time alone against all of them in ragged chunks of 1-6 tokens, 2 threads."""
+    model = tiny_qwen2(dtype)
+    runner = LlamaRunner(model, batch_invariant=True)
+    rng = random.Random(0)
+    seqs = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(5, 24))] for _ in range(6)]
+    alone = []
+    for seq in seqs:
+        cache = runner.new_cache(1, 32)
+        alone.append(torch.cat([runner.forward(cache, torch.tensor([[t]]), torch.tensor([i]))[0] for i, t in enumerate(seq)]))
+    cache = runner.new_cache(len(seqs), 32)
+    done, got = [0] * len(seqs), [[] for _ in seqs]
+    with torch_threads(2):
+        while any(d < len(s) for d, s in zip(done, seqs)):
+            counts = [min(rng.randint(1, 6), len(s) - d) for d, s in zip(done, seqs)]
+            tokens = torch.zeros(len(seqs), max(counts), dtype=torch.long)
+            for b, (d, n) in enumerate(zip(done, counts)):
+                tokens[b, :n] = torch.tensor(seqs[b][d : d + n])
+            logits = runner.forward(cache, tokens, torch.tensor(done), counts=torch.tensor(counts))
+            for b, n in enumerate(counts):
+                got[b].append(logits[b, :n])
+                done[b] += n
+    for b in range(len(seqs)):
+        assert torch.equal(torch.cat(got[b]), alone[b]), b
+
+
+@pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
+def test_batch_invariant_greedy_output_is_the_same_at_batch_1_and_8_with_prompt_lookup():
+    model = tiny_qwen2(torch.bfloat16)
+    reqs = requests()
+    alone = {}
+    for r in reqs:
+        alone.update(quench_greedy(model, [r], 24, batch_size=1, batch_invariant=True))
+    assert quench_greedy(model, reqs, 24, batch_size=8, batch_invariant=True) == alone
+    assert quench_greedy(model, reqs, 24, batch_size=8, batch_invariant=True, drafter="ngram", ngram_min=1) == alone
+
+
+def test_batch_invariance_is_refused_with_a_sliding_window():
+    with pytest.raises(ValueError, match="sliding windows"):
+        LlamaRunner(tiny_qwen2(window=WINDOW), batch_invariant=True)
