@@ -1,139 +1,401 @@
-"""quench's executor against mxeval's protocol on MBXP: identical verdicts, and throughput per language.
+"""quench's executor against mxeval's on MBXP: identical verdicts, and throughput per language.
 
-For each language the first `--problems` test problems are run twice each: the reference solution
-(MBGP has none: a few written here) and a wrong one that compiles and fails its tests. The same
-samples go through
+    PYTHONPATH=/path/to/mxeval .venv/bin/python benchmarks/mxeval_compare.py --problems 20 --workers 2 --repeats 2
 
-- quench: `SandboxPool` (bubblewrap, nobody, no network, the limits of Python programs), with
-  the shared read-only build cache (a precompiled `bits/stdc++.h`) and Java's single-JVM
-  source launcher;
-- mxeval: `mxeval.execution.check_correctness_*` when the `mxeval` package is importable (it is
-  not on PyPI: install it from amazon-science/mxeval), else the same commands mxeval runs
-  (`node x.js`; `go run x.go`; `g++ x.cpp -o x` then `./x`; `javac` then `java -cp . Main`), each
-  sample in a fresh temporary directory, unsandboxed, from a thread pool of the same size.
+For each language the first `--problems` test problems are run as two samples each where a
+solution is known: the reference solution (MBGP ships none: the Go solutions below) and a wrong
+answer that compiles and fails the first test case. The same samples go through
 
-Printed per language: samples, verdict agreement, programs per second of each and the ratio.
-Pool start-up and preparing the build cache are done before the clock starts (once per run and
-once per machine). Run: `.venv/bin/python benchmarks/mxeval_compare.py --problems 20 --workers 2`.
+- quench: `SandboxPool` (bubblewrap, nobody, no network, the limits of Python programs), with the
+  shared read-only build cache (the precompiled `bits/stdc++.h`, Java's class-data archive);
+- mxeval, in one of two modes, printed on the first line of the output:
+  - "mxeval package": `mxeval.execution.check_correctness_<language>` itself, when the package is
+    importable. It is not on PyPI: put a checkout of amazon-science/mxeval (or its
+    `mxeval/execution.py` in an `mxeval/` directory) on PYTHONPATH. It writes its files under its
+    own package directory.
+  - "mxeval replica": without the package, `mxeval_replica` below runs what `check_correctness_*`
+    runs: the program `prompt + completion + test` written to a uniquely named file in a
+    `<language>_exec_eval` directory (C++'s is `c#_exec_eval`, as in mxeval); JavaScript `node
+    <path>.js`; Go `go run <path>.go`; C++ `g++ <name>.cpp -o <name>_cpp` then `./<name>_cpp`, both
+    in that directory; Java `javac <dir>/main.java` then `java -cp <dir> Main` (run even when javac
+    failed, as mxeval does); output captured as text; builds limited to 100 s and runs to
+    `int(--timeout)` s; the file, binary or directory removed afterwards.
+  Either way unsandboxed, with the caller's environment (mxeval's Go uses the user's Go build
+  cache) plus NODE_PATH pointing at Debian's lodash (mxeval's setup installs lodash with npm),
+  from a thread pool of `--workers` threads, as `evaluate_functional_correctness` runs it.
+
+Printed per language and repeat: samples, verdict agreement, programs per second of each and the
+ratio. Before the clock starts: the pool's start-up, preparing the build cache, and one untimed
+sample through each executor. Repeats alternate which executor goes first, so a shared machine's
+load falls on both alike. The figures in docs/languages.md were measured in "mxeval package" mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 from quench.datasets import LANGUAGES, Problem, load_benchmark
 from quench.datasets.languages import NODE_PATH
 from quench.execution import SandboxLimits, SandboxPool
 from quench.execution.toolchains import has_toolchain, prepare
 
-GO_SOLUTIONS = {  # MBGP ships no reference solutions
-    "MBGP/11": "\tb := []byte(s)\n\tfor i := 0; i < len(b); i++ {\n\t\tif b[i] == ch[0] {\n\t\t\tb = append(b[:i:i], b[i+1:]...)\n"
-               "\t\t\tbreak\n\t\t}\n\t}\n\tfor i := len(b) - 1; i >= 0; i-- {\n\t\tif b[i] == ch[0] {\n"
-               "\t\t\tb = append(b[:i:i], b[i+1:]...)\n\t\t\tbreak\n\t\t}\n\t}\n\treturn string(b)\n}\n",
-    "MBGP/12": "\tsum := func(row []int) int {\n\t\ttotal := 0\n\t\tfor _, v := range row {\n\t\t\ttotal += v\n\t\t}\n"
-               "\t\treturn total\n\t}\n\tsort.Slice(M, func(i, j int) bool { return sum(M[i]) < sum(M[j]) })\n\treturn M\n}\n",
+# MBGP ships no reference solutions: correct ones for its first test problems (written with four
+# spaces, indented with tabs by `gofmt_indent`). Every one passes under both executors.
+GO_SOLUTIONS = {
+    "MBGP/11": """\
+    b := []byte(s)
+    for i := 0; i < len(b); i++ {
+        if b[i] == ch[0] {
+            b = append(b[:i:i], b[i+1:]...)
+            break
+        }
+    }
+    for i := len(b) - 1; i >= 0; i-- {
+        if b[i] == ch[0] {
+            b = append(b[:i:i], b[i+1:]...)
+            break
+        }
+    }
+    return string(b)
 }
-ENV = {**os.environ, "NODE_PATH": NODE_PATH}  # mxeval expects lodash where node finds it
+""",
+    "MBGP/12": """\
+    sum := func(row []int) int {
+        total := 0
+        for _, v := range row {
+            total += v
+        }
+        return total
+    }
+    sort.Slice(M, func(i, j int) bool { return sum(M[i]) < sum(M[j]) })
+    return M
+}
+""",
+    "MBGP/14": "    return float64(l*b*h) / 2\n}\n",
+    "MBGP/17": "    return 4 * a\n}\n",
+    "MBGP/18": """\
+    dirty := map[rune]bool{}
+    for _, c := range second_string {
+        dirty[c] = true
+    }
+    kept := []rune{}
+    for _, c := range string0 {
+        if !dirty[c] {
+            kept = append(kept, c)
+        }
+    }
+    return string(kept)
+}
+""",
+    "MBGP/19": """\
+    seen := map[int]bool{}
+    for _, n := range arraynums {
+        if seen[n] {
+            return true
+        }
+        seen[n] = true
+    }
+    return false
+}
+""",
+    "MBGP/20": """\
+    if x%2 == 0 {
+        return false
+    }
+    if x == 1 {
+        return true
+    }
+    x++
+    p := 0
+    for x%2 == 0 {
+        x /= 2
+        p++
+        if p == x {
+            return true
+        }
+    }
+    return false
+}
+""",
+    "MBGP/21": """\
+    out := make([]int, 0, m)
+    for i := 1; i <= m; i++ {
+        out = append(out, i*n)
+    }
+    return out
+}
+""",
+    "MBGP/22": """\
+    seen := map[int]bool{}
+    for _, n := range nums {
+        if seen[n] {
+            return n
+        }
+        seen[n] = true
+    }
+    return -1
+}
+""",
+    "MBGP/23": """\
+    best := -1 << 62
+    for _, row := range list1 {
+        total := 0
+        for _, v := range row {
+            total += v
+        }
+        if total > best {
+            best = total
+        }
+    }
+    return best
+}
+""",
+    "MBGP/24": """\
+    decimal, place := 0, 1
+    for binary > 0 {
+        decimal += binary % 10 * place
+        place *= 2
+        binary /= 10
+    }
+    return decimal
+}
+""",
+    "MBGP/28": """\
+    if k > n-k {
+        k = n - k
+    }
+    result := 1
+    for i := 0; i < k; i++ {
+        result = result * (n - i) / (i + 1)
+    }
+    return result
+}
+""",
+    "MBGP/29": """\
+    odd := 0
+    for _, v := range arr[:arr_size] {
+        odd ^= v
+    }
+    return odd
+}
+""",
+    "MBGP/30": """\
+    count := 0
+    for i := 0; i < len(s); i++ {
+        for j := i; j < len(s); j++ {
+            if s[i] == s[j] {
+                count++
+            }
+        }
+    }
+    return count
+}
+""",
+    "MBGP/33": """\
+    binary, place := 0, 1
+    for N > 0 {
+        binary += N % 2 * place
+        place *= 10
+        N /= 2
+    }
+    return binary
+}
+""",
+}
 WRONG = {  # compiles, then fails the first test case
     "javascript": "    throw new Error('wrong');\n}\n",
     "go": '\tpanic("wrong")\n}\n',
     "cpp": "    throw runtime_error(\"wrong\");\n}\n",
     "java": '        throw new RuntimeException("wrong");\n    }\n}\n',
 }
+BUILD_TIMEOUT_S = 100  # mxeval's compile_timeout
+Case = tuple[Problem, str]
 
 
-def samples(benchmark: str, language: str, count: int) -> list[tuple[Problem, str]]:
-    """(problem, completion): references (where given) and a wrong answer per problem."""
-    problems = load_benchmark(benchmark)
+def gofmt_indent(text: str) -> str:
+    """Leading groups of four spaces as tabs, as gofmt indents."""
+    return re.sub(r"(?m)^((?:    )+)", lambda match: "\t" * (len(match.group(1)) // 4), text)
+
+
+def go_solutions() -> dict[str, str]:
+    """Task id → a correct MBGP completion."""
+    return {task_id: gofmt_indent(body) for task_id, body in GO_SOLUTIONS.items()}
+
+
+def samples(language: str, count: int) -> list[Case]:
+    """(problem, completion): the known solutions of the first `count` test problems, then a wrong answer each."""
+    problems = load_benchmark(LANGUAGES[language].benchmark)
     if language == "go":
+        known = go_solutions()
         chosen = problems[:count]
-        right = [(p, GO_SOLUTIONS[p.task_id]) for p in chosen if p.task_id in GO_SOLUTIONS]
+        right = [(p, known[p.task_id]) for p in chosen if p.task_id in known]
     else:
         chosen = [p for p in problems if p.canonical_solution][:count]
         right = [(p, p.canonical_solution) for p in chosen]
     return right + [(p, WRONG[language]) for p in chosen]
 
 
-def run_quench(pool: SandboxPool, cases: list[tuple[Problem, str]]) -> tuple[list[bool], float]:
+def mxeval_module_path() -> str | None:
+    """Where the importable `mxeval` package lives, or None."""
+    spec = importlib.util.find_spec("mxeval")
+    return None if spec is None else str(spec.submodule_search_locations[0] if spec.submodule_search_locations else spec.origin)
+
+
+class MxevalReplica:
+    """mxeval's `check_correctness_*` for one language, run the same way without the package."""
+
+    def __init__(self, language: str, root: str) -> None:
+        self.language = language
+        folder = "c#" if language == "cpp" else language  # mxeval's C++ helper is called with language="c#"
+        self.directory = os.path.join(root, f"{folder}_exec_eval")
+        os.makedirs(self.directory, exist_ok=True)
+        self.names = itertools.count()
+        self.lock = threading.Lock()
+
+    def unique_base(self) -> str:
+        with self.lock:
+            return os.path.join(self.directory, f"sample{next(self.names)}")
+
+    def __call__(self, problem: Problem, completion: str, timeout: float) -> bool:
+        program = problem.prompt + completion + problem.test
+        base = self.unique_base()
+        if self.language == "java":
+            return self.java(base, program, timeout)
+        extension = {"javascript": ".js", "go": ".go", "cpp": ".cpp"}[self.language]
+        with open(base + extension, "w") as handle:
+            handle.write(program)
+        name = os.path.basename(base)
+        try:
+            if self.language == "cpp":
+                built = capture(["g++", f"{name}.cpp", "-o", f"{name}_cpp"], BUILD_TIMEOUT_S, self.directory)
+                return built == 0 and capture([f"./{name}_cpp"], int(timeout), self.directory) == 0
+            command = ["node", base + ".js"] if self.language == "javascript" else ["go", "run", base + ".go"]
+            return capture(command, int(timeout), None) == 0
+        except Exception:  # noqa: BLE001 - mxeval counts any failure to run as not passed
+            return False
+        finally:
+            for leftover in (base + extension, base + "_cpp"):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
+
+    def java(self, base: str, program: str, timeout: float) -> bool:
+        os.makedirs(base)
+        path = os.path.join(base, "main.java")
+        with open(path, "w") as handle:
+            handle.write(program)
+        try:
+            built = capture(["javac", path], BUILD_TIMEOUT_S, None)
+            ran = capture(["java", "-cp", base, "Main"], int(timeout), None)  # mxeval runs it whatever javac said
+            return built == 0 and ran == 0
+        except Exception:  # noqa: BLE001
+            return False
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def capture(argv: list[str], timeout: float, cwd: str | None) -> int:
+    """Exit status of `argv`, output captured as text (as mxeval's subprocess.run calls)."""
+    return subprocess.run(argv, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=cwd, check=False).returncode
+
+
+def mxeval_checker(language: str, root: str) -> Callable[[Problem, str, float], bool]:
+    """The mxeval verdict of one sample: the package's function when importable, else the replica."""
+    if mxeval_module_path() is None:
+        return MxevalReplica(language, root)
+    from mxeval import execution  # type: ignore[import-not-found]
+
+    check = getattr(execution, f"check_correctness_{language}")
+
+    def checked(problem: Problem, completion: str, timeout: float) -> bool:
+        row = {"task_id": problem.task_id, "prompt": problem.prompt, "test": problem.test,
+               "entry_point": problem.entry_point}
+        return bool(check(row, completion, timeout)["passed"])
+
+    return checked
+
+
+def run_quench(pool: SandboxPool, cases: list[Case]) -> tuple[list[bool], float]:
     start = time.perf_counter()
     results = pool.run_many([problem.program(completion) for problem, completion in cases])
     return [result.passed for result in results], time.perf_counter() - start
 
 
-def mxeval_commands(language: str, directory: str) -> tuple[str, list[list[str]], list[str]]:
-    """mxeval's file name, build commands and run command for one language."""
-    if language == "javascript":
-        return "x.js", [], ["node", "x.js"]
-    if language == "go":
-        return "x.go", [], ["go", "run", "x.go"]
-    if language == "cpp":
-        return "x.cpp", [["g++", "x.cpp", "-o", "x_cpp"]], ["./x_cpp"]
-    return "main.java", [["javac", "main.java"]], ["java", "-cp", directory, "Main"]
-
-
-def mxeval_protocol(language: str, problem: Problem, completion: str, timeout: float) -> bool:
-    """One sample as mxeval runs it: prompt + completion + test, built and run in a fresh directory."""
-    with tempfile.TemporaryDirectory() as directory:
-        name, builds, command = mxeval_commands(language, directory)
-        with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
-            handle.write(problem.prompt + completion + problem.test)
-        try:
-            for build in builds:
-                if subprocess.run(build, cwd=directory, capture_output=True, timeout=100, env=ENV).returncode != 0:
-                    return False
-            return subprocess.run(command, cwd=directory, capture_output=True, timeout=timeout, env=ENV).returncode == 0
-        except subprocess.TimeoutExpired:
-            return False
-
-
-def mxeval_one(language: str, problem: Problem, completion: str, timeout: float) -> bool:
-    if importlib.util.find_spec("mxeval") is None:
-        return mxeval_protocol(language, problem, completion, timeout)
-    from mxeval import execution  # type: ignore[import-not-found]
-
-    check = getattr(execution, f"check_correctness_{language}")
-    row = {"task_id": problem.task_id, "prompt": problem.prompt, "test": problem.test, "entry_point": problem.entry_point}
-    return bool(check(row, completion, timeout)["passed"])
-
-
-def run_mxeval(language: str, cases: list[tuple[Problem, str]], workers: int, timeout: float) -> tuple[list[bool], float]:
+def run_mxeval(check: Callable[[Problem, str, float], bool], cases: list[Case], workers: int,
+               timeout: float) -> tuple[list[bool], float]:
     start = time.perf_counter()
     with ThreadPoolExecutor(workers) as threads:
-        verdicts = list(threads.map(lambda case: mxeval_one(language, case[0], case[1], timeout), cases))
+        verdicts = list(threads.map(lambda case: check(case[0], case[1], timeout), cases))
     return verdicts, time.perf_counter() - start
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--problems", type=int, default=20, help="test problems per language")
     parser.add_argument("--workers", type=int, default=2, help="parallel programs, both executors")
     parser.add_argument("--timeout", type=float, default=15.0, help="seconds per program (build and run)")
+    parser.add_argument("--repeats", type=int, default=2, help="measurements per language, printed one by one")
     parser.add_argument("--languages", default="javascript,go,cpp,java")
-    args = parser.parse_args()
-    source = "mxeval package" if importlib.util.find_spec("mxeval") else "mxeval's commands (package not installed)"
-    print(f"quench SandboxPool (bwrap) vs {source}; {args.workers} workers, {args.problems} problems per language")
-    print(f"{'language':<11} {'samples':>7} {'agree':>7} {'quench/s':>9} {'mxeval/s':>9} {'ratio':>6}")
-    with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout), isolation="bwrap") as pool:
+    args = parser.parse_args(argv)
+    for name in ("problems", "workers", "repeats"):
+        if getattr(args, name) < 1:
+            parser.exit(2, f"error: --{name} must be at least 1, got {getattr(args, name)}\n")
+    if not args.timeout > 0:
+        parser.exit(2, f"error: --timeout must be positive, got {args.timeout}\n")
+    unknown = [name for name in args.languages.split(",") if name not in LANGUAGES]
+    if unknown:
+        parser.exit(2, f"error: --languages: unknown {', '.join(unknown)} (choose from {', '.join(LANGUAGES)})\n")
+    return args
+
+
+def compare(language: str, pool: SandboxPool, args: argparse.Namespace, root: str) -> None:
+    """Print one row per repeat for `language`."""
+    prepare(language)
+    cases = samples(language, args.problems)
+    check = mxeval_checker(language, root)
+    run_quench(pool, cases[-1:])  # untimed: first-use costs (page cache, archives) of each executor
+    run_mxeval(check, cases[-1:], 1, args.timeout)
+    for repeat in range(args.repeats):
+        if repeat % 2 == 0:
+            ours, ours_s = run_quench(pool, cases)
+            theirs, theirs_s = run_mxeval(check, cases, args.workers, args.timeout)
+        else:
+            theirs, theirs_s = run_mxeval(check, cases, args.workers, args.timeout)
+            ours, ours_s = run_quench(pool, cases)
+        agree = sum(a == b for a, b in zip(ours, theirs)) / len(cases)
+        rate_ours, rate_theirs = len(cases) / ours_s, len(cases) / theirs_s
+        print(f"{language:<11} {repeat + 1:>6} {len(cases):>7} {agree:>7.1%} {rate_ours:>9.2f} {rate_theirs:>9.2f} "
+              f"{rate_ours / rate_theirs:>5.2f}x  (passed: quench {sum(ours)}, mxeval {sum(theirs)})")
+        sys.stdout.flush()
+
+
+def main() -> int:
+    args = parse_args()
+    os.environ["NODE_PATH"] = NODE_PATH  # mxeval's harness requires lodash where node finds it
+    location = mxeval_module_path()
+    mode = f"mxeval package ({location})" if location else "mxeval replica (package not importable)"
+    print(f"quench SandboxPool (bwrap) vs {mode}; {args.workers} workers, {args.problems} problems per language; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'language':<11} {'repeat':>6} {'samples':>7} {'agree':>7} {'quench/s':>9} {'mxeval/s':>9} {'ratio':>6}")
+    with tempfile.TemporaryDirectory(prefix="mxeval-replica-") as root, \
+            SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout), isolation="bwrap") as pool:
         for language in args.languages.split(","):
             if not has_toolchain(language):
                 print(f"{language:<11} skipped: no toolchain here")
                 continue
-            prepare(language)
-            cases = samples(LANGUAGES[language].benchmark, language, args.problems)
-            ours, ours_s = run_quench(pool, cases)
-            theirs, theirs_s = run_mxeval(language, cases, args.workers, args.timeout)
-            agree = sum(a == b for a, b in zip(ours, theirs)) / len(cases)
-            rate_ours, rate_theirs = len(cases) / ours_s, len(cases) / theirs_s
-            print(f"{language:<11} {len(cases):>7} {agree:>7.1%} {rate_ours:>9.2f} {rate_theirs:>9.2f} "
-                  f"{rate_ours / rate_theirs:>5.2f}x  (passed: quench {sum(ours)}, mxeval {sum(theirs)})")
-            sys.stdout.flush()
+            compare(language, pool, args, root)
     return 0
 
 

@@ -10,9 +10,10 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 Per language:
 - JavaScript: `node main.js`; when it fails, `node --check main.js` tells a syntax error (a
   compile error) from a failed test. The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
-- Go: the compiler and linker against the precompiled standard library of the Go installation
-  (what `go run` does, without its build cache, debug information or symbol table); `go build`
-  with a private cache where the installation ships no precompiled library.
+- Go: the compiler and linker against the precompiled standard library of the Go installation,
+  with `go run`'s flags (no debug information or symbol table) but without the go command, its
+  build cache or a garbage collector in either tool; `go build` with a private cache where the
+  installation ships no precompiled library.
 - C++: `g++ main.cpp` (mxeval's flags), with a shared read-only precompiled `bits/stdc++.h`
   when one has been prepared (quench.execution.toolchains).
 - Java: one JVM compiles and runs the source (`java Main.java`, the single-file launcher), with a
@@ -22,7 +23,7 @@ Per language:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LAUNCHER = '''\
 import os, shutil, subprocess
@@ -46,12 +47,13 @@ def run(argv, log, env):
     with open(log, "wb") as out:
         return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
 
-def build_and_run(source, name, builds, command, env, compile_mark, syntax_check):
-    env = {**os.environ, **{key: value.replace("{cwd}", os.getcwd()) for key, value in env.items()}}
+def build_and_run(source, name, builds, command, env, build_env, compile_mark, syntax_check):
+    env = {**os.environ, **env}
     with open(name, "w", encoding="utf-8") as handle:
         handle.write(source)
+    builder = {**env, **{key: value.replace("{cwd}", os.getcwd()) for key, value in build_env.items()}}
     for build in builds:
-        if run(build, "build.log", env) != 0:
+        if run(build, "build.log", builder) != 0:
             raise CompileError(head("build.log"))
     with open("run.log", "wb") as out:
         status = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out, env=env).returncode
@@ -94,7 +96,12 @@ JAVA_FLAGS = ("-Xss8m", "-Xmx512m", "-XX:ReservedCodeCacheSize=64m", "-XX:Compre
               "-XX:MaxMetaspaceSize=128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
               "-Xshare:auto")
 JAVA_COMPILE_MARK = "error: compilation failed"  # the single-file launcher's last line when javac fails
-GO_BUILD_ENV = {"GOCACHE": "{cwd}/gocache", "GOPATH": "{cwd}/gopath", "GO111MODULE": "off", "CGO_ENABLED": "0", "GOFLAGS": ""}
+# The Go compiler and linker are short-lived and allocate little: without a collector they do the
+# same work in less CPU time, and GOMEMLIMIT brings the collector back should a build grow past it.
+# Only the build sees these (the program runs with Go's defaults); `go build`, the fallback, keeps
+# its cache in the scratch directory.
+GO_BUILD_ENV = {"GOGC": "off", "GOMEMLIMIT": "512MiB", "GOCACHE": "{cwd}/gocache", "GOPATH": "{cwd}/gopath",
+                "GO111MODULE": "off", "CGO_ENABLED": "0", "GOFLAGS": ""}
 
 
 def language_of(benchmark: str) -> str:
@@ -118,17 +125,29 @@ def source(language: str, prompt: str, completion: str, test: str) -> str:
     return prompt + completion + test
 
 
-def toolchain_steps(language: str) -> tuple[str, str, dict[str, str], str, list[str]]:
-    """Launcher expressions for the build commands and the run command, the extra environment,
-    the compile-error mark in a failed run's output, and the syntax check of a failed run."""
+@dataclass(frozen=True)
+class Toolchain:
+    """How the launcher builds and runs one language's program."""
+
+    builds: str  # launcher expression for the build commands (argv lists), run in order
+    command: str  # launcher expression for the run command
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of every step
+    build_env: dict[str, str] = field(default_factory=dict)  # extra environment of the builds only
+    compile_mark: str = ""  # a failed run whose output ends with this is a compile error
+    syntax_check: tuple[str, ...] = ()  # run after a failed run: failing it makes a compile error
+
+
+def toolchain(language: str) -> Toolchain:
+    """The build and run steps of `language` (not Python)."""
     if language == "javascript":
-        return "[]", repr(["node", "main.js"]), {"NODE_PATH": NODE_PATH}, "", ["node", "--check", "main.js"]
+        return Toolchain("[]", repr(["node", "main.js"]), {"NODE_PATH": NODE_PATH},
+                         syntax_check=("node", "--check", "main.js"))
     if language == "cpp":
-        return "cpp_builds()", repr(["./main"]), {}, "", []
+        return Toolchain("cpp_builds()", repr(["./main"]))
     if language == "java":
-        return "[]", "java_command()", {}, JAVA_COMPILE_MARK, []
+        return Toolchain("[]", "java_command()", compile_mark=JAVA_COMPILE_MARK)
     if language == "go":
-        return "go_builds()", repr(["./main"]), GO_BUILD_ENV, "", []
+        return Toolchain("go_builds()", repr(["./main"]), build_env=GO_BUILD_ENV)
     raise ValueError(f"no toolchain for language {language!r}")
 
 
@@ -144,12 +163,12 @@ def java_command():  # the class-data archive of the source launcher (javac's cl
     shared = ["-XX:SharedArchiveFile=" + archive] if os.path.isfile(archive) else []
     return ["java", *shared, *JAVA_FLAGS, "Main.java"]
 
-def go_builds():  # what `go run` does, without its build cache: compile and link against the precompiled library
+def go_builds():  # what `go run` does (its compiler and linker flags), without the go command or its build cache
     goroot = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("go") or "/nonexistent/bin/go")))
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
     tools = os.path.join(goroot, "pkg", "tool", "linux_" + arch)
     if os.path.exists(os.path.join(goroot, "pkg", "linux_" + arch, "fmt.a")) and os.path.exists(tools):
-        return [[tools + "/compile", "-p", "main", "-dwarf=false", "-o", "main.o", "main.go"],
+        return [[tools + "/compile", "-p", "main", "-complete", "-nolocalimports", "-dwarf=false", "-o", "main.o", "main.go"],
                 [tools + "/link", "-s", "-w", "-o", "main", "main.o"]]
     return [["go", "build", "-o", "main", "main.go"]]
 '''
@@ -157,8 +176,7 @@ def go_builds():  # what `go run` does, without its build cache: compile and lin
 
 def launcher(language: str, program_source: str) -> str:
     """The Python program that builds and runs `program_source` in the sandbox's scratch directory."""
-    spec = LANGUAGES[language]
-    builds, command, env, mark, check = toolchain_steps(language)
-    call = (f"build_and_run({program_source!r}, {spec.source_name!r}, {builds}, {command}, {env!r}, {mark!r}, "
-            f"{check!r})\n")
+    spec, steps = LANGUAGES[language], toolchain(language)
+    call = (f"build_and_run({program_source!r}, {spec.source_name!r}, {steps.builds}, {steps.command}, {steps.env!r}, "
+            f"{steps.build_env!r}, {steps.compile_mark!r}, {list(steps.syntax_check)!r})\n")
     return LAUNCHER + BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS))) + "\n" + call
