@@ -245,3 +245,23 @@ def test_references_pass_without_namespaces_too() -> None:
     with SandboxPool(2, slow_builds, isolation="rlimits", python=mode_python("rlimits")) as sandbox:
         results = sandbox.run_many([problem.program(solution) for problem, solution in cases])
     assert [r.outcome for r in results] == [Outcome.passed] * len(cases), [r.detail for r in results]
+
+
+def test_a_javascript_syntax_error_at_run_time_is_a_failure_and_one_at_parse_time_a_compile_error(
+        pool: SandboxPool) -> None:
+    """Only a failed run that names a parse error is checked with `node --check`; the check decides."""
+    needs("javascript")
+    programs = {
+        "json": 'JSON.parse("{oops");\n',  # a SyntaxError thrown by running code
+        "recursion": "function f(n) { return f(n + 1) + 1; }\nf(0);\n",  # a RangeError thrown by running code
+        "thrown": 'throw new Error("no parse error here");\n',
+        "parse": "const x = (;\n",
+        "early": "let a = 1;\nlet a = 2;\n",  # an early error: the file never runs
+        "nested": "const x = " + "[" * 3000 + "]" * 3000 + ";\n",  # deeper than the parser's stack: a RangeError
+    }
+    results = dict(zip(programs, pool.run_many([whole("javascript", text) for text in programs.values()])))
+    outcomes = {name: result.outcome for name, result in results.items()}
+    assert outcomes == {"json": Outcome.failed, "recursion": Outcome.failed, "thrown": Outcome.failed,
+                        "parse": Outcome.compile_error, "early": Outcome.compile_error,
+                        "nested": Outcome.compile_error}, results
+    assert "SyntaxError" in results["early"].detail

@@ -8,8 +8,8 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 (the `compile_error` outcome); a run that exits non-zero raises `ProgramFailed` (`failed`).
 
 Per language:
-- JavaScript: `node main.js`; when it fails, `node --check main.js` tells a syntax error (a
-  compile error) from a failed test. The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
+- JavaScript: `node main.js`; when it fails naming a SyntaxError (or a RangeError), `node --check
+  main.js` tells a syntax error (a compile error) from a failed test. The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
 - Go: the compiler and linker against the precompiled standard library of the Go installation,
   with `go run`'s flags (no debug information or symbol table) but without the go command, its
   build cache or a garbage collector in either tool; `go build` with a private cache where the
@@ -47,7 +47,12 @@ def run(argv, log, env):
     with open(log, "wb") as out:
         return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
 
-def build_and_run(source, name, builds, command, env, build_env, compile_mark, syntax_check):
+def mentions(path, words):
+    with open(path, "rb") as handle:
+        text = handle.read()
+    return any(word.encode() in text for word in words)
+
+def build_and_run(source, name, builds, command, env, build_env, compile_mark, syntax_check, syntax_marks):
     env = {**os.environ, **env}
     with open(name, "w", encoding="utf-8") as handle:
         handle.write(source)
@@ -61,7 +66,8 @@ def build_and_run(source, name, builds, command, env, build_env, compile_mark, s
         text = head("run.log")
         if compile_mark and compile_mark in tail("run.log"):
             raise CompileError(text)
-        if syntax_check and run(syntax_check, "check.log", env) != 0:  # only failed runs pay for the check
+        # only a failed run that names a parse error pays for the check
+        if syntax_check and mentions("run.log", syntax_marks) and run(syntax_check, "check.log", env) != 0:
             raise CompileError(head("check.log"))
         how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
         raise ProgramFailed(f"{how}: {text}" if text else how)
@@ -90,6 +96,9 @@ LANGUAGES: dict[str, Language] = {
 }
 BENCHMARK_LANGUAGES = {language.benchmark: language.name for language in LANGUAGES.values()}
 NODE_PATH = "/usr/share/nodejs:/usr/lib/nodejs:/usr/lib/node_modules:/usr/local/lib/node_modules"
+# Node prints a file it cannot parse as one of these (V8's early errors are SyntaxErrors; code nested
+# past the parser's stack is a RangeError); a failed run that names neither ran, so it parsed.
+NODE_PARSE_ERRORS = ("SyntaxError", "RangeError")
 # A JVM inside the address-space limit: small fixed reservations, one GC thread, no JIT tiers
 # beyond C1 (the programs are tiny; start-up dominates).
 JAVA_FLAGS = ("-Xss8m", "-Xmx512m", "-XX:ReservedCodeCacheSize=64m", "-XX:CompressedClassSpaceSize=64m",
@@ -135,13 +144,14 @@ class Toolchain:
     build_env: dict[str, str] = field(default_factory=dict)  # extra environment of the builds only
     compile_mark: str = ""  # a failed run whose output ends with this is a compile error
     syntax_check: tuple[str, ...] = ()  # run after a failed run: failing it makes a compile error
+    syntax_marks: tuple[str, ...] = ()  # ... a failed run whose output has one of these (any, if empty)
 
 
 def toolchain(language: str) -> Toolchain:
     """The build and run steps of `language` (not Python)."""
     if language == "javascript":
         return Toolchain("[]", repr(["node", "main.js"]), {"NODE_PATH": NODE_PATH},
-                         syntax_check=("node", "--check", "main.js"))
+                         syntax_check=("node", "--check", "main.js"), syntax_marks=NODE_PARSE_ERRORS)
     if language == "cpp":
         return Toolchain("cpp_builds()", repr(["./main"]))
     if language == "java":
@@ -178,5 +188,6 @@ def launcher(language: str, program_source: str) -> str:
     """The Python program that builds and runs `program_source` in the sandbox's scratch directory."""
     spec, steps = LANGUAGES[language], toolchain(language)
     call = (f"build_and_run({program_source!r}, {spec.source_name!r}, {steps.builds}, {steps.command}, {steps.env!r}, "
-            f"{steps.build_env!r}, {steps.compile_mark!r}, {list(steps.syntax_check)!r})\n")
+            f"{steps.build_env!r}, {steps.compile_mark!r}, {list(steps.syntax_check)!r}, "
+            f"{list(steps.syntax_marks) or ['']!r})\n")
     return LAUNCHER + BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS))) + "\n" + call
