@@ -117,15 +117,16 @@ def hf_greedy(model, request: GenerationRequest, max_new_tokens: int) -> tuple[i
 
 def quench_greedy(model, reqs, max_new_tokens: int, draft_model=None, **config) -> dict[str, tuple[int, ...]]:
     backend = QuenchBackend(model, char_tokenizer(), EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)
-    assert type(backend.runner).__name__ == "LlamaRunner"
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
+    assert type(backend.runner).__name__ == ("LlamaRunner" if config.get("fast_path", True) else "HFRunner")
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, min_tokens=max_new_tokens)
     return {r.key: tuple(r.token_ids) for r in backend.generate(reqs, sampling)}
 
 
-def test_greedy_output_equals_hugging_face_generate_past_the_window_with_ragged_prompts_and_refills():
+@pytest.mark.parametrize("fast_path", [True, False])  # the generic path masks each layer type's window too
+def test_greedy_output_equals_hugging_face_generate_past_the_window_with_ragged_prompts_and_refills(fast_path):
     model = tiny_gemma()
     reqs = requests()
-    out = quench_greedy(model, reqs, 3 * WINDOW, batch_size=2)
+    out = quench_greedy(model, reqs, 3 * WINDOW, batch_size=2, fast_path=fast_path)
     for r in reqs:
         assert out[r.key] == hf_greedy(model, r, 3 * WINDOW), r.key
 

@@ -84,16 +84,17 @@ def hf_greedy(model, request: GenerationRequest, max_new_tokens: int) -> tuple[i
 
 def quench_greedy(model, reqs, max_new_tokens: int, draft_model=None, threads: int = 1, **config) -> dict[str, tuple[int, ...]]:
     backend = QuenchBackend(model, char_tokenizer(), EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)
-    assert type(backend.runner).__name__ == "LlamaRunner"
+    assert type(backend.runner).__name__ == ("LlamaRunner" if config.get("fast_path", True) else "HFRunner")
     with torch_threads(threads):
-        return {r.key: tuple(r.token_ids) for r in backend.generate(reqs, SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True))}
+        return {r.key: tuple(r.token_ids) for r in backend.generate(reqs, SamplingParams(max_new_tokens=max_new_tokens, min_tokens=max_new_tokens))}
 
 
 @pytest.mark.parametrize("window", [None, WINDOW])
-def test_greedy_output_equals_hugging_face_generate_with_ragged_prompts_and_refills(window):
+@pytest.mark.parametrize("fast_path", [True, False])  # the generic path masks the sliding layers' window too
+def test_greedy_output_equals_hugging_face_generate_with_ragged_prompts_and_refills(window, fast_path):
     model = tiny_qwen2(window=window)
     reqs = requests()
-    out = quench_greedy(model, reqs, 24, batch_size=2)
+    out = quench_greedy(model, reqs, 24, batch_size=2, fast_path=fast_path)
     for r in reqs:
         assert out[r.key] == hf_greedy(model, r, 24), r.key
 
@@ -150,3 +151,24 @@ def test_batch_invariant_greedy_output_is_the_same_at_batch_1_and_8_with_prompt_
 def test_batch_invariance_is_refused_with_a_sliding_window():
     with pytest.raises(ValueError, match="sliding windows"):
         LlamaRunner(tiny_qwen2(window=WINDOW), batch_invariant=True)
+
+
+def test_the_generic_path_masks_the_window_of_a_model_whose_every_layer_slides():
+    """Mistral (Qwen2's layer without biases, one window for every layer) runs on the generic path, windowed."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(
+        vocab_size=len(CHARS) + 3, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, sliding_window=WINDOW, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0,
+    )
+    model = MistralForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(4)
+            layer.self_attn.k_proj.weight.mul_(4)
+    reqs = requests()
+    out = quench_greedy(model, reqs, 24, batch_size=2, fast_path=False)
+    for r in reqs:
+        assert out[r.key] == hf_greedy(model, r, 24), r.key

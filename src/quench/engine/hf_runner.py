@@ -2,9 +2,11 @@
 
 The model gets explicit `position_ids`, a 4D attention mask (which Hugging Face passes through
 unchanged) and a `DynamicCache` subclass whose `update` writes each row's new keys/values at that
-row's own positions and returns the cache window. Limitation: sliding-window layers see the full
-window we pass, so models with sliding-window attention are exact only for sequences shorter than
-their window.
+row's own positions and returns the cache window. Sliding windows are masked here: a model whose layers
+all slide (Mistral's `sliding_window`) gets the windowed mask; one that mixes sliding and global layers
+(`layer_types`, e.g. Gemma 3 or Qwen2 with windows) gets a mask per layer type, which Hugging Face's models
+take as a dict. Other layer types (chunked, linear attention) get the causal mask alone: such models are
+exact only while every position is below their window.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import torch
 from transformers import DynamicCache
 
 from quench.engine import native
+from quench.engine.families import window_mask
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_rows
+
+MASKED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 
 
 class RaggedCache(DynamicCache):
@@ -48,6 +53,7 @@ class HFRunner:
         parameters = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
         self._additive_mask = getattr(model.config, "_attn_implementation", "eager") == "eager"
+        self._window, self._per_layer_type = sliding_window(model.config.get_text_config())
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         return KVCache(self.num_layers, batch, max_len, self.dtype, self.device)
@@ -87,9 +93,7 @@ class HFRunner:
         batch, num_new = tokens.shape
         window = attention_window(start, num_new, cache.max_len)
         positions = start[:, None] + torch.arange(num_new)  # (B, S)
-        mask = causal_mask(start, num_new, window)  # (B, 1, S, Tk)
-        if self._additive_mask:
-            mask = torch.zeros(mask.shape, dtype=self.dtype).masked_fill(~mask, torch.finfo(self.dtype).min)
+        mask = self._masks(causal_mask(start, num_new, window), start)  # (B, 1, S, Tk), or one per layer type
         kwargs = {self._cache_kwarg: RaggedCache(cache, positions, window)}
         output = self.model(
             input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
@@ -102,3 +106,30 @@ class HFRunner:
             states = states[torch.arange(batch), logits_at] if hidden else None  # (B, D)
         logits = logits if logits.dtype == torch.float64 else logits.float()
         return (logits, states) if hidden else logits
+
+    def _masks(self, mask: torch.Tensor, start: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The causal mask (B, 1, S, Tk) -> what the model's layers read: windowed where they slide, in the
+        attention implementation's form (additive float for eager, boolean otherwise)."""
+        if self._window is None:
+            return self._form(mask)
+        windowed = self._form(window_mask(mask, start, self._window))
+        return {"full_attention": self._form(mask), "sliding_attention": windowed} if self._per_layer_type else windowed
+
+    def _form(self, mask: torch.Tensor) -> torch.Tensor:
+        if not self._additive_mask:
+            return mask
+        return torch.zeros(mask.shape, dtype=self.dtype).masked_fill(~mask, torch.finfo(self.dtype).min)
+
+
+def sliding_window(config) -> tuple[int | None, bool]:
+    """(the window the model's sliding layers use, whether only some layers slide) from its text config;
+    (None, False) where no layer slides or where other layer types make the masks unknown here."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = set(getattr(config, "layer_types", None) or ())
+    if not window or not layer_types <= MASKED_LAYER_TYPES:
+        return None, False
+    if not layer_types:
+        return window, False  # every layer slides (Mistral)
+    if "sliding_attention" not in layer_types:
+        return None, False
+    return window, "full_attention" in layer_types
