@@ -25,7 +25,8 @@ answer that compiles and fails the first test case. The same samples go through
   from a thread pool of `--workers` threads, as `evaluate_functional_correctness` runs it.
 
 Printed per language and repeat: samples, verdict agreement, programs per second of each and the
-ratio. Before the clock starts: the pool's start-up, preparing the build cache, and one untimed
+ratio, then CPU milliseconds per program of each (quench: the pool's processes and all they ran;
+mxeval: the commands it ran) and their ratio, which a shared machine's load moves less. Before the clock starts: the pool's start-up, preparing the build cache, and one untimed
 sample through each executor. Repeats alternate which executor goes first, so a shared machine's
 load falls on both alike. The figures in docs/languages.md were measured in "mxeval package" mode.
 """
@@ -35,8 +36,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
+import math
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -48,7 +51,7 @@ from typing import Callable
 
 from quench.datasets import LANGUAGES, Problem, load_benchmark
 from quench.datasets.languages import NODE_PATH
-from quench.execution import SandboxLimits, SandboxPool
+from quench.execution import ExecutionResult, SandboxLimits, SandboxPool
 from quench.execution.toolchains import has_toolchain, prepare
 
 # MBGP ships no reference solutions: correct ones for its first test problems (written with four
@@ -250,7 +253,9 @@ def samples(language: str, count: int) -> list[Case]:
 def mxeval_module_path() -> str | None:
     """Where the importable `mxeval` package lives, or None."""
     spec = importlib.util.find_spec("mxeval")
-    return None if spec is None else str(spec.submodule_search_locations[0] if spec.submodule_search_locations else spec.origin)
+    if spec is None:
+        return None
+    return str(spec.submodule_search_locations[0] if spec.submodule_search_locations else spec.origin)
 
 
 class MxevalReplica:
@@ -327,18 +332,45 @@ def mxeval_checker(language: str, root: str) -> Callable[[Problem, str, float], 
     return checked
 
 
-def run_quench(pool: SandboxPool, cases: list[Case]) -> tuple[list[bool], float]:
-    start = time.perf_counter()
+def process_tree_cpu_s(roots: list[int]) -> float:
+    """CPU seconds of these processes, their living descendants and the descendants they reaped."""
+    total, stack, tick = 0.0, list(roots), os.sysconf("SC_CLK_TCK")
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                stack += [int(child) for child in handle.read().split()]
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    return total
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_quench(pool: SandboxPool, cases: list[Case]) -> tuple[list[ExecutionResult], float, float]:
+    """Results, wall seconds and CPU seconds (the pool's processes and everything they ran; NaN when
+    a worker was replaced meanwhile, which takes its CPU time with it)."""
+    workers = pool.worker_pids()
+    cpu, start = process_tree_cpu_s(workers), time.perf_counter()
     results = pool.run_many([problem.program(completion) for problem, completion in cases])
-    return [result.passed for result in results], time.perf_counter() - start
+    wall = time.perf_counter() - start
+    used = process_tree_cpu_s(workers) - cpu if pool.worker_pids() == workers else math.nan
+    return results, wall, used
 
 
 def run_mxeval(check: Callable[[Problem, str, float], bool], cases: list[Case], workers: int,
-               timeout: float) -> tuple[list[bool], float]:
-    start = time.perf_counter()
+               timeout: float) -> tuple[list[bool], float, float]:
+    """Verdicts, wall seconds and CPU seconds (the commands mxeval ran)."""
+    cpu, start = children_cpu_s(), time.perf_counter()
     with ThreadPoolExecutor(workers) as threads:
         verdicts = list(threads.map(lambda case: check(case[0], case[1], timeout), cases))
-    return verdicts, time.perf_counter() - start
+    return verdicts, time.perf_counter() - start, children_cpu_s() - cpu
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -369,15 +401,22 @@ def compare(language: str, pool: SandboxPool, args: argparse.Namespace, root: st
     run_mxeval(check, cases[-1:], 1, args.timeout)
     for repeat in range(args.repeats):
         if repeat % 2 == 0:
-            ours, ours_s = run_quench(pool, cases)
-            theirs, theirs_s = run_mxeval(check, cases, args.workers, args.timeout)
+            results, ours_s, ours_cpu = run_quench(pool, cases)
+            theirs, theirs_s, theirs_cpu = run_mxeval(check, cases, args.workers, args.timeout)
         else:
-            theirs, theirs_s = run_mxeval(check, cases, args.workers, args.timeout)
-            ours, ours_s = run_quench(pool, cases)
+            theirs, theirs_s, theirs_cpu = run_mxeval(check, cases, args.workers, args.timeout)
+            results, ours_s, ours_cpu = run_quench(pool, cases)
+        ours = [result.passed for result in results]
         agree = sum(a == b for a, b in zip(ours, theirs)) / len(cases)
         rate_ours, rate_theirs = len(cases) / ours_s, len(cases) / theirs_s
+        cpu_ours, cpu_theirs = 1000 * ours_cpu / len(cases), 1000 * theirs_cpu / len(cases)
         print(f"{language:<11} {repeat + 1:>6} {len(cases):>7} {agree:>7.1%} {rate_ours:>9.2f} {rate_theirs:>9.2f} "
-              f"{rate_ours / rate_theirs:>5.2f}x  (passed: quench {sum(ours)}, mxeval {sum(theirs)})")
+              f"{rate_ours / rate_theirs:>5.2f}x {cpu_ours:>8.0f} {cpu_theirs:>8.0f} {cpu_theirs / cpu_ours:>5.2f}x  "
+              f"(passed: quench {sum(ours)}, mxeval {sum(theirs)})")
+        for (problem, _), result, verdict in zip(cases, results, theirs):
+            if result.passed != verdict:
+                print(f"    disagree on {problem.task_id}: mxeval passed={verdict}, quench {result.outcome.value}: "
+                      f"{result.detail[:160]!r} after {result.seconds:.1f} s")
         sys.stdout.flush()
 
 
@@ -388,7 +427,8 @@ def main() -> int:
     mode = f"mxeval package ({location})" if location else "mxeval replica (package not importable)"
     print(f"quench SandboxPool (bwrap) vs {mode}; {args.workers} workers, {args.problems} problems per language; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'language':<11} {'repeat':>6} {'samples':>7} {'agree':>7} {'quench/s':>9} {'mxeval/s':>9} {'ratio':>6}")
+    print(f"{'language':<11} {'repeat':>6} {'samples':>7} {'agree':>7} {'quench/s':>9} {'mxeval/s':>9} {'ratio':>6} "
+          f"{'quench ms':>8} {'mxeval ms':>8} {'ratio':>6}   (ms: CPU per program)")
     with tempfile.TemporaryDirectory(prefix="mxeval-replica-") as root, \
             SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout), isolation="bwrap") as pool:
         for language in args.languages.split(","):

@@ -9,7 +9,8 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 
 Per language:
 - JavaScript: `node main.js`; when it fails naming a SyntaxError (or a RangeError), `node --check
-  main.js` tells a syntax error (a compile error) from a failed test. The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
+  main.js` tells a syntax error (a compile error) from a failed test. The harness needs lodash
+  (Debian `node-lodash`, on NODE_PATH).
 - Go: the compiler and linker against the precompiled standard library of the Go installation,
   with `go run`'s flags (no debug information or symbol table) but without the go command, its
   build cache or a garbage collector in either tool; `go build` with a private cache where the
@@ -178,8 +179,8 @@ def go_builds():  # what `go run` does (its compiler and linker flags), without 
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
     tools = os.path.join(goroot, "pkg", "tool", "linux_" + arch)
     if os.path.exists(os.path.join(goroot, "pkg", "linux_" + arch, "fmt.a")) and os.path.exists(tools):
-        return [[tools + "/compile", "-p", "main", "-complete", "-nolocalimports", "-dwarf=false", "-o", "main.o", "main.go"],
-                [tools + "/link", "-s", "-w", "-o", "main", "main.o"]]
+        compile = [tools + "/compile", "-p", "main", "-complete", "-nolocalimports", "-dwarf=false"]
+        return [[*compile, "-o", "main.o", "main.go"], [tools + "/link", "-s", "-w", "-o", "main", "main.o"]]
     return [["go", "build", "-o", "main", "main.go"]]
 '''
 
