@@ -15,14 +15,17 @@ WINDOW = 12  # sliding window of the tiny models' local layers: the tests run pa
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
 
 
-def tiny_gemma(dtype: torch.dtype = torch.float32, seed: int = 0, **overrides) -> Gemma3ForCausalLM:
+def tiny_gemma(
+    dtype: torch.dtype = torch.float32, seed: int = 0, layer_types: tuple[str, ...] = ("sliding_attention", "full_attention", "sliding_attention"),
+    **overrides,
+) -> Gemma3ForCausalLM:
     """3 layers (local, global, local), GQA, head size 16, its own attention scale and RoPE bases; the norm
     weights drawn at random (Gemma stores w - 1: the initial zeros would hide a missing offset)."""
     torch.manual_seed(seed)
     config = Gemma3TextConfig(
         vocab_size=len(CHARS) + 3, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=WINDOW,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention"], max_position_embeddings=128,
+        layer_types=list(layer_types), max_position_embeddings=128,
         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
         bos_token_id=1, eos_token_id=2, pad_token_id=0, **overrides,
@@ -141,6 +144,6 @@ def test_speculative_greedy_equals_regular_greedy(drafter):
     assert quench_greedy(model, reqs, 3 * WINDOW, draft, batch_size=3, drafter=drafter, **fixed) == regular
 
 
-def test_batch_invariance_is_refused_for_gemma():
+def test_batch_invariance_is_refused_for_gemma_even_without_sliding_layers():
     with pytest.raises(ValueError, match="gemma3_text"):
-        LlamaRunner(tiny_gemma(), batch_invariant=True)
+        LlamaRunner(tiny_gemma(layer_types=("full_attention",) * 3), batch_invariant=True)

@@ -17,14 +17,17 @@ WINDOW = 10
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
 
 
-def tiny_qwen2(dtype: torch.dtype = torch.float32, seed: int = 0, window: int | None = None) -> Qwen2ForCausalLM:
-    """2 layers, GQA, head size 8, random q/k/v biases (the init's zeros would hide a dropped bias); window: the
+def tiny_qwen2(
+    dtype: torch.dtype = torch.float32, seed: int = 0, window: int | None = None, hidden: int = 32
+) -> Qwen2ForCausalLM:
+    """2 layers, GQA, 4 heads, random q/k/v biases (the init's zeros would hide a dropped bias); window: the
     second layer attends over a sliding window of that many keys."""
     torch.manual_seed(seed)
     sliding = {"use_sliding_window": True, "sliding_window": window, "max_window_layers": 1} if window else {}
     config = Qwen2Config(
-        vocab_size=len(CHARS) + 3, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0, **sliding,
+        vocab_size=len(CHARS) + 3, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, **sliding,
     )
     model = Qwen2ForCausalLM(config)
     with torch.no_grad():
@@ -112,8 +115,9 @@ def test_speculative_greedy_equals_regular_greedy(drafter):
 @pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_batch_invariant_logits_bits_do_not_depend_on_the_batch_or_the_step_width(dtype):
-    """Each sequence fed one token at a time alone against all of them in ragged chunks of 1-6 tokens, 2 threads."""
-    model = tiny_qwen2(dtype)
+    """Each sequence fed one token at a time alone against all of them in ragged chunks of 1-6 tokens, 2 threads
+    (products wide enough that PyTorch's kernels would block them by row count)."""
+    model = tiny_qwen2(dtype, hidden=256)
     runner = LlamaRunner(model, batch_invariant=True)
     rng = random.Random(0)
     seqs = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(5, 24))] for _ in range(6)]
