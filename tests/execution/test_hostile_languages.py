@@ -109,3 +109,17 @@ def test_files_a_program_leaves_never_reach_the_next(pool: SandboxPool, language
         assert [r.outcome for r in left] == [Outcome.passed] * 2, [r.detail for r in left]
         found = pool.run_many([whole(language, FIND[language])] * 2)
         assert [r.outcome for r in found] == [Outcome.passed] * 2, [r.detail for r in found]
+
+
+RESULT_PIPE = {  # exits 0 when descriptor 3 (the sandbox's result pipe in the launcher) is closed to it
+    "go": 'package main\nimport "os"\nfunc main() {\n\tif _, err := os.NewFile(3, "pipe").Write([]byte("x")); err == nil {\n'
+          "\t\tos.Exit(1)\n\t}\n}\n",
+    "cpp": "#include <unistd.h>\nint main() { return write(3, \"x\", 1) == 1 ? 1 : 0; }\n",
+}
+
+
+@pytest.mark.parametrize("language", list(RESULT_PIPE))
+def test_the_launchers_result_pipe_is_closed_to_the_program(pool: SandboxPool, language: str) -> None:
+    needs(language)
+    [result] = pool.run_many([whole(language, RESULT_PIPE[language])])
+    assert result.outcome is Outcome.passed, result.detail
