@@ -98,6 +98,8 @@ def test_shipped_guard_for_the_default_model() -> None:
     model = SimpleNamespace(name=DEFAULT_PRESET, model=SimpleNamespace(config=SimpleNamespace(hidden_size=576)))
     guard = load_guard("auto", model)
     assert guard.hidden_size == 576 and guard.info.model == DEFAULT_PRESET
+    benchmarks = guard.info.trained_on.split()[0].split("+")
+    assert benchmarks == ["mbpp", "mbjsp", "mbgp", "mbcpp", "mbjp"]  # one guard for every language
 
 
 def test_dataset_round_trip_and_errors(tmp_path: Path, make_synthetic) -> None:
