@@ -10,6 +10,7 @@ machine's load falls on all alike):
   stops   the language's stop sequences (`default_stop_sequences`)
   NAME    stop sequences + the guard given as `--guard NAME=PATH` (`auto`: the shipped guard; a
           `{benchmark}` in PATH picks a guard per benchmark)
+`--score NAME=PATH` guards are not run, only scored on `limit`'s answers (no generation cost).
 Printed per benchmark: pass@1 with its 95% bootstrap interval over problems, tokens the engine
 generated, wall and CPU seconds, the ratios against `limit` and `stops`, and how many cleaned
 programs equal `limit`'s. Then each guard's token precision/recall of "stop" on `limit`'s answers,
@@ -176,9 +177,10 @@ def print_table(title: str, rows: dict) -> None:
 
 
 def print_guards(metrics: dict[str, StopMetrics], labelled: int, total: int) -> None:
-    print(f"guards on limit's answers ({labelled}/{total} labelled): "
-          + "; ".join(f"{n} P {m.precision:.3f} R {m.recall:.3f} early {m.early} never {m.never}"
-                      for n, m in metrics.items()))
+    print(f"guards on limit's answers ({labelled}/{total} labelled by the rule):")
+    for name, m in metrics.items():
+        print(f"  {name:12} precision {m.precision:.3f}  recall {m.recall:.3f}  cut early {m.early}  never {m.never}  "
+              f"generated {m.generated_share:.0%}")
 
 
 def totals(per_benchmark: dict[str, dict]) -> dict:
@@ -200,7 +202,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=20, help="the first N test problems of each benchmark")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
-    parser.add_argument("--guard", action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument("--guard", action="append", default=[], metavar="NAME=PATH", help="a guarded configuration")
+    parser.add_argument("--score", action="append", default=[], metavar="NAME=PATH",
+                        help="a guard scored on limit's answers only")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--chunk", type=int, default=10, help="problems per turn of the configurations")
     parser.add_argument("--max-new-tokens", type=int, default=300)
@@ -213,7 +217,7 @@ def main() -> None:
         raise SystemExit(f"error: --benchmarks: comma-separated from {','.join(BENCHMARKS)}, got {args.benchmarks!r}")
     if args.limit < 1:
         raise SystemExit(f"error: --limit must be at least 1, got {args.limit}")
-    guards = parse_guards(args.guard)
+    guards, scored = parse_guards(args.guard), parse_guards(args.score)
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, prompt_format=args.prompt_format)
     engines = Engines(loaded, args.batch_size)
@@ -226,9 +230,10 @@ def main() -> None:
         answers, costs = run_configs(problems, loaded, engines, guards, benchmark, args)
         passed, programs = execute(answers, by_id, loaded.prompt_format, args.workers)
         rows = summarize(answers, costs, passed, programs)
-        metrics, labelled = guard_metrics(answers["limit"], by_id, loaded, guards, benchmark) if guards else ({}, 0)
+        judged = guards | scored
+        metrics, labelled = guard_metrics(answers["limit"], by_id, loaded, judged, benchmark) if judged else ({}, 0)
         print_table(benchmark, rows)
-        if guards:
+        if judged:
             print_guards(metrics, labelled, len(problems))
         report[benchmark] = {"rows": rows, "passed": passed, "labelled": labelled,
                              "guards": {n: asdict(m) for n, m in metrics.items()},
