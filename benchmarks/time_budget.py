@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from quench.robustness.compare import difference_cell
-from quench.robustness.intervals import BootstrapConfig, mean_intervals, paired_difference
+from quench.execution.intervals import BootstrapConfig, mean_intervals, paired_difference
 from quench.robustness.tables import with_interval
 from quench.runs.budget_run import pass_first_and_all
 

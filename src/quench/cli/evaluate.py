@@ -61,11 +61,20 @@ def execute_into(
     return summary
 
 
+def format_scores(summary: Summary) -> str:
+    """`pass@1 0.0600 [0.0200, 0.1100]` per k: the point and its 95% interval."""
+    parts = []
+    for k, value in summary.pass_at_k.items():
+        interval = summary.intervals.get(k)
+        bounds = f" [{interval.low:.4f}, {interval.high:.4f}]" if interval and interval.low is not None else ""
+        parts.append(f"pass@{k} {value:.4f}{bounds}")
+    return "  ".join(parts)
+
+
 def print_summary(summary: Summary, out: Path) -> None:
-    scores = "  ".join(f"pass@{k} {v:.4f}" for k, v in summary.pass_at_k.items())
-    print(f"{summary.num_problems} problems, {summary.num_samples} samples: {scores}")
+    print(f"{summary.num_problems} problems, {summary.num_samples} samples: {format_scores(summary)} (95% intervals)")
     for name, part in summary.by_variant.items():
-        print(f"  {name}: {part.num_problems} problems, " + "  ".join(f"pass@{k} {v:.4f}" for k, v in part.pass_at_k.items()))
+        print(f"  {name}: {part.num_problems} problems, {format_scores(part)}")
     print("outcomes: " + ", ".join(f"{k} {v}" for k, v in summary.outcomes.items()))
     if summary.skipped:
         print(f"skipped {summary.skipped} invalid input line(s) (--skip-invalid)")

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from quench.errors import QuenchError
-from quench.robustness.intervals import BootstrapConfig, Interval, paired_difference, paired_drop_difference
+from quench.execution.intervals import BootstrapConfig, Interval, paired_difference, paired_drop_difference
 from quench.perturbations.base import CATEGORIES
 from quench.robustness.metrics import (
     ProblemCounts, RobustnessRun, outcomes_from_results, per_problem_values, problem_counts,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from quench.robustness.intervals import Interval
+from quench.execution.intervals import Interval
 from quench.robustness.metrics import GroupMetrics, RobustnessMetrics
 
 if TYPE_CHECKING:

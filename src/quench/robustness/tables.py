@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from quench.robustness.intervals import BootstrapConfig, Interval
+from quench.execution.intervals import BootstrapConfig, Interval
 from quench.robustness.metrics import GroupMetrics
 
 def method_note(bootstrap: BootstrapConfig) -> str:

@@ -1,5 +1,8 @@
 """Execute samples in the sandbox into a resumable `results.jsonl`, then summarise pass@k.
 
+Each pass@k comes with its 95% interval, by a seeded bootstrap over problems (`quench.execution.
+intervals`: 2,000 resamples, seed 0; with n > 1 samples the problems are resampled, not the samples).
+
 A sample is scored against the problem of its `task_id` and, for samples that `quench robustness`
 wrote, its `variant` ("nominal/full", "nominal/partial" or "transformation/seed"): the perturbed
 problem, with its own prompt, entry point and tests (docs/robustness.md).
@@ -14,9 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from quench.datasets.problem import Problem
 from quench.errors import QuenchError
-from quench.execution.passk import mean_pass_at_k
+from quench.execution.intervals import BootstrapConfig, Interval, mean_intervals
+from quench.execution.passk import mean_pass_at_k, pass_at_k_per_problem
 from quench.execution.sanitize import program_for
 from quench.runs.samples import JsonlAppender, read_records, resume_log
 
@@ -35,12 +41,14 @@ class Summary:
     by_variant: dict[str, "Summary"] = field(default_factory=dict)  # robustness samples: one per variant
     isolation: str = ""  # how programs ran: bwrap, rlimits or unconfined ("" when not known)
     unsafe_unconfined: bool = False  # the user allowed unconfined programs (--unsafe-unconfined)
+    intervals: dict[int, Interval] = field(default_factory=dict)  # k → 95% bootstrap interval of pass@k
 
     def to_json(self) -> dict:
         row = {
             "num_problems": self.num_problems,
             "num_samples": self.num_samples,
             "pass_at_k": {f"pass@{k}": v for k, v in self.pass_at_k.items()},
+            "pass_at_k_intervals": {f"pass@{k}": i.to_json() for k, i in self.intervals.items()},
             "outcomes": self.outcomes,
             "skipped_lines": self.skipped,
         }
@@ -143,7 +151,19 @@ def score(results: Sequence[dict], ks: Sequence[int], skipped: int = 0) -> Summa
         per_problem[problem_key(r)].append(bool(r["passed"]))
         outcomes[r["outcome"]] += 1
     counts = [(len(v), sum(v)) for v in per_problem.values()]
-    return Summary(len(per_problem), len(results), mean_pass_at_k(counts, ks), dict(sorted(outcomes.items())), skipped)
+    means = mean_pass_at_k(counts, ks)
+    return Summary(len(per_problem), len(results), means, dict(sorted(outcomes.items())), skipped,
+                   intervals=pass_at_k_intervals(counts, list(means)))
+
+
+def pass_at_k_intervals(
+    counts: Sequence[tuple[int, int]], ks: Sequence[int], config: BootstrapConfig = BootstrapConfig()
+) -> dict[int, Interval]:
+    """k → the 95% interval of mean pass@k, problems resampled together for every k."""
+    if not counts or not ks:
+        return {}
+    values = np.array([pass_at_k_per_problem(counts, k) for k in ks]).T  # (problems, len(ks))
+    return dict(zip(ks, mean_intervals(values, config)))
 
 
 def summarize(results: Sequence[dict], ks: Sequence[int] = (1, 10, 100), skipped: int = 0) -> Summary:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from quench.robustness.intervals import (
+from quench.execution.intervals import (
     TOO_FEW_NOMINAL,
     BootstrapConfig,
     Interval,
