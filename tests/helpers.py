@@ -12,6 +12,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from quench.engine.types import GenerationRequest
+
 CHARS = string.ascii_letters + string.digits + string.punctuation + " \n\t"
 # Tiny random models give every token ~1/vocab, so the shipped cumulative draft stop (0.15 at batch 1, 0.4
 # above) would end every model draft at its floor: engine configs of tests about drafting add this.
@@ -82,3 +84,39 @@ def torch_threads(count: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def hf_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's logits in float64, (B, T, V)."""
+    with torch.no_grad():
+        return model(ids).logits.to(torch.float64)  # (B, T, V)
+
+
+def char_requests(prompts: list[str]) -> list[GenerationRequest]:
+    """One request per prompt, keyed t/0, t/1, …, tokenized by `char_tokenizer`."""
+    tokenizer = char_tokenizer()
+    ids = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    return [GenerationRequest(f"t/{i}", p) for i, p in enumerate(ids)]
+
+
+def hf_greedy(model, request: GenerationRequest, max_new_tokens: int) -> tuple[int, ...]:
+    """Hugging Face `generate`'s greedy tokens for one request, exactly `max_new_tokens` of them."""
+    prompt = torch.tensor([request.prompt_ids])
+    with torch.inference_mode():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                             do_sample=False, min_new_tokens=max_new_tokens)
+    return tuple(out[0, prompt.shape[1] :].tolist())
+
+
+def quench_greedy(
+    model, reqs: list[GenerationRequest], max_new_tokens: int, draft_model=None, threads: int = 1, **config
+) -> dict[str, tuple[int, ...]]:
+    """quench's greedy tokens per request key; `config` goes to EngineConfig (fast_path=False: the generic path)."""
+    from quench.engine.engine import EngineConfig, QuenchBackend
+    from quench.engine.types import SamplingParams
+
+    backend = QuenchBackend(model, char_tokenizer(), EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)
+    assert type(backend.runner).__name__ == ("LlamaRunner" if config.get("fast_path", True) else "HFRunner")
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, min_tokens=max_new_tokens)
+    with torch_threads(threads):
+        return {r.key: tuple(r.token_ids) for r in backend.generate(reqs, sampling)}

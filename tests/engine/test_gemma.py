@@ -5,11 +5,10 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-from helpers import CHARS, DRAFT_EVERYTHING, char_tokenizer, perturbed
+from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.families import family_of
 from quench.engine.llama import LlamaRunner, is_llama
-from quench.engine.types import GenerationRequest, SamplingParams
 
 WINDOW = 12  # sliding window of the tiny models' local layers: the tests run past it
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
@@ -40,9 +39,6 @@ def tiny_gemma(
     return model.to(dtype).eval()
 
 
-def hf_logits(model, ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return model(ids).logits.to(torch.float64)  # (B, T, V)
 
 
 def test_gemma_3_takes_the_fast_path_and_unsupported_variants_do_not():
@@ -104,31 +100,16 @@ def test_bfloat16_logits_follow_the_float32_model():
     assert error < 0.05, float(error)
 
 
-def requests(prompts=PROMPTS) -> list[GenerationRequest]:
-    tokenizer = char_tokenizer()
-    ids = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
-    return [GenerationRequest(f"t/{i}", p) for i, p in enumerate(ids)]
 
 
-def hf_greedy(model, request: GenerationRequest, max_new_tokens: int) -> tuple[int, ...]:
-    prompt = torch.tensor([request.prompt_ids])
-    with torch.inference_mode():
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
-                             do_sample=False, min_new_tokens=max_new_tokens)
-    return tuple(out[0, prompt.shape[1] :].tolist())
 
 
-def quench_greedy(model, reqs, max_new_tokens: int, draft_model=None, **config) -> dict[str, tuple[int, ...]]:
-    backend = QuenchBackend(model, char_tokenizer(), EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)
-    assert type(backend.runner).__name__ == ("LlamaRunner" if config.get("fast_path", True) else "HFRunner")
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, min_tokens=max_new_tokens)
-    return {r.key: tuple(r.token_ids) for r in backend.generate(reqs, sampling)}
 
 
 @pytest.mark.parametrize("fast_path", [True, False])  # the generic path masks each layer type's window too
 def test_greedy_output_equals_hugging_face_generate_past_the_window_with_ragged_prompts_and_refills(fast_path):
     model = tiny_gemma()
-    reqs = requests()
+    reqs = char_requests(PROMPTS)
     out = quench_greedy(model, reqs, 3 * WINDOW, batch_size=2, fast_path=fast_path)
     for r in reqs:
         assert out[r.key] == hf_greedy(model, r, 3 * WINDOW), r.key
@@ -137,7 +118,7 @@ def test_greedy_output_equals_hugging_face_generate_past_the_window_with_ragged_
 @pytest.mark.parametrize("drafter", ["ngram", "draft", "hybrid"])
 def test_speculative_greedy_equals_regular_greedy(drafter):
     model = tiny_gemma()
-    reqs = requests()
+    reqs = char_requests(PROMPTS)
     regular = quench_greedy(model, reqs, 3 * WINDOW, batch_size=3)
     draft = perturbed(model, 0.3) if drafter != "ngram" else None
     fixed = {"draft_length": "fixed", "draft_tokens": 4} if drafter != "ngram" else {"ngram_min": 1}

@@ -7,11 +7,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from helpers import CHARS, DRAFT_EVERYTHING, char_tokenizer, perturbed, torch_threads
+from helpers import CHARS, char_requests, hf_greedy, hf_logits, perturbed, quench_greedy, torch_threads
 from quench.engine import invariant
-from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.llama import LlamaRunner, is_llama
-from quench.engine.types import GenerationRequest, SamplingParams
 
 WINDOW = 10
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
@@ -38,9 +36,6 @@ def tiny_qwen2(
     return model.to(dtype).eval()
 
 
-def hf_logits(model, ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return model(ids).logits.to(torch.float64)  # (B, T, V)
 
 
 def test_qwen2_takes_the_fast_path():
@@ -71,32 +66,17 @@ def test_logits_match_hugging_face_on_prefill_and_ragged_continuation(dtype, tol
             done[b] = s + n
 
 
-def requests(prompts=PROMPTS) -> list[GenerationRequest]:
-    tokenizer = char_tokenizer()
-    ids = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
-    return [GenerationRequest(f"t/{i}", p) for i, p in enumerate(ids)]
 
 
-def hf_greedy(model, request: GenerationRequest, max_new_tokens: int) -> tuple[int, ...]:
-    prompt = torch.tensor([request.prompt_ids])
-    with torch.inference_mode():
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
-                             do_sample=False, min_new_tokens=max_new_tokens)
-    return tuple(out[0, prompt.shape[1] :].tolist())
 
 
-def quench_greedy(model, reqs, max_new_tokens: int, draft_model=None, threads: int = 1, **config) -> dict[str, tuple[int, ...]]:
-    backend = QuenchBackend(model, char_tokenizer(), EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)
-    assert type(backend.runner).__name__ == ("LlamaRunner" if config.get("fast_path", True) else "HFRunner")
-    with torch_threads(threads):
-        return {r.key: tuple(r.token_ids) for r in backend.generate(reqs, SamplingParams(max_new_tokens=max_new_tokens, min_tokens=max_new_tokens))}
 
 
 @pytest.mark.parametrize("window", [None, WINDOW])
 @pytest.mark.parametrize("fast_path", [True, False])  # the generic path masks the sliding layers' window too
 def test_greedy_output_equals_hugging_face_generate_with_ragged_prompts_and_refills(window, fast_path):
     model = tiny_qwen2(window=window)
-    reqs = requests()
+    reqs = char_requests(PROMPTS)
     out = quench_greedy(model, reqs, 24, batch_size=2, fast_path=fast_path)
     for r in reqs:
         assert out[r.key] == hf_greedy(model, r, 24), r.key
@@ -105,7 +85,7 @@ def test_greedy_output_equals_hugging_face_generate_with_ragged_prompts_and_refi
 @pytest.mark.parametrize("drafter", ["ngram", "draft", "hybrid"])
 def test_speculative_greedy_equals_regular_greedy(drafter):
     model = tiny_qwen2()
-    reqs = requests()
+    reqs = char_requests(PROMPTS)
     regular = quench_greedy(model, reqs, 24, batch_size=3)
     draft = perturbed(model, 0.3) if drafter != "ngram" else None
     fixed = {"draft_length": "fixed", "draft_tokens": 4} if drafter != "ngram" else {"ngram_min": 1}
@@ -144,7 +124,7 @@ def test_batch_invariant_logits_bits_do_not_depend_on_the_batch_or_the_step_widt
 @pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
 def test_batch_invariant_greedy_output_is_the_same_at_batch_1_and_8_with_prompt_lookup():
     model = tiny_qwen2(torch.bfloat16)
-    reqs = requests()
+    reqs = char_requests(PROMPTS)
     alone = {}
     for r in reqs:
         alone.update(quench_greedy(model, [r], 24, batch_size=1, batch_invariant=True))
@@ -172,7 +152,7 @@ def test_the_generic_path_masks_the_window_of_a_model_whose_every_layer_slides()
         for layer in model.model.layers:
             layer.self_attn.q_proj.weight.mul_(4)
             layer.self_attn.k_proj.weight.mul_(4)
-    reqs = requests()
+    reqs = char_requests(PROMPTS)
     out = quench_greedy(model, reqs, 24, batch_size=2, fast_path=False)
     for r in reqs:
         assert out[r.key] == hf_greedy(model, r, 24), r.key
