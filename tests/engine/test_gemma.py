@@ -6,9 +6,10 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy
+from quench.engine.config import ConfigError
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.families import family_of
-from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.llama import LlamaRunner, on_fast_path
 
 WINDOW = 12  # sliding window of the tiny models' local layers: the tests run past it
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
@@ -42,11 +43,11 @@ def tiny_gemma(
 
 
 def test_gemma_3_takes_the_fast_path_and_unsupported_variants_do_not():
-    assert is_llama(tiny_gemma())
+    assert on_fast_path(tiny_gemma())
     family = family_of(tiny_gemma())
     assert family.windows == (WINDOW, None, WINDOW) and family.rope_kinds[1] == "full_attention"
-    assert not is_llama(tiny_gemma(final_logit_softcapping=30.0))
-    assert not is_llama(tiny_gemma(attn_logit_softcapping=50.0))
+    assert not on_fast_path(tiny_gemma(final_logit_softcapping=30.0))
+    assert not on_fast_path(tiny_gemma(attn_logit_softcapping=50.0))
     backend = QuenchBackend(tiny_gemma(final_logit_softcapping=30.0), char_tokenizer(), EngineConfig(batch_size=2))
     assert type(backend.runner).__name__ == "HFRunner"
 
@@ -128,3 +129,9 @@ def test_speculative_greedy_equals_regular_greedy(drafter):
 def test_batch_invariance_is_refused_for_gemma_even_without_sliding_layers():
     with pytest.raises(ValueError, match="gemma3_text"):
         LlamaRunner(tiny_gemma(layer_types=("full_attention",) * 3), batch_invariant=True)
+
+
+
+def test_the_engine_refuses_batch_invariance_for_gemma_with_a_config_error():
+    with pytest.raises(ConfigError, match="batch_invariant"):
+        QuenchBackend(tiny_gemma(), char_tokenizer(), EngineConfig(batch_invariant=True))

@@ -7,7 +7,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from helpers import llama_head_dim_64, tiny_llama
 from quench.engine import native
 from quench.engine.engine import EngineConfig, make_runner
-from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.llama import LlamaRunner, on_fast_path
 from quench.engine.native import KernelConfig
 
 
@@ -44,8 +44,8 @@ def test_rope_tables_grow_past_the_trained_length():
 
 
 def test_only_llama_models_take_the_fast_path():
-    assert is_llama(tiny_llama())
-    assert not is_llama(GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50)))
+    assert on_fast_path(tiny_llama())
+    assert not on_fast_path(GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50)))
 
 
 def test_a_step_past_the_cache_length_is_refused_on_every_entry_point():

@@ -7,9 +7,11 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from helpers import CHARS, char_requests, hf_greedy, hf_logits, perturbed, quench_greedy, torch_threads
+from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy, torch_threads
 from quench.engine import invariant
-from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.config import ConfigError
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.llama import LlamaRunner, on_fast_path
 
 WINDOW = 10
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
@@ -39,7 +41,7 @@ def tiny_qwen2(
 
 
 def test_qwen2_takes_the_fast_path():
-    assert is_llama(tiny_qwen2()) and is_llama(tiny_qwen2(window=WINDOW))
+    assert on_fast_path(tiny_qwen2()) and on_fast_path(tiny_qwen2(window=WINDOW))
     assert LlamaRunner(tiny_qwen2(window=WINDOW)).window == WINDOW
 
 
@@ -135,6 +137,8 @@ def test_batch_invariant_greedy_output_is_the_same_at_batch_1_and_8_with_prompt_
 def test_batch_invariance_is_refused_with_a_sliding_window():
     with pytest.raises(ValueError, match="sliding windows"):
         LlamaRunner(tiny_qwen2(window=WINDOW), batch_invariant=True)
+    with pytest.raises(ConfigError, match="batch_invariant"):  # the engine refuses first, naming the field
+        QuenchBackend(tiny_qwen2(window=WINDOW), char_tokenizer(), EngineConfig(batch_invariant=True))
 
 
 def test_the_generic_path_masks_the_window_of_a_model_whose_every_layer_slides():

@@ -16,7 +16,8 @@ from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDr
 from quench.engine import invariant as invariant_kernels
 from quench.engine.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, round_up
-from quench.engine.llama import LlamaRunner, is_llama
+from quench.engine.families import family_of
+from quench.engine.llama import LlamaRunner, on_fast_path
 from quench.engine.observers import StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
 from quench.engine.scheduler import Runner, WorkQueue
@@ -39,7 +40,7 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
     invariant = config.batch_invariant and target
     if invariant:
         _check_invariant(model, config)
-    if config.fast_path and is_llama(model):
+    if config.fast_path and on_fast_path(model):
         return LlamaRunner(
             model,
             prepack=config.prepack and not config.compile,
@@ -53,11 +54,15 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
 
 
 def _check_invariant(model: torch.nn.Module, config: EngineConfig) -> None:
-    """ConfigError where `batch_invariant` cannot be served: only the Llama fast path with the native kernels
-    (CPU, float32 or bfloat16) has a fixed reduction order per row."""
-    if not (config.fast_path and is_llama(model)) or config.compile or not config.native_attention:
-        raise ConfigError("batch_invariant", "needs the Llama fast path with native kernels (a Llama-family model, "
-                          "fast_path and native_attention on, compile off)")
+    """ConfigError where `batch_invariant` cannot be served: only the fast path running Llama's layer without
+    sliding windows (Llama; Qwen2 without a window) on the native kernels (CPU, float32 or bfloat16) has a fixed
+    reduction order per row."""
+    family = family_of(model)
+    llama_layer = family is not None and family.llama_like and family.smallest_window is None
+    if not (config.fast_path and llama_layer) or config.compile or not config.native_attention:
+        raise ConfigError("batch_invariant", "needs the fast path with native kernels on Llama's layer without "
+                          "sliding windows (Llama, or Qwen2 without a window; fast_path and native_attention on, "
+                          "compile off)")
     weight = model.get_input_embeddings().weight
     if weight.device.type != "cpu" or not invariant_kernels.available(weight.dtype):
         raise ConfigError("batch_invariant", f"needs float32 or bfloat16 on CPU with the native kernels built, "

@@ -44,7 +44,7 @@ class LlamaLayer:
     mlp_out_norm: torch.Tensor | None = None  # (Dm,) Gemma: the MLP output's norm before the residual add
 
 
-def is_llama(model: torch.nn.Module) -> bool:
+def on_fast_path(model: torch.nn.Module) -> bool:
     """Whether the fast path can run this model exactly: a Llama, Qwen2 or Gemma 3 decoder (`families.py`)."""
     return family_of(model) is not None
 
