@@ -46,13 +46,18 @@ def test_threads_sets_torch_threads(capsys):
         torch.set_num_threads(before)
 
 
+def interruptible() -> None:
+    """Ctrl-C as a terminal delivers it: a test run started in the background inherits SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("delay_s", [0.5, 1.5])
 def test_ctrl_c_while_starting_prints_one_line(delay_s, tmp_path):
     """SIGINT during the imports or the model load: exit 130 and one line, never a traceback."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "QUENCH_CACHE": str(tmp_path / "cache")}
     process = subprocess.Popen([sys.executable, "-m", "quench.cli.main", "run", "--limit", "1", "--out",
                                 str(tmp_path / "run")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, preexec_fn=interruptible)
     time.sleep(delay_s)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
