@@ -78,3 +78,18 @@ def test_the_entry_point_imports_nothing_before_its_try():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['quench.cli', 'quench.cli.main']"
+
+
+def test_an_error_raised_while_a_ctrl_c_unwinds_counts_as_the_interrupt():
+    from quench.cli.main import interrupted
+
+    def cleanup_fails_during_interrupt():
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise AttributeError("type object 'tqdm' has no attribute '_lock'")  # tqdm cut short mid-import
+
+    with pytest.raises(AttributeError) as caught:
+        cleanup_fails_during_interrupt()
+    assert interrupted(caught.value)
+    assert not interrupted(ValueError("a real error"))

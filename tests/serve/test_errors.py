@@ -94,7 +94,7 @@ def test_a_client_that_leaves_a_stream_frees_its_rows_at_the_next_step(served: S
 def test_a_client_that_leaves_a_whole_answer_frees_its_rows(served: Served) -> None:
     body = {**GOOD, "prompt": "x = [1, 2, 3]\nfor", "max_tokens": 480}
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{served.url}/completions", json=body, timeout=0.3)
+        httpx.post(f"{served.url}/completions", json=body, timeout=httpx.Timeout(5.0, read=0.05))  # it leaves mid-answer
     deadline = time.monotonic() + 10
     while served.engine.queue.held() and time.monotonic() < deadline:
         time.sleep(0.01)

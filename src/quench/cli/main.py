@@ -16,9 +16,25 @@ def main(argv: list[str] | None = None) -> int:
         from quench.cli.parser import run_command
 
         return run_command(argv, SUBCOMMANDS)
+    except Exception as err:
+        if not interrupted(err):
+            raise
     except KeyboardInterrupt:
-        print("interrupted: what finished is saved; run the same command again to continue", file=sys.stderr)
-        return 130
+        pass
+    print("interrupted: what finished is saved; run the same command again to continue", file=sys.stderr)
+    return 130
+
+
+def interrupted(err: BaseException) -> bool:
+    """Whether `err` came out of a Ctrl-C: a library's clean-up (tqdm's lock, say) can replace the
+    KeyboardInterrupt with an error of its own, which keeps the interrupt as its context."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__context__
+    return False
 
 
 if __name__ == "__main__":
