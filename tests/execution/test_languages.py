@@ -20,11 +20,9 @@ from quench.datasets import LANGUAGES, Problem, load_benchmark
 from quench.execution import Outcome, SandboxLimits, SandboxPool
 from quench.execution.sanitize import program_for, sanitize
 from quench.execution.sanitize_braces import definition_start
-from quench.execution.toolchains import has_toolchain, prepare, toolchain_dir
+from quench.execution.toolchains import has_toolchain, toolchain_dir
 
 LANGUAGE_BENCHMARKS = {"javascript": "mbjsp", "go": "mbgp", "cpp": "mbcpp", "java": "mbjp"}
-# Builds take seconds on a busy machine (javac, g++): the limit covers build and run.
-LIMITS = SandboxLimits(timeout_s=12.0)
 
 # MBGP has no reference solutions: these are the first two test problems' (MBGP/11, MBGP/12).
 GO_SOLUTIONS = {
@@ -63,14 +61,8 @@ def needs(language: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[SandboxPool]:
-    reason = skip_reason("bwrap")
-    if reason is not None:
-        pytest.skip(reason)
-    for language in LANGUAGE_BENCHMARKS:
-        prepare(language)
-    with SandboxPool(2, LIMITS, isolation="bwrap") as sandbox:
-        yield sandbox
+def pool(language_pool: SandboxPool) -> SandboxPool:
+    return language_pool
 
 
 def references(language: str, count: int = 2) -> list[tuple[Problem, str]]:
