@@ -9,15 +9,15 @@ family's `modeling_*.py` operation for operation.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from quench.engine import invariant, native
-from quench.engine.families import family_of, gelu_tanh_mul, norm_weight, offset_rms_norm, rope_frequencies, window_mask
+from quench.engine.families import family_of, gelu_tanh_mul, norm_weight, offset_rms_norm, window_mask
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.linear import INT8_MAX_ROWS, Linear
+from quench.engine.llama_layers import LlamaLayer, build_layer, rope_table
 from quench.engine.native_config import KernelConfig
 from quench.engine.screen import ScreenedHead, screen_available, screen_head
 
@@ -26,22 +26,6 @@ NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills us
 # bfloat16 with head size 64 (C glue, the AVX512 attention kernel): prompts up to this many tokens per row are
 # prefilled on the packed path too (its attention is O(S x keys) per row and kv head, scores in memory).
 NATIVE_PREFILL_MAX = 512
-
-
-@dataclass
-class LlamaLayer:
-    input_norm: torch.Tensor  # (Dm,)
-    qkv: Linear  # Dm -> (H + 2 Hkv) D
-    o: Linear  # H D -> Dm
-    post_norm: torch.Tensor  # (Dm,) the norm before the MLP
-    gate_up: Linear  # Dm -> 2 I
-    down: Linear  # I -> Dm
-    rope: str = "default"  # which RoPE table (`families.Family.rope_kinds`)
-    window: int | None = None  # sliding window in keys (None: global attention)
-    q_norm: torch.Tensor | None = None  # (D,) Gemma: per-head norms of q and k
-    k_norm: torch.Tensor | None = None  # (D,)
-    attn_out_norm: torch.Tensor | None = None  # (Dm,) Gemma: the attention output's norm before the residual add
-    mlp_out_norm: torch.Tensor | None = None  # (Dm,) Gemma: the MLP output's norm before the residual add
 
 
 def on_fast_path(model: torch.nn.Module) -> bool:
@@ -59,12 +43,6 @@ def _fixed_products(dtype: torch.dtype) -> bool:
 def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
     if int(start.max()) + num_new > cache.max_len:
         raise ValueError(f"a row would pass the cache length {cache.max_len}")
-
-
-def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
-    if all(lin.bias is None for lin in linears):
-        return None
-    return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in linears])
 
 
 class LlamaRunner:
@@ -121,7 +99,8 @@ class LlamaRunner:
             if kernels.screen and not self.int8 and not batch_invariant
             else None
         )
-        self.layers = [self._layer(layer, prepack, index) for index, layer in enumerate(inner.layers)]
+        kernels = (prepack, self.int8, self.amx, self.fixed)
+        self.layers = [build_layer(layer, family, index, kernels) for index, layer in enumerate(inner.layers)]
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)
         self.native = native_attention and self.device.type == "cpu" and native.available(self.dtype)
@@ -169,44 +148,13 @@ class LlamaRunner:
         return (ctypes.c_int64 * len(addresses))(*addresses)
 
     @torch.no_grad()
-    def _layer(self, layer: torch.nn.Module, prepack: bool, index: int) -> LlamaLayer:
-        attn, mlp, family = layer.self_attn, layer.mlp, self.family
-        qkv_weight = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
-        gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        kernels = (prepack, self.int8, self.amx, self.fixed)
-        sandwich = family.sandwich_norms  # Gemma's post_attention_layernorm is the attention output's norm
-        return LlamaLayer(
-            input_norm=norm_weight(layer.input_layernorm.weight, family),
-            qkv=Linear(qkv_weight, _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), *kernels),
-            o=Linear(attn.o_proj.weight.detach(), attn.o_proj.bias, *kernels),
-            post_norm=norm_weight((layer.pre_feedforward_layernorm if sandwich else layer.post_attention_layernorm).weight, family),
-            gate_up=Linear(gate_up_weight, _cat_bias(mlp.gate_proj, mlp.up_proj), *kernels),
-            down=Linear(mlp.down_proj.weight.detach(), mlp.down_proj.bias, *kernels),
-            rope=family.rope_kinds[index],
-            window=family.windows[index],
-            q_norm=norm_weight(attn.q_norm.weight, family) if family.qk_norm else None,
-            k_norm=norm_weight(attn.k_norm.weight, family) if family.qk_norm else None,
-            attn_out_norm=norm_weight(layer.post_attention_layernorm.weight, family) if sandwich else None,
-            mlp_out_norm=norm_weight(layer.post_feedforward_layernorm.weight, family) if sandwich else None,
-        )
-
-    @torch.no_grad()
     def _rope_tables(self, max_positions: int) -> None:
         """(cos, sin_signed) per RoPE kind, (T, D) each; `cos`/`sin_signed` are the first layer's (the C layer loop's)."""
-        self.rope = {kind: self._rope_table(kind, max_positions) for kind in set(self.family.rope_kinds)}
+        self.rope = {
+            kind: rope_table(self._rotary, kind, max_positions, self.dtype, self.device)
+            for kind in set(self.family.rope_kinds)
+        }
         self.cos, self.sin_signed = self.rope[self.family.rope_kinds[0]]
-
-    def _rope_table(self, kind: str, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-        # Same float32 arithmetic as LlamaRotaryEmbedding.forward (and Gemma's per layer type), once per position.
-        inv_freq, scaling = rope_frequencies(self._rotary, kind)
-        positions = torch.arange(max_positions, device=self.device, dtype=torch.float32)
-        freqs = positions[:, None] * inv_freq.float()[None, :]  # (T, D/2)
-        emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
-        cos = (emb.cos() * scaling).to(self.dtype)  # (T, D)
-        sin = (emb.sin() * scaling).to(self.dtype)  # (T, D)
-        half = self.head_dim // 2
-        # rotate_half(x) * sin == flip_halves(x) * [-sin_lo, sin_hi], bit for bit (negation is exact).
-        return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)  # (T, D), (T, D)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         if max_len > self.cos.shape[0]:  # longer than the model was trained for: extend the tables
