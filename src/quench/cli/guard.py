@@ -80,21 +80,19 @@ def policy_from_args(args: argparse.Namespace) -> GuardPolicy:
 
 def parse_benchmarks(spec: str) -> list[str]:
     """`"mbpp,mbjsp"` → ["mbpp", "mbjsp"]; HumanEval and unknown names are refused."""
-    names = list(dict.fromkeys(b.strip() for b in spec.split(",") if b.strip()))
-    bad = [b for b in names if b not in GUARD_BENCHMARKS]
-    if bad or not names:
-        raise QuenchError(
-            f"--benchmark: choose from {', '.join(GUARD_BENCHMARKS)} (HumanEval must stay unseen), got {spec!r}"
-        )
-    return names
+    return parse_choices(spec, "--benchmark", GUARD_BENCHMARKS, "HumanEval must stay unseen")
 
 
 def parse_splits(spec: str) -> list[str]:
-    splits = list(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
-    bad = [s for s in splits if s not in TRAIN_SPLITS]
-    if bad or not splits:
-        raise QuenchError(f"--splits: choose from {', '.join(TRAIN_SPLITS)} (test data must stay unseen), got {spec!r}")
-    return splits
+    return parse_choices(spec, "--splits", TRAIN_SPLITS, "test data must stay unseen")
+
+
+def parse_choices(spec: str, flag: str, allowed: tuple[str, ...], why: str) -> list[str]:
+    """A comma-separated list of names from `allowed`, in order, each once; anything else is refused."""
+    names = list(dict.fromkeys(name.strip() for name in spec.split(",") if name.strip()))
+    if not names or any(name not in allowed for name in names):
+        raise QuenchError(f"{flag}: choose from {', '.join(allowed)} ({why}), got {spec!r}")
+    return names
 
 
 def parse_limits(spec: str | None, splits: list[str]) -> dict[str, int | None]:
@@ -222,7 +220,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     from quench.stopping.dataset import GuardDataset
     from quench.stopping.loading import load_guard
-    from quench.stopping.train import evaluate_by_language, split_answers
+    from quench.stopping.train import evaluate_by_language, evaluate_guard, split_answers
 
     data = GuardDataset.load(args.data)
     guard = load_guard(args.path, DataModel(data.meta.get("model", ""), data.hidden_size))
@@ -230,7 +228,7 @@ def run_eval(args: argparse.Namespace) -> int:
         guard = guard.with_policy(threshold=args.threshold)
     answers = split_answers(data, 0.2, 0) if args.answers == "validation" else torch.ones(len(data.records), dtype=torch.bool)
     print(f"{args.path} (threshold {guard.policy.threshold:g}) on {args.data}, {args.answers} answers:")
-    print_by_language(evaluate_by_language(guard, data, answers) | {"all": evaluate_all(guard, data, answers)})
+    print_by_language(evaluate_by_language(guard, data, answers) | {"all": evaluate_guard(guard, data, answers)})
     return 0
 
 
@@ -244,12 +242,6 @@ class DataModel:
     @property
     def config(self) -> "DataModel":
         return self
-
-
-def evaluate_all(guard, data, answers):  # GenGuard, GuardDataset, (A,) bool -> StopMetrics
-    from quench.stopping.train import evaluate_guard
-
-    return evaluate_guard(guard, data, answers)
 
 
 def run_info(args: argparse.Namespace) -> int:
