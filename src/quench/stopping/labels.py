@@ -82,8 +82,7 @@ def _completion_end(problem: Problem, text: str, finished: bool) -> int | None:
     if len(cut) == len(text) and not finished:
         return None  # no top-level statement yet: the body may go on
     kept = longest_parsable_prefix(cut, problem.prompt)
-    code = kept.rstrip()
-    return len(code) + 1 if kept[len(code) : len(code) + 1] == "\n" else len(code)  # trailing blank lines are excess
+    return _code_end(kept)
 
 
 def _braced_chat_end(problem: Problem, text: str, finished: bool) -> int | None:
@@ -109,9 +108,14 @@ def _braced_completion_end(problem: Problem, text: str, finished: bool) -> int |
     if cut is None:
         if not finished:
             return None  # the body may go on
-        code = text.rstrip()
-        return len(code) + 1 if text[len(code) : len(code) + 1] == "\n" else len(code)
+        return _code_end(text)
     return _line_end(text, len(cut))
+
+
+def _code_end(code: str) -> int:
+    """The offset after the last line that holds code (its newline included): trailing blank lines are excess."""
+    kept = code.rstrip()
+    return len(kept) + 1 if code[len(kept) : len(kept) + 1] == "\n" else len(kept)
 
 
 def _line_end(text: str, offset: int) -> int:
