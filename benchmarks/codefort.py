@@ -114,17 +114,20 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=320, help="longer training sequences are left out")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--report-only", action="store_true", help="print the tables from finished runs")
+    parser.add_argument("--train-only", action="store_true", help="train every strategy's model, evaluate none")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     rows = {"base": args.root / "eval-base"}
     rows.update({s: args.root / f"eval-{s}" for s in strategies})
-    if not args.report_only:
-        run_step(args.root, "eval-base", evaluate_command(args, args.model, rows["base"]))
+    if not args.report_only:  # every model first (minutes each), then the evaluations (hours each)
         for strategy in strategies:
-            model_dir = args.root / f"train-{strategy}"
-            run_step(args.root, f"train-{strategy}", train_command(args, strategy, model_dir))
-            run_step(args.root, f"eval-{strategy}", evaluate_command(args, str(model_dir), rows[strategy]))
+            run_step(args.root, f"train-{strategy}", train_command(args, strategy, args.root / f"train-{strategy}"))
+        if not args.train_only:
+            run_step(args.root, "eval-base", evaluate_command(args, args.model, rows["base"]))
+            for strategy in strategies:
+                run_step(args.root, f"eval-{strategy}",
+                         evaluate_command(args, str(args.root / f"train-{strategy}"), rows[strategy]))
     print_table({name: path for name, path in rows.items() if (path / "metrics.json").is_file()})
     print_comparisons({name: path for name, path in rows.items() if (path / "outcomes.json").is_file()})
 
