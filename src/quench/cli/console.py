@@ -7,6 +7,7 @@ draws them, so that a bar and a message never overwrite each other.
 from __future__ import annotations
 
 import sys
+import time
 from typing import Callable, Sequence
 
 
@@ -25,26 +26,39 @@ def load_model(name: str, dtype: str = "auto", device: str = "cpu", prompt_forma
 
 
 STAGE_UNITS = {"perturb": "transformation", "check": "program", "generate": "sample", "execute": "program"}
+# A bar whose time left comes from the caller (its postfix) rather than tqdm's recent rate.
+OWN_ETA_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
 
 class StageBars:
     """One bar per stage, each with its own total; the next stage closes the one before."""
 
-    def __init__(self, units: dict[str, str] | None = None) -> None:
+    def __init__(self, units: dict[str, str] | None = None, own_eta: Sequence[str] = ()) -> None:
         self.units = {**STAGE_UNITS, **(units or {})}
+        self.own_eta = set(own_eta)  # stages whose time left the caller writes with `note`
         self.bar = None  # the open tqdm bar (tqdm is imported when a bar opens: help stays light)
+        self.seconds: dict[str, float] = {}  # wall seconds of each closed stage
+        self.totals: dict[str, int | None] = {}
+        self.began = 0.0
 
     def begin(self, name: str, total: int | None = None) -> None:
         from tqdm import tqdm
 
         self.end()
-        self.bar = tqdm(total=total, desc=name, unit=self.units.get(name, "it"), dynamic_ncols=True)
+        bar_format = OWN_ETA_FORMAT if name in self.own_eta else None
+        self.bar = tqdm(total=total, desc=name, unit=self.units.get(name, "it"), dynamic_ncols=True, bar_format=bar_format)
+        self.totals[name], self.began = total, time.perf_counter()
 
     def advance(self, count: int = 1, **postfix: str) -> None:
         if self.bar is not None:
             self.bar.update(count)
             if postfix:
                 self.bar.set_postfix(postfix, refresh=False)
+
+    def note(self, text: str) -> None:
+        """The open bar's postfix: on an own-ETA stage, the time left and whatever goes with it."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=True)
 
     def checking(self, pool) -> "ReportingRunner":
         """`pool`, with the perturbations' meaning check drawn as its own stage, "check"."""
@@ -57,6 +71,7 @@ class StageBars:
         if complete and self.bar.total is not None and self.bar.n < self.bar.total:
             self.bar.n = self.bar.total
             self.bar.refresh()
+        self.seconds[self.bar.desc] = time.perf_counter() - self.began
         self.bar.close()
         self.bar = None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from quench.perturbations.base import CATEGORIES, names, perturbation_class
 DEFAULT_TASKS = "0-19"
 DEFAULT_SEEDS = 5  # ReCode's s
 DEMO_SEEDS = 1  # s of the default subset, so that `quench robustness` alone finishes in minutes
+ETA_REFRESH_S = 1.0  # the time left is recomputed at most this often (a few ms at ReCode's full setting)
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -106,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     stops = common.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
                               loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule, profile=args.profile,
-                              nominal_partial=args.nominal_partial)
+                              nominal_partial=args.nominal_partial, order_seed=args.seed)
     settings = {"model": args.model, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
                 "prompt_format": loaded.prompt_format,
                 "benchmark": args.benchmark, "split": args.split, "tasks": [p.task_id for p in problems],
@@ -119,13 +123,13 @@ def run(args: argparse.Namespace) -> int:
                 "not_applicable": "; ".join(f"{name}: {why}" for name, why in not_applicable.items())}
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
     common.prepare_run_dir(out, settings, args.overwrite)
-    bars = console.StageBars()
+    bars = console.StageBars(own_eta=("generate",))
     with common.pool_from_args(args) as pool:
         common.say_isolation(pool.isolation)
         try:
             outcome = run_robustness(problems, config, backend, common.prompt_encoder(loaded),
                                      common.prompt_formatter(loaded), bars.checking(pool), out,
-                                     stage_progress(bars))
+                                     stage_progress(bars, args, getattr(pool, "workers", 1)))
             bars.end()
         finally:
             bars.end(complete=False)
@@ -136,19 +140,49 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def stage_progress(bars: console.StageBars):
-    """The pipeline's callbacks drawn as one bar per stage, with tokens per second while generating."""
+def stage_progress(bars: console.StageBars, args: argparse.Namespace, workers: int):
+    """The pipeline's callbacks drawn as one bar per stage; the generate bar shows the whole run's time left
+    (generation, then execution: `quench.runs.eta`) and tokens per second, and each tenth of it is logged."""
     from quench.robustness.pipeline import Progress
+    from quench.runs.eta import ExecutePace, RunEta
 
-    started, tokens = time.perf_counter(), 0
+    eta = RunEta(args.max_new_tokens, ExecutePace())
+    state = {"tokens": 0, "began": 0.0, "shown": 0.0, "logged": 0}
+
+    def planned(count: int) -> None:
+        checked, seconds = bars.totals.get("check"), bars.seconds.get("check")
+        pace = seconds / checked if checked and seconds else ExecutePace.seconds_per_program
+        eta.execute = ExecutePace(pace, workers, args.timeout)
+        eta.plan(count, bars.totals.get("generate") or count)
+        state.update(began=time.perf_counter(), tokens=0)
 
     def on_sample(record: dict) -> None:
-        nonlocal tokens
-        tokens += record["num_tokens"]
-        bars.advance(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):.0f}")
+        now = time.perf_counter()
+        state["tokens"] += record["num_tokens"]
+        eta.finished(record)
+        bars.advance()
+        tenth = int(eta.done() * 10)
+        if tenth <= state["logged"] and now - state["shown"] < ETA_REFRESH_S:
+            return
+        state["shown"] = now
+        left = eta.left(now)
+        tok_s = state["tokens"] / max(now - state["began"], 1e-9)
+        bars.note(f"{tok_s:.0f} tok/s" if left is None else f"≈{clock(left.total)} left with execute, {tok_s:.0f} tok/s")
+        if left is not None and tenth > state["logged"]:
+            state["logged"] = tenth
+            log.info("%d%% of samples generated in %.0f s: about %s left (generate %s, execute %s)",
+                     100 * left.done, now - state["began"], clock(left.total), clock(left.generate), clock(left.execute))
 
-    return Progress(stage=bars.begin, transform=lambda name: bars.advance(), sample=on_sample,
+    return Progress(stage=bars.begin, transform=lambda name: bars.advance(), planned=planned,
+                    started=lambda key, index: eta.started((key, index)), sample=on_sample,
                     execution=lambda record: bars.advance())
+
+
+def clock(seconds: float) -> str:
+    """H:MM:SS (or M:SS under an hour)."""
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
 def print_table(outcome, out: Path) -> None:

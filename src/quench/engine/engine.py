@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -20,7 +20,7 @@ from quench.engine.families import family_of
 from quench.engine.llama import LlamaRunner, on_fast_path
 from quench.engine.observers import StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
-from quench.engine.scheduler import Runner, WorkQueue
+from quench.engine.scheduler import Runner, WorkItem, WorkQueue
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams, StopHook
 from quench.engine.verify import HeadColumns
 from quench.models.draft import SubsetHead
@@ -101,11 +101,26 @@ def check_prompt_lengths(requests: Iterable[GenerationRequest], limits: dict[str
                 )
 
 
+class StartReportingQueue(WorkQueue):
+    """The work queue, calling `on_start(request key, sample index)` as each sample takes a slot (progress estimates)."""
+
+    def __init__(self, requests: list[GenerationRequest], unbounded: bool, on_start: Callable[[str, int], None]) -> None:
+        super().__init__(requests, unbounded=unbounded)
+        self.on_start = on_start
+
+    def pop(self) -> WorkItem | None:
+        item = super().pop()
+        if item is not None:
+            self.on_start(item.request.key, item.sample_index)
+        return item
+
+
 class QuenchBackend:
     """The `Backend` protocol over quench's engine; `generate` yields samples as they finish."""
 
     name = "quench"
     takes_stop_hook = True  # `generate(..., stop_hook=)`: rules per call (generate_samples checks this)
+    reports_starts = True  # `generate(..., on_start=)`: told when each sample takes a slot
 
     def __init__(
         self,
@@ -140,6 +155,7 @@ class QuenchBackend:
         deadline: float | None = None,
         unbounded: bool = False,
         stop_hook: StopHook | None = None,
+        on_start: Callable[[str, int], None] | None = None,
     ) -> Iterator[GenerationResult]:
         """Yield each sample when it finishes (order not guaranteed).
 
@@ -147,6 +163,7 @@ class QuenchBackend:
         starts. unbounded: ignore each request's `n` and keep sampling the requests round-robin
         (only sensible with a deadline; see `quench.runs.budget`). stop_hook: for this call
         instead of the backend's own (e.g. a `quench.stopping.RuleHook` keyed by these requests).
+        on_start: called with (request key, sample index) when a sample takes a slot, before its prefill.
         """
         requests = list(requests)
         if not requests:
@@ -157,7 +174,7 @@ class QuenchBackend:
         loop = DecodeLoop(
             self.runner,
             cache,
-            WorkQueue(requests, unbounded=unbounded),
+            StartReportingQueue(requests, unbounded, on_start) if on_start else WorkQueue(requests, unbounded=unbounded),
             StopRules(self.tokenizer, self.eos_ids, sampling.max_new_tokens, stop_hook or self.stop_hook,
                       sampling.ignore_eos),
             sampling,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from quench.datasets.problem import problem_from_json
 from quench.errors import QuenchError
 from quench.runs.evaluate import ProblemKey, execute_pending
 from quench.execution.sanitize import program_for
+from quench.runs.eta import StartReporting
 from quench.runs.samples import GenerateConfig, generate_samples, read_records, sample_key
 from quench.engine.types import Backend, SamplingParams
 from quench.perturbations.base import perturbation_class
@@ -54,6 +56,7 @@ class RobustnessConfig:
     nominal_partial: Path | None = None  # the partial-code baseline file (ReCode's nominal/*_partial.jsonl)
     stop_rule: str = "none"  # "function": stop each answer when its function is complete (docs/stopping.md)
     examples_per_category: int = 3
+    order_seed: int | None = 0  # generation order: the distinct prompts shuffled with this seed (None: as built)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class Progress:
 
     stage: Callable[[str, int | None], None] = lambda name, total: None  # noqa: E731  # a stage begins: its steps
     transform: Callable[[str], None] = lambda name: None  # noqa: E731  # a perturb step: a transformation applied
+    planned: Callable[[int], None] = lambda count: None  # noqa: E731  # samples left to generate (not on disk)
+    started: Callable[[str, int], None] = lambda key, index: None  # noqa: E731  # a sample took a slot (quench's engine)
     sample: Callable[[dict], None] = lambda record: None  # noqa: E731  # a generate step
     execution: Callable[[dict], None] = lambda record: None  # noqa: E731  # an execute step
 
@@ -204,6 +209,18 @@ def unique_prompts(units: Sequence[Unit]) -> list[Problem]:
     return list(first.values())
 
 
+def generation_order(prompts: Sequence[Problem], seed: int | None) -> list[Problem]:
+    """The prompts in a seeded random order, so that any stretch of generation (the first tenth the ETA
+    extrapolates from) is a fair sample of the run: transformations differ in prompt and answer length,
+    and the built order runs them one after another. Sampled rows draw from (seed, prompt id, sample
+    index) and greedy rows under `--batch-invariant` do not depend on their batch, so there the order
+    changes no output; a resumed run shuffles the same prompts the same way and skips those on disk."""
+    order = list(prompts)
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    return order
+
+
 def prompt_labels(units: Sequence[Unit]) -> dict[str, dict[str, str]]:
     """The fields a prompt's samples carry: the real task id, the variant of the first unit with that
     prompt (nominal before variants), and the prompt id, so `quench evaluate` can score them."""
@@ -303,8 +320,9 @@ def run_robustness(
     # hook generate_samples builds from `prompts` finds every request's rules.
     generate_config = GenerateConfig(config.n, config.sampling, config.stop_sequences, config.prompt_format,
                                      config.stop_rule)
-    records = generate_samples(prompts, backend, encode, generate_config, out / SAMPLES_FILE, progress.sample,
-                               labels=prompt_labels(units))
+    reporting = StartReporting(backend, progress.planned, progress.started)
+    records = generate_samples(generation_order(prompts, config.order_seed), reporting, encode, generate_config,
+                               out / SAMPLES_FILE, progress.sample, labels=prompt_labels(units))
     samples = {sample_key(r): r for r in records}  # (prompt id, index); runs from before labels: the same
     jobs, program_of = execution_jobs(units, samples, config.n)
     progress.stage("execute", len(jobs))

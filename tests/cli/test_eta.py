@@ -1,0 +1,149 @@
+"""The run's ETA (`quench.runs.eta`): Kaplan–Meier with rows in flight, the slot schedule, and recorded
+sample timings replayed at ReCode's full setting, where tqdm's samples-per-second ETA misses by more than 20%."""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import io
+import json
+import logging
+import random
+from pathlib import Path
+
+import pytest
+from tqdm import tqdm
+
+from quench.cli import console
+from quench.cli.robustness import clock, stage_progress
+from quench.robustness.pipeline import generation_order
+from quench.runs.eta import EtaConfig, ExecutePace, GenerationEta, RunEta, schedule_end, spread, survival
+
+# Every sample of a default `quench robustness` run (HumanEval/0-19, s = 1, smollm2-135m-instruct, bfloat16,
+# batch 8, 2-core CPU) in the order the rows took their slots: its variant, tokens, latency, finish reason.
+TIMINGS = Path(__file__).parent / "fixtures" / "robustness_timings.jsonl"
+
+
+def timings() -> list[dict]:
+    return [json.loads(line) for line in TIMINGS.read_text().splitlines()]
+
+
+def test_kaplan_meier_counts_a_running_row_as_a_lower_bound():
+    # finished after 1, 2, 3 s; one row running for 2.5 s: S = 3/4 after 1, 1/2 after 2, 0 after 3
+    curve = survival([1.0, 2.0, 2.5, 3.0], [True, True, False, True], cap=10.0)
+    assert curve.mean_rest(0.0) == pytest.approx(1.0 + 0.75 + 0.5)
+    assert curve.mean_rest(2.5) == pytest.approx(0.5 * 0.5 / 0.5)  # E[L - 2.5 | L > 2.5]
+    assert list(curve.quantiles(spread(0))) == []
+    assert list(curve.quantiles([0.2, 0.5, 0.9])) == [1.0, 2.0, 3.0]
+
+
+def test_a_row_running_past_every_finished_answer_runs_to_the_limit():
+    curve = survival([1.0, 5.0], [True, False], cap=10.0)  # half the mass left at 5 s: it sits at the cap
+    assert curve.mean_rest(5.0) == pytest.approx(5.0)
+    assert curve.mean_rest(0.0) == pytest.approx(1.0 + 0.5 * 9.0)
+    assert list(curve.quantiles([0.25, 0.75])) == [1.0, 10.0]
+
+
+def test_the_schedule_ends_with_the_last_slot_to_free():
+    # slots free at 1 and 3; three 2 s samples: 1 -> 3, 3 -> 5, 3 -> 5
+    assert schedule_end([3.0, 1.0], [2.0, 2.0, 2.0], slots=2) == 5.0
+    assert schedule_end([], [4.0], slots=3) == 4.0  # one sample on an idle engine
+    assert schedule_end([3.0, 1.0], [2.0, 2.0, 2.0], slots=2, exact_tail=0) == 6.0  # spread evenly: 4 and 6
+
+
+def test_execute_pace_counts_timeouts_over_the_workers():
+    pace = ExecutePace(seconds_per_program=0.01, workers=2, timeout_s=10.0, timeout_rate=0.01)
+    assert pace.seconds(1000) == pytest.approx(1000 * (0.01 + 0.05))
+
+
+def slot_schedule(latencies: list[float], slots: int) -> list[tuple[float, float]]:
+    """(start, finish) of each sample when `slots` take them in order, each as one frees (continuous batching)."""
+    free, spans = [0.0] * slots, []
+    for seconds in latencies:
+        start = heapq.heappop(free)
+        spans.append((start, start + seconds))
+        heapq.heappush(free, start + seconds)
+    return spans
+
+
+def errors_at(samples: list[dict], share: float, slots: int = 8) -> tuple[float, float]:
+    """(tqdm's ETA, quench's ETA) at `share` of the real generation time, each relative to the real rest."""
+    spans = slot_schedule([s["seconds"] for s in samples], slots)
+    end = max(finish for _, finish in spans)
+    now = [0.0]
+    eta = GenerationEta(EtaConfig(len(samples), max_new_tokens=512), clock=lambda: now[0])
+    bar = tqdm(total=len(samples), file=io.StringIO())  # the bar the generate stage drew, on the same clock
+    bar._time = lambda: now[0]
+    bar.start_t = bar.last_print_t = 0.0
+    events = sorted([(start, 1, i) for i, (start, _) in enumerate(spans)] + [(finish, 0, i) for i, (_, finish) in enumerate(spans)])
+    for time, is_start, i in events:
+        if time > share * end:
+            break
+        now[0] = time
+        if is_start:
+            eta.started(("prompt", i))
+        else:
+            eta.finished(("prompt", i), samples[i]["seconds"], samples[i]["num_tokens"], samples[i]["finish_reason"])
+            bar.update()
+    now[0] = share * end
+    real = end - now[0]
+    tqdm_left = (len(samples) - bar.n) / bar.format_dict["rate"]
+    return (tqdm_left - real) / real, (eta.remaining() - real) / real
+
+
+def full_setting(seed: int) -> list[dict]:
+    """ReCode's full setting (164 problems: 328 nominal prompts, 27 transformations of ~420 distinct prompts
+    each) drawn from the recorded samples of each transformation, in the pipeline's generation order."""
+    rng = random.Random(seed)
+    by_group: dict[str, list[dict]] = {}
+    for sample in timings():
+        by_group.setdefault(sample["variant"].split("/")[0], []).append(sample)
+    built = []
+    for group in sorted(by_group, key=lambda name: (name != "nominal", name)):
+        built += [rng.choice(by_group[group]) for _ in range(328 if group == "nominal" else 420)]
+    return generation_order(built, seed=0)
+
+
+@pytest.mark.skipif(not TIMINGS.is_file(), reason="no recorded timings")
+def test_at_a_tenth_of_recodes_full_setting_the_eta_is_within_20_percent_and_tqdms_is_not():
+    errors = [errors_at(full_setting(seed), share=0.1) for seed in range(4)]
+    tqdm_errors, quench_errors = zip(*errors)
+    assert all(abs(e) <= 0.2 for e in quench_errors), quench_errors
+    assert max(abs(e) for e in tqdm_errors) > 0.2, tqdm_errors  # the old bar's ETA: a rate over its last few updates
+    later = [errors_at(full_setting(0), share) for share in (0.3, 0.5, 0.8)]
+    assert all(abs(quench) <= 0.2 for _, quench in later), later
+
+
+def test_the_generate_bar_shows_the_whole_runs_time_left_and_logs_each_tenth(caplog):
+    bars = console.StageBars(own_eta=("generate",))
+    args = argparse.Namespace(max_new_tokens=512, timeout=10.0)
+    progress = stage_progress(bars, args, workers=2)
+    bars.begin("check", 4)
+    bars.begin("generate", 20)
+    progress.planned(20)
+    with caplog.at_level(logging.INFO, logger="quench.cli.robustness"):
+        for i in range(8):
+            progress.started(f"p{i}", 0)
+        for i in range(2):  # a tenth of the 20: logged at once, whenever the bar last refreshed
+            progress.sample({"task_id": "HumanEval/0", "prompt_id": f"p{i}", "sample_index": 0, "num_tokens": 40,
+                             "seconds": 2.0, "finish_reason": "stop"})
+    assert "left with execute" in bars.bar.postfix and "tok/s" in bars.bar.postfix
+    assert bars.bar.format_dict["bar_format"] == console.OWN_ETA_FORMAT  # not tqdm's own rate
+    assert [m for m in caplog.messages if "of samples generated" in m][0].startswith("10% of samples generated")
+    bars.end()
+
+
+def test_clock_reads_hours_minutes_seconds():
+    assert (clock(59.6), clock(754), clock(3 * 3600 + 65)) == ("1:00", "12:34", "3:01:05")
+
+
+def test_run_eta_adds_the_execute_stage():
+    now = [0.0]
+    run = RunEta(512, ExecutePace(seconds_per_program=0.1, workers=1, timeout_s=10.0, timeout_rate=0.0), clock=lambda: now[0])
+    run.plan(samples=2, programs=2)
+    run.started(("a", 0))
+    now[0] = 4.0
+    run.finished({"prompt_id": "a", "task_id": "t", "sample_index": 0, "seconds": 4.0, "num_tokens": 8, "finish_reason": "stop"})
+    left = run.left(4.0)
+    assert left is not None and left.done == 0.5
+    assert left.generate == pytest.approx(4.0) and left.execute == pytest.approx(0.2)
