@@ -97,3 +97,56 @@ def test_elapsed_seconds_add_up_over_resumed_runs(tmp_path):
     assert add_elapsed(tmp_path, 1.5) == 3.5
     (tmp_path / "elapsed.json").write_text("{torn")
     assert add_elapsed(tmp_path, 1.0) == 1.0  # an unreadable total starts again rather than failing the run
+
+
+def order_problems(count: int):
+    from quench.datasets import Problem
+
+    return [Problem(f"p{i}", f"def f{i}(x):\n    " + "y = x\n    " * (i % 4), "return x\n",
+                    "def check(f):\n    assert f(1) == 1\n", f"f{i}") for i in range(count)]
+
+
+def test_generation_order_is_a_seeded_shuffle_of_every_prompt():
+    from quench.robustness.pipeline import generation_order
+
+    prompts = order_problems(40)
+    shuffled = generation_order(prompts, seed=0)
+    assert sorted(p.task_id for p in shuffled) == sorted(p.task_id for p in prompts)  # a permutation
+    assert shuffled == generation_order(prompts, seed=0)  # a resumed run: the same order
+    assert shuffled != prompts and shuffled != generation_order(prompts, seed=1)
+    assert generation_order(prompts, seed=None) == prompts
+
+
+def test_the_generation_order_changes_no_greedy_output_under_batch_invariance_and_resumes(tmp_path):
+    import torch
+
+    from helpers import char_tokenizer, tiny_llama
+    from quench.engine import invariant
+    from quench.engine.config import EngineConfig
+    from quench.engine.engine import QuenchBackend
+    from quench.engine.types import SamplingParams
+    from quench.robustness.pipeline import generation_order
+    from quench.runs.samples import GenerateConfig, generate_samples
+
+    if not invariant.available(torch.float32):
+        pytest.skip("no native kernels built here")
+    tokenizer = char_tokenizer()
+    backend = QuenchBackend(tiny_llama(), tokenizer, EngineConfig(batch_size=3, batch_invariant=True))
+    config = GenerateConfig(1, SamplingParams(max_new_tokens=10), prompt_format="base")
+
+    def encode(text: str) -> tuple[int, ...]:
+        return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    prompts = order_problems(9)
+    built = generate_samples(generation_order(prompts, None), backend, encode, config, tmp_path / "built.jsonl")
+    half = tmp_path / "shuffled.jsonl"
+    generate_samples(generation_order(prompts, 0)[:4], backend, encode, config, half)  # a run stopped part way
+    shuffled = generate_samples(generation_order(prompts, 0), backend, encode, config, half)  # resumed
+    keys = [r["task_id"] for r in records_of(half)]
+    assert len(keys) == len(set(keys)) == 9  # nothing generated twice
+    assert {r["task_id"]: r["raw"] for r in shuffled} == {r["task_id"]: r["raw"] for r in built}
+    assert [r["task_id"] for r in shuffled] != [r["task_id"] for r in built]  # another batch composition
+
+
+def records_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
