@@ -2,6 +2,7 @@
 quench's slot-seconds estimate (`quench.runs.eta`), side by side, at checkpoints of the real generation time.
 
     python benchmarks/eta_replay.py runs/robustness-humaneval-smollm2-135m-instruct-n1-t0
+    python benchmarks/eta_replay.py tests/cli/fixtures/robustness_timings.jsonl     # a samples file alone (limit 512)
     python benchmarks/eta_replay.py RUN_DIR --at 0.1 0.2 0.5 0.8
     python benchmarks/eta_replay.py RUN_DIR --simulate 220 11668 --runs 40     # runs drawn from its samples
 
@@ -71,7 +72,7 @@ class TqdmRate:
 
 
 def sample_id(record: dict) -> tuple[str, int]:
-    return (record.get("prompt_id", record["task_id"]), record["sample_index"])
+    return (record.get("prompt_id") or record["task_id"], record["sample_index"])
 
 
 def replay(records: list[dict], max_new_tokens: int, fractions: list[float]) -> list[tuple[float, ...]]:
@@ -129,14 +130,14 @@ def error(predicted: float | None, real: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dir", type=Path, help="a run directory, or a samples file")
     parser.add_argument("--at", type=float, nargs="+", default=[0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's config.json")
     parser.add_argument("--simulate", type=int, nargs="+", default=None, metavar="N", help="simulated runs of N samples")
     parser.add_argument("--runs", type=int, default=20, help="simulated runs per N")
     parser.add_argument("--slots", type=int, default=8, help="slots of the simulated engine (--batch-size)")
     args = parser.parse_args(argv)
-    path = args.run_dir / "samples.jsonl"
+    path = args.run_dir if args.run_dir.is_file() else args.run_dir / "samples.jsonl"
     if not path.is_file():
         print(f"error: {path}: no samples file", file=sys.stderr)
         return 2
@@ -144,12 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     if not records or any("finish_s" not in r for r in records):
         print(f"error: {path}: samples without finish_s (written by another backend or an older quench)", file=sys.stderr)
         return 2
-    max_new_tokens = args.max_new_tokens or json.loads((args.run_dir / "config.json").read_text())["max_new_tokens"]
+    records = [{"prompt_id": f"r{i}", "sample_index": 0, **r} for i, r in enumerate(records)]  # files without ids
+    config = path.parent / "config.json"
+    max_new_tokens = args.max_new_tokens or (json.loads(config.read_text())["max_new_tokens"] if config.is_file() else 512)
     if args.simulate:
         simulate(records, args.simulate, args.runs, args.slots, max_new_tokens, args.at)
         return 0
     rows = replay(records, max_new_tokens, args.at)
-    print(f"{args.run_dir}: {len(records)} samples, generation {max(r['finish_s'] for r in records):.0f} s")
+    print(f"{path}: {len(records)} samples, generation {max(r['finish_s'] for r in records):.0f} s")
     print(f"{'time':>5} {'done':>5} {'real left':>9} | {'tqdm EMA':>9} {'err':>6} | {'tqdm avg':>9} {'err':>6} | {'quench':>9} {'err':>6}")
     for at, done, real, ema, avg, ours in rows:
         cells = " | ".join(f"{'-' if v is None else f'{v:.0f} s':>9} {error(v, real)}" for v in (ema, avg, ours))
