@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import time
 from pathlib import Path
 
@@ -19,8 +18,6 @@ DEFAULT_TASKS = "0-19"
 DEFAULT_SEEDS = 5  # ReCode's s
 DEMO_SEEDS = 1  # s of the default subset, so that `quench robustness` alone finishes in minutes
 ETA_REFRESH_S = 1.0  # the time left is recomputed at most this often (a few ms at ReCode's full setting)
-
-log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -142,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
 def stage_progress(bars: console.StageBars, args: argparse.Namespace, workers: int):
     """The pipeline's callbacks drawn as one bar per stage; the generate bar shows the whole run's time left
-    (generation, then execution: `quench.runs.eta`) and tokens per second, and each tenth of it is logged."""
+    (generation, then execution: `quench.runs.eta`) and tokens per second; each tenth of the samples says it on a line."""
     from quench.robustness.pipeline import Progress
     from quench.runs.eta import ExecutePace, RunEta
 
@@ -170,8 +167,8 @@ def stage_progress(bars: console.StageBars, args: argparse.Namespace, workers: i
         bars.note(f"{tok_s:.0f} tok/s" if left is None else f"≈{clock(left.total)} left with execute, {tok_s:.0f} tok/s")
         if left is not None and tenth > state["logged"]:
             state["logged"] = tenth
-            log.info("%d%% of samples generated in %.0f s: about %s left (generate %s, execute %s)",
-                     100 * left.done, now - state["began"], clock(left.total), clock(left.generate), clock(left.execute))
+            console.say(f"generate: {100 * left.done:.0f}% of samples in {clock(now - state['began'])}, about "
+                        f"{clock(left.total)} left (generate {clock(left.generate)}, execute {clock(left.execute)})")
 
     return Progress(stage=bars.begin, transform=lambda name: bars.advance(), planned=planned,
                     started=lambda key, index: eta.started((key, index)), sample=on_sample,
