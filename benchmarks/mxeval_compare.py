@@ -23,7 +23,10 @@ answer that compiles and fails the first test case. The same samples go through
     `int(--timeout)` s; the file, binary or directory removed afterwards.
   Either way unsandboxed, with the caller's environment (mxeval's Go uses the user's Go build
   cache) plus NODE_PATH pointing at Debian's lodash (mxeval's setup installs lodash with npm),
-  from a thread pool of `--workers` threads, as `evaluate_functional_correctness` runs it.
+  from a thread pool of `--workers` threads, as `evaluate_functional_correctness` runs it. One
+  variable is taken out of that environment unless `--inherit-node-ca-certs` is given:
+  NODE_EXTRA_CA_CERTS, a certificate bundle that every node start parses (about 45 ms of CPU per
+  program), which quench's sandbox environment does not carry; the header line says which.
 
 Printed per language and repeat: samples, verdict agreement, programs per second of each and the
 ratio, then CPU milliseconds per program of each (quench: the pool's processes and all they ran;
@@ -225,6 +228,7 @@ WRONG = {  # compiles, then fails the first test case
     "java": '        throw new RuntimeException("wrong");\n    }\n}\n',
 }
 BUILD_TIMEOUT_S = 100  # mxeval's compile_timeout
+CA_CERTS_VAR = "NODE_EXTRA_CA_CERTS"
 Case = tuple[Problem, str]
 
 
@@ -381,6 +385,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=15.0, help="seconds per program run (mxeval's timeout)")
     parser.add_argument("--repeats", type=int, default=2, help="measurements per language, printed one by one")
     parser.add_argument("--languages", default="javascript,go,cpp,java")
+    parser.add_argument("--inherit-node-ca-certs", action="store_true",
+                        help="leave NODE_EXTRA_CA_CERTS in mxeval's environment (each node start then parses that bundle)")
     args = parser.parse_args(argv)
     for name in ("problems", "workers", "repeats"):
         if getattr(args, name) < 1:
@@ -436,10 +442,14 @@ def measure(language: str, pool: SandboxPool, args: argparse.Namespace, root: st
 def main() -> int:
     args = parse_args()
     os.environ["NODE_PATH"] = NODE_PATH  # mxeval's harness requires lodash where node finds it
+    certificates = os.environ.get(CA_CERTS_VAR)
+    if certificates and not args.inherit_node_ca_certs:
+        del os.environ[CA_CERTS_VAR]
     location = mxeval_module_path()
     mode = f"mxeval package ({location})" if location else "mxeval replica (package not importable)"
     print(f"quench SandboxPool (bwrap) vs {mode}; {args.workers} workers, {args.problems} problems per language; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; mxeval's {CA_CERTS_VAR}: "
+          f"{certificates if certificates and args.inherit_node_ca_certs else 'unset'}")
     print(f"{'language':<11} {'repeat':>6} {'samples':>7} {'agree':>7} {'quench/s':>9} {'mxeval/s':>9} {'ratio':>6} "
           f"{'quench ms':>8} {'mxeval ms':>8} {'ratio':>6}   (ms: CPU per program)")
     with tempfile.TemporaryDirectory(prefix="mxeval-replica-") as root:

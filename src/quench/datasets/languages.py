@@ -8,9 +8,10 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 (the `compile_error` outcome); a run that exits non-zero raises `ProgramFailed` (`failed`).
 
 Per language:
-- JavaScript: `node main.js`; when it fails naming a SyntaxError (or a RangeError), `node --check
-  main.js` tells a syntax error (a compile error) from a failed test. The harness needs lodash
-  (Debian `node-lodash`, on NODE_PATH).
+- JavaScript: `node main.js`, started from the prepared start-up snapshot with lodash loaded when
+  there is one for this node binary (quench.execution.toolchains); when it fails naming a
+  SyntaxError (or a RangeError), `node --check main.js` tells a syntax error (a compile error) from
+  a failed test. The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
 - Go: the compiler and linker against the precompiled standard library of the Go installation,
   with `go run`'s flags (no debug information or symbol table) but without the go command, its
   build cache or a garbage collector in either tool; `go build` with a private cache where the
@@ -24,6 +25,8 @@ Per language:
 
 from __future__ import annotations
 
+import inspect
+import os
 from dataclasses import dataclass, field
 
 LAUNCHER = '''\
@@ -62,7 +65,8 @@ def mentions(path, words):
         text = handle.read()
     return any(word.encode() in text for word in words)
 
-def build_and_run(source, name, builds, command, env, build_env, compile_mark, syntax_check, syntax_marks):
+def build_and_run(source, name, builds, command, env, build_env, compile_mark, syntax_check, syntax_marks,
+                  fallback=(), fallback_marks=()):
     try:
         os.set_inheritable(3, False)  # the sandbox's result pipe stays with the launcher
     except OSError:
@@ -75,6 +79,8 @@ def build_and_run(source, name, builds, command, env, build_env, compile_mark, s
         if run(build, "build.log", builder) != 0:
             raise CompileError(head("build.log"))
     status = spawn(command, env, os.devnull, "run.log")
+    if status != 0 and fallback and list(fallback) != command and mentions("run.log", fallback_marks):
+        status = spawn(list(fallback), env, os.devnull, "run.log")  # a prepared start this tool refuses: the plain one
     if status != 0:
         text = head("run.log")
         if compile_mark and compile_mark in tail("run.log"):
@@ -112,6 +118,9 @@ NODE_PATH = "/usr/share/nodejs:/usr/lib/nodejs:/usr/lib/node_modules:/usr/local/
 # Node prints a file it cannot parse as one of these (V8's early errors are SyntaxErrors; code nested
 # past the parser's stack is a RangeError); a failed run that names neither ran, so it parsed.
 NODE_PARSE_ERRORS = ("SyntaxError", "RangeError")
+# What node prints for a start-up snapshot built by another node or V8 configuration (exit status 14),
+# or for a file that is no snapshot at all (an assertion, SIGABRT).
+NODE_SNAPSHOT_REFUSED = ("Failed to load the startup snapshot", "node::SnapshotData::FromBlob")
 # A JVM inside the address-space limit: small fixed reservations, one GC thread, no JIT tiers
 # beyond C1 (the programs are tiny; start-up dominates).
 JAVA_FLAGS = ("-Xss8m", "-Xmx512m", "-XX:ReservedCodeCacheSize=64m", "-XX:CompressedClassSpaceSize=64m",
@@ -124,6 +133,16 @@ JAVA_COMPILE_MARK = "error: compilation failed"  # the single-file launcher's la
 # its cache in the scratch directory.
 GO_BUILD_ENV = {"GOGC": "off", "GOMEMLIMIT": "512MiB", "GOCACHE": "{cwd}/gocache", "GOPATH": "{cwd}/gopath",
                 "GO111MODULE": "off", "CGO_ENABLED": "0", "GOFLAGS": ""}
+
+
+def node_snapshot_path(cache: str, node: str) -> str:
+    """Where the start-up snapshot prepared for the node binary `node` lives in the build cache `cache`.
+
+    Named after the binary's size and modification time: a blob only starts the node that built it,
+    so an upgraded node finds no snapshot and starts the plain way.
+    """
+    info = os.stat(os.path.realpath(node))
+    return f"{cache}/javascript/node-{info.st_size}-{info.st_mtime_ns}.blob"
 
 
 def language_of(benchmark: str) -> str:
@@ -158,13 +177,16 @@ class Toolchain:
     compile_mark: str = ""  # a failed run whose output ends with this is a compile error
     syntax_check: tuple[str, ...] = ()  # run after a failed run: failing it makes a compile error
     syntax_marks: tuple[str, ...] = ()  # ... a failed run whose output has one of these (any, if empty)
+    fallback: tuple[str, ...] = ()  # the plain run command, when `command` may start from a prepared snapshot
+    fallback_marks: tuple[str, ...] = ()  # ... run instead when the first run fails naming one (snapshot refused)
 
 
 def toolchain(language: str) -> Toolchain:
     """The build and run steps of `language` (not Python)."""
     if language == "javascript":
-        return Toolchain("[]", repr(["node", "main.js"]), {"NODE_PATH": NODE_PATH},
-                         syntax_check=("node", "--check", "main.js"), syntax_marks=NODE_PARSE_ERRORS)
+        return Toolchain("[]", "node_command()", {"NODE_PATH": NODE_PATH},
+                         syntax_check=("node", "--check", "main.js"), syntax_marks=NODE_PARSE_ERRORS,
+                         fallback=("node", "main.js"), fallback_marks=NODE_SNAPSHOT_REFUSED)
     if language == "cpp":
         return Toolchain("cpp_builds()", repr(["./main"]))
     if language == "java":
@@ -186,6 +208,11 @@ def java_command():  # the class-data archive of the source launcher (javac's cl
     shared = ["-XX:SharedArchiveFile=" + archive] if os.path.isfile(archive) else []
     return ["java", *shared, *JAVA_FLAGS, "Main.java"]
 
+def node_command():  # `node main.js`, from the prepared snapshot (lodash loaded) if there is one for this node
+    node = shutil.which("node")
+    blob = node_snapshot_path(CACHE, node) if node else ""
+    return ["node", "--snapshot-blob", blob, "main.js"] if blob and os.access(blob, os.R_OK) else ["node", "main.js"]
+
 def go_builds():  # what `go run` does (its compiler and linker flags), without the go command or its build cache
     goroot = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("go") or "/nonexistent/bin/go")))
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
@@ -197,10 +224,14 @@ def go_builds():  # what `go run` does (its compiler and linker flags), without 
 '''
 
 
+SNAPSHOT_PATH = "\n" + inspect.getsource(node_snapshot_path)  # one definition, for quench and the launcher
+
+
 def launcher(language: str, program_source: str) -> str:
     """The Python program that builds and runs `program_source` in the sandbox's scratch directory."""
     spec, steps = LANGUAGES[language], toolchain(language)
     call = (f"build_and_run({program_source!r}, {spec.source_name!r}, {steps.builds}, {steps.command}, {steps.env!r}, "
             f"{steps.build_env!r}, {steps.compile_mark!r}, {list(steps.syntax_check)!r}, "
-            f"{list(steps.syntax_marks) or ['']!r})\n")
-    return LAUNCHER + BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS))) + "\n" + call
+            f"{list(steps.syntax_marks) or ['']!r}, {list(steps.fallback)!r}, {list(steps.fallback_marks)!r})\n")
+    builders = BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS)))
+    return LAUNCHER + SNAPSHOT_PATH + builders + "\n" + call

@@ -3,14 +3,17 @@
 The cache directory (`QUENCH_TOOLCHAINS`, default `~/.cache/quench/toolchains`) is prepared once,
 outside the sandbox, from trusted inputs only, and is bound read-only into every sandbox: a
 program can read it but never change what the next program sees. It holds a precompiled
-`bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time) and a
-class-data archive of the classes Java's source launcher loads (javac's: most of a JVM's start).
-Node.js and Go need nothing prepared: Debian's Go ships its precompiled standard library.
+`bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time), a
+class-data archive of the classes Java's source launcher loads (javac's: most of a JVM's start),
+and a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it; parsing its
+545 kB is a fifth of a program's time). Go needs nothing prepared: Debian's Go ships its
+precompiled standard library.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
 import shutil
@@ -18,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from quench.datasets.languages import JAVA_FLAGS, LANGUAGES
+from quench.datasets.languages import JAVA_FLAGS, LANGUAGES, NODE_PATH, node_snapshot_path
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,39 @@ class Main {
         if (!Objects.equals(counts.get("[3]"), 1)) { throw new Exception("x = " + counts); }
     }
 }
+"""
+# Built into the snapshot: lodash, evaluated as its CommonJS wrapper would (with `require` for its
+# `util.types` probe); at start-up, registered in the module cache under the path `require("lodash")`
+# resolves to, then the program runs as `node main.js` runs it (Module.runMain). Nothing else of the
+# module system is touched while building: node does not support snapshotting it.
+NODE_SNAPSHOT_ENTRY = """'use strict';
+const { readFileSync } = require('fs');
+const { startupSnapshot } = require('v8');
+const LODASH = %(lodash)s;
+const lodash = { exports: {}, require };
+new Function('exports', 'require', 'module', readFileSync(LODASH, 'utf8') + '\\n//# sourceURL=' + LODASH)(
+  lodash.exports, require, lodash);
+startupSnapshot.setDeserializeMainFunction(() => {
+  const path = require('path');
+  const Module = require('module');
+  const cached = new Module(LODASH, null);
+  cached.filename = LODASH;
+  cached.paths = Module._nodeModulePaths(path.dirname(LODASH));
+  cached.exports = lodash.exports;
+  cached.loaded = true;
+  Module._cache[LODASH] = cached;
+  process.argv[1] = path.resolve(process.argv[1]);
+  Module.runMain();
+});
+"""
+# Run from the built snapshot before it is kept: lodash is the cached module and works, the program
+# is the main module, a throw still fails the process.
+NODE_SNAPSHOT_CHECK = """const _ = require('lodash');
+if (require.main !== module || require.cache[require.resolve('lodash')].exports !== _) { process.exit(3); }
+if (!_.isEqual([1, { a: new Map([[1, new Uint8Array([2])]]) }], [1, { a: new Map([[1, new Uint8Array([2])]]) }])) {
+  process.exit(4);
+}
+console.log('snapshot ok');
 """
 MIN_PCH_BYTES = 1 << 20  # a real precompiled bits/stdc++.h is tens of MB; anything smaller is rebuilt
 
@@ -69,7 +105,9 @@ def has_toolchain(language: str) -> bool:
 
 
 def prepare(language: str) -> None:
-    """Prepare the shared cache for `language` (idempotent; nothing to do for JavaScript and Go)."""
+    """Prepare the shared cache for `language` (idempotent; nothing to do for Go)."""
+    if language == "javascript" and has_toolchain("javascript"):
+        prepare_node_snapshot()
     if language == "cpp" and shutil.which("g++"):
         prepare_cpp_header()
     if language == "java" and shutil.which("java"):
@@ -140,3 +178,55 @@ def prepare_cpp_header() -> Path | None:
         os.replace(built, target)  # atomic: a concurrent reader sees the whole file or none
     log.info("precompiled bits/stdc++.h into %s", target)
     return target
+
+
+def node_env() -> dict[str, str]:
+    """The environment of the trusted node runs that build and check the snapshot."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "NODE_PATH": NODE_PATH}
+
+
+def prepare_node_snapshot() -> Path | None:
+    """A start-up snapshot of node with lodash loaded, for the installed node binary; None if node cannot."""
+    node = shutil.which("node")
+    if node is None:
+        return None
+    cache_subdir("javascript")
+    target = Path(node_snapshot_path(toolchain_dir(), node))
+    if target.is_file():
+        return target
+    try:
+        resolved = subprocess.run([node, "-p", "require.resolve('lodash')"], capture_output=True, text=True,
+                                  timeout=PREPARE_TIMEOUT_S, check=True, env=node_env())
+    except (OSError, subprocess.SubprocessError) as err:
+        log.warning("could not find lodash for the node start-up snapshot (%s); programs start without it", err)
+        return None
+    lodash = resolved.stdout.strip()
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # same file system: os.replace
+        entry, check, built = Path(scratch, "entry.js"), Path(scratch, "check.js"), Path(scratch, "node.blob")
+        entry.write_text(NODE_SNAPSHOT_ENTRY % {"lodash": json.dumps(lodash)}, encoding="utf-8")
+        check.write_text(NODE_SNAPSHOT_CHECK, encoding="ascii")
+        command = [node, "--snapshot-blob", str(built), "--build-snapshot", str(entry)]
+        if not build_into(built, command, "the node start-up snapshot", scratch):
+            return None
+        if not runs_from(node, built, check):
+            return None
+        built.chmod(0o644)
+        os.replace(built, target)
+    log.info("built a node start-up snapshot with lodash loaded into %s", target)
+    return target
+
+
+def runs_from(node: str, blob: Path, check: Path) -> bool:
+    """Whether `check` passes when node starts from `blob` (logged when it does not)."""
+    command = [node, "--snapshot-blob", str(blob), str(check)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S, check=False,
+                              env=node_env(), cwd=check.parent)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        log.warning("the node start-up snapshot did not run (%s); programs start without it", err)
+        return False
+    if done.returncode != 0 or done.stdout.strip() != "snapshot ok":
+        log.warning("the node start-up snapshot failed its check (exit status %d: %s); programs start without it",
+                    done.returncode, (done.stderr or done.stdout).strip()[-300:])
+        return False
+    return True
