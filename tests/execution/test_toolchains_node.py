@@ -7,7 +7,6 @@ Runs in "bwrap" mode; skipped where the machine has no node with lodash.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import uuid
@@ -18,11 +17,11 @@ import pytest
 from sandbox_helpers import skip_reason
 
 from quench.datasets import Problem, load_benchmark
-from quench.datasets.languages import NODE_PATH, NODE_SNAPSHOT_REFUSED, node_snapshot_path
+from quench.datasets import languages
+from quench.datasets.languages import NODE_PATH, NODE_SNAPSHOT_REFUSED, node_snapshot_entry, node_snapshot_path
 from quench.execution import Outcome, SandboxLimits, SandboxPool
 from quench.execution import sandbox as sandbox_module
-from quench.execution.toolchains import (ENV_VAR, NODE_SNAPSHOT_ENTRY, has_toolchain, prepare_node_snapshot,
-                                         toolchain_dir)
+from quench.execution.toolchains import ENV_VAR, has_toolchain, prepare_node_snapshot, toolchain_dir
 
 
 def needs_node() -> None:
@@ -63,6 +62,7 @@ def test_every_program_starts_from_the_prepared_snapshot(pool: SandboxPool, snap
     check = (f"const blob = {str(snapshot)!r};\n"
              "const i = process.execArgv.indexOf('--snapshot-blob');\n"
              "if (i < 0 || process.execArgv[i + 1] !== blob) { throw new Error('plain start: ' + process.execArgv); }\n"
+             "if (!(require.resolve('lodash') in require.cache)) { throw new Error('lodash not loaded before'); }\n"
              "const _ = require('lodash');\n"
              "if (require.cache[require.resolve('lodash')].exports !== _ || require.main !== module) { process.exit(3); }\n")
     [result] = pool.run_many([whole(check)])
@@ -105,7 +105,7 @@ def write_foreign_snapshot(blob: Path, kind: str) -> None:
     env = {"PATH": "/usr/bin:/bin", "NODE_PATH": NODE_PATH}
     lodash = subprocess.run(["node", "-p", "require.resolve('lodash')"], check=True, capture_output=True, text=True,
                             timeout=60, env=env).stdout.strip()
-    entry.write_text(NODE_SNAPSHOT_ENTRY % {"lodash": json.dumps(lodash)}, encoding="utf-8")
+    entry.write_text(node_snapshot_entry(lodash), encoding="utf-8")
     command = ["node", "--max-semi-space-size=16", "--snapshot-blob", str(blob), "--build-snapshot", str(entry)]
     subprocess.run(command, check=True, capture_output=True, timeout=120, cwd=blob.parent, env=env)
     entry.unlink()
@@ -134,5 +134,19 @@ def test_a_snapshot_node_refuses_gives_way_to_the_plain_start(monkeypatch: pytes
         assert passed.outcome is Outcome.passed, passed.detail
         assert failed.outcome is Outcome.failed, failed.detail
         assert not any(mark in failed.detail for mark in NODE_SNAPSHOT_REFUSED), failed.detail
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def test_a_snapshot_that_does_not_run_the_program_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_node()
+    cache = Path.home() / ".cache" / "quench" / f"test-toolchains-{uuid.uuid4().hex[:8]}"
+    broken = languages.NODE_SNAPSHOT_ENTRY.replace("  Module.runMain();\n", "")
+    assert broken != languages.NODE_SNAPSHOT_ENTRY
+    monkeypatch.setattr(languages, "NODE_SNAPSHOT_ENTRY", broken)
+    monkeypatch.setenv(ENV_VAR, str(cache))
+    try:
+        assert prepare_node_snapshot() is None
+        assert not list((cache / "javascript").glob("*.blob"))
     finally:
         shutil.rmtree(cache, ignore_errors=True)

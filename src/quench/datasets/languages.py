@@ -25,7 +25,9 @@ Per language:
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -135,14 +137,52 @@ GO_BUILD_ENV = {"GOGC": "off", "GOMEMLIMIT": "512MiB", "GOCACHE": "{cwd}/gocache
                 "GO111MODULE": "off", "CGO_ENABLED": "0", "GOFLAGS": ""}
 
 
+# Built into the snapshot: lodash, evaluated as its CommonJS wrapper would (with `require` for its
+# `util.types` probe). At start-up it is registered in the module cache under the path
+# `require("lodash")` resolves to, unless that file changed since (then it loads from the file, as
+# without a snapshot), and the program runs as `node main.js` runs it (Module.runMain). Nothing else
+# of the module system is touched while building: node does not support snapshotting it.
+NODE_SNAPSHOT_ENTRY = """'use strict';
+const { readFileSync, statSync } = require('fs');
+const { startupSnapshot } = require('v8');
+const LODASH = LODASH_PATH;
+const stamp = (info) => info ? info.size + ':' + info.mtimeMs : '';
+const built = stamp(statSync(LODASH));
+const lodash = { exports: {}, require };
+new Function('exports', 'require', 'module', readFileSync(LODASH, 'utf8') + '\\n//# sourceURL=' + LODASH)(
+  lodash.exports, require, lodash);
+startupSnapshot.setDeserializeMainFunction(() => {
+  const path = require('path');
+  const Module = require('module');
+  if (stamp(statSync(LODASH, { throwIfNoEntry: false })) === built) {
+    const cached = new Module(LODASH, null);
+    cached.filename = LODASH;
+    cached.paths = Module._nodeModulePaths(path.dirname(LODASH));
+    cached.exports = lodash.exports;
+    cached.loaded = true;
+    Module._cache[LODASH] = cached;
+  }
+  process.argv[1] = path.resolve(process.argv[1]);
+  Module.runMain();
+});
+"""
+NODE_SNAPSHOT_TAG = hashlib.sha256(NODE_SNAPSHOT_ENTRY.encode()).hexdigest()[:12]
+
+
 def node_snapshot_path(cache: str, node: str) -> str:
     """Where the start-up snapshot prepared for the node binary `node` lives in the build cache `cache`.
 
-    Named after the binary's size and modification time: a blob only starts the node that built it,
-    so an upgraded node finds no snapshot and starts the plain way.
+    Named after the binary's size and modification time (a blob only starts the node that built it,
+    so an upgraded node finds no snapshot and starts the plain way) and after the script it was
+    built from (NODE_SNAPSHOT_TAG).
     """
     info = os.stat(os.path.realpath(node))
-    return f"{cache}/javascript/node-{info.st_size}-{info.st_mtime_ns}.blob"
+    return f"{cache}/javascript/node-{info.st_size}-{info.st_mtime_ns}-{NODE_SNAPSHOT_TAG}.blob"
+
+
+def node_snapshot_entry(lodash: str) -> str:
+    """The script a start-up snapshot is built from, loading lodash from the file `lodash`."""
+    return NODE_SNAPSHOT_ENTRY.replace("LODASH_PATH", json.dumps(lodash))
 
 
 def language_of(benchmark: str) -> str:
@@ -224,7 +264,8 @@ def go_builds():  # what `go run` does (its compiler and linker flags), without 
 '''
 
 
-SNAPSHOT_PATH = "\n" + inspect.getsource(node_snapshot_path)  # one definition, for quench and the launcher
+# One definition of the snapshot's name, for quench and the launcher.
+SNAPSHOT_PATH = f"\nNODE_SNAPSHOT_TAG = {NODE_SNAPSHOT_TAG!r}\n" + inspect.getsource(node_snapshot_path)
 
 
 def launcher(language: str, program_source: str) -> str:

@@ -13,7 +13,6 @@ precompiled standard library.
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import os
 import shutil
@@ -21,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from quench.datasets.languages import JAVA_FLAGS, LANGUAGES, NODE_PATH, node_snapshot_path
+from quench.datasets.languages import JAVA_FLAGS, LANGUAGES, NODE_PATH, node_snapshot_entry, node_snapshot_path
 
 log = logging.getLogger(__name__)
 
@@ -38,30 +37,6 @@ class Main {
         if (!Objects.equals(counts.get("[3]"), 1)) { throw new Exception("x = " + counts); }
     }
 }
-"""
-# Built into the snapshot: lodash, evaluated as its CommonJS wrapper would (with `require` for its
-# `util.types` probe); at start-up, registered in the module cache under the path `require("lodash")`
-# resolves to, then the program runs as `node main.js` runs it (Module.runMain). Nothing else of the
-# module system is touched while building: node does not support snapshotting it.
-NODE_SNAPSHOT_ENTRY = """'use strict';
-const { readFileSync } = require('fs');
-const { startupSnapshot } = require('v8');
-const LODASH = %(lodash)s;
-const lodash = { exports: {}, require };
-new Function('exports', 'require', 'module', readFileSync(LODASH, 'utf8') + '\\n//# sourceURL=' + LODASH)(
-  lodash.exports, require, lodash);
-startupSnapshot.setDeserializeMainFunction(() => {
-  const path = require('path');
-  const Module = require('module');
-  const cached = new Module(LODASH, null);
-  cached.filename = LODASH;
-  cached.paths = Module._nodeModulePaths(path.dirname(LODASH));
-  cached.exports = lodash.exports;
-  cached.loaded = true;
-  Module._cache[LODASH] = cached;
-  process.argv[1] = path.resolve(process.argv[1]);
-  Module.runMain();
-});
 """
 # Run from the built snapshot before it is kept: lodash is the cached module and works, the program
 # is the main module, a throw still fails the process.
@@ -203,7 +178,7 @@ def prepare_node_snapshot() -> Path | None:
     lodash = resolved.stdout.strip()
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # same file system: os.replace
         entry, check, built = Path(scratch, "entry.js"), Path(scratch, "check.js"), Path(scratch, "node.blob")
-        entry.write_text(NODE_SNAPSHOT_ENTRY % {"lodash": json.dumps(lodash)}, encoding="utf-8")
+        entry.write_text(node_snapshot_entry(lodash), encoding="utf-8")
         check.write_text(NODE_SNAPSHOT_CHECK, encoding="ascii")
         command = [node, "--snapshot-blob", str(built), "--build-snapshot", str(entry)]
         if not build_into(built, command, "the node start-up snapshot", scratch):
