@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import fcntl
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -53,6 +55,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="hf: Hugging Face generate; quench: quench's engine (docs/engine.md); openai: an "
                              "OpenAI-compatible server at --base-url (docs/serving.md)")
     parser.add_argument("--batch-size", type=int, default=ENGINE_DEFAULTS.batch_size)
+    parser.add_argument("--engines", default="1", metavar="N|auto",
+                        help="generation processes on this machine, each with its own model and --threads/N torch "
+                             "threads (auto: one per thread); on a CPU several one-thread engines decode more "
+                             "than one engine with several threads (docs/engine.md, Engine processes)")
     engine = parser.add_argument_group("quench engine")
     engine.add_argument("--speculate", default=ENGINE_DEFAULTS.drafter, choices=DRAFTERS,
                         help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = prompt lookup where it matches, else the draft model")
@@ -235,6 +241,37 @@ def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
     return BackendOptions(name=args.backend, engine=engine, draft=args.draft, guard=args.guard).check()
 
 
+def engine_count(args: argparse.Namespace) -> int:
+    """--engines as a number (auto: one per torch thread on a CPU, else 1); QuenchError when it is not one."""
+    value = str(getattr(args, "engines", "1") or "1")
+    if value == "auto":
+        return max(1, torch_threads()) if args.device == "cpu" else 1
+    if not value.isdigit() or int(value) < 1:
+        raise QuenchError(f"--engines must be a positive number or auto, got {value!r}")
+    return int(value)
+
+
+def torch_threads() -> int:
+    """The torch threads this run was given (--threads, OMP_NUM_THREADS or the busy-machine default)."""
+    value = os.environ.get("OMP_NUM_THREADS", "1")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+def local_engines(args: argparse.Namespace, loaded, options: BackendOptions, engines: int):
+    """`engines` engine processes sharing this run's threads; refused where they do not apply."""
+    from quench.distributed import ModelSpec
+    from quench.distributed.local import LocalEngines
+
+    if args.device != "cpu":
+        raise QuenchError("--engines applies on a CPU; on a GPU run one process per device (--ray)")
+    if getattr(args, "time_budget", None) is not None:
+        raise QuenchError("--time-budget needs one engine (it samples each prompt until its deadline); drop --engines")
+    spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options)
+    backend = LocalEngines(spec, engines, max(1, torch_threads() // engines))
+    atexit.register(backend.close)
+    return backend
+
+
 def load_model_from_args(args: argparse.Namespace):
     """The local model (loaded), or for --backend openai what is known of the served one (nothing loads)."""
     remote.check_remote_args(args)
@@ -272,6 +309,9 @@ def backend_from_args(args: argparse.Namespace, loaded):
     if args.backend == "openai":
         return remote.openai_backend(args)
     options = backend_options_from_args(args)
+    engines = engine_count(args)
+    if engines > 1 and not getattr(args, "ray", None):
+        return local_engines(args, loaded, options, engines)
     if not getattr(args, "ray", None):
         return make_backend(loaded, options)
     from quench.distributed import ModelSpec, RayOptions, make_ray_backend

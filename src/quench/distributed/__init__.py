@@ -1,4 +1,4 @@
-"""Scale-out on Ray: generation actors and sandbox execution across a cluster.
+"""Scale-out: engine processes on one machine (`local`), and on Ray generation actors and sandbox execution across a cluster.
 
 Importing this package does not import Ray; `make_ray_backend` and `make_ray_pool` do, when a
 run asks for Ray (`--ray`). See docs/ray.md.
