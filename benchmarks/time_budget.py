@@ -2,6 +2,7 @@
 
     python benchmarks/time_budget.py --root runs/time-budget                     # all 164, 1/2/5/10 s
     python benchmarks/time_budget.py --root runs/tb-smoke --limit 8 --budgets 1,2   # minutes
+    python benchmarks/time_budget.py --root runs/time-budget-b1 --batch-size 1 --budgets 5,10,20
 
 For each decoding, `quench run --time-budget B --temperature 0.8` on HumanEval at the largest budget
 B, with regular decoding (`--speculate none`) and with hybrid speculation (`--speculate hybrid`),
@@ -45,7 +46,8 @@ def run_dir(root: Path, mode: str, budget: float) -> Path:
 def run_command(args: argparse.Namespace, mode: str, budget: float) -> list[str]:
     return [sys.executable, "-m", "quench.cli.main", "run", "--model", args.model, "--benchmark", "humaneval",
             "--limit", str(args.limit), "--temperature", "0.8", "--seed", str(args.seed),
-            "--time-budget", f"{budget:g}", "--speculate", MODES[mode], "--out", str(run_dir(args.root, mode, budget))]
+            "--time-budget", f"{budget:g}", "--speculate", MODES[mode], "--batch-size", str(args.batch_size),
+            "--out", str(run_dir(args.root, mode, budget))]
 
 
 def ensure_runs(args: argparse.Namespace, budget: float) -> None:
@@ -124,6 +126,7 @@ def main() -> None:
     parser.add_argument("--budgets", default="1,2,5,10", help="seconds per prompt, comma-separated")
     parser.add_argument("--limit", type=int, default=164, help="the first N HumanEval problems")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=8, help="slots sampling each prompt at once")
     parser.add_argument("--report-only", action="store_true", help="print the tables from finished runs")
     args = parser.parse_args()
     budgets = sorted(float(b) for b in args.budgets.split(",") if b.strip())

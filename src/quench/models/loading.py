@@ -49,7 +49,8 @@ def cache_root() -> Path:
 
 
 def cpu_supports_bf16() -> bool:
-    """bfloat16 matmuls are fast only with AVX512-BF16/AMX; elsewhere they are emulated and slow."""
+    """Whether bfloat16 is the CPU default: with AVX512-BF16/AMX natively, and with AVX512BW through quench's
+    fixed-order kernel (bfloat16 weights widened to float32, FMA); without AVX512 it is emulated and slow."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
