@@ -60,8 +60,11 @@ def test_two_engines_give_the_samples_of_one(tiny: Path, two_engines: LocalEngin
     one = by_key(make_backend(loaded, OPTIONS).generate(requests(loaded.tokenizer, 2), sampling))
     two = by_key(two_engines.generate(requests(loaded.tokenizer, 2), sampling))
     assert len(one) == 16 and two == one
-    some = by_key(two_engines.generate(requests(loaded.tokenizer, 2)[:3], sampling))  # another call, other shares
+    starts: list[tuple[str, int]] = []
+    some = by_key(two_engines.generate(requests(loaded.tokenizer, 2)[:3], sampling,  # another call, other shares
+                                       on_start=lambda key, sample: starts.append((key, sample))))
     assert some == {key: ids for key, ids in one.items() if key[0] in ("p0", "p1", "p2")}
+    assert sorted(starts) == sorted(some)  # each sample said when it took a slot, once
 
 
 def test_an_engine_that_dies_ends_the_run_with_a_clear_error(tiny: Path) -> None:

@@ -25,7 +25,7 @@ import pickle
 import queue
 import signal
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from quench.distributed.config import ModelSpec, worker_env
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
@@ -46,6 +46,7 @@ class EngineTask:
     requests: tuple[GenerationRequest, ...]
     sampling: SamplingParams
     stop_hook: object | None  # a picklable `StopHook`, or None for the engine's own
+    report_starts: bool = False  # send a message as each sample takes a slot (progress estimates)
 
 
 def serve(index: int, spec: ModelSpec, threads: int, tasks, results) -> None:  # runs in the engine process
@@ -68,8 +69,10 @@ def serve(index: int, spec: ModelSpec, threads: int, tasks, results) -> None:  #
     results.put(("ready", index, 0, None))
     while (task := tasks.get()) is not None:
         try:
-            hook = {"stop_hook": task.stop_hook} if task.stop_hook is not None else {}
-            for result in backend.generate(task.requests, task.sampling, **hook):
+            options: dict[str, object] = {"stop_hook": task.stop_hook} if task.stop_hook is not None else {}
+            if task.report_starts:
+                options["on_start"] = lambda key, sample, call=task.call: results.put(("start", index, call, (key, sample)))
+            for result in backend.generate(task.requests, task.sampling, **options):
                 results.put(("sample", index, task.call, result))
             results.put(("done", index, task.call, None))
         except Exception as exc:  # noqa: BLE001
@@ -96,6 +99,7 @@ class LocalEngines:
     """Generation spread over `engines` local processes; `generate` yields samples as they finish."""
 
     takes_stop_hook = True  # a picklable hook goes to the engines; another is refused (run_backend cuts instead)
+    reports_starts = True  # `generate(..., on_start=)`: told when each sample takes a slot in any engine
 
     def __init__(self, spec: ModelSpec, engines: int, threads: int = 1) -> None:
         if engines < 1:
@@ -128,7 +132,8 @@ class LocalEngines:
         log.info("%d engine processes ready, %d torch thread(s) each", self.engines, self.threads)
 
     def generate(self, requests: Iterable[GenerationRequest], sampling: SamplingParams,
-                 stop_hook: object | None = None) -> Iterator[GenerationResult]:
+                 stop_hook: object | None = None,
+                 on_start: Callable[[str, int], None] | None = None) -> Iterator[GenerationResult]:
         requests = list(requests)
         if not requests:
             return
@@ -139,7 +144,7 @@ class LocalEngines:
         call, busy = self._calls, set()
         for index, share in enumerate(deal(requests, self.engines, self.block)):
             if share:
-                self._tasks[index].put(EngineTask(call, tuple(share), sampling, stop_hook))
+                self._tasks[index].put(EngineTask(call, tuple(share), sampling, stop_hook, on_start is not None))
                 busy.add(index)
         while busy:
             kind, index, of_call, payload = self._next(None)
@@ -147,6 +152,8 @@ class LocalEngines:
                 continue  # left over from a call whose caller stopped reading
             if kind == "sample":
                 yield payload
+            elif kind == "start" and on_start is not None:
+                on_start(*payload)
             elif kind == "done":
                 busy.discard(index)
             else:
