@@ -5,8 +5,8 @@ outside the sandbox, from trusted inputs only, and is bound read-only into every
 program can read it but never change what the next program sees. It holds a precompiled
 `bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time), a
 class-data archive of the classes Java's source launcher loads (javac's: most of a JVM's start),
-and a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it; parsing its
-545 kB is a fifth of a program's time). Go needs nothing prepared: Debian's Go ships its
+and a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it; loading its
+545 kB is most of what a program adds to node's own start). Go needs nothing prepared: Debian's Go ships its
 precompiled standard library.
 """
 
