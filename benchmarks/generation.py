@@ -24,7 +24,7 @@ full-vocabulary logits (-inf elsewhere), so it proposes what it proposes in quen
 speculative sampling stays lossless. Their decode-only rate leaves out the target's and the
 draft's prompt prefills (re-run and timed on their own, at batch 1).
 
-HumanEval prompts, chat template, the default model in bfloat16, one thread by default. Per
+HumanEval prompts (`--benchmark`: another benchmark's test split), chat template, the default model in bfloat16, one thread by default. Per
 configuration: aggregate tokens per CPU-second of this process (steady on a shared machine, where
 wall time depends on the neighbours; with one thread it is what an idle core would do) and per
 wall-second; tokens per CPU-second with the prompt prefills taken out ("decode only": quench times
@@ -59,7 +59,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quench.datasets import load_humaneval
+from quench.datasets import load_benchmark
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.hf_backend import HFBackend
 from quench.engine.native_config import KernelConfig
@@ -137,8 +137,9 @@ class PeakMemory:
         return (self.peak - self.base) / 2**20
 
 
-def build_requests(loaded, count: int, n: int) -> list[GenerationRequest]:
-    problems = load_humaneval()[:count]
+def build_requests(loaded, count: int, n: int, benchmark: str = "humaneval") -> list[GenerationRequest]:
+    """The first `count` prompts of `benchmark` (its test split), `n` samples each."""
+    problems = load_benchmark(benchmark)[:count]
     return [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt), n=n) for p in problems]
 
 
@@ -322,7 +323,7 @@ def run_configuration(args, loaded, backends: dict[str, Backend], batch_size: in
     token of the first prompts, one at a time)."""
     n = 1 if mode == "greedy" else args.samples
     sequences = max(batch_size * args.waves, n, args.min_sequences)
-    requests = build_requests(loaded, -(-sequences // n), n)
+    requests = build_requests(loaded, -(-sequences // n), n, args.benchmark)
     sampling = SamplingParams(
         temperature=0.0 if mode == "greedy" else args.temperature, max_new_tokens=args.max_new_tokens, seed=1,
         ignore_eos=args.fixed_length,  # not min_tokens: EOS is an ordinary token, not one forbidden
@@ -330,7 +331,7 @@ def run_configuration(args, loaded, backends: dict[str, Backend], batch_size: in
     warm = [GenerationRequest(r.key, r.prompt_ids, n=1) for r in requests[:batch_size]]
     for backend in backends.values():  # first calls pay for one-time set-up (oneDNN kernels)
         list(backend.generate(warm, SamplingParams(max_new_tokens=8)))
-    first_tokens = [GenerationRequest(r.key, r.prompt_ids) for r in build_requests(loaded, TTFT_PROMPTS, 1)] if ttft else []
+    first_tokens = [GenerationRequest(r.key, r.prompt_ids) for r in build_requests(loaded, TTFT_PROMPTS, 1, args.benchmark)] if ttft else []
     outputs, best, rates = {}, {}, {name: [] for name in backends}
     ttfts: dict[str, list[tuple[float, float]]] = {name: [] for name in backends}
     for _ in range(args.repeats):  # interleaved, best of: contention only ever slows a run down
@@ -511,6 +512,7 @@ def bandwidth_report(rows: list[Measurement], weight_bytes: int, kv_bytes: int, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="batch 1 and 8, 48 new tokens, one wave")
+    parser.add_argument("--benchmark", default="humaneval", help="whose prompts: humaneval, mbpp, mbjsp, mbgp, mbcpp, mbjp")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--modes", nargs="+", default=["greedy", "sampling"], choices=["greedy", "sampling"])
     parser.add_argument("--max-new-tokens", type=int, default=192)
