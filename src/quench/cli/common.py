@@ -251,6 +251,16 @@ def engine_count(args: argparse.Namespace) -> int:
     return int(value)
 
 
+def check_engines(args: argparse.Namespace) -> None:
+    """QuenchError where several engine processes do not apply (checked before anything loads)."""
+    if engine_count(args) == 1:
+        return
+    if args.device != "cpu":
+        raise QuenchError("--engines applies on a CPU; on a GPU run one process per device (--ray)")
+    if getattr(args, "time_budget", None) is not None:
+        raise QuenchError("--time-budget needs one engine (it samples each prompt until its deadline); drop --engines")
+
+
 def torch_threads() -> int:
     """The torch threads this run was given (--threads, OMP_NUM_THREADS or the busy-machine default)."""
     value = os.environ.get("OMP_NUM_THREADS", "1")
@@ -262,10 +272,6 @@ def local_engines(args: argparse.Namespace, loaded, options: BackendOptions, eng
     from quench.distributed import ModelSpec
     from quench.distributed.local import LocalEngines
 
-    if args.device != "cpu":
-        raise QuenchError("--engines applies on a CPU; on a GPU run one process per device (--ray)")
-    if getattr(args, "time_budget", None) is not None:
-        raise QuenchError("--time-budget needs one engine (it samples each prompt until its deadline); drop --engines")
     spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options)
     backend = LocalEngines(spec, engines, max(1, torch_threads() // engines))
     atexit.register(backend.close)

@@ -196,8 +196,7 @@ def check_generation_args(args: argparse.Namespace) -> None:
     else:
         check_model_args(args)
         common.backend_options_from_args(args)
-        if common.engine_count(args) > 1 and getattr(args, "time_budget", None) is not None:
-            raise QuenchError("--time-budget needs one engine (it samples each prompt until its deadline); drop --engines")
+        common.check_engines(args)
     common.sampling_from_args(args)
     check_positive(args.max_new_tokens, "--max-new-tokens")
     check_ray(args)
