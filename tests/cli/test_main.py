@@ -66,6 +66,24 @@ def test_ctrl_c_while_starting_prints_one_line(delay_s, tmp_path):
     assert stderr.strip().splitlines()[-1].startswith("interrupted")
 
 
+def test_an_interrupt_that_lands_in_code_an_extension_runs_still_exits_130(tmp_path):
+    """A Ctrl-C inside code a C extension runs through PyRun_* (as some do while importing) is handled
+    like any other: CPython's mark of an unhandled interrupt must not turn exit 130 into death by SIGINT."""
+    (tmp_path / "probe.py").write_text(
+        "import ctypes, sys\n"
+        "import quench.cli.parser as parser\n"
+        "def interrupted_inside_c(argv, names):\n"
+        "    ctypes.pythonapi.PyRun_SimpleString(b'raise KeyboardInterrupt')\n"
+        "    raise KeyboardInterrupt\n"
+        "parser.run_command = interrupted_inside_c\n"
+        "from quench.cli.main import main\n"
+        "sys.exit(main([]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "probe"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("interrupted")
+
+
 def test_the_entry_point_imports_nothing_before_its_try():
     """Everything the CLI needs is imported inside main()'s try, where Ctrl-C ends in one line."""
     probe = (

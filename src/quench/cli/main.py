@@ -21,8 +21,20 @@ def main(argv: list[str] | None = None) -> int:
             raise
     except KeyboardInterrupt:
         pass
+    forget_unhandled_interrupt()
     print("interrupted: what finished is saved; run the same command again to continue", file=sys.stderr)
     return 130
+
+
+def forget_unhandled_interrupt() -> None:
+    """CPython marks a KeyboardInterrupt raised inside code that a C extension runs (PyRun_*) as unhandled, and
+    after `python -m` returns it kills itself with SIGINT (exit -2, not 130); the interrupt is handled here."""
+    try:
+        import ctypes
+
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    except (ImportError, ValueError, AttributeError):  # another interpreter: nothing to clear
+        pass
 
 
 def interrupted(err: BaseException) -> bool:
