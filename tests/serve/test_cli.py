@@ -38,6 +38,7 @@ def free_port() -> int:
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--model", "no-such-model"], "no-such-model"),
     (["--replicas", "2"], "need --ray ADDRESS"),
+    (["--engines", "2"], "quench serve runs one engine per process"),
     (["--ray", "auto", "--replicas", "0"], "--replicas must be at least 1"),
     (["--ray", "auto", "--cpus-per-replica", "0"], "--cpus-per-replica must be > 0"),
 ])

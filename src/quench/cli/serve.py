@@ -46,6 +46,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise QuenchError(f"{flag} must be at least 1, got {value}")
     if args.shutdown_timeout < 0:
         raise QuenchError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
+    if str(args.engines) != "1":
+        raise QuenchError("--engines: quench serve runs one engine per process; for more, --replicas with --ray")
     if args.ray is None and (args.replicas != 1 or args.gpus_per_replica is not None or args.cpus_per_replica != 1.0):
         raise QuenchError("--replicas, --cpus-per-replica and --gpus-per-replica need --ray ADDRESS")
     if args.replicas < 1:
