@@ -22,6 +22,13 @@ class ModelSpec:
     prompt_format: str | None = None
     backend: BackendOptions = BackendOptions()  # which backend each actor builds, and how
 
+    def build(self):  # -> Backend
+        """Load the model and build its backend in this process (a Ray actor's or an engine process's)."""
+        from quench.models import load_model
+        from quench.runs.backends import make_backend
+
+        return make_backend(load_model(self.name, self.dtype, self.device, self.prompt_format), self.backend)
+
     def portable(self) -> "ModelSpec":
         """The same spec with a relative model path made absolute, so other processes find it."""
         path = Path(self.name).expanduser()

@@ -30,11 +30,7 @@ class GenerationWorker:
 
     def __init__(self, spec: ModelSpec, env: dict[str, str]) -> None:
         os.environ.update(env)
-        from quench.runs.backends import make_backend
-        from quench.models import load_model
-
-        loaded = load_model(spec.name, spec.dtype, spec.device, spec.prompt_format)
-        self.backend = make_backend(loaded, spec.backend)
+        self.backend = spec.build()
 
     def ready(self) -> dict[str, object]:
         return {"node": node_id(), "pid": os.getpid(), "backend": self.backend.name}

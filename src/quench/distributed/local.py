@@ -57,12 +57,8 @@ def serve(index: int, spec: ModelSpec, threads: int, tasks, results) -> None:  #
     import torch
 
     torch.set_num_threads(threads)
-    from quench.models import load_model
-    from quench.runs.backends import make_backend
-
     try:
-        loaded = load_model(spec.name, spec.dtype, spec.device, spec.prompt_format)
-        backend = make_backend(loaded, spec.backend)
+        backend = spec.build()
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
         results.put(("error", index, 0, f"{type(exc).__name__}: {exc}"))
         return
