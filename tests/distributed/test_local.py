@@ -95,6 +95,7 @@ def test_run_with_two_engines_writes_what_one_engine_writes(tiny: Path, tmp_path
     (["--engines", "two"], "--engines must be a positive number or auto, got 'two'"),
     (["--engines", "2", "--time-budget", "1", "--temperature", "0.8"], "--time-budget needs one engine"),
     (["--engines", "2", "--device", "cuda"], "--engines applies on a CPU"),
+    (["--engines", "2", "--ray", "auto"], "--engines and --ray: each Ray actor runs one engine"),
 ])
 def test_bad_engine_counts_are_refused_before_anything_loads(tiny: Path, tmp_path: Path, flags: list[str], message: str) -> None:
     result = quench("run", "--model", str(tiny), "--tasks", "0", *flags, "--out", str(tmp_path / "out"))

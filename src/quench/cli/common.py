@@ -257,6 +257,8 @@ def check_engines(args: argparse.Namespace) -> None:
         return
     if args.device != "cpu":
         raise QuenchError("--engines applies on a CPU; on a GPU run one process per device (--ray)")
+    if getattr(args, "ray", None):
+        raise QuenchError("--engines and --ray: each Ray actor runs one engine; set their number with --ray-actors")
     if getattr(args, "time_budget", None) is not None:
         raise QuenchError("--time-budget needs one engine (it samples each prompt until its deadline); drop --engines")
 
@@ -268,7 +270,7 @@ def torch_threads() -> int:
 
 
 def local_engines(args: argparse.Namespace, loaded, options: BackendOptions, engines: int):
-    """`engines` engine processes sharing this run's threads; refused where they do not apply."""
+    """`engines` engine processes sharing this run's threads (where they apply: `check_engines`)."""
     from quench.distributed import ModelSpec
     from quench.distributed.local import LocalEngines
 
@@ -315,11 +317,9 @@ def backend_from_args(args: argparse.Namespace, loaded):
     if args.backend == "openai":
         return remote.openai_backend(args)
     options = backend_options_from_args(args)
-    engines = engine_count(args)
-    if engines > 1 and not getattr(args, "ray", None):
-        return local_engines(args, loaded, options, engines)
     if not getattr(args, "ray", None):
-        return make_backend(loaded, options)
+        engines = engine_count(args)
+        return local_engines(args, loaded, options, engines) if engines > 1 else make_backend(loaded, options)
     from quench.distributed import ModelSpec, RayOptions, make_ray_backend
 
     spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options)
