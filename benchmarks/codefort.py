@@ -10,15 +10,24 @@ problems 11-510 (never trained on) for the categories the strategies train on. R
 then one per strategy; columns: nominal Pass@1 and RP@1, RD@1, RR@1 per category, each with its 95%
 bootstrap interval; then `quench compare` of each strategy against plain fine-tuning (`none`).
 
+Evaluation is greedy in float32 with the batch-invariant kernels and the function-complete rule
+(`--stop-rule function`): an answer is the same at any batch size and engine count, so models
+evaluated on different days, alone or side by side, compare answer for answer.
+
 Hours of CPU per model. Every step resumes: a training run continues from its saved state
 (`--resume`), a robustness run from its run directory, and finished steps are recorded in
-ROOT/steps.json, so the script can be killed and started again with the same arguments.
+ROOT/steps.json, so the script can be killed and started again with the same arguments. Several
+instances may share a ROOT, each with its own `--eval-only` models (e.g. `--eval-only base` beside
+`--eval-only none`, one engine each); `--keep docs/results/codefort` copies each finished
+evaluation's summaries there, and `--report-only --root docs/results/codefort` prints the tables
+from them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +40,8 @@ from quench.robustness.tables import with_interval
 STRATEGIES = ("none", "da", "mda", "ba", "alp", "cl-seq")  # plain, DA, masked DA, batch aug., ALP, contrastive
 NAMES = {"base": "base model", "none": "plain fine-tuning", "da": "data augmentation", "mda": "masked DA",
          "ba": "batch augmentation", "alp": "ALP", "cl-seq": "contrastive (sequence)"}
+# What `--report-only` and `quench compare` read from an evaluation, and what says how it ran.
+SUMMARY_FILES = ("metrics.json", "outcomes.json", "config.json", "elapsed.json", "report.md")
 
 
 def quench(*args: str) -> list[str]:
@@ -49,25 +60,45 @@ def train_command(args: argparse.Namespace, strategy: str, out: Path) -> list[st
 
 
 def evaluate_command(args: argparse.Namespace, model: str, out: Path) -> list[str]:
-    return quench("robustness", "--model", model, "--prompt-format", args.prompt_format, "--dtype", "float32",
-                  "--benchmark", "mbpp", "--tasks", args.tasks, "--categories", args.categories,
-                  "--seeds", str(args.seeds), "--max-new-tokens", "320", "--out", str(out),
-                  *(["--transforms", args.transforms] if args.transforms else []))
+    # float32 batch-invariant kernels: every answer is the same at any batch size or engine count,
+    # so evaluations run on different days or with different --engines compare answer for answer
+    return quench("--threads", str(args.engines), "robustness", "--model", model, "--prompt-format", args.prompt_format,
+                  "--dtype", "float32", "--batch-invariant", "--batch-size", "32", "--engines", str(args.engines),
+                  "--stop-rule", "function", "--benchmark", "mbpp", "--tasks", args.tasks,
+                  "--categories", args.categories, "--seeds", str(args.seeds), "--max-new-tokens", "320",
+                  "--out", str(out), *(["--transforms", args.transforms] if args.transforms else []))
 
 
 def run_step(root: Path, name: str, command: list[str]) -> None:
     """Run one step unless ROOT/steps.json says it finished; record its wall time."""
     steps_file = root / "steps.json"
-    steps = json.loads(steps_file.read_text()) if steps_file.exists() else {}
-    if name in steps:
+    if name in read_steps(steps_file):
         return
     print(f"[{name}] {' '.join(command[2:])}", flush=True)
     started = time.perf_counter()
     done = subprocess.run(command)
     if done.returncode != 0:
         sys.exit(f"error: step {name} failed (exit code {done.returncode}); fix it and run the script again")
+    steps = read_steps(steps_file)  # read again: another instance may have finished a step meanwhile
     steps[name] = {"command": " ".join(command[2:]), "seconds": round(time.perf_counter() - started, 1)}
     steps_file.write_text(json.dumps(steps, indent=2) + "\n")
+
+
+def read_steps(steps_file: Path) -> dict:
+    return json.loads(steps_file.read_text()) if steps_file.exists() else {}
+
+
+def keep_summaries(root: Path, keep: Path) -> None:
+    """Copy each finished evaluation's summaries (no samples, no weights) and steps.json to `keep`."""
+    keep.mkdir(parents=True, exist_ok=True)
+    for run in sorted(root.glob("eval-*")):
+        if (run / "metrics.json").is_file() and (run / "outcomes.json").is_file():
+            (keep / run.name).mkdir(exist_ok=True)
+            for name in SUMMARY_FILES:
+                if (run / name).is_file():
+                    shutil.copyfile(run / name, keep / run.name / name)
+    if (root / "steps.json").is_file():
+        shutil.copyfile(root / "steps.json", keep / "steps.json")
 
 
 def print_table(rows: dict[str, Path]) -> None:
@@ -113,6 +144,11 @@ def main() -> None:
     parser.add_argument("--lora-layers", type=int, default=4)
     parser.add_argument("--max-length", type=int, default=320, help="longer training sequences are left out")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--engines", type=int, default=1, help="evaluation engines, one thread each")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy finished evaluations' summaries here (e.g. docs/results/codefort)")
+    parser.add_argument("--eval-only", default=None,
+                        help="comma-separated models to evaluate (base and/or strategies), nothing else")
     parser.add_argument("--report-only", action="store_true", help="print the tables from finished runs")
     parser.add_argument("--train-only", action="store_true", help="train every strategy's model, evaluate none")
     args = parser.parse_args()
@@ -120,14 +156,20 @@ def main() -> None:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     rows = {"base": args.root / "eval-base"}
     rows.update({s: args.root / f"eval-{s}" for s in strategies})
+    evaluated = list(rows) if args.eval_only is None else [s.strip() for s in args.eval_only.split(",") if s.strip()]
+    unknown = sorted(set(evaluated) - set(rows))
+    if unknown:
+        parser.error(f"--eval-only: {', '.join(unknown)} not among base and --strategies")
     if not args.report_only:  # every model first (minutes each), then the evaluations (hours each)
         for strategy in strategies:
-            run_step(args.root, f"train-{strategy}", train_command(args, strategy, args.root / f"train-{strategy}"))
+            if strategy in evaluated:
+                run_step(args.root, f"train-{strategy}", train_command(args, strategy, args.root / f"train-{strategy}"))
         if not args.train_only:
-            run_step(args.root, "eval-base", evaluate_command(args, args.model, rows["base"]))
-            for strategy in strategies:
-                run_step(args.root, f"eval-{strategy}",
-                         evaluate_command(args, str(args.root / f"train-{strategy}"), rows[strategy]))
+            for name in evaluated:
+                model = args.model if name == "base" else str(args.root / f"train-{name}")
+                run_step(args.root, f"eval-{name}", evaluate_command(args, model, args.root / f"eval-{name}"))
+                if args.keep:
+                    keep_summaries(args.root, args.keep)
     print_table({name: path for name, path in rows.items() if (path / "metrics.json").is_file()})
     print_comparisons({name: path for name, path in rows.items() if (path / "outcomes.json").is_file()})
 
