@@ -16,11 +16,11 @@ evaluated on different days, alone or side by side, compare answer for answer.
 
 Hours of CPU per model. Every step resumes: a training run continues from its saved state
 (`--resume`), a robustness run from its run directory, and finished steps are recorded in
-ROOT/steps.json, so the script can be killed and started again with the same arguments. Several
-instances may share a ROOT, each with its own `--eval-only` models (e.g. `--eval-only base` beside
-`--eval-only none`, one engine each); `--keep docs/results/codefort` copies each finished
-evaluation's summaries there, and `--report-only --root docs/results/codefort` prints the tables
-from them.
+ROOT/steps.json, so the script can be killed and started again with the same arguments. Models
+go one at a time (trained, then evaluated); `--keep docs/results/codefort` copies each finished
+evaluation's summaries there, and a model whose summaries are there is not trained or evaluated
+again, so the experiment carries on from any ROOT. Several instances may share a ROOT, each with
+its own `--eval-only` models. `--report-only --root docs/results/codefort` prints the tables.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def read_steps(steps_file: Path) -> dict:
 
 
 def keep_summaries(root: Path, keep: Path) -> None:
-    """Copy each finished evaluation's summaries (no samples, no weights) and steps.json to `keep`."""
+    """Copy each finished evaluation's summaries (no samples, no weights) to `keep`; merge the steps."""
     keep.mkdir(parents=True, exist_ok=True)
     for run in sorted(root.glob("eval-*")):
         if (run / "metrics.json").is_file() and (run / "outcomes.json").is_file():
@@ -97,8 +97,13 @@ def keep_summaries(root: Path, keep: Path) -> None:
             for name in SUMMARY_FILES:
                 if (run / name).is_file():
                     shutil.copyfile(run / name, keep / run.name / name)
-    if (root / "steps.json").is_file():
-        shutil.copyfile(root / "steps.json", keep / "steps.json")
+    steps = read_steps(keep / "steps.json") | read_steps(root / "steps.json")
+    (keep / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
+
+
+def kept(keep: Path | None, name: str) -> bool:
+    """Whether `keep` already holds the finished evaluation of model `name`."""
+    return keep is not None and (keep / f"eval-{name}" / "metrics.json").is_file()
 
 
 def print_table(rows: dict[str, Path]) -> None:
@@ -150,7 +155,7 @@ def main() -> None:
     parser.add_argument("--eval-only", default=None,
                         help="comma-separated models to evaluate (base and/or strategies), nothing else")
     parser.add_argument("--report-only", action="store_true", help="print the tables from finished runs")
-    parser.add_argument("--train-only", action="store_true", help="train every strategy's model, evaluate none")
+    parser.add_argument("--train-only", action="store_true", help="train the models, evaluate none")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -160,16 +165,16 @@ def main() -> None:
     unknown = sorted(set(evaluated) - set(rows))
     if unknown:
         parser.error(f"--eval-only: {', '.join(unknown)} not among base and --strategies")
-    if not args.report_only:  # every model first (minutes each), then the evaluations (hours each)
-        for strategy in strategies:
-            if strategy in evaluated:
-                run_step(args.root, f"train-{strategy}", train_command(args, strategy, args.root / f"train-{strategy}"))
+    # model by model: train it (minutes), evaluate it (hours); models --keep holds are done
+    for name in [] if args.report_only else [n for n in evaluated if not kept(args.keep, n)]:
+        if name != "base":
+            run_step(args.root, f"train-{name}", train_command(args, name, args.root / f"train-{name}"))
         if not args.train_only:
-            for name in evaluated:
-                model = args.model if name == "base" else str(args.root / f"train-{name}")
-                run_step(args.root, f"eval-{name}", evaluate_command(args, model, args.root / f"eval-{name}"))
-                if args.keep:
-                    keep_summaries(args.root, args.keep)
+            model = args.model if name == "base" else str(args.root / f"train-{name}")
+            run_step(args.root, f"eval-{name}", evaluate_command(args, model, rows[name]))
+            if args.keep:
+                keep_summaries(args.root, args.keep)
+    rows = {name: args.keep / path.name if kept(args.keep, name) else path for name, path in rows.items()}
     print_table({name: path for name, path in rows.items() if (path / "metrics.json").is_file()})
     print_comparisons({name: path for name, path in rows.items() if (path / "outcomes.json").is_file()})
 
