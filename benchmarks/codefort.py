@@ -41,7 +41,7 @@ STRATEGIES = ("none", "da", "mda", "ba", "alp", "cl-seq")  # plain, DA, masked D
 NAMES = {"base": "base model", "none": "plain fine-tuning", "da": "data augmentation", "mda": "masked DA",
          "ba": "batch augmentation", "alp": "ALP", "cl-seq": "contrastive (sequence)"}
 # What `--report-only` and `quench compare` read from an evaluation, and what says how it ran.
-SUMMARY_FILES = ("metrics.json", "outcomes.json", "config.json", "elapsed.json", "report.md")
+SUMMARY_FILES = ("metrics.json", "outcomes.json", "config.json", "elapsed.json")
 
 
 def quench(*args: str) -> list[str]:
