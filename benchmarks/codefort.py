@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -96,9 +95,14 @@ def keep_summaries(root: Path, keep: Path) -> None:
             (keep / run.name).mkdir(exist_ok=True)
             for name in SUMMARY_FILES:
                 if (run / name).is_file():
-                    shutil.copyfile(run / name, keep / run.name / name)
-    steps = read_steps(keep / "steps.json") | read_steps(root / "steps.json")
+                    (keep / run.name / name).write_text(rooted(root, (run / name).read_text()))
+    steps = read_steps(keep / "steps.json") | json.loads(rooted(root, json.dumps(read_steps(root / "steps.json"))))
     (keep / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
+
+
+def rooted(root: Path, text: str) -> str:
+    """`text` with this machine's ROOT path written as ROOT (models and run directories live there)."""
+    return text.replace(str(root.resolve()), "ROOT").replace(str(root), "ROOT")
 
 
 def kept(keep: Path | None, name: str) -> bool:
