@@ -14,7 +14,7 @@ Evaluation is greedy in float32 with the batch-invariant kernels and the functio
 (`--stop-rule function`): an answer is the same at any batch size and engine count, so models
 evaluated on different days, alone or side by side, compare answer for answer.
 
-Hours of CPU per model. Every step resumes: a training run continues from its saved state
+About 70 minutes of two cores per model (`--engines 2`). Every step resumes: a training run continues from its saved state
 (`--resume`), a robustness run from its run directory, and finished steps are recorded in
 ROOT/steps.json, so the script can be killed and started again with the same arguments. Models
 go one at a time (trained, then evaluated); `--keep docs/results/codefort` copies each finished
@@ -169,6 +169,8 @@ def main() -> None:
     unknown = sorted(set(evaluated) - set(rows))
     if unknown:
         parser.error(f"--eval-only: {', '.join(unknown)} not among base and --strategies")
+    if args.engines < 1:
+        parser.error(f"--engines must be at least 1, got {args.engines}")
     # model by model: train it (minutes), evaluate it (hours); models --keep holds are done
     for name in [] if args.report_only else [n for n in evaluated if not kept(args.keep, n)]:
         if name != "base":
