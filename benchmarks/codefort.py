@@ -14,13 +14,14 @@ Evaluation is greedy in float32 with the batch-invariant kernels and the functio
 (`--stop-rule function`): an answer is the same at any batch size and engine count, so models
 evaluated on different days, alone or side by side, compare answer for answer.
 
-About 70 minutes of two cores per model (`--engines 2`). Every step resumes: a training run continues from its saved state
-(`--resume`), a robustness run from its run directory, and finished steps are recorded in
-ROOT/steps.json, so the script can be killed and started again with the same arguments. Models
-go one at a time (trained, then evaluated); `--keep docs/results/codefort` copies each finished
-evaluation's summaries there, and a model whose summaries are there is not trained or evaluated
-again, so the experiment carries on from any ROOT. Several instances may share a ROOT, each with
-its own `--eval-only` models. `--report-only --root docs/results/codefort` prints the tables.
+About 70 minutes of two cores per model (`--engines 2`). Every step resumes: a training run
+continues from its saved state (`--resume`), a robustness run from its run directory, and finished
+steps are recorded in ROOT/steps.json, so the script can be killed and started again with the same
+arguments. Models go one at a time (trained, then evaluated); `--keep docs/results/codefort` copies
+each finished evaluation's summaries there, and a model whose summaries are there is not trained or
+evaluated again, so the experiment carries on from any ROOT. Several instances may share a ROOT,
+each with its own `--eval-only` models. `--report-only --root docs/results/codefort` prints the
+tables.
 """
 
 from __future__ import annotations
