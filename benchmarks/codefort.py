@@ -1,6 +1,7 @@
 """CodeFort's robust-training claim, measured with intervals: each strategy vs plain fine-tuning on MBPP test.
 
-    OMP_NUM_THREADS=1 python benchmarks/codefort.py --root runs/codefort            # the full experiment
+    OMP_NUM_THREADS=1 python benchmarks/codefort.py --root runs/codefort --engines 2 \\
+        --keep docs/results/codefort                                                  # the full experiment
     OMP_NUM_THREADS=1 python benchmarks/codefort.py --root runs/codefort-smoke --tasks 11-14 \\
         --strategies none,alp --limit 8 --transforms VarRenamerNaive,FuncRenameCamelCase   # minutes
 
