@@ -15,7 +15,7 @@ Evaluation is greedy in float32 with the batch-invariant kernels and the functio
 (`--stop-rule function`): an answer is the same at any batch size and engine count, so models
 evaluated on different days, alone or side by side, compare answer for answer.
 
-About 70 minutes of two cores per model (`--engines 2`). Every step resumes: a training run
+70-100 minutes of two cores per model (`--engines 2`). Every step resumes: a training run
 continues from its saved state (`--resume`), a robustness run from its run directory, and finished
 steps are recorded in ROOT/steps.json, so the script can be killed and started again with the same
 arguments. Models go one at a time (trained, then evaluated); `--keep docs/results/codefort` copies
