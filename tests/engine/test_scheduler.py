@@ -124,6 +124,9 @@ def test_humaneval_prompts_share_the_chat_template_on_the_default_model():
     runner = LlamaRunner(loaded.model)
     store = PrefixStore(runner)
     store.ensure(items(prompts))
+    if runner.prefill_kernel(len(prompts[1])) is None:  # oneDNN prefills a prompt this long here (no AMX)
+        assert store.shared_tokens == 0  # its blocking promises no row's bits: nothing may be copied
+        return
     assert store.shared_tokens == common_length(*prompts) >= 30
     assert same_bits(store.get(1), prefill(runner, [prompts[1]])[0])
 
