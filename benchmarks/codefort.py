@@ -89,15 +89,13 @@ def read_steps(steps_file: Path) -> dict:
     return json.loads(steps_file.read_text()) if steps_file.exists() else {}
 
 
-def keep_summaries(root: Path, keep: Path) -> None:
-    """Copy each finished evaluation's summaries (no samples, no weights) to `keep`; merge the steps."""
-    keep.mkdir(parents=True, exist_ok=True)
-    for run in sorted(root.glob("eval-*")):
-        if (run / "metrics.json").is_file() and (run / "outcomes.json").is_file():
-            (keep / run.name).mkdir(exist_ok=True)
-            for name in SUMMARY_FILES:
-                if (run / name).is_file():
-                    (keep / run.name / name).write_text(rooted(root, (run / name).read_text()))
+def keep_summaries(root: Path, keep: Path, name: str) -> None:
+    """Copy model `name`'s finished evaluation summaries (no samples, no weights) to `keep`; merge the steps."""
+    run, kept_run = root / f"eval-{name}", keep / f"eval-{name}"
+    kept_run.mkdir(parents=True, exist_ok=True)
+    for file in SUMMARY_FILES:
+        if (run / file).is_file():
+            (kept_run / file).write_text(rooted(root, (run / file).read_text()))
     steps = read_steps(keep / "steps.json") | json.loads(rooted(root, json.dumps(read_steps(root / "steps.json"))))
     (keep / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
 
@@ -181,7 +179,7 @@ def main() -> None:
             model = args.model if name == "base" else str(args.root / f"train-{name}")
             run_step(args.root, f"eval-{name}", evaluate_command(args, model, rows[name]))
             if args.keep:
-                keep_summaries(args.root, args.keep)
+                keep_summaries(args.root, args.keep, name)
     rows = {name: args.keep / path.name if kept(args.keep, name) else path for name, path in rows.items()}
     print_table({name: path for name, path in rows.items() if (path / "metrics.json").is_file()})
     print_comparisons({name: path for name, path in rows.items() if (path / "outcomes.json").is_file()})
