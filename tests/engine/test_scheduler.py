@@ -124,7 +124,7 @@ def test_humaneval_prompts_share_the_chat_template_on_the_default_model():
     runner = LlamaRunner(loaded.model)
     store = PrefixStore(runner)
     store.ensure(items(prompts))
-    if runner.prefill_kernel(len(prompts[1])) is None:  # oneDNN prefills a prompt this long here (no AMX)
+    if runner.prefill_kernel(len(prompts[1])) is None:  # a CPU without AMX prefills a prompt this long on oneDNN
         assert store.shared_tokens == 0  # its blocking promises no row's bits: nothing may be copied
         return
     assert store.shared_tokens == common_length(*prompts) >= 30
