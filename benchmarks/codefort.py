@@ -113,6 +113,8 @@ def kept(keep: Path | None, name: str) -> bool:
 def print_table(rows: dict[str, Path]) -> None:
     """Strategy rows × nominal Pass@1 and per-category RP, RD, RR, in percent with 95% intervals."""
     loaded = {name: load_metrics(path / "metrics.json")[0] for name, path in rows.items()}
+    if not loaded:
+        return
     categories = [g.category for g in next(iter(loaded.values())).categories]
     header = ["model", "Pass@1 full"] + [f"{c} {m}@1" for c in categories for m in ("RP", "RD", "RR")]
     print("| " + " | ".join(header) + " |")
