@@ -3,7 +3,8 @@
 `EngineConfig.batch_invariant` routes the Llama fast path's matrix products, RMSNorm (float32) and SiLU x up
 through these, so a token's logits are the same whether it is computed in a decode step of 1 or 64 rows, in
 a verification pass of any width, in a prefill, or on 1 or 2 threads (docs/engine.md, "Batch invariance").
-Each product output is one float32 sum over K in the order k = 0 .. K-1 (fused multiply-adds), rounded once.
+Each product output is one float32 sum over K in a fixed order, rounded once: k = 0 .. K-1 by fused
+multiply-adds, or for bfloat16 on CPUs with AVX512-BF16 pair by pair through VDPBF16PS (csrc/fixed.c).
 """
 
 from __future__ import annotations
@@ -21,18 +22,28 @@ def available(dtype: torch.dtype) -> bool:
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """W (N, K) -> (ceil(N/16), K, 16) in W's dtype, zeros past N: 16 output columns per contiguous block."""
+    """W (N, K) -> 16 output columns per contiguous block, zeros past N, in W's dtype: float32 as
+    (ceil(N/16), K, 16); bfloat16 in pairs of k as (ceil(N/16), ceil(K/2), 16, 2), zeros past K."""
     out_features, in_features = weight.shape
-    padded = weight.detach().new_zeros((out_features + 15) // 16 * 16, in_features)
-    padded[:out_features] = weight.detach()
-    return padded.reshape(-1, 16, in_features).transpose(1, 2).contiguous()  # (N/16, K, 16)
+    pairs = weight.dtype == torch.bfloat16
+    width = in_features + in_features % 2 if pairs else in_features
+    padded = weight.detach().contiguous()
+    if padded.shape != ((out_features + 15) // 16 * 16, width):
+        padded = padded.new_zeros((out_features + 15) // 16 * 16, width)
+        padded[:out_features, :in_features] = weight.detach()
+    if not pairs:
+        return padded.reshape(-1, 16, in_features).transpose(1, 2).contiguous()  # (N/16, K, 16)
+    pairs32 = padded.view(torch.int32)  # (N, K/2): a pair of k moved as one 32-bit word (a fast copy)
+    return pairs32.reshape(-1, 16, width // 2).transpose(1, 2).contiguous().view(torch.bfloat16).reshape(
+        -1, width // 2, 16, 2)  # (N/16, K/2, 16, 2)
 
 
 def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
     """x (M, K) -> x W^T (M, N) in x's dtype, W packed by `pack` (same dtype)."""
     rows, in_features = x.shape
     x = x.contiguous()
-    assert x.dtype == packed.dtype and packed.shape[1] == in_features
+    depth = (in_features + 1) // 2 if packed.dim() == 4 else in_features  # pairs of k in bfloat16
+    assert x.dtype == packed.dtype and packed.shape[1] == depth
     out = torch.empty(rows, out_features, dtype=x.dtype)
     library = native.build_result().library
     assert library is not None

@@ -1,11 +1,17 @@
 /* Batch-invariant kernels: each output row's bits depend on that row's inputs only, never on how many rows
    a call has, which rows share it, how they are blocked, or the number of threads.
 
-   fixed_gemm: y (M, N) = x (M, K) W^T with W packed as (ceil(N/16), K, 16) in the weights' dtype (zeros
-   past N). Every output is one float32 accumulator updated by a fused multiply-add per input in order
-   k = 0 .. K-1, starting from zero, and rounded to the output dtype once: the same sequence whatever the
-   row block, the column group, the vector width (AVX512 or the scalar fmaf fallback) or the thread that
-   computes it. Threads split the columns only, never K. bfloat16 inputs are widened exactly to float32.
+   fixed_gemm_f32: y (M, N) = x (M, K) W^T with W packed as (ceil(N/16), K, 16) (zeros past N). Every output
+   is one float32 accumulator updated by a fused multiply-add per input in order k = 0 .. K-1, starting from
+   zero: the same sequence whatever the row block, the column group, the vector width (AVX512 or the scalar
+   fmaf fallback) or the thread that computes it. Threads split the columns only, never K.
+
+   fixed_gemm_bf16: the same product in bfloat16, W packed in pairs of k as (ceil(N/16), ceil(K/2), 16, 2)
+   (zeros past N and past K), accumulated in float32 and rounded to bfloat16 once. Where the CPU has
+   AVX512-BF16, each pair goes through one VDPBF16PS (its two exact products added in the instruction's
+   order, denormals flushed): twice the fused multiply-adds per instruction. Elsewhere the inputs are
+   widened exactly to float32 and summed as fixed_gemm_f32 does. Either way the order is fixed per build, so
+   a row's bits never depend on the other rows; the two builds may differ from each other.
 
    rms_norm_f32 and silu_mul_*: one row at a time, scalar, in a fixed order (compiled without fast-math and
    without FMA contraction, so no reassociated or vectorised reduction). */
@@ -15,13 +21,10 @@
 #include <stdlib.h>
 
 static inline float widen_f32(float v) { return v; }
-static inline float widen_bf16(bf16 v) { return load_bf16(v); }
 static inline void put_f32(float* p, float v) { *p = v; }
-static inline void put_bf16(bf16* p, float v) { *p = store_bf16(v); }
 
 #if defined(__AVX512F__)
 static inline __m512 wload_f32(const float* p) { return _mm512_loadu_ps(p); }
-static inline __m512 wload_bf16(const bf16* p) { return bf16x16_to_f32(p); }
 /* MB rows (x rows as float32 at xr[i]) x S 16-wide blocks of W from w; block s's 16 sums for row i go to
    out[i][16 s ..]. */
 #define FIXED(T, SUF, MB, S)                                                                       \
@@ -41,7 +44,6 @@ static void fixed_##SUF##_##MB##_##S(const float* const* xr, const T* w, float (
 #define FIXED_ALL(T, SUF) FIXED(T, SUF, 4, 6) FIXED(T, SUF, 2, 6) FIXED(T, SUF, 1, 6)              \
     FIXED(T, SUF, 4, 1) FIXED(T, SUF, 2, 1) FIXED(T, SUF, 1, 1)
 FIXED_ALL(float, f32)
-FIXED_ALL(bf16, bf16)
 #endif
 
 /* One group of nb <= 6 blocks of W (starting at block b0) for the rows m0 .. m0 + mb (mb <= 4). */
@@ -88,31 +90,145 @@ static void group_##SUF(const float* xf, const T* wp, T* y, int m0, int mb, int 
 #define GROUP_BODY(T, SUF) GROUP_SCALAR(T, SUF)
 #endif
 GROUP(float, f32)
-GROUP(bf16, bf16)
 
-static void fixed_gemm(const float* xf, const void* wp, void* y, int M, int N, int K, int threads, int is_bf16) {
+void fixed_gemm_f32(const float* x, const float* wp, float* y, int M, int N, int K, int threads) {
     int nblocks = (N + 15) / 16, groups = (nblocks + 5) / 6;
+    threads = threads < 1 ? 1 : threads;
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && groups > 1)
     for (int g = 0; g < groups; g++) {
         int b0 = 6 * g, nb = nblocks - b0 < 6 ? nblocks - b0 : 6;
-        for (int m0 = 0; m0 < M; m0 += 4) {
-            int mb = M - m0 < 4 ? M - m0 : 4;
-            if (is_bf16) group_bf16(xf, (const bf16*)wp, (bf16*)y, m0, mb, b0, nb, N, K);
-            else group_f32(xf, (const float*)wp, (float*)y, m0, mb, b0, nb, N, K);
-        }
+        for (int m0 = 0; m0 < M; m0 += 4)
+            group_f32(x, wp, y, m0, M - m0 < 4 ? M - m0 : 4, b0, nb, N, K);
     }
 }
 
-void fixed_gemm_f32(const float* x, const float* wp, float* y, int M, int N, int K, int threads) {
-    fixed_gemm(x, wp, y, M, N, K, threads < 1 ? 1 : threads, 0);
+/* bfloat16, W in pairs of k: block s, pair p, column c, member j at ((s K2 + p) 16 + c) 2 + j, K2 = ceil(K/2). */
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+/* x rows as bfloat16 with an even length 2 K2 (xr[i]); MB rows x S blocks, one VDPBF16PS per pair. */
+#define PAIRS(MB, S)                                                                               \
+static void pairs_##MB##_##S(const bf16* const* xr, const bf16* w, float (*out)[16 * 6], int K2) { \
+    __m512 acc[MB][S];                                                                             \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < S; s++) acc[i][s] = _mm512_setzero_ps();                               \
+    for (int p = 0; p < K2; p++) {                                                                 \
+        __m512bh xv[MB];                                                                           \
+        for (int i = 0; i < MB; i++) {                                                             \
+            int32_t pair;                                                                          \
+            memcpy(&pair, xr[i] + 2 * p, sizeof pair);                                             \
+            xv[i] = (__m512bh)_mm512_set1_epi32(pair);                                             \
+        }                                                                                          \
+        for (int s = 0; s < S; s++) {                                                              \
+            __m512bh wv = (__m512bh)_mm512_loadu_si512(w + ((int64_t)s * K2 + p) * 32);            \
+            for (int i = 0; i < MB; i++) acc[i][s] = _mm512_dpbf16_ps(acc[i][s], xv[i], wv);       \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < S; s++) _mm512_storeu_ps(out[i] + 16 * s, acc[i][s]);                  \
+}
+typedef bf16 pair_row;
+#elif defined(__AVX512F__)
+/* x rows widened to float32 (xr[i], length K); each pair's members split exactly and added in order k. */
+#define PAIRS(MB, S)                                                                               \
+static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)[16 * 6], int K) { \
+    __m512 acc[MB][S];                                                                             \
+    const __m512i high = _mm512_set1_epi32((int32_t)0xffff0000u);                                  \
+    int K2 = (K + 1) / 2;                                                                          \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < S; s++) acc[i][s] = _mm512_setzero_ps();                               \
+    for (int p = 0; p < K2; p++) {                                                                 \
+        for (int s = 0; s < S; s++) {                                                              \
+            __m512i v = _mm512_loadu_si512(w + ((int64_t)s * K2 + p) * 32);                        \
+            __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));                           \
+            __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v, high));                           \
+            for (int i = 0; i < MB; i++) acc[i][s] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i][2 * p]), even, acc[i][s]); \
+            if (2 * p + 1 < K)                                                                     \
+                for (int i = 0; i < MB; i++)                                                       \
+                    acc[i][s] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i][2 * p + 1]), odd, acc[i][s]); \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < S; s++) _mm512_storeu_ps(out[i] + 16 * s, acc[i][s]);                  \
+}
+typedef float pair_row;
+#else
+typedef float pair_row;
+#endif
+
+#if defined(__AVX512F__)
+PAIRS(4, 6) PAIRS(2, 6) PAIRS(1, 6) PAIRS(4, 1) PAIRS(2, 1) PAIRS(1, 1)
+#if defined(__AVX512BF16__)
+#define PAIR_LENGTH(K) (((K) + 1) / 2)
+#else
+#define PAIR_LENGTH(K) (K)
+#endif
+#endif
+
+/* One group of nb <= 6 blocks (from block b0) for rows m0 .. m0 + mb (mb <= 4); x rows of `stride` values. */
+static void group_pairs(const pair_row* x, int stride, const bf16* wp, bf16* y, int m0, int mb, int b0, int nb,
+                        int N, int K) {
+    float out[4][16 * 6];
+    const pair_row* xr[4];
+    int K2 = (K + 1) / 2;
+    for (int i = 0; i < 4; i++) xr[i] = x + (int64_t)(m0 + (i < mb ? i : 0)) * stride;
+    const bf16* w = wp + (int64_t)b0 * 32 * K2;
+#if defined(__AVX512F__)
+    /* Rows past mb repeat row m0 (computed, never stored); a group of fewer than 6 blocks goes block by block. */
+    int rows = mb > 2 ? 4 : mb;
+    if (nb == 6) {
+        if (rows == 4) pairs_4_6(xr, w, out, PAIR_LENGTH(K));
+        else if (rows == 2) pairs_2_6(xr, w, out, PAIR_LENGTH(K));
+        else pairs_1_6(xr, w, out, PAIR_LENGTH(K));
+    } else {
+        for (int s = 0; s < nb; s++) {
+            float part[4][16 * 6];
+            const bf16* ws = w + (int64_t)s * 32 * K2;
+            if (rows == 4) pairs_4_1(xr, ws, part, PAIR_LENGTH(K));
+            else if (rows == 2) pairs_2_1(xr, ws, part, PAIR_LENGTH(K));
+            else pairs_1_1(xr, ws, part, PAIR_LENGTH(K));
+            for (int i = 0; i < rows; i++) memcpy(out[i] + 16 * s, part[i], 16 * sizeof(float));
+        }
+    }
+#else
+    /* The sums of the AVX512F kernel one at a time: fmaf rounds once per step, as the vector FMA does. */
+    for (int i = 0; i < mb; i++)
+        for (int c = 0; c < 16 * nb; c++) {
+            const bf16* wc = w + (int64_t)(c / 16) * 32 * K2 + (c % 16) * 2;
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc = fmaf(xr[i][k], load_bf16(wc[(int64_t)(k / 2) * 32 + k % 2]), acc);
+            out[i][c] = acc;
+        }
+#endif
+    for (int i = 0; i < mb; i++)
+        for (int c = 0; c < 16 * nb && 16 * b0 + c < N; c++) y[(int64_t)(m0 + i) * N + 16 * b0 + c] = store_bf16(out[i][c]);
 }
 
 int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
-    float* xf = malloc(sizeof(float) * ((int64_t)M * K + 1));
-    if (!xf) return 1;
-    for (int64_t i = 0; i < (int64_t)M * K; i++) xf[i] = load_bf16(x[i]);
-    fixed_gemm(xf, wp, y, M, N, K, threads < 1 ? 1 : threads, 1);
-    free(xf);
+    int nblocks = (N + 15) / 16, groups = (nblocks + 5) / 6;
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    /* x as it is where K is even; otherwise copied with a zero past K (W's pad is zero too). */
+    int stride = 2 * ((K + 1) / 2);
+    bf16* padded = NULL;
+    if (stride != K) {
+        padded = calloc((size_t)M * stride + 1, sizeof(bf16));
+        if (!padded) return 1;
+        for (int64_t m = 0; m < M; m++) memcpy(padded + m * stride, x + m * K, sizeof(bf16) * K);
+    }
+    const pair_row* rows = padded ? padded : x;
+#else
+    int stride = K;
+    float* padded = malloc(sizeof(float) * ((int64_t)M * K + 1));
+    if (!padded) return 1;
+    for (int64_t i = 0; i < (int64_t)M * K; i++) padded[i] = load_bf16(x[i]);
+    const pair_row* rows = padded;
+#endif
+    threads = threads < 1 ? 1 : threads;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && groups > 1)
+    for (int g = 0; g < groups; g++) {
+        int b0 = 6 * g, nb = nblocks - b0 < 6 ? nblocks - b0 : 6;
+        for (int m0 = 0; m0 < M; m0 += 4)
+            group_pairs(rows, stride, wp, y, m0, M - m0 < 4 ? M - m0 : 4, b0, nb, N, K);
+    }
+    free(padded);
     return 0;
 }
 

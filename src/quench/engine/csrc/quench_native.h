@@ -49,7 +49,8 @@ void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K
 int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
 
 /* fixed.c: batch-invariant kernels (each row's bits independent of the call's rows and threads); W packed
-   (ceil(N/16), K, 16) in its dtype. fixed_gemm_bf16 returns 0, 1 where out of memory. */
+   (ceil(N/16), K, 16) in float32, (ceil(N/16), ceil(K/2), 16, 2) in bfloat16. fixed_gemm_bf16 returns 0, 1
+   where out of memory. */
 void fixed_gemm_f32(const float* x, const float* wp, float* y, int M, int N, int K, int threads);
 int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
 void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm, float eps);
