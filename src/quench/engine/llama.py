@@ -117,18 +117,23 @@ class LlamaRunner:
 
     def _native_layer_table(self) -> ctypes.Array | None:
         """The addresses `native.layers` reads (6 per layer), where the whole layer loop can run in C: bfloat16
-        glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take."""
-        if self.batch_invariant or self.window is not None:
+        glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take.
+
+        Batch-invariant runners point it at the fixed-order packs (in bfloat16 the small GEMM's layout) and
+        run every step through it, whatever its rows: the loop's GEMM sums each output in one order for any
+        row count or thread count (`csrc/gemm.c`, AMX off), and its norms, RoPE, attention and SiLU treat
+        each row on its own."""
+        if self.window is not None:
             return None
         if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
             return None
-        if any(linear.small is None for linear in self._projections()) or self.layers[0].gate_up.out_features % 32:
+        packs = [linear.fixed if self.batch_invariant else linear.small for linear in self._projections()]
+        if any(pack is None for pack in packs) or self.layers[0].gate_up.out_features % 32 or self.final_norm.numel() % 2:
             return None
-        addresses = [
-            tensor.data_ptr()
-            for layer in self.layers
-            for tensor in (layer.input_norm, layer.post_norm, layer.qkv.small, layer.o.small, layer.gate_up.small, layer.down.small)
-        ]
+        addresses = []
+        for index, layer in enumerate(self.layers):
+            addresses += [layer.input_norm.data_ptr(), layer.post_norm.data_ptr()]
+            addresses += [pack.data_ptr() for pack in packs[4 * index : 4 * index + 4]]
         return (ctypes.c_int64 * len(addresses))(*addresses)
 
     def _projections(self) -> list[Linear]:
@@ -323,8 +328,8 @@ class LlamaRunner:
     def _layers_glued(self, x: torch.Tensor, cache: KVCache, start: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """The decoder layers of a bfloat16 packed step with C glue: x (N, Dm), updated in place -> final-norm
         hidden states (N, Dm). Each norm is fused with the residual sum before it. Where the table is built and
-        the step fits the small GEMM, the whole loop is one C call (`native.layers`)."""
-        if self._layer_table is not None and x.shape[0] <= native.small_gemm_rows(self.amx):
+        the step fits the small GEMM (any step, batch-invariant), the whole loop is one C call (`native.layers`)."""
+        if self._layer_table is not None and (self.batch_invariant or x.shape[0] <= native.small_gemm_rows(self.amx)):
             caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
             return native.layers(
                 x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets,
