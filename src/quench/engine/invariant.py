@@ -23,19 +23,14 @@ def available(dtype: torch.dtype) -> bool:
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """W (N, K) -> 16 output columns per contiguous block, zeros past N, in W's dtype: float32 as
-    (ceil(N/16), K, 16); bfloat16 in pairs of k as (ceil(N/16), ceil(K/2), 16, 2), zeros past K."""
+    (ceil(N/16), K, 16); bfloat16 in pairs of k as (ceil(N/16), ceil(K/2), 16, 2), zeros past K
+    (`native.pack_pairs`)."""
+    if weight.dtype == torch.bfloat16:
+        return native.pack_pairs(weight)
     out_features, in_features = weight.shape
-    pairs = weight.dtype == torch.bfloat16
-    width = in_features + in_features % 2 if pairs else in_features
-    padded = weight.detach().contiguous()
-    if padded.shape != ((out_features + 15) // 16 * 16, width):
-        padded = padded.new_zeros((out_features + 15) // 16 * 16, width)
-        padded[:out_features, :in_features] = weight.detach()
-    if not pairs:
-        return padded.reshape(-1, 16, in_features).transpose(1, 2).contiguous()  # (N/16, K, 16)
-    pairs32 = padded.view(torch.int32)  # (N, K/2): a pair of k moved as one 32-bit word (a fast copy)
-    return pairs32.reshape(-1, 16, width // 2).transpose(1, 2).contiguous().view(torch.bfloat16).reshape(
-        -1, width // 2, 16, 2)  # (N/16, K/2, 16, 2)
+    padded = weight.detach().new_zeros((out_features + 15) // 16 * 16, in_features)
+    padded[:out_features] = weight.detach()
+    return padded.reshape(-1, 16, in_features).transpose(1, 2).contiguous()  # (N/16, K, 16)
 
 
 def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:

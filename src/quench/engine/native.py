@@ -143,10 +143,21 @@ def pack_small_gemm(weight: torch.Tensor) -> torch.Tensor | None:
     library = _library() if weight.dtype == torch.bfloat16 and weight.device.type == "cpu" else None
     if library is None or not library.small_gemm_available() or in_features % 2:
         return None
-    padded = weight.detach().new_zeros((out_features + 15) // 16 * 16, in_features)
-    padded[:out_features] = weight.detach()
-    shape = (padded.shape[0] // 16, 16, in_features // 2, 2)
-    return padded.reshape(shape).permute(0, 2, 1, 3).contiguous()
+    return pack_pairs(weight)
+
+
+def pack_pairs(weight: torch.Tensor) -> torch.Tensor:
+    """W (N, K) bfloat16 -> (ceil(N/16), ceil(K/2), 16, 2), zeros past N and K: blocks of 16 output features,
+    each one contiguous run of pairs of inputs (the layout of `small_gemm` and of `invariant.gemm` in bfloat16)."""
+    out_features, in_features = weight.shape
+    rows, width = (out_features + 15) // 16 * 16, in_features + in_features % 2
+    padded = weight.detach().contiguous()
+    if padded.shape != (rows, width):
+        padded = padded.new_zeros(rows, width)
+        padded[:out_features, :in_features] = weight.detach()
+    words = padded.view(torch.int32)  # (N, K/2): a pair of inputs moved as one 32-bit word (a fast copy)
+    return words.reshape(-1, 16, width // 2).transpose(1, 2).contiguous().view(torch.bfloat16).reshape(
+        -1, width // 2, 16, 2)  # (N/16, K/2, 16, 2)
 
 
 def small_gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int, *, amx: bool) -> torch.Tensor:
