@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import CHARS, DRAFT_EVERYTHING, char_tokenizer, llama_head_dim_64, perturbed, tiny_llama, torch_threads
-from quench.engine import invariant
+from quench.engine import invariant, native
 from quench.engine.config import ConfigError
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.llama import LlamaRunner
@@ -107,14 +107,24 @@ def test_greedy_output_is_the_same_at_every_batch_size_drafter_and_thread_count(
         assert greedy(model, reqs[:3], draft, batch_size=1, drafter=drafter) == {r.key: alone[r.key] for r in reqs[:3]}
 
 
-def test_the_invariant_gemm_gives_each_row_the_bits_it_gets_alone():
+@pytest.mark.parametrize("amx", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not native.amx_supported(), reason="no AMX tiles on this CPU"))])
+def test_the_invariant_gemm_gives_each_row_the_bits_it_gets_alone(amx):
     generator = torch.Generator().manual_seed(0)
-    for dtype in (torch.float32, torch.bfloat16):
-        weight = torch.randn(100, 72, generator=generator).to(dtype)  # N not a multiple of 16
-        x = torch.randn(13, 72, generator=generator).to(dtype)
+    # K = 576 takes the AMX route (K % 32 == 0), K = 72 the VDPBF16PS one whatever amx says; N = 200: groups
+    # of 6 and of 3 blocks and a short last group; 40 rows: two 16-row blocks per pass, then an odd one
+    for dtype, in_features in [(torch.float32, 72), (torch.bfloat16, 72), (torch.bfloat16, 576)]:
+        weight = torch.randn(200, in_features, generator=generator).to(dtype)  # N not a multiple of 16
+        x = torch.randn(40, in_features, generator=generator).to(dtype)
         packed = invariant.pack(weight)
-        whole = invariant.gemm(x, packed, 100)
-        assert torch.equal(whole, torch.cat([invariant.gemm(x[i : i + 1], packed, 100) for i in range(13)]))
+        with torch_threads(1):
+            whole = invariant.gemm(x, packed, 200, amx=amx)
+            alone = torch.cat([invariant.gemm(x[i : i + 1], packed, 200, amx=amx) for i in range(40)])
+            assert torch.equal(whole, alone), (dtype, in_features)
+            for rows in (3, 5, 17, 33):
+                assert torch.equal(invariant.gemm(x[-rows:], packed, 200, amx=amx), whole[-rows:]), (dtype, rows)
+        with torch_threads(2):
+            assert torch.equal(invariant.gemm(x, packed, 200, amx=amx), whole), (dtype, in_features)
         assert torch.allclose(whole.double(), x.double() @ weight.double().T, rtol=1e-2, atol=1e-2)
 
 

@@ -4,7 +4,9 @@
 through these, so a token's logits are the same whether it is computed in a decode step of 1 or 64 rows, in
 a verification pass of any width, in a prefill, or on 1 or 2 threads (docs/engine.md, "Batch invariance").
 Each product output is one float32 sum over K in a fixed order, rounded once: k = 0 .. K-1 by fused
-multiply-adds, or for bfloat16 on CPUs with AVX512-BF16 pair by pair through VDPBF16PS (csrc/fixed.c).
+multiply-adds, or for bfloat16 on CPUs with AVX512-BF16 pair by pair through VDPBF16PS, or on CPUs with AMX
+tiles (`amx`) one TDPBF16PS per 32 inputs (csrc/fixed.c). A runner passes the same `amx` to every product, so one
+summation order serves every step of a process.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return padded.reshape(-1, 16, in_features).transpose(1, 2).contiguous()  # (N/16, K, 16)
 
 
-def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
-    """x (M, K) -> x W^T (M, N) in x's dtype, W packed by `pack` (same dtype)."""
+def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int, *, amx: bool = False) -> torch.Tensor:
+    """x (M, K) -> x W^T (M, N) in x's dtype, W packed by `pack` (same dtype). amx (bfloat16, `native.use_amx`):
+    AMX tiles where K % 32 == 0, 4-5x the VDPBF16PS route's speed from 32 rows up; other bits than it."""
     rows, in_features = x.shape
     x = x.contiguous()
     depth = (in_features + 1) // 2 if packed.dim() == 4 else in_features  # pairs of k in bfloat16
@@ -45,7 +48,9 @@ def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tens
     threads = torch.get_num_threads()
     if x.dtype == torch.float32:
         library.fixed_gemm_f32(x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, threads)
-    elif library.fixed_gemm_bf16(x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, threads):
+    elif library.fixed_gemm_bf16(
+        x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, threads, int(amx)
+    ):
         raise MemoryError("the invariant GEMM could not allocate its buffer")
     return out
 

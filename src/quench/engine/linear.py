@@ -19,7 +19,8 @@ class Linear:
     """y = x W^T + b, with W pre-packed for oneDNN where that is available (CPU, bf16/fp32).
 
     int8: also keep an int8 copy of W (`screen.Int8Weight`) for products of few rows: half the bytes, not the
-    bfloat16 bits (draft models only). amx: the small GEMM may use AMX tiles (`native.use_amx`)."""
+    bfloat16 bits (draft models only). amx: the small GEMM may use AMX tiles, and the fixed-order one does for
+    every product (`native.use_amx`)."""
 
     def __init__(
         self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool, int8: bool = False, amx: bool = False,
@@ -39,7 +40,7 @@ class Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.fixed is not None:
-            y = invariant.gemm(x.reshape(-1, x.shape[-1]), self.fixed, self.out_features)
+            y = invariant.gemm(x.reshape(-1, x.shape[-1]), self.fixed, self.out_features, amx=self.amx)
             y = y.view(*x.shape[:-1], self.out_features)
             return y + self.bias if self.bias is not None else y
         if self.int8 is not None and x.dtype == torch.bfloat16 and x.numel() <= INT8_MAX_ROWS * x.shape[-1]:

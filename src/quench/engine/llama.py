@@ -90,7 +90,8 @@ class LlamaRunner:
             raise ValueError(f"batch-invariant kernels serve float32 and bfloat16 on CPU with the native library, not {self.dtype}")
         self.fixed = batch_invariant or (prepack and _fixed_products(self.dtype))  # every product on `invariant.gemm`
         self.kernels = kernels
-        self.amx = native.use_amx(kernels) and not batch_invariant  # the GEMMs and attention run AMX tiles
+        # the GEMMs and attention run AMX tiles; batch-invariant runners run every product on them, whatever its rows
+        self.amx = native.use_amx(kernels)
         self.int8 = int8 and prepack and self.dtype == torch.bfloat16 and screen_available() and not batch_invariant
         self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8, self.amx, self.fixed)
         # greedy steps read an int8 copy of the head first (quench.engine.screen); same tokens
@@ -121,8 +122,8 @@ class LlamaRunner:
 
         Batch-invariant runners point it at the fixed-order packs (in bfloat16 the small GEMM's layout) and
         run every step through it, whatever its rows: the loop's GEMM sums each output in one order for any
-        row count or thread count (`csrc/gemm.c`, AMX off), and its norms, RoPE, attention and SiLU treat
-        each row on its own."""
+        row count or thread count (AMX tiles for every product where the CPU has them, else the AVX512
+        kernel), and its norms, RoPE, attention and SiLU treat each row on its own."""
         if self.window is not None:
             return None
         if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
@@ -333,7 +334,7 @@ class LlamaRunner:
             caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
             return native.layers(
                 x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets,
-                self._int8_table, INT8_MAX_ROWS, amx=self.amx,
+                self._int8_table, INT8_MAX_ROWS, amx=self.amx, every_row=self.batch_invariant,
             )
         width = self.heads + 2 * self.kv_heads
         h = native.add_rms_norm(x, None, self.layers[0].input_norm, self.eps, torch.empty_like(x))  # (N, Dm)

@@ -230,12 +230,15 @@ def layers(
     int8_rows: int = 0,
     *,
     amx: bool,
+    every_row: bool = False,
 ) -> torch.Tensor:
     """Every decoder layer of a packed bfloat16 step (head size 64) in one C call: x (N, Dm), the residual
     stream, updated in place -> the final-norm hidden states (N, Dm). weights: 6 addresses per layer
     (input_norm, post_norm, packed qkv, o, gate_up, down); caches: each layer's key and value cache (B, Hkv,
     T, 64); start (B,) and offsets (B + 1,) int64 as `rope_attend` takes them. int8: 12 addresses per layer
-    (each projection's `screen.Int8Weight` tiles, scales, column sums), used by steps of at most int8_rows rows."""
+    (each projection's `screen.Int8Weight` tiles, scales, column sums), used by steps of at most int8_rows rows.
+    amx: AMX tiles in attention and past `avx512_gemm_rows` rows; with every_row (batch-invariant runners), in
+    every product whatever its rows, so every step sums in one order."""
     rows, width = x.shape
     batch, _, max_len, _ = caches[0].shape
     assert x.dtype == torch.bfloat16 and x.is_contiguous() and start.is_contiguous() and offsets.is_contiguous()
@@ -246,7 +249,8 @@ def layers(
     status = library.layers_bf16(
         x.data_ptr(), out.data_ptr(), ctypes.cast(weights, ctypes.c_void_p), ctypes.cast(addresses, ctypes.c_void_p), len(caches) // 2, final_norm.data_ptr(), rows, width,
         shape.heads, shape.kv_heads, shape.inner, cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
-        offsets.data_ptr(), batch, max_len, shape.scale, shape.eps, torch.get_num_threads(), int(amx),
+        offsets.data_ptr(), batch, max_len, shape.scale, shape.eps, torch.get_num_threads(),
+        library.constants["AMX_EVERY_ROW"] if amx and every_row else int(amx),
         ctypes.cast(int8, ctypes.c_void_p) if int8 is not None else None, int8_rows,
     )
     if status != 0:

@@ -11,7 +11,12 @@
    AVX512-BF16, each pair goes through one VDPBF16PS (its two exact products added in the instruction's
    order, denormals flushed): twice the fused multiply-adds per instruction. Elsewhere the inputs are
    widened exactly to float32 and summed as fixed_gemm_f32 does. Either way the order is fixed per build, so
-   a row's bits never depend on the other rows; the two builds may differ from each other.
+   a row's bits never depend on the other rows; the two builds may differ from each other. With amx (CPUs
+   with AMX tiles, K % 32 == 0) it is gemm_bf16_amx instead (csrc/gemm.c): each output is one float32 tile
+   accumulator updated by one TDPBF16PS per 32 inputs in order k0 = 0, 32, ..; a row's tile row never meets
+   another row, and threads split the columns only, so its bits do not depend on the call's rows or threads
+   either. TDPBF16PS sums a tile step in its own order: its bits differ from VDPBF16PS's (about 1 output in
+   10,000 at K = 576), so a process uses one route or the other for every product.
 
    rms_norm_f32 and silu_mul_*: one row at a time, scalar, in a fixed order (compiled without fast-math and
    without FMA contraction, so no reassociated or vectorised reduction). */
@@ -202,7 +207,8 @@ static void group_pairs(const pair_row* x, int stride, const bf16* wp, bf16* y, 
         for (int c = 0; c < 16 * nb && 16 * b0 + c < N; c++) y[(int64_t)(m0 + i) * N + 16 * b0 + c] = store_bf16(out[i][c]);
 }
 
-int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
+int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx) {
+    if (amx && K % 32 == 0) return gemm_bf16_amx(x, wp, y, M, N, K, threads) != 0;
     int nblocks = (N + 15) / 16, groups = (nblocks + 5) / 6;
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
     /* x as it is where K is even; otherwise copied with a zero past K (W's pad is zero too). */

@@ -32,7 +32,7 @@ void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) {
    post_norm and the packed qkv, o, gate_up, down (6 per layer); caches: per layer the key and value cache
    (2 per layer). w8, if given (draft models): per layer the int8 copies of qkv, o, gate_up, down (int8 tiles,
    scales, column sums: 12 per layer), which steps of at most w8_rows rows use instead (w8_gemm_bf16).
-   Returns 0, 1 where a buffer could not be allocated (x is then partly updated). */
+   Returns 0, 1 where a buffer could not be allocated or a GEMM failed (x is then partly updated). */
 int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,
                 int N, int Dm, int H, int Hkv, int I, const bf16* cos, const bf16* sin_signed, const int64_t* start,
                 const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int amx,
@@ -53,12 +53,13 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
         if (w8) status |= w8_gemm_bf16(a, N, in, (const int8_t*)(intptr_t)w8[12 * (l) + 3 * (k)],    \
                                        (const float*)(intptr_t)w8[12 * (l) + 3 * (k) + 1],           \
                                        (const int32_t*)(intptr_t)w8[12 * (l) + 3 * (k) + 2], n, y, work, threads, SCREEN_VNNI_ROWS) != 0; \
+        else if (amx == AMX_EVERY_ROW) status |= fixed_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, 1);  \
         else small_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, amx);
     if (!status) add_rms_norm_bf16(x, 0, W(0, 0), h, N, Dm, eps);
     for (int l = 0; l < L && !status; l++) {
         GEMM(l, 0, h, qkv, width, Dm)
-        status = rope_attend_bf16(qkv, (bf16*)(intptr_t)caches[2 * l], (bf16*)(intptr_t)caches[2 * l + 1], cos, sin_signed,
-                                  start, offsets, attn, B, H, Hkv, D, Tmax, scale, threads, amx);
+        status |= rope_attend_bf16(qkv, (bf16*)(intptr_t)caches[2 * l], (bf16*)(intptr_t)caches[2 * l + 1], cos, sin_signed,
+                                  start, offsets, attn, B, H, Hkv, D, Tmax, scale, threads, amx != 0);
         if (status) break;
         GEMM(l, 1, attn, delta, Dm, H * D)
         add_rms_norm_bf16(x, delta, W(l, 1), h, N, Dm, eps);

@@ -15,6 +15,7 @@ typedef uint16_t bf16;  /* bfloat16 bits */
 #define AVX512_GEMM_ROWS 4   /* small_gemm_bf16 takes the AVX512 kernel up to this many rows, AMX or not */
 #define SCREEN_MAX_ROWS 64   /* screen_argmax_bf16's most rows per call */
 #define SCREEN_VNNI_ROWS 4   /* int8 products of up to this many rows take AVX512-VNNI instead of AMX tiles */
+#define AMX_EVERY_ROW 2      /* layers_bf16's amx: AMX tiles for every product whatever its rows (batch-invariant steps) */
 
 /* The hash of this header the library was built against (checked at load). */
 const char* quench_native_header(void);
@@ -49,15 +50,17 @@ void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K
 int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
 
 /* fixed.c: batch-invariant kernels (each row's bits independent of the call's rows and threads); W packed
-   (ceil(N/16), K, 16) in float32, (ceil(N/16), ceil(K/2), 16, 2) in bfloat16. fixed_gemm_bf16 returns 0, 1
-   where out of memory. */
+   (ceil(N/16), K, 16) in float32, (ceil(N/16), ceil(K/2), 16, 2) in bfloat16. fixed_gemm_bf16 with amx runs
+   gemm_bf16_amx where K % 32 == 0; it returns 0, or 1 where out of memory or AMX is unusable. */
 void fixed_gemm_f32(const float* x, const float* wp, float* y, int M, int N, int K, int threads);
-int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
+int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
 void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm, float eps);
 void silu_mul_f32(const float* gate_up, float* act, int N, int I);
 void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I);
 
-/* layers.c: SiLU x up, and every decoder layer of a packed step in one call. */
+/* layers.c: SiLU x up, and every decoder layer of a packed step in one call. amx: 0 none, 1 AMX tiles where
+   small_gemm_bf16 picks them (past AVX512_GEMM_ROWS rows) and in attention, AMX_EVERY_ROW every product on
+   fixed_gemm_bf16's AMX route and attention's AMX scores. */
 void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I);
 int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,
                 int N, int Dm, int H, int Hkv, int I, const bf16* cos, const bf16* sin_signed, const int64_t* start,
