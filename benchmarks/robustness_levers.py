@@ -1,0 +1,100 @@
+"""What batch size and prompt-lookup speculation buy `quench robustness --batch-invariant`, and a check that they
+change no answer.
+
+    python benchmarks/robustness_levers.py                       # docs/benchmarks.md, "ReCode's full setting"
+    python benchmarks/robustness_levers.py --setups b32,b64-ngram2 --limit 4 --seeds 1
+
+Each setup is a `quench robustness` run of the same problems (all four categories, greedy, bfloat16, one engine
+with one thread). Every setup after the first runs side by side with a run of the first (one per core), so each
+ratio compares two runs that shared the machine; the table prints each setup's wall time, its ratio against the
+first setup's run beside it, and how many of its completions equal the first setup's, prompt by prompt (batch
+invariance: all of them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NGRAM = ["--speculate", "ngram", "--draft-max-rows", "0"]
+SETUPS: dict[str, list[str]] = {
+    "b32": ["--batch-size", "32"],
+    "b64": ["--batch-size", "64"],
+    "b32-ngram": ["--batch-size", "32", *NGRAM],  # BASS's dynamic draft length, from 7 tokens
+    "b32-ngram3": ["--batch-size", "32", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "3"],
+    "b64-ngram2": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2"],
+    "b64-ngram3": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "3"],
+    "b128-ngram2": ["--batch-size", "128", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2"],
+}
+
+
+def start(out: Path, common: list[str], extra: list[str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "quench.cli.main", "--threads", "1", "robustness", *common, *extra, "--out", str(out)]
+    out.mkdir(parents=True, exist_ok=True)
+    log = (out.parent / f"{out.name}.log").open("w")  # the progress bars: a pipe nobody reads would fill and stall
+    return subprocess.Popen(command, stdout=log, stderr=log, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def run_side_by_side(runs: list[tuple[Path, list[str]]], common: list[str]) -> list[float]:
+    """Start every run at once; each one's wall seconds."""
+    began = time.perf_counter()
+    processes = [start(out, common, extra) for out, extra in runs]
+    walls: list[float | None] = [None] * len(runs)
+    while None in walls:
+        for index, process in enumerate(processes):
+            if walls[index] is None and process.poll() is not None:
+                walls[index] = time.perf_counter() - began
+        time.sleep(0.2)
+    for (out, _), process in zip(runs, processes):
+        if process.returncode != 0:
+            raise SystemExit(f"{out.name} failed:\n{(out.parent / f'{out.name}.log').read_text()[-3000:]}")
+    return [wall for wall in walls if wall is not None]
+
+
+def completions(out: Path) -> dict[str, str]:
+    """prompt id -> the raw completion."""
+    rows = (json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip())
+    return {row["prompt_id"]: row["raw"] for row in rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=10, help="the first N HumanEval problems")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--setups", default="b32,b64,b32-ngram,b32-ngram3,b64-ngram2",
+                        help=f"comma-separated, the first is the reference; from {', '.join(SETUPS)}")
+    args = parser.parse_args()
+    names = [name.strip() for name in args.setups.split(",") if name.strip()]
+    if unknown := [name for name in names if name not in SETUPS]:
+        raise SystemExit(f"error: --setups: unknown {unknown}; choose from {', '.join(SETUPS)}")
+    if len(names) < 2:
+        raise SystemExit("error: --setups: give the reference and at least one setup to compare with it")
+    common = ["--limit", str(args.limit), "--seeds", str(args.seeds), "--engines", "1", "--batch-invariant",
+              "--overwrite"]
+    root = Path(tempfile.mkdtemp(prefix="quench-levers-"))
+    first = names[0]
+    rows = []
+    for index, name in enumerate(names[1:]):
+        reference_out = root / f"{first}-{index}"
+        reference_wall, wall = run_side_by_side([(reference_out, SETUPS[first]), (root / name, SETUPS[name])], common)
+        reference = completions(reference_out)
+        got = completions(root / name)
+        same = sum(got.get(key) == text for key, text in reference.items())
+        rows.append((name, wall, reference_wall, same, len(reference)))
+        print(f"{name}: {wall:.1f} s beside {first}'s {reference_wall:.1f} s; {same}/{len(reference)} completions equal",
+              flush=True)
+    print(f"\n| setup | wall s | {first} beside it, s | ratio (time) | completions equal to {first}'s |")
+    print("|---|---:|---:|---:|---|")
+    for name, wall, reference_wall, same, total in rows:
+        print(f"| {name} | {wall:.1f} | {reference_wall:.1f} | {wall / reference_wall:.2f}x | {same}/{total} |")
+    print(f"\nrun directories: {root}")
+
+
+if __name__ == "__main__":
+    main()
