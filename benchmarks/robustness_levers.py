@@ -1,8 +1,8 @@
 """What batch size and prompt-lookup speculation buy `quench robustness --batch-invariant`, and a check that they
 change no answer.
 
-    python benchmarks/robustness_levers.py                       # docs/benchmarks.md, "ReCode's full setting"
-    python benchmarks/robustness_levers.py --setups b32,b64-ngram2 --limit 4 --seeds 1
+    python benchmarks/robustness_levers.py --setups b32,b64-ngram2     # the table in docs/benchmarks.md
+    python benchmarks/robustness_levers.py                               # every setup against b32
 
 Each setup is a `quench robustness` run of the same problems (all four categories, greedy, bfloat16, one engine
 with one thread). Every setup after the first runs side by side with a run of the first (one per core), so each
@@ -34,27 +34,31 @@ SETUPS: dict[str, list[str]] = {
 }
 
 
+def log_path(out: Path) -> Path:
+    """Where a run's console output goes: its progress bars would fill a pipe nobody reads and stall it."""
+    return out.parent / f"{out.name}.log"
+
+
 def start(out: Path, common: list[str], extra: list[str]) -> subprocess.Popen:
     command = [sys.executable, "-m", "quench.cli.main", "--threads", "1", "robustness", *common, *extra, "--out", str(out)]
-    out.mkdir(parents=True, exist_ok=True)
-    log = (out.parent / f"{out.name}.log").open("w")  # the progress bars: a pipe nobody reads would fill and stall
-    return subprocess.Popen(command, stdout=log, stderr=log, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    with log_path(out).open("w") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(command, stdout=log, stderr=log, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def run_side_by_side(runs: list[tuple[Path, list[str]]], common: list[str]) -> list[float]:
-    """Start every run at once; each one's wall seconds."""
+    """Start every run at once; each one's wall seconds, to its own end."""
     began = time.perf_counter()
     processes = [start(out, common, extra) for out, extra in runs]
-    walls: list[float | None] = [None] * len(runs)
-    while None in walls:
+    walls: dict[int, float] = {}
+    while len(walls) < len(processes):
         for index, process in enumerate(processes):
-            if walls[index] is None and process.poll() is not None:
+            if index not in walls and process.poll() is not None:
                 walls[index] = time.perf_counter() - began
         time.sleep(0.2)
     for (out, _), process in zip(runs, processes):
         if process.returncode != 0:
-            raise SystemExit(f"{out.name} failed:\n{(out.parent / f'{out.name}.log').read_text()[-3000:]}")
-    return [wall for wall in walls if wall is not None]
+            raise SystemExit(f"{out.name} failed:\n{log_path(out).read_text()[-3000:]}")
+    return [walls[index] for index in range(len(processes))]
 
 
 def completions(out: Path) -> dict[str, str]:
@@ -72,9 +76,9 @@ def main() -> None:
     args = parser.parse_args()
     names = [name.strip() for name in args.setups.split(",") if name.strip()]
     if unknown := [name for name in names if name not in SETUPS]:
-        raise SystemExit(f"error: --setups: unknown {unknown}; choose from {', '.join(SETUPS)}")
+        parser.exit(2, f"error: --setups: unknown {unknown}; choose from {', '.join(SETUPS)}\n")
     if len(names) < 2:
-        raise SystemExit("error: --setups: give the reference and at least one setup to compare with it")
+        parser.exit(2, "error: --setups: give the reference and at least one setup to compare with it\n")
     common = ["--limit", str(args.limit), "--seeds", str(args.seeds), "--engines", "1", "--batch-invariant",
               "--overwrite"]
     root = Path(tempfile.mkdtemp(prefix="quench-levers-"))
