@@ -39,7 +39,7 @@ import time
 
 RESULT_FD = 3  # where the child's completion record goes
 ZYGOTE_REQUESTS, ZYGOTE_ANSWERS = 4, 5  # in a child that may use the zygote (RESULT_FD + 1, + 2)
-ZYGOTE_SYNC_S = 5.0  # how long the zygote may take to answer every request after a program ends
+ZYGOTE_SYNC_S = 5.0  # how long killing what a program left, or the zygote answering every request, may take
 HIGH_FD = 100  # the server keeps the zygote's pipes at or above this, clear of the fds it hands out
 SANDBOX_EXIT = 125  # the child could not set itself up (same value in outcomes.py)
 DETAIL_CHARS = 300
