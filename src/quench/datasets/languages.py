@@ -68,32 +68,33 @@ def run(argv, log, env):
     return spawn(argv, env, log)
 
 def zygote_status(err):
-    """Exit status of main.js forked by the sandbox's warm node (the zygote), stderr to the file `err`;
-    None when this program has no zygote or it did not answer (then node starts the plain way)."""
+    """Exit status of main.js forked by the sandbox's warm node (the zygote), stderr to the file `err`.
+    None when the program did not run: no zygote, or it could not take the request or fork (then
+    node starts the plain way). A zygote gone before it answered counts as the run killed."""
     try:
         os.set_inheritable(ZYGOTE_FDS[0], False)  # builds and fallbacks never see the zygote
         os.set_inheritable(ZYGOTE_FDS[1], False)
-    except OSError:
-        return None
-    ident = os.urandom(8).hex()
-    request = {"id": ident, "cwd": os.getcwd(), "main": "main.js", "stderr": os.path.abspath(err)}
-    try:
+        ident = os.urandom(8).hex()
+        request = {"id": ident, "cwd": os.getcwd(), "main": "main.js", "stderr": os.path.abspath(err)}
         data = (json.dumps(request) + "\\n").encode()
         while data:
             data = data[os.write(ZYGOTE_FDS[0], data):]
-        buffer = b""
+    except OSError:
+        return None
+    buffer = b""
+    try:
         while True:
             while b"\\n" not in buffer:
                 chunk = os.read(ZYGOTE_FDS[1], 65536)
                 if not chunk:
-                    return None
+                    return -signal.SIGKILL
                 buffer += chunk
             line, _, buffer = buffer.partition(b"\\n")
             answer = json.loads(line)
             if answer.get("id") == ident:
                 return os.waitstatus_to_exitcode(answer["status"]) if "status" in answer else None
     except (OSError, ValueError):
-        return None
+        return -signal.SIGKILL
 
 def mentions(path, words):
     with open(path, "rb") as handle:

@@ -152,7 +152,7 @@ static napi_value js_dumpable(napi_env env, napi_callback_info info) {
     return int_value(env, prctl(PR_SET_DUMPABLE, flag ? 1 : 0, 0, 0, 0) < 0 ? -errno : 0);
 }
 
-static void export(napi_env env, napi_value exports, const char *name, napi_callback function) {
+static void export_function(napi_env env, napi_value exports, const char *name, napi_callback function) {
     napi_value value;
     napi_create_function(env, name, (size_t)-1, function, NULL, &value);
     napi_set_named_property(env, exports, name, value);
@@ -161,13 +161,13 @@ static void export(napi_env env, napi_value exports, const char *name, napi_call
 __attribute__((visibility("default"))) int32_t node_api_module_get_api_version_v1(void) { return 8; }
 
 __attribute__((visibility("default"))) napi_value napi_register_module_v1(napi_env env, napi_value exports) {
-    export(env, exports, "fork", js_fork);
-    export(env, exports, "wait", js_wait);
-    export(env, exports, "exit", js_exit);
-    export(env, exports, "exitAtTeardown", js_exit_at_teardown);
-    export(env, exports, "setsid", js_setsid);
-    export(env, exports, "limit", js_limit);
-    export(env, exports, "dup2", js_dup2);
-    export(env, exports, "dumpable", js_dumpable);
+    export_function(env, exports, "fork", js_fork);
+    export_function(env, exports, "wait", js_wait);
+    export_function(env, exports, "exit", js_exit);
+    export_function(env, exports, "exitAtTeardown", js_exit_at_teardown);
+    export_function(env, exports, "setsid", js_setsid);
+    export_function(env, exports, "limit", js_limit);
+    export_function(env, exports, "dup2", js_dup2);
+    export_function(env, exports, "dumpable", js_dumpable);
     return exports;
 }

@@ -237,6 +237,14 @@ def node_zygote_files(cache: str | None = None) -> tuple[Path, Path]:
     return directory / "node_fork.node", directory / "node_zygote.js"
 
 
+def c_compiler() -> list[str] | None:
+    """A command that compiles C here (g++, which setup installs, compiles C with `-x c`), or None."""
+    for name in ("cc", "gcc"):
+        if shutil.which(name):
+            return [name]
+    return ["g++", "-x", "c"] if shutil.which("g++") else None
+
+
 def zygote_command(library: Path, script: Path) -> tuple[list[str], dict[str, str]]:
     """The argv (but its last argument, the programs' rlimits as JSON) and extra environment of the zygote."""
     node = shutil.which("node") or "node"
@@ -249,7 +257,7 @@ def prepare_node_zygote() -> Path | None:
     library, script = node_zygote_files()
     if library.is_file() and script.is_file():
         return library.parent
-    compiler = shutil.which("cc") or shutil.which("gcc")
+    compiler = c_compiler()
     if compiler is None or shutil.which("node") is None:
         return None
     cache_subdir("javascript")
@@ -257,7 +265,7 @@ def prepare_node_zygote() -> Path | None:
         built = Path(scratch, "zygote")
         built.mkdir()
         source = Path(__file__).with_name("node_fork.c")
-        command = [compiler, "-O2", "-shared", "-fPIC", "-o", str(built / library.name), str(source), "-ldl"]
+        command = [*compiler, "-O2", "-shared", "-fPIC", "-o", str(built / library.name), str(source), "-ldl"]
         if not build_into(built / library.name, command, "the JavaScript zygote", scratch):
             return None
         shutil.copyfile(Path(__file__).with_name("node_zygote.js"), built / script.name)
