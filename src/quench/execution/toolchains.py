@@ -227,12 +227,16 @@ def runs_from(node: str, blob: Path, check: Path) -> bool:
 def node_zygote_files(cache: str | None = None) -> tuple[Path, Path]:
     """(the native library, the script) of the JavaScript zygote in the build cache.
 
-    Named after their sources, so an upgraded quench builds its own; N-API keeps the library
-    valid across node versions.
+    Named after their sources and the node binary (size, modification time), so an upgraded quench
+    or node builds, and checks, its own.
     """
     digest = hashlib.sha256()
     for name in ZYGOTE_SOURCES:
         digest.update(Path(__file__).with_name(name).read_bytes())
+    node = shutil.which("node")
+    if node is not None:
+        info = os.stat(os.path.realpath(node))
+        digest.update(f"{info.st_size}-{info.st_mtime_ns}".encode())
     directory = Path(cache or toolchain_dir()) / "javascript" / f"zygote-{digest.hexdigest()[:12]}"
     return directory / "node_fork.node", directory / "node_zygote.js"
 
@@ -291,12 +295,15 @@ def zygote_passes_checks(library: Path, script: Path, scratch: Path) -> bool:
         if problem is not None:
             break
         (scratch / "main.js").write_text(program, encoding="utf-8")
+        (scratch / "run.log").unlink(missing_ok=True)
         plain = subprocess.run(["node", "main.js"], capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S,
                                check=False, env=node_env(), cwd=scratch)
         request = {"id": str(number), "cwd": str(scratch), "main": "main.js", "stderr": str(scratch / "run.log")}
         answer = zygote.request(request, time.monotonic() + PREPARE_TIMEOUT_S)
         status = os.waitstatus_to_exitcode(answer["status"]) if answer and "status" in answer else None
-        message = (scratch / "run.log").read_text(encoding="utf-8", errors="replace").split("\n    at ")[0]
+        log_file = scratch / "run.log"
+        text = log_file.read_text(encoding="utf-8", errors="replace") if log_file.exists() else ""
+        message = text.split("\n    at ")[0]
         if status != expected or plain.returncode != expected or message != plain.stderr.split("\n    at ")[0]:
             problem = f"{program!r} ended with {status} (plain node: {plain.returncode}, expected {expected})"
     zygote.stop()
