@@ -22,7 +22,7 @@ from quench.execution import sandbox as sandbox_module
 from quench.execution import toolchains
 from quench.execution.toolchains import ENV_VAR, has_toolchain, node_zygote_files, prepare_node_snapshot, prepare_node_zygote
 
-PROBLEMS = 100  # MBJSP test problems with a reference whose verdicts are compared (all 483: the same)
+PROBLEMS = 40  # MBJSP test problems with a reference whose verdicts are compared (all 483: the same)
 # How programs end, each to be told apart the same way with and without the zygote.
 ENDINGS = {
     "passes": "const _ = require('lodash');\nif (!_.isEqual([{a: [1]}], [{a: [1]}])) { process.exit(3); }\n",
