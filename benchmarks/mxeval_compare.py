@@ -7,8 +7,8 @@ solution is known: the reference solution (MBGP ships none: the Go solutions bel
 answer that compiles and fails the first test case. The same samples go through
 
 - quench: `SandboxPool` (bubblewrap, nobody, no network, the limits of Python programs), with the
-  shared read-only build cache (the precompiled `bits/stdc++.h`, Java's class-data archive, the
-  JavaScript zygote that each worker forks per program), and the wall clock mxeval allows (`--timeout`, plus mxeval's 100 s for C++'s and Java's compiler);
+  shared read-only build cache (the precompiled `bits/stdc++.h`, Java's class-data archive, node's
+  start-up snapshot with lodash loaded), and the wall clock mxeval allows (`--timeout`, plus mxeval's 100 s for C++'s and Java's compiler);
 - mxeval, in one of two modes, printed on the first line of the output:
   - "mxeval package": `mxeval.execution.check_correctness_<language>` itself, when the package is
     importable. It is not on PyPI: put a checkout of amazon-science/mxeval (or its

@@ -67,17 +67,7 @@ def process_tree(pid: int) -> list[int]:
 
 
 def pool_processes(pool: SandboxPool) -> list[int]:
-    """The pool's processes but the warm node each worker may keep for JavaScript (its zygote)."""
-    return [pid for worker in pool.worker_pids() for pid in process_tree(worker) if not is_zygote(pid)]
-
-
-def is_zygote(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = handle.read().split(b"\0")
-    except OSError:
-        return False
-    return len(argv) > 2 and argv[2].endswith(b"node_zygote.js")
+    return [pid for worker in pool.worker_pids() for pid in process_tree(worker)]
 
 
 def processes_with(marker: str) -> list[int]:

@@ -1,6 +1,6 @@
 """Node's start-up snapshot: prepared once into the shared build cache, every JavaScript program
-that starts node (no zygote: QUENCH_NODE_ZYGOTE=0) starts from it in the sandbox, no program can
-change it, and a snapshot node refuses gives way to the plain start.
+starts from it in the sandbox, no program can change it, and a snapshot node refuses gives way to
+the plain start.
 
 Runs in "bwrap" mode; skipped where the machine has no node with lodash.
 """
@@ -42,10 +42,8 @@ def snapshot() -> Path:
 
 @pytest.fixture(scope="module")
 def pool(snapshot: Path) -> Iterator[SandboxPool]:
-    with pytest.MonkeyPatch.context() as patch:  # node starts for each program (no zygote), from the snapshot
-        patch.setenv(sandbox_module.ZYGOTE_VAR, "0")
-        with SandboxPool(2, SandboxLimits(timeout_s=12.0), isolation="bwrap") as sandbox:
-            yield sandbox
+    with SandboxPool(2, SandboxLimits(timeout_s=12.0), isolation="bwrap") as sandbox:
+        yield sandbox
 
 
 def whole(text: str) -> str:

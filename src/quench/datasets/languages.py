@@ -8,10 +8,8 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 (the `compile_error` outcome); a run that exits non-zero raises `ProgramFailed` (`failed`).
 
 Per language:
-- JavaScript: `node main.js`, forked from the sandbox worker's warm node (the zygote: its launcher
-  starts with ZYGOTE_MARK, which gives it the zygote's pipes; quench.execution.forkserver), else
-  started from the prepared start-up snapshot with lodash loaded when there is one for this node
-  binary (quench.execution.toolchains); when it fails naming a
+- JavaScript: `node main.js`, started from the prepared start-up snapshot with lodash loaded when
+  there is one for this node binary (quench.execution.toolchains); when it fails naming a
   SyntaxError (or a RangeError), `node --check main.js` tells a syntax error (a compile error) from
   a failed test. The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
 - Go: the compiler and linker against the precompiled standard library of the Go installation,
@@ -34,10 +32,7 @@ import os
 from dataclasses import dataclass, field
 
 LAUNCHER = '''\
-import json, os, shutil, signal
-
-ZYGOTE = ["<zygote>"]  # run command: main.js forked by the sandbox's warm node
-ZYGOTE_FDS = (4, 5)  # its requests and answers, in a program whose text starts with ZYGOTE_MARK
+import os, shutil, signal
 
 class CompileError(Exception):
     pass
@@ -67,35 +62,6 @@ def spawn(argv, env, out, err=None):
 def run(argv, log, env):
     return spawn(argv, env, log)
 
-def zygote_status(err):
-    """Exit status of main.js forked by the sandbox's warm node (the zygote), stderr to the file `err`.
-    None when the program did not run: no zygote, or it could not take the request or fork (then
-    node starts the plain way). A zygote gone before it answered counts as the run killed."""
-    try:
-        os.set_inheritable(ZYGOTE_FDS[0], False)  # builds and fallbacks never see the zygote
-        os.set_inheritable(ZYGOTE_FDS[1], False)
-        ident = os.urandom(8).hex()
-        request = {"id": ident, "cwd": os.getcwd(), "main": "main.js", "stderr": os.path.abspath(err)}
-        data = (json.dumps(request) + "\\n").encode()
-        while data:
-            data = data[os.write(ZYGOTE_FDS[0], data):]
-    except OSError:
-        return None
-    buffer = b""
-    try:
-        while True:
-            while b"\\n" not in buffer:
-                chunk = os.read(ZYGOTE_FDS[1], 65536)
-                if not chunk:
-                    return -signal.SIGKILL
-                buffer += chunk
-            line, _, buffer = buffer.partition(b"\\n")
-            answer = json.loads(line)
-            if answer.get("id") == ident:
-                return os.waitstatus_to_exitcode(answer["status"]) if "status" in answer else None
-    except (OSError, ValueError):
-        return -signal.SIGKILL
-
 def mentions(path, words):
     with open(path, "rb") as handle:
         text = handle.read()
@@ -114,10 +80,7 @@ def build_and_run(source, name, builds, command, env, build_env, compile_mark, s
     for build in builds:
         if run(build, "build.log", builder) != 0:
             raise CompileError(head("build.log"))
-    status = zygote_status("run.log") if command == ZYGOTE else None
-    if status is None:
-        command = node_start() if command == ZYGOTE else command
-        status = spawn(command, env, os.devnull, "run.log")
+    status = spawn(command, env, os.devnull, "run.log")
     if status != 0 and fallback and list(fallback) != command and mentions("run.log", fallback_marks):
         status = spawn(list(fallback), env, os.devnull, "run.log")  # a prepared start this tool refuses: the plain one
     if status != 0:
@@ -204,9 +167,6 @@ startupSnapshot.setDeserializeMainFunction(() => {
 });
 """
 NODE_SNAPSHOT_TAG = hashlib.sha256(NODE_SNAPSHOT_ENTRY.encode()).hexdigest()[:12]
-# The first line of a JavaScript launcher: the fork server hands such a program the pipes of its
-# warm node (quench.execution.forkserver), which forks the program's run.
-ZYGOTE_MARK = "# quench: javascript zygote\n"
 
 
 def node_snapshot_path(cache: str, node: str) -> str:
@@ -288,15 +248,7 @@ def java_command():  # the class-data archive of the source launcher (javac's cl
     shared = ["-XX:SharedArchiveFile=" + archive] if os.path.isfile(archive) else []
     return ["java", *shared, *JAVA_FLAGS, "Main.java"]
 
-def node_command():  # forked by the sandbox's warm node if it gave us its pipes, else node_start()
-    try:
-        os.fstat(ZYGOTE_FDS[0])
-        os.fstat(ZYGOTE_FDS[1])
-        return ZYGOTE
-    except OSError:
-        return node_start()
-
-def node_start():  # `node main.js`, from the prepared snapshot (lodash loaded) if there is one for this node
+def node_command():  # `node main.js`, from the prepared snapshot (lodash loaded) if there is one for this node
     node = shutil.which("node")
     blob = node_snapshot_path(CACHE, node) if node else ""
     return ["node", "--snapshot-blob", blob, "main.js"] if blob and os.access(blob, os.R_OK) else ["node", "main.js"]
@@ -323,5 +275,4 @@ def launcher(language: str, program_source: str) -> str:
             f"{steps.build_env!r}, {steps.compile_mark!r}, {list(steps.syntax_check)!r}, "
             f"{list(steps.syntax_marks) or ['']!r}, {list(steps.fallback)!r}, {list(steps.fallback_marks)!r})\n")
     builders = BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS)))
-    mark = ZYGOTE_MARK if language == "javascript" else ""
-    return mark + LAUNCHER + SNAPSHOT_PATH + builders + "\n" + call
+    return LAUNCHER + SNAPSHOT_PATH + builders + "\n" + call

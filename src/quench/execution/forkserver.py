@@ -11,13 +11,6 @@ namespace's init) and killed, and scratch files are wiped, so nothing a program 
 reaches the next one. Programs are compiled here, before the fork, and forked children touch as
 little memory as they can: copy-on-write faults are most of the cost of a run.
 
-JavaScript zygote: where the config names one ("zygote"), a program whose text starts with its
-mark (a JavaScript launcher, quench.datasets.languages) gets the pipes of a warm node (see
-node_zygote.js) as fds 4 and 5, and asks it to fork the run of its main.js. The zygote is started on
-first use and spared when a program's processes are killed, so node starts once per worker; after
-such a program the server kills the program's processes, then waits until the zygote has answered
-every request (a child it forked late is killed too), so nothing of one program outlives it.
-
 Completion sentinel: after the program returns, the child writes a record to a private pipe
 that starts with a random per-run nonce. The nonce never appears in the program's text, argv,
 environment or output, so an early `sys.exit(0)` / `os._exit(0)` cannot pass for success; only
@@ -25,7 +18,6 @@ code that deliberately searches its own process memory could forge it.
 """
 
 import ctypes
-import fcntl
 import gc
 import json
 import os
@@ -38,9 +30,6 @@ import sys
 import time
 
 RESULT_FD = 3  # where the child's completion record goes
-ZYGOTE_REQUESTS, ZYGOTE_ANSWERS = 4, 5  # in a child that may use the zygote (RESULT_FD + 1, + 2)
-ZYGOTE_SYNC_S = 5.0  # how long killing what a program left, or the zygote answering every request, may take
-HIGH_FD = 100  # the server keeps the zygote's pipes at or above this, clear of the fds it hands out
 SANDBOX_EXIT = 125  # the child could not set itself up (same value in outcomes.py)
 DETAIL_CHARS = 300
 WATCH_INTERVAL_S = 0.05  # how often the process count is checked while a program runs
@@ -145,7 +134,7 @@ def compile_program(program):
         return None, ("F", describe(exc))
 
 
-def setup_child(config, result_w, out_w, null_fd, workdir, zygote_fds=None):
+def setup_child(config, result_w, out_w, null_fd, workdir):
     """In the forked child: own session, private fds, fresh cwd, rlimits, then drop privileges.
 
     Kept short on purpose: every page the child writes is a copy-on-write fault (~5 us here).
@@ -155,10 +144,7 @@ def setup_child(config, result_w, out_w, null_fd, workdir, zygote_fds=None):
     os.dup2(out_w, 1)
     os.dup2(out_w, 2)
     os.dup2(result_w, RESULT_FD)
-    if zygote_fds is not None:  # the server holds them at HIGH_FD and above: no clash
-        os.dup2(zygote_fds[0], ZYGOTE_REQUESTS)
-        os.dup2(zygote_fds[1], ZYGOTE_ANSWERS)
-    os.closerange(ZYGOTE_ANSWERS + 1 if zygote_fds else RESULT_FD + 1, 65536)  # protocol pipes, the rest
+    os.closerange(RESULT_FD + 1, 65536)  # protocol pipes and anything else the server holds
     os.chdir(workdir)
     if "random" in sys.modules:  # as after a fresh import, not the state every run would share
         sys.modules["random"].seed()
@@ -185,101 +171,6 @@ def child_rlimits(config):
     ]
 
 
-def high_fd(fd):
-    """`fd` moved to HIGH_FD or above (close-on-exec); the original is closed."""
-    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
-    os.close(fd)
-    return moved
-
-
-class Zygote:
-    """A warm node kept across programs (node_zygote.js): it forks the run of each JavaScript program.
-
-    `argv` and the whole environment `env` start it; requests and answers are JSON lines. Started
-    by `ensure`; a `None` pid: not running.
-    """
-
-    def __init__(self, argv, env, null_fd):
-        self.argv, self.env, self.null_fd = argv, env, null_fd
-        self.pid = None
-        self.requests = self.answers = None
-        self.buffer = bytearray()
-
-    def ensure(self):
-        """Running (started now if it was not, resumed if a program stopped it); False if it cannot start."""
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGCONT)
-                return True
-            except ProcessLookupError:
-                self.forget()
-        if not all(os.path.exists(path) for path in self.argv[:1] + self.argv[2:4]):
-            return False
-        requests_r, requests_w = os.pipe()
-        answers_r, answers_w = os.pipe()
-        requests_r, answers_w = high_fd(requests_r), high_fd(answers_w)
-        actions = [(os.POSIX_SPAWN_DUP2, requests_r, 0), (os.POSIX_SPAWN_DUP2, self.null_fd, 1),
-                   (os.POSIX_SPAWN_DUP2, self.null_fd, 2), (os.POSIX_SPAWN_DUP2, answers_w, 3)]
-        try:
-            self.pid = os.posix_spawn(self.argv[0], self.argv, self.env, file_actions=actions,
-                                      setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT))
-        except OSError:
-            self.pid = None
-        os.close(requests_r)
-        os.close(answers_w)
-        if self.pid is None:
-            os.close(requests_w)
-            os.close(answers_r)
-            return False
-        self.requests, self.answers = high_fd(requests_w), high_fd(answers_r)
-        self.buffer.clear()
-        return True
-
-    def request(self, message, deadline):
-        """Send one request; the answer that carries its id, or None (no answer by `deadline`, or gone)."""
-        try:
-            write_line(self.requests, message)
-            while True:
-                answer = self.read_line(deadline)
-                if answer is None or answer.get("id") == message["id"]:
-                    return answer
-        except (OSError, ValueError):
-            return None
-
-    def read_line(self, deadline):
-        while b"\n" not in self.buffer:
-            ready, _, _ = select.select([self.answers], [], [], max(0.0, deadline - time.monotonic()))
-            chunk = os.read(self.answers, 65536) if ready else b""
-            if not chunk:
-                return None
-            self.buffer += chunk
-        line, _, rest = bytes(self.buffer).partition(b"\n")
-        self.buffer[:] = rest
-        return json.loads(line)
-
-    def forget(self):
-        """Its pipes closed; it is gone (or about to be: killed by the caller)."""
-        for fd in (self.requests, self.answers):
-            if fd is not None:
-                os.close(fd)
-        self.pid = self.requests = self.answers = None
-
-    def stop(self):
-        if self.pid is not None:
-            kill_group(self.pid)
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
-            self.forget()
-
-
-def write_line(fd, message):
-    view = memoryview(json.dumps(message).encode() + b"\n")
-    while view:
-        view = view[os.write(fd, view):]
-
-
 class ForkServer:
     def __init__(self, config, null_fd):
         self.config = {**config, "rlimits": child_rlimits(config)}
@@ -294,12 +185,6 @@ class ForkServer:
         self.keep = set(config.get("keep", ()))  # read-only binds under /tmp (an interpreter there)
         os.environ["TMPDIR"] = os.environ["HOME"] = self.workdir
         self.poller = select.epoll()
-        spec = config.get("zygote") if self.in_namespace else None  # it needs the pid namespace to be spared in
-        self.zygote_mark = spec["mark"] if spec else None
-        self.zygote = None
-        if spec:
-            argv = [*spec["argv"], json.dumps(self.config["rlimits"])]
-            self.zygote = Zygote(argv, {**os.environ, **spec["env"]}, null_fd)
 
     def run(self, program, announce):
         """Run one program to its end or its deadline; return what happened (pool classifies it)."""
@@ -307,8 +192,6 @@ class ForkServer:
         code, error = compile_program(program)
         if error is not None:
             return {"record": error[0], "detail": error[1], "seconds": time.monotonic() - start}
-        zygote = self.zygote if self.zygote_mark and program.startswith(self.zygote_mark) else None
-        zygote_fds = (zygote.requests, zygote.answers) if zygote is not None and zygote.ensure() else None
         os.mkdir(self.workdir, 0o700)
         if self.config["run_uid"] is not None:
             os.chown(self.workdir, self.config["run_uid"], self.config["run_uid"])
@@ -318,7 +201,7 @@ class ForkServer:
         pid = os.fork()
         if pid == 0:
             try:
-                setup_child(self.config, result_w, out_w, self.null_fd, self.workdir, zygote_fds)
+                setup_child(self.config, result_w, out_w, self.null_fd, self.workdir)
             except BaseException as exc:
                 try:
                     os.write(RESULT_FD, nonce + b"E" + f"sandbox setup: {exc!r}".encode()[:500])
@@ -335,7 +218,7 @@ class ForkServer:
             seconds = time.monotonic() - start
             os.close(result_r)
             os.close(out_r)
-            self.clean_up(pid, synced=zygote_fds is not None)
+            self.clean_up(pid)
         kind, detail = parse_record(record, nonce)
         tail = output.decode("utf-8", "replace").strip()[-DETAIL_CHARS:]
         report = {"record": kind, "detail": detail, "status": status, "stopped": stopped, "output": tail}
@@ -359,7 +242,7 @@ class ForkServer:
             if stopped is not None:
                 kill_group(pid)
                 if self.in_namespace:
-                    kill_namespace(self.spared())
+                    kill_namespace()
             wait = 1.0 if stopped else min(remaining, WATCH_INTERVAL_S) if self.in_namespace else remaining
             for fd, _ in self.poller.poll(wait):
                 if fd == pidfd:
@@ -386,20 +269,13 @@ class ForkServer:
     def too_many_processes(self):
         """RLIMIT_NPROC does not bind in a user namespace mapped to root, so count them here."""
         count = sum(1 for entry in os.listdir("/proc") if entry.isdigit()) - 1  # we are its init
-        return count - (self.spared() is not None) > self.config["max_processes"]
+        return count > self.config["max_processes"]
 
-    def spared(self):
-        """The pid to spare when the program's processes are killed: the zygote's, if it runs."""
-        return self.zygote.pid if self.zygote is not None else None
-
-    def clean_up(self, pid, synced=False):
+    def clean_up(self, pid):
         kill_group(pid)
         if self.in_namespace:
-            kill_namespace(self.spared())
-        if synced:
-            self.sync_zygote()
-        if reap_descendants(self.pid, self.spared()) and self.zygote is not None:
-            self.zygote.forget()  # the zygote itself ended
+            kill_namespace()
+        reap_descendants(self.pid)
         if self.in_namespace:
             for scratch in ("/tmp", "/dev/shm"):
                 for entry in os.listdir(scratch):
@@ -408,30 +284,7 @@ class ForkServer:
         else:
             force_remove(self.workdir)
 
-    def sync_zygote(self):
-        """Wait until the zygote has answered every request, killing what it forks meanwhile; stop it if it cannot."""
-        zygote = self.zygote
-        try:
-            os.kill(zygote.pid, signal.SIGCONT)  # the program may have stopped it
-        except ProcessLookupError:
-            pass
-        nonce = os.urandom(8).hex()
-        give_up = time.monotonic() + ZYGOTE_SYNC_S
-        try:
-            write_line(zygote.requests, {"id": nonce, "sync": True})
-        except OSError:
-            give_up = 0.0
-        while time.monotonic() < give_up:
-            answer = zygote.read_line(min(give_up, time.monotonic() + WATCH_INTERVAL_S))
-            if answer is not None and answer.get("id") == nonce:
-                return
-            kill_namespace(zygote.pid)  # a request the program left: its run is killed, then answered
-        kill_group(zygote.pid)  # it will not answer: the next program starts a new one
-        zygote.forget()
-
     def close(self):
-        if self.zygote is not None:
-            self.zygote.stop()
         reap_descendants(self.pid)
         if not self.in_namespace:
             force_remove(self.base)
@@ -444,41 +297,12 @@ def kill_group(pid):
         pass
 
 
-def kill_namespace(spare=None):
-    """Kill every process of this pid namespace except us (its init) and `spare`.
-
-    Without `spare`, one kill(-1). With it, pid by pid, each pass stopping every process before
-    killing it (a stopped process cannot fork), until no live one is left but the two.
-    """
-    if spare is None:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
-    give_up = time.monotonic() + ZYGOTE_SYNC_S
-    while (others := living_except(spare)) and time.monotonic() < give_up:
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in others:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-
-
-def living_except(spare):
-    """The pids of this namespace that are neither us, `spare` nor dead (zombies wait to be reaped)."""
-    me = os.getpid()
-    return [int(entry) for entry in os.listdir("/proc")
-            if entry.isdigit() and int(entry) not in (me, spare) and state_of(entry) not in ("Z", "X", None)]
-
-
-def state_of(pid):
+def kill_namespace():
+    """Kill every process of this pid namespace except us (its init)."""
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def children_of(pid):
@@ -497,29 +321,21 @@ def parent_of(pid):
         return None
 
 
-def reap_descendants(self_pid, spare=None, patience_s=5.0):
-    """Kill and reap every child but `spare`; orphans of escaped daemons re-parent to us (subreaper).
-
-    Returns whether `spare` was reaped (it had ended).
-    """
+def reap_descendants(self_pid, patience_s=5.0):
+    """Kill and reap every child; orphans of escaped daemons re-parent to us (subreaper)."""
     give_up = time.monotonic() + patience_s
-    spare_ended = False
     while time.monotonic() < give_up:
         try:
-            while (reaped := os.waitpid(-1, os.WNOHANG)[0]) > 0:
-                spare_ended = spare_ended or reaped == spare
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
         except ChildProcessError:
-            return spare_ended  # no children left at all
-        children = [child for child in children_of(self_pid) if spare_ended or child != spare]
-        if not children:
-            return spare_ended
-        for child in children:
+            return  # no children left at all
+        for child in children_of(self_pid):
             try:
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         time.sleep(0.0005)
-    return spare_ended
 
 
 def force_remove(path):

@@ -28,15 +28,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from quench.datasets.languages import ZYGOTE_MARK
 from quench.errors import QuenchError
 from quench.execution.toolchains import ENV_VAR as TOOLCHAINS_VAR
-from quench.execution.toolchains import node_zygote_files, sandbox_binds, toolchain_dir, zygote_command
+from quench.execution.toolchains import sandbox_binds, toolchain_dir
 
 log = logging.getLogger(__name__)
 
 Isolation = Literal["bwrap", "rlimits", "unconfined"]
-ZYGOTE_VAR = "QUENCH_NODE_ZYGOTE"
 REQUESTS = ("auto", "bwrap", "rlimits")
 NOBODY = 65534
 FORKSERVER_SOURCE = Path(__file__).with_name("forkserver.py")
@@ -243,20 +241,6 @@ def _hidden_from_others(path: str) -> str | None:
     return None if current.stat().st_mode & stat.S_IROTH else str(current)
 
 
-def zygote_spec() -> dict[str, object] | None:
-    """The fork server's JavaScript zygote, where the build cache holds one (toolchains.prepare_node_zygote).
-
-    QUENCH_NODE_ZYGOTE=0 turns it off: each program starts node (from the start-up snapshot).
-    """
-    if os.environ.get(ZYGOTE_VAR) == "0":
-        return None
-    library, script = node_zygote_files()
-    if not (library.is_file() and script.is_file()):
-        return None
-    argv, env = zygote_command(library, script)
-    return {"mark": ZYGOTE_MARK, "argv": argv, "env": env}
-
-
 def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1, python: str | None = None) -> list[str]:
     """The command that starts one fork-server worker; its config travels as a JSON argument."""
     python = python or python_executable()
@@ -268,7 +252,6 @@ def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1
         "mode": "bwrap" if isolation == "bwrap" else "rlimits",
         "run_uid": run_uid(isolation),
         "keep": scratch_binds(python) if isolation == "bwrap" else [],
-        "zygote": zygote_spec() if isolation == "bwrap" else None,
     }
     command = [python, "-s", "-P", "-c", FORKSERVER_SOURCE.read_text(encoding="utf-8"), json.dumps(config)]
     if isolation != "bwrap":

@@ -5,27 +5,22 @@ outside the sandbox, from trusted inputs only, and is bound read-only into every
 program can read it but never change what the next program sees. It holds a precompiled
 `bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time), a
 class-data archive of the classes Java's source launcher loads (javac's: most of a JVM's start),
-a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it; loading its
-545 kB is most of what a program adds to node's own start), and the JavaScript zygote: a warm node
-that each sandbox worker keeps and forks once per program (node_zygote.js, with its native half
-node_fork.c built here), so that no program pays for node's start at all. Go needs nothing
-prepared: Debian's Go ships its precompiled standard library.
+and a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it; loading its
+545 kB is most of what a program adds to node's own start). Go needs nothing prepared: Debian's Go ships its
+precompiled standard library.
 """
 
 from __future__ import annotations
 
 import glob
-import hashlib
 import logging
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from quench.datasets.languages import JAVA_FLAGS, LANGUAGES, NODE_PATH, node_snapshot_entry, node_snapshot_path
-from quench.execution.forkserver import Zygote
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +47,6 @@ if (!_.isEqual([1, { a: new Map([[1, new Uint8Array([2])]]) }], [1, { a: new Map
 }
 console.log('snapshot ok');
 """
-# Run by the zygote before it is kept: every way a program ends gives plain node's exit status, and
-# the error text plain node prints (node_zygote.js, node_fork.c).
-ZYGOTE_CHECKS = {
-    "const _ = require('lodash'); if (require.main !== module || !_.isEqual([{a: 1}], [{a: 1}])) process.exit(3);": 0,
-    "setTimeout(() => { process.exitCode = 4; }, 1);": 4,
-    "process.on('exit', () => { process.exitCode = 5; });": 5,
-    "Promise.reject(new RangeError('rejected'));": 1,
-    "throw 'Error at 1th assert statement';": 1,
-    "function (": 1,
-}
-ZYGOTE_SOURCES = ("node_fork.c", "node_zygote.js")
 MIN_PCH_BYTES = 1 << 20  # a real precompiled bits/stdc++.h is tens of MB; anything smaller is rebuilt
 
 
@@ -99,7 +83,6 @@ def prepare(language: str) -> None:
     """Prepare the shared cache for `language` (idempotent; nothing to do for Go)."""
     if language == "javascript" and has_toolchain("javascript"):
         prepare_node_snapshot()
-        prepare_node_zygote()
     if language == "cpp" and shutil.which("g++"):
         prepare_cpp_header()
     if language == "java" and shutil.which("java"):
@@ -222,92 +205,3 @@ def runs_from(node: str, blob: Path, check: Path) -> bool:
                     done.returncode, (done.stderr or done.stdout).strip()[-300:])
         return False
     return True
-
-
-def node_zygote_files(cache: str | None = None) -> tuple[Path, Path]:
-    """(the native library, the script) of the JavaScript zygote in the build cache.
-
-    Named after their sources and the node binary (size, modification time), so an upgraded quench
-    or node builds, and checks, its own.
-    """
-    digest = hashlib.sha256()
-    for name in ZYGOTE_SOURCES:
-        digest.update(Path(__file__).with_name(name).read_bytes())
-    node = shutil.which("node")
-    if node is not None:
-        info = os.stat(os.path.realpath(node))
-        digest.update(f"{info.st_size}-{info.st_mtime_ns}".encode())
-    directory = Path(cache or toolchain_dir()) / "javascript" / f"zygote-{digest.hexdigest()[:12]}"
-    return directory / "node_fork.node", directory / "node_zygote.js"
-
-
-def c_compiler() -> list[str] | None:
-    """A command that compiles C here (g++, which setup installs, compiles C with `-x c`), or None."""
-    for name in ("cc", "gcc"):
-        if shutil.which(name):
-            return [name]
-    return ["g++", "-x", "c"] if shutil.which("g++") else None
-
-
-def zygote_command(library: Path, script: Path) -> tuple[list[str], dict[str, str]]:
-    """The argv (but its last argument, the programs' rlimits as JSON) and extra environment of the zygote."""
-    node = shutil.which("node") or "node"
-    return [os.path.realpath(node), "--single-threaded", str(script), str(library)], {"NODE_PATH": NODE_PATH,
-                                                                                       "LD_PRELOAD": str(library)}
-
-
-def prepare_node_zygote() -> Path | None:
-    """Build the JavaScript zygote into the cache and check it; its directory, None if this machine cannot."""
-    library, script = node_zygote_files()
-    if library.is_file() and script.is_file():
-        return library.parent
-    compiler = c_compiler()
-    if compiler is None or shutil.which("node") is None:
-        return None
-    cache_subdir("javascript")
-    with tempfile.TemporaryDirectory(dir=library.parent.parent) as scratch:  # same file system: os.replace
-        built = Path(scratch, "zygote")
-        built.mkdir()
-        source = Path(__file__).with_name("node_fork.c")
-        command = [*compiler, "-O2", "-shared", "-fPIC", "-o", str(built / library.name), str(source), "-ldl"]
-        if not build_into(built / library.name, command, "the JavaScript zygote", scratch):
-            return None
-        shutil.copyfile(Path(__file__).with_name("node_zygote.js"), built / script.name)
-        if not zygote_passes_checks(built / library.name, built / script.name, Path(scratch)):
-            return None
-        for path in (built, built / library.name, built / script.name):
-            path.chmod(0o755 if path.is_dir() or path == built / library.name else 0o644)
-        try:
-            os.replace(built, library.parent)
-        except OSError:  # another process kept one first
-            pass
-    log.info("built the JavaScript zygote into %s", library.parent)
-    return library.parent
-
-
-def zygote_passes_checks(library: Path, script: Path, scratch: Path) -> bool:
-    """Whether the zygote gives plain node's exit status and error message for ZYGOTE_CHECKS (logged if not)."""
-    argv, extra = zygote_command(library, script)
-    null = os.open(os.devnull, os.O_RDWR)
-    zygote = Zygote([*argv, "[]"], {**node_env(), **extra}, null)
-    problem = None if zygote.ensure() else "it did not start"
-    for number, (program, expected) in enumerate(ZYGOTE_CHECKS.items()):
-        if problem is not None:
-            break
-        (scratch / "main.js").write_text(program, encoding="utf-8")
-        (scratch / "run.log").unlink(missing_ok=True)
-        plain = subprocess.run(["node", "main.js"], capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S,
-                               check=False, env=node_env(), cwd=scratch)
-        request = {"id": str(number), "cwd": str(scratch), "main": "main.js", "stderr": str(scratch / "run.log")}
-        answer = zygote.request(request, time.monotonic() + PREPARE_TIMEOUT_S)
-        status = os.waitstatus_to_exitcode(answer["status"]) if answer and "status" in answer else None
-        log_file = scratch / "run.log"
-        text = log_file.read_text(encoding="utf-8", errors="replace") if log_file.exists() else ""
-        message = text.split("\n    at ")[0]
-        if status != expected or plain.returncode != expected or message != plain.stderr.split("\n    at ")[0]:
-            problem = f"{program!r} ended with {status} (plain node: {plain.returncode}, expected {expected})"
-    zygote.stop()
-    os.close(null)
-    if problem is not None:
-        log.warning("the JavaScript zygote failed its check: %s; programs start node each", problem)
-    return problem is None
