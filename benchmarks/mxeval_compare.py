@@ -8,7 +8,8 @@ answer that compiles and fails the first test case. The same samples go through
 
 - quench: `SandboxPool` (bubblewrap, nobody, no network, the limits of Python programs), with the
   shared read-only build cache (the precompiled `bits/stdc++.h`, Java's class-data archive, node's
-  start-up snapshot with lodash loaded), and the wall clock mxeval allows (`--timeout`, plus mxeval's 100 s for C++'s and Java's compiler);
+  start-up snapshot with lodash loaded) and each worker's warm node that runs JavaScript programs in
+  fresh contexts, and the wall clock mxeval allows (`--timeout`, plus mxeval's 100 s for C++'s and Java's compiler);
 - mxeval, in one of two modes, printed on the first line of the output:
   - "mxeval package": `mxeval.execution.check_correctness_<language>` itself, when the package is
     importable. It is not on PyPI: put a checkout of amazon-science/mxeval (or its

@@ -67,7 +67,17 @@ def process_tree(pid: int) -> list[int]:
 
 
 def pool_processes(pool: SandboxPool) -> list[int]:
-    return [pid for worker in pool.worker_pids() for pid in process_tree(worker)]
+    """The pool's processes but the warm node each worker may keep for JavaScript (its host)."""
+    return [pid for worker in pool.worker_pids() for pid in process_tree(worker) if not is_node_host(pid)]
+
+
+def is_node_host(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return len(argv) > 1 and argv[1].endswith(b"node_host.js")
 
 
 def processes_with(marker: str) -> list[int]:

@@ -1,6 +1,6 @@
 """Node's start-up snapshot: prepared once into the shared build cache, every JavaScript program
-starts from it in the sandbox, no program can change it, and a snapshot node refuses gives way to
-the plain start.
+that starts node (no host: QUENCH_NODE_HOST=0) starts from it in the sandbox, no program can
+change it, and a snapshot node refuses gives way to the plain start.
 
 Runs in "bwrap" mode; skipped where the machine has no node with lodash.
 """
@@ -42,8 +42,10 @@ def snapshot() -> Path:
 
 @pytest.fixture(scope="module")
 def pool(snapshot: Path) -> Iterator[SandboxPool]:
-    with SandboxPool(2, SandboxLimits(timeout_s=12.0), isolation="bwrap") as sandbox:
-        yield sandbox
+    with pytest.MonkeyPatch.context() as patch:  # node starts for each program (no host), from the snapshot
+        patch.setenv(sandbox_module.HOST_VAR, "0")
+        with SandboxPool(2, SandboxLimits(timeout_s=12.0), isolation="bwrap") as sandbox:
+            yield sandbox
 
 
 def whole(text: str) -> str:

@@ -8,10 +8,14 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 (the `compile_error` outcome); a run that exits non-zero raises `ProgramFailed` (`failed`).
 
 Per language:
-- JavaScript: `node main.js`, started from the prepared start-up snapshot with lodash loaded when
-  there is one for this node binary (quench.execution.toolchains); when it fails naming a
-  SyntaxError (or a RangeError), `node --check main.js` tells a syntax error (a compile error) from
-  a failed test. The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
+- JavaScript: run in a fresh V8 context by the sandbox worker's warm node (the host: the launcher
+  starts with HOST_MARK, which gives it the host's pipes; quench.execution.forkserver and
+  node_host.js), which tells a syntax error (a compile error) from a failed test itself. A program
+  the host declines (one that may use what a context lacks: `process`, timers, modules but lodash,
+  ...) runs as `node main.js`, started from the prepared start-up snapshot with lodash loaded when
+  there is one for this node binary (quench.execution.toolchains); when that fails naming a
+  SyntaxError (or a RangeError), `node --check main.js` tells a syntax error from a failed test.
+  The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
 - Go: the compiler and linker against the precompiled standard library of the Go installation,
   with `go run`'s flags (no debug information or symbol table) but without the go command, its
   build cache or a garbage collector in either tool; `go build` with a private cache where the
@@ -32,7 +36,10 @@ import os
 from dataclasses import dataclass, field
 
 LAUNCHER = '''\
-import os, shutil, signal
+import json, os, shutil, signal
+
+HOST = ["<host>"]  # run command: main.js run by the sandbox's warm node in a fresh context
+HOST_FDS = (4, 5)  # its requests and answers, in a program whose text starts with HOST_MARK
 
 class CompileError(Exception):
     pass
@@ -62,6 +69,32 @@ def spawn(argv, env, out, err=None):
 def run(argv, log, env):
     return spawn(argv, env, log)
 
+def host_answer(err):
+    """What the sandbox's warm node (the host) says of running main.js, its error text in the file
+    `err`: {"status"} (and "syntax" when it does not parse), {"timeout"}; None when it did not run
+    it (no host, it declined the program, or it ended before it answered): then node starts."""
+    try:
+        os.set_inheritable(HOST_FDS[0], False)  # builds and fallbacks never see the host
+        os.set_inheritable(HOST_FDS[1], False)
+        ident = os.urandom(8).hex()
+        request = {"id": ident, "cwd": os.getcwd(), "main": "main.js", "stderr": os.path.abspath(err)}
+        data = (json.dumps(request) + "\\n").encode()
+        while data:
+            data = data[os.write(HOST_FDS[0], data):]
+        buffer = b""
+        while True:
+            while b"\\n" not in buffer:
+                chunk = os.read(HOST_FDS[1], 65536)
+                if not chunk:
+                    return None
+                buffer += chunk
+            line, _, buffer = buffer.partition(b"\\n")
+            answer = json.loads(line)
+            if answer.get("id") == ident:
+                return answer if "status" in answer or "timeout" in answer else None
+    except (OSError, ValueError):
+        return None
+
 def mentions(path, words):
     with open(path, "rb") as handle:
         text = handle.read()
@@ -80,6 +113,16 @@ def build_and_run(source, name, builds, command, env, build_env, compile_mark, s
     for build in builds:
         if run(build, "build.log", builder) != 0:
             raise CompileError(head("build.log"))
+    answer = host_answer("run.log") if command == HOST else None
+    if answer is not None:
+        while answer.get("timeout"):  # the sandbox's deadline ends this run, as it would node's
+            signal.pause()
+        if answer.get("syntax"):
+            raise CompileError(head("run.log"))
+        if answer["status"] != 0:
+            raise ProgramFailed(f"exit status {answer['status']}: {head('run.log')}")
+        return
+    command = node_start() if command == HOST else command
     status = spawn(command, env, os.devnull, "run.log")
     if status != 0 and fallback and list(fallback) != command and mentions("run.log", fallback_marks):
         status = spawn(list(fallback), env, os.devnull, "run.log")  # a prepared start this tool refuses: the plain one
@@ -167,6 +210,9 @@ startupSnapshot.setDeserializeMainFunction(() => {
 });
 """
 NODE_SNAPSHOT_TAG = hashlib.sha256(NODE_SNAPSHOT_ENTRY.encode()).hexdigest()[:12]
+# The first line of a JavaScript launcher: the fork server hands such a program the pipes of its
+# warm node (quench.execution.forkserver), which runs the program in a fresh context.
+HOST_MARK = "# quench: javascript host\n"
 
 
 def node_snapshot_path(cache: str, node: str) -> str:
@@ -248,7 +294,15 @@ def java_command():  # the class-data archive of the source launcher (javac's cl
     shared = ["-XX:SharedArchiveFile=" + archive] if os.path.isfile(archive) else []
     return ["java", *shared, *JAVA_FLAGS, "Main.java"]
 
-def node_command():  # `node main.js`, from the prepared snapshot (lodash loaded) if there is one for this node
+def node_command():  # run by the sandbox's warm node if it gave us its pipes, else node_start()
+    try:
+        os.fstat(HOST_FDS[0])
+        os.fstat(HOST_FDS[1])
+        return HOST
+    except OSError:
+        return node_start()
+
+def node_start():  # `node main.js`, from the prepared snapshot (lodash loaded) if there is one for this node
     node = shutil.which("node")
     blob = node_snapshot_path(CACHE, node) if node else ""
     return ["node", "--snapshot-blob", blob, "main.js"] if blob and os.access(blob, os.R_OK) else ["node", "main.js"]
@@ -275,4 +329,5 @@ def launcher(language: str, program_source: str) -> str:
             f"{steps.build_env!r}, {steps.compile_mark!r}, {list(steps.syntax_check)!r}, "
             f"{list(steps.syntax_marks) or ['']!r}, {list(steps.fallback)!r}, {list(steps.fallback_marks)!r})\n")
     builders = BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS)))
-    return LAUNCHER + SNAPSHOT_PATH + builders + "\n" + call
+    mark = HOST_MARK if language == "javascript" else ""
+    return mark + LAUNCHER + SNAPSHOT_PATH + builders + "\n" + call

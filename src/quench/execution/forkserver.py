@@ -11,6 +11,14 @@ namespace's init) and killed, and scratch files are wiped, so nothing a program 
 reaches the next one. Programs are compiled here, before the fork, and forked children touch as
 little memory as they can: copy-on-write faults are most of the cost of a run.
 
+JavaScript host: where the config names one ("node_host"), a program whose text starts with its
+mark (a JavaScript launcher, quench.datasets.languages) gets the pipes of a warm node (see
+node_host.js) as fds 4 and 5, and asks it to run its main.js in a fresh V8 context. The host is
+started on first use, under the programs' uid and rlimits but the CPU one, and spared when a
+program's processes are killed, so node starts once per worker; after such a program the server
+kills the program's processes, then waits until the host has answered every request (it stops
+the host if it does not), so nothing of one program outlives it.
+
 Completion sentinel: after the program returns, the child writes a record to a private pipe
 that starts with a random per-run nonce. The nonce never appears in the program's text, argv,
 environment or output, so an early `sys.exit(0)` / `os._exit(0)` cannot pass for success; only
@@ -18,6 +26,7 @@ code that deliberately searches its own process memory could forge it.
 """
 
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -30,6 +39,9 @@ import sys
 import time
 
 RESULT_FD = 3  # where the child's completion record goes
+HOST_REQUESTS, HOST_ANSWERS = 4, 5  # in a child that may use the JavaScript host (RESULT_FD + 1, + 2)
+HOST_SYNC_S = 5.0  # how long killing what a program left, or the host answering every request, may take
+HIGH_FD = 100  # the server keeps the host's pipes at or above this, clear of the fds it hands out
 SANDBOX_EXIT = 125  # the child could not set itself up (same value in outcomes.py)
 DETAIL_CHARS = 300
 WATCH_INTERVAL_S = 0.05  # how often the process count is checked while a program runs
@@ -134,7 +146,7 @@ def compile_program(program):
         return None, ("F", describe(exc))
 
 
-def setup_child(config, result_w, out_w, null_fd, workdir):
+def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None):
     """In the forked child: own session, private fds, fresh cwd, rlimits, then drop privileges.
 
     Kept short on purpose: every page the child writes is a copy-on-write fault (~5 us here).
@@ -144,7 +156,10 @@ def setup_child(config, result_w, out_w, null_fd, workdir):
     os.dup2(out_w, 1)
     os.dup2(out_w, 2)
     os.dup2(result_w, RESULT_FD)
-    os.closerange(RESULT_FD + 1, 65536)  # protocol pipes and anything else the server holds
+    if host_fds is not None:  # the server holds them at HIGH_FD and above: no clash
+        os.dup2(host_fds[0], HOST_REQUESTS)
+        os.dup2(host_fds[1], HOST_ANSWERS)
+    os.closerange(HOST_ANSWERS + 1 if host_fds else RESULT_FD + 1, 65536)  # protocol pipes, the rest
     os.chdir(workdir)
     if "random" in sys.modules:  # as after a fresh import, not the state every run would share
         sys.modules["random"].seed()
@@ -171,6 +186,123 @@ def child_rlimits(config):
     ]
 
 
+def high_fd(fd):
+    """`fd` moved to HIGH_FD or above (close-on-exec); the original is closed."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+    os.close(fd)
+    return moved
+
+
+class NodeHost:
+    """A warm node kept across programs (node_host.js): it runs each JavaScript program in a fresh context.
+
+    `argv` and the whole environment `env` start it, in a session of its own, with `rlimits` and as
+    `uid` (None: this process's); requests and answers are JSON lines. Started by `ensure`; a
+    `None` pid: not running.
+    """
+
+    def __init__(self, argv, env, null_fd, rlimits=(), uid=None):
+        self.argv, self.env, self.null_fd = argv, env, null_fd
+        self.rlimits, self.uid = rlimits, uid
+        self.pid = None
+        self.requests = self.answers = None
+        self.buffer = bytearray()
+
+    def ensure(self):
+        """Running (started now if it was not, resumed if a program stopped it); False if it cannot start."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+                return True
+            except ProcessLookupError:
+                self.forget()
+        if not all(os.path.exists(path) for path in self.argv[:2]):
+            return False
+        requests_r, requests_w = os.pipe()
+        answers_r, answers_w = os.pipe()
+        requests_r, answers_w = high_fd(requests_r), high_fd(answers_w)
+        try:
+            self.pid = os.fork()
+        except OSError:
+            self.pid = None
+        if self.pid == 0:
+            try:
+                self.become_host(requests_r, answers_w)
+            finally:
+                os._exit(SANDBOX_EXIT)
+        os.close(requests_r)
+        os.close(answers_w)
+        if self.pid is None:
+            os.close(requests_w)
+            os.close(answers_r)
+            return False
+        self.requests, self.answers = high_fd(requests_w), high_fd(answers_r)
+        self.buffer.clear()
+        return True
+
+    def become_host(self, requests_r, answers_w):
+        """In the forked child: its own session, the pipes as fds 0 and 3, the limits, then node."""
+        os.setsid()
+        os.dup2(requests_r, 0)
+        os.dup2(self.null_fd, 1)
+        os.dup2(self.null_fd, 2)
+        os.dup2(answers_w, 3)
+        os.closerange(4, 65536)
+        for limit, soft, hard in self.rlimits:
+            resource.setrlimit(limit, (soft, hard))
+        if self.uid is not None:
+            os.setgroups([])
+            os.setgid(self.uid)
+            os.setuid(self.uid)
+        for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+            signal.signal(number, signal.SIG_DFL)
+        os.execve(self.argv[0], self.argv, self.env)
+
+    def request(self, message, deadline):
+        """Send one request; the answer that carries its id, or None (no answer by `deadline`, or gone)."""
+        try:
+            write_line(self.requests, message)
+            while True:
+                answer = self.read_line(deadline)
+                if answer is None or answer.get("id") == message["id"]:
+                    return answer
+        except (OSError, ValueError):
+            return None
+
+    def read_line(self, deadline):
+        while b"\n" not in self.buffer:
+            ready, _, _ = select.select([self.answers], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(self.answers, 65536) if ready else b""
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, rest = bytes(self.buffer).partition(b"\n")
+        self.buffer[:] = rest
+        return json.loads(line)
+
+    def forget(self):
+        """Its pipes closed; it is gone (or about to be: killed by the caller)."""
+        for fd in (self.requests, self.answers):
+            if fd is not None:
+                os.close(fd)
+        self.pid = self.requests = self.answers = None
+
+    def stop(self):
+        if self.pid is not None:
+            kill_group(self.pid)
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+            self.forget()
+
+
+def write_line(fd, message):
+    view = memoryview(json.dumps(message).encode() + b"\n")
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class ForkServer:
     def __init__(self, config, null_fd):
         self.config = {**config, "rlimits": child_rlimits(config)}
@@ -185,6 +317,13 @@ class ForkServer:
         self.keep = set(config.get("keep", ()))  # read-only binds under /tmp (an interpreter there)
         os.environ["TMPDIR"] = os.environ["HOME"] = self.workdir
         self.poller = select.epoll()
+        spec = config.get("node_host") if self.in_namespace else None  # it needs the pid namespace to be spared in
+        self.host_mark = spec["mark"] if spec else None
+        self.host = None
+        if spec:  # its time limit outlasts the server's deadline, so the server's timeout comes first
+            argv = [*spec["argv"], str(int(config["timeout_s"] * 1000) + 500)]
+            rlimits = [limit for limit in self.config["rlimits"] if limit[0] != resource.RLIMIT_CPU]
+            self.host = NodeHost(argv, {**os.environ, **spec["env"]}, null_fd, rlimits, config["run_uid"])
 
     def run(self, program, announce):
         """Run one program to its end or its deadline; return what happened (pool classifies it)."""
@@ -192,6 +331,8 @@ class ForkServer:
         code, error = compile_program(program)
         if error is not None:
             return {"record": error[0], "detail": error[1], "seconds": time.monotonic() - start}
+        host = self.host if self.host_mark and program.startswith(self.host_mark) else None
+        host_fds = (host.requests, host.answers) if host is not None and host.ensure() else None
         os.mkdir(self.workdir, 0o700)
         if self.config["run_uid"] is not None:
             os.chown(self.workdir, self.config["run_uid"], self.config["run_uid"])
@@ -201,7 +342,7 @@ class ForkServer:
         pid = os.fork()
         if pid == 0:
             try:
-                setup_child(self.config, result_w, out_w, self.null_fd, self.workdir)
+                setup_child(self.config, result_w, out_w, self.null_fd, self.workdir, host_fds)
             except BaseException as exc:
                 try:
                     os.write(RESULT_FD, nonce + b"E" + f"sandbox setup: {exc!r}".encode()[:500])
@@ -218,7 +359,7 @@ class ForkServer:
             seconds = time.monotonic() - start
             os.close(result_r)
             os.close(out_r)
-            self.clean_up(pid)
+            self.clean_up(pid, synced=host_fds is not None)
         kind, detail = parse_record(record, nonce)
         tail = output.decode("utf-8", "replace").strip()[-DETAIL_CHARS:]
         report = {"record": kind, "detail": detail, "status": status, "stopped": stopped, "output": tail}
@@ -242,7 +383,7 @@ class ForkServer:
             if stopped is not None:
                 kill_group(pid)
                 if self.in_namespace:
-                    kill_namespace()
+                    kill_namespace(self.spared())
             wait = 1.0 if stopped else min(remaining, WATCH_INTERVAL_S) if self.in_namespace else remaining
             for fd, _ in self.poller.poll(wait):
                 if fd == pidfd:
@@ -269,13 +410,20 @@ class ForkServer:
     def too_many_processes(self):
         """RLIMIT_NPROC does not bind in a user namespace mapped to root, so count them here."""
         count = sum(1 for entry in os.listdir("/proc") if entry.isdigit()) - 1  # we are its init
-        return count > self.config["max_processes"]
+        return count - (self.spared() is not None) > self.config["max_processes"]
 
-    def clean_up(self, pid):
+    def spared(self):
+        """The pid to spare when the program's processes are killed: the JavaScript host's, if it runs."""
+        return self.host.pid if self.host is not None else None
+
+    def clean_up(self, pid, synced=False):
         kill_group(pid)
         if self.in_namespace:
-            kill_namespace()
-        reap_descendants(self.pid)
+            kill_namespace(self.spared())
+        if synced:
+            self.sync_host()
+        if reap_descendants(self.pid, self.spared()) and self.host is not None:
+            self.host.forget()  # the host itself ended
         if self.in_namespace:
             for scratch in ("/tmp", "/dev/shm"):
                 for entry in os.listdir(scratch):
@@ -284,7 +432,30 @@ class ForkServer:
         else:
             force_remove(self.workdir)
 
+    def sync_host(self):
+        """Wait until the host has answered every request, killing other processes meanwhile; stop it if it cannot."""
+        host = self.host
+        try:
+            os.kill(host.pid, signal.SIGCONT)  # the program may have stopped it
+        except ProcessLookupError:
+            pass
+        nonce = os.urandom(8).hex()
+        give_up = time.monotonic() + HOST_SYNC_S
+        try:
+            write_line(host.requests, {"id": nonce, "sync": True})
+        except OSError:
+            give_up = 0.0
+        while time.monotonic() < give_up:
+            answer = host.read_line(min(give_up, time.monotonic() + WATCH_INTERVAL_S))
+            if answer is not None and answer.get("id") == nonce:
+                return
+            kill_namespace(host.pid)  # whatever a program started meanwhile
+        kill_group(host.pid)  # it will not answer: the next program starts a new one
+        host.forget()
+
     def close(self):
+        if self.host is not None:
+            self.host.stop()
         reap_descendants(self.pid)
         if not self.in_namespace:
             force_remove(self.base)
@@ -297,12 +468,41 @@ def kill_group(pid):
         pass
 
 
-def kill_namespace():
-    """Kill every process of this pid namespace except us (its init)."""
+def kill_namespace(spare=None):
+    """Kill every process of this pid namespace except us (its init) and `spare`.
+
+    Without `spare`, one kill(-1). With it, pid by pid, each pass stopping every process before
+    killing it (a stopped process cannot fork), until no live one is left but the two.
+    """
+    if spare is None:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return
+    give_up = time.monotonic() + HOST_SYNC_S
+    while (others := living_except(spare)) and time.monotonic() < give_up:
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in others:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+
+
+def living_except(spare):
+    """The pids of this namespace that are neither us, `spare` nor dead (zombies wait to be reaped)."""
+    me = os.getpid()
+    return [int(entry) for entry in os.listdir("/proc")
+            if entry.isdigit() and int(entry) not in (me, spare) and state_of(entry) not in ("Z", "X", None)]
+
+
+def state_of(pid):
     try:
-        os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def children_of(pid):
@@ -321,21 +521,29 @@ def parent_of(pid):
         return None
 
 
-def reap_descendants(self_pid, patience_s=5.0):
-    """Kill and reap every child; orphans of escaped daemons re-parent to us (subreaper)."""
+def reap_descendants(self_pid, spare=None, patience_s=5.0):
+    """Kill and reap every child but `spare`; orphans of escaped daemons re-parent to us (subreaper).
+
+    Returns whether `spare` was reaped (it had ended).
+    """
     give_up = time.monotonic() + patience_s
+    spare_ended = False
     while time.monotonic() < give_up:
         try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
+            while (reaped := os.waitpid(-1, os.WNOHANG)[0]) > 0:
+                spare_ended = spare_ended or reaped == spare
         except ChildProcessError:
-            return  # no children left at all
-        for child in children_of(self_pid):
+            return spare_ended  # no children left at all
+        children = [child for child in children_of(self_pid) if spare_ended or child != spare]
+        if not children:
+            return spare_ended
+        for child in children:
             try:
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         time.sleep(0.0005)
+    return spare_ended
 
 
 def force_remove(path):

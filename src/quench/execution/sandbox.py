@@ -28,13 +28,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from quench.datasets.languages import HOST_MARK
 from quench.errors import QuenchError
 from quench.execution.toolchains import ENV_VAR as TOOLCHAINS_VAR
-from quench.execution.toolchains import sandbox_binds, toolchain_dir
+from quench.execution.toolchains import host_command, node_host_script, sandbox_binds, toolchain_dir
 
 log = logging.getLogger(__name__)
 
 Isolation = Literal["bwrap", "rlimits", "unconfined"]
+HOST_VAR = "QUENCH_NODE_HOST"
 REQUESTS = ("auto", "bwrap", "rlimits")
 NOBODY = 65534
 FORKSERVER_SOURCE = Path(__file__).with_name("forkserver.py")
@@ -241,6 +243,20 @@ def _hidden_from_others(path: str) -> str | None:
     return None if current.stat().st_mode & stat.S_IROTH else str(current)
 
 
+def host_spec() -> dict[str, object] | None:
+    """The fork server's JavaScript host, where the build cache holds one (toolchains.prepare_node_host).
+
+    QUENCH_NODE_HOST=0 turns it off: each program starts node (from the start-up snapshot).
+    """
+    if os.environ.get(HOST_VAR) == "0":
+        return None
+    script = node_host_script()
+    if not script.is_file():
+        return None
+    argv, env = host_command(script)
+    return {"mark": HOST_MARK, "argv": argv, "env": env}
+
+
 def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1, python: str | None = None) -> list[str]:
     """The command that starts one fork-server worker; its config travels as a JSON argument."""
     python = python or python_executable()
@@ -252,6 +268,7 @@ def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1
         "mode": "bwrap" if isolation == "bwrap" else "rlimits",
         "run_uid": run_uid(isolation),
         "keep": scratch_binds(python) if isolation == "bwrap" else [],
+        "node_host": host_spec() if isolation == "bwrap" else None,
     }
     command = [python, "-s", "-P", "-c", FORKSERVER_SOURCE.read_text(encoding="utf-8"), json.dumps(config)]
     if isolation != "bwrap":

@@ -5,22 +5,28 @@ outside the sandbox, from trusted inputs only, and is bound read-only into every
 program can read it but never change what the next program sees. It holds a precompiled
 `bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time), a
 class-data archive of the classes Java's source launcher loads (javac's: most of a JVM's start),
-and a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it; loading its
-545 kB is most of what a program adds to node's own start). Go needs nothing prepared: Debian's Go ships its
-precompiled standard library.
+a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it; loading its
+545 kB is most of what a program adds to node's own start), and the JavaScript host: the script of
+the warm node that each sandbox worker keeps and that runs each program in a fresh V8 context
+(node_host.js), checked here against plain node before it is kept, so that most programs pay for
+no node start at all. Go needs nothing prepared: Debian's Go ships its precompiled standard library.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 import os
 import shutil
 import subprocess
 import tempfile
+import time
+import typing
 from pathlib import Path
 
 from quench.datasets.languages import JAVA_FLAGS, LANGUAGES, NODE_PATH, node_snapshot_entry, node_snapshot_path
+from quench.execution.forkserver import NodeHost
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,21 @@ if (!_.isEqual([1, { a: new Map([[1, new Uint8Array([2])]]) }], [1, { a: new Map
 }
 console.log('snapshot ok');
 """
+# Run by the host before it is kept, in order, each with what it must answer; where it runs one,
+# plain node must end with the same status.
+HOST_CHECKS: tuple[tuple[str, dict[str, typing.Any]], ...] = (
+    ("const _ = require('lodash'); if (!_.isEqual([{a: new Map([[1, [2]]])}], [{a: new Map([[1, [2]]])}])) throw 'no';",
+     {"status": 0}),
+    ("const _ = require('lodash'); _.isEqual = () => true; Array.prototype.spoiled = 1; spoiled = 1;", {"status": 0}),
+    ("const _ = require('lodash'); if (_.isEqual(1, 2) || [].spoiled || typeof spoiled !== 'undefined') throw 'spoiled';",
+     {"status": 0}),
+    ("throw 'Error at 1th assert statement';", {"status": 1}),
+    ("function f(n) { return n ? f(n - 1) + 1 : 0; } f(1e7);", {"status": 1}),
+    ("function (", {"status": 1, "syntax": True}),
+    ("process.exit(3);", {"declined": "names `process`"}),
+    ("for (;;) {}", {"timeout": True}),
+)
+HOST_CHECK_TIMEOUT_MS = 1000
 MIN_PCH_BYTES = 1 << 20  # a real precompiled bits/stdc++.h is tens of MB; anything smaller is rebuilt
 
 
@@ -83,6 +104,7 @@ def prepare(language: str) -> None:
     """Prepare the shared cache for `language` (idempotent; nothing to do for Go)."""
     if language == "javascript" and has_toolchain("javascript"):
         prepare_node_snapshot()
+        prepare_node_host()
     if language == "cpp" and shutil.which("g++"):
         prepare_cpp_header()
     if language == "java" and shutil.which("java"):
@@ -205,3 +227,73 @@ def runs_from(node: str, blob: Path, check: Path) -> bool:
                     done.returncode, (done.stderr or done.stdout).strip()[-300:])
         return False
     return True
+
+
+def node_host_script(cache: str | None = None) -> Path:
+    """The JavaScript host's script in the build cache.
+
+    Named after its source and the node binary (size, modification time), so an upgraded quench
+    or node checks, and keeps, its own.
+    """
+    digest = hashlib.sha256(Path(__file__).with_name("node_host.js").read_bytes())
+    node = shutil.which("node")
+    if node is not None:
+        info = os.stat(os.path.realpath(node))
+        digest.update(f"{info.st_size}-{info.st_mtime_ns}".encode())
+    return Path(cache or toolchain_dir()) / "javascript" / f"host-{digest.hexdigest()[:12]}" / "node_host.js"
+
+
+def host_command(script: Path) -> tuple[list[str], dict[str, str]]:
+    """The argv (but its last argument, the time limit in milliseconds) and extra environment of the host."""
+    node = shutil.which("node") or "node"
+    return [os.path.realpath(node), str(script)], {"NODE_PATH": NODE_PATH}
+
+
+def prepare_node_host() -> Path | None:
+    """Put the JavaScript host's script into the cache once it passes its checks; None if it cannot."""
+    script = node_host_script()
+    if script.is_file():
+        return script
+    if shutil.which("node") is None:
+        return None
+    cache_subdir("javascript")
+    with tempfile.TemporaryDirectory(dir=script.parent.parent) as scratch:  # same file system: os.replace
+        built = Path(scratch, "host")
+        built.mkdir()
+        shutil.copyfile(Path(__file__).with_name("node_host.js"), built / script.name)
+        if not host_passes_checks(built / script.name, Path(scratch)):
+            return None
+        (built / script.name).chmod(0o644)
+        built.chmod(0o755)
+        try:
+            os.replace(built, script.parent)
+        except OSError:  # another process kept one first
+            pass
+    log.info("checked the JavaScript host and kept it in %s", script.parent)
+    return script
+
+
+def host_passes_checks(script: Path, scratch: Path) -> bool:
+    """Whether the host answers HOST_CHECKS as it must, with plain node's status (logged if not)."""
+    argv, extra = host_command(script)
+    null = os.open(os.devnull, os.O_RDWR)
+    host = NodeHost([*argv, str(HOST_CHECK_TIMEOUT_MS)], {**node_env(), **extra}, null)
+    problem = None if host.ensure() else "it did not start"
+    for number, (program, expected) in enumerate(HOST_CHECKS):
+        if problem is not None:
+            break
+        (scratch / "main.js").write_text(program, encoding="utf-8")
+        request = {"id": str(number), "cwd": str(scratch), "main": "main.js", "stderr": str(scratch / "run.log")}
+        answer = host.request(request, time.monotonic() + PREPARE_TIMEOUT_S) or {}
+        answer.pop("id", None)
+        plain = None
+        if "status" in answer:
+            plain = subprocess.run(["node", "main.js"], capture_output=True, timeout=PREPARE_TIMEOUT_S, check=False,
+                                   env=node_env(), cwd=scratch).returncode
+        if answer != expected or plain not in (None, answer.get("status")):
+            problem = f"{program!r}: {answer or 'no answer'} (expected {expected}; plain node: {plain})"
+    host.stop()
+    os.close(null)
+    if problem is not None:
+        log.warning("the JavaScript host failed its check: %s; programs start node each", problem)
+    return problem is None
