@@ -86,6 +86,23 @@ def test_speculative_greedy_with_bass_draft_length_equals_hf(tokenizer, drafter,
         assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 40), r.key
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_loop_drafts_keep_greedy_output_exact(tokenizer, dtype):
+    """Tiny random models fall into repetition loops (and one prompt's answer leaves its loop again):
+    rows in a loop draft 12 tokens of it, and the output is still greedy's, token for token."""
+    model = tiny_llama(dtype=dtype)
+    reqs = requests(tokenizer)
+    sampling = SamplingParams(max_new_tokens=96)
+    config = dict(batch_size=3, drafter="ngram", draft_length="fixed", draft_tokens=1)
+    out, backend = quench_outputs(model, tokenizer, reqs, sampling, draft_loop_tokens=12, **config)
+    for r in reqs:
+        assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 96), r.key
+    looped = backend.last_stats
+    _, plain = quench_outputs(model, tokenizer, reqs, sampling, **config)
+    assert looped.row_steps <= plain.last_stats.row_steps * 4 // 5  # the loops went by in long accepted drafts
+    assert looped.accepted < looped.drafted  # a loop left: its draft was rejected, the output still exact
+
+
 def test_eos_inside_an_accepted_block_ends_the_row_there(tokenizer):
     model = tiny_llama(dtype=torch.float64)
     reqs = requests(tokenizer)

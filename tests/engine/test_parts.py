@@ -8,7 +8,8 @@ import torch
 from helpers import char_tokenizer, tiny_llama
 from quench.runs.budget import budget_pass_rates, sample_within_budget
 from quench.engine.draft_length import BassDraftLength, FixedDraftLength, make_policy
-from quench.engine.drafters import NgramIndex
+from quench.engine.drafters import LOOP_SPAN, NgramDrafter, NgramIndex, loop_period
+from quench.engine.rows import Row
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask
 from quench.engine.sampling import logits_to_probs, row_generator
@@ -89,7 +90,8 @@ def test_ngram_index_proposes_what_followed_the_latest_match():
 
 
 def test_engine_config_rejects_bad_values():
-    for bad in (dict(batch_size=0), dict(drafter="eagle"), dict(draft_length="x"), dict(draft_tokens=40), dict(dtype="int8")):
+    for bad in (dict(batch_size=0), dict(drafter="eagle"), dict(draft_length="x"), dict(draft_tokens=40), dict(dtype="int8"),
+                dict(draft_loop_tokens=16), dict(draft_loop_tokens=-1)):
         with pytest.raises(ValueError):
             EngineConfig(**bad)
     with pytest.raises(ValueError, match="draft_model"):
@@ -113,3 +115,44 @@ def test_budget_pass_rates():
     prompts = [[result("ok"), result("bad")], [result("bad"), result("ok")], [result("bad")], []]
     assert budget_pass_rates(prompts, lambda r: r.text == "ok") == (0.25, 0.5)
     assert math.isclose(budget_pass_rates([], lambda r: True)[0], 0.0)
+
+
+def loop_row(tokens: list[int], prompt_len: int) -> Row:
+    return Row(0, GenerationRequest("loop", tuple(tokens[:prompt_len])), 0, torch.Generator(), list(tokens), prompt_len)
+
+
+def test_a_row_is_in_a_loop_once_its_output_repeats_for_a_span():
+    prompt = [7, 8, 9] * 20  # repetition inside the prompt is not a loop of the output
+    lead = [1, 2, 3, 4, 5]
+    period = [10, 11, 12]
+    looping = prompt + lead + period * ((LOOP_SPAN + 3) // 3 + 1)
+    index = NgramIndex(max_n=3)
+    index.extend(looping)
+    assert loop_period(looping, len(prompt), index) == 3
+    short = prompt + lead + period * (LOOP_SPAN // 3)  # the span and one period are not all output yet
+    index = NgramIndex(max_n=3)
+    index.extend(short)
+    assert loop_period(short, len(prompt), index) == 0
+    index = NgramIndex(max_n=3)
+    index.extend(prompt + lead)
+    assert loop_period(prompt + lead, len(prompt), index) == 0
+    broken = looping[:-2] + [13, 12]  # the last n-gram seen before, but the span does not repeat
+    index = NgramIndex(max_n=3)
+    index.extend(broken)
+    assert loop_period(broken, len(prompt), index) == 0
+
+
+def test_a_looping_row_drafts_the_loops_continuation():
+    prompt, period = [5, 6], [10, 11, 12, 13]
+    tokens = prompt + [1] + period * 8
+    drafter = NgramDrafter(1, max_n=3, min_n=2, loop_tokens=10)
+    drafter.admit([(0, None)])
+    row = loop_row(tokens, len(prompt))
+    assert drafter.reach(0, row) == 10
+    assert drafter.lookup(0, row, 10) == (period * 3)[:10]  # past one period: the loop goes on
+    assert drafter.lookup(0, row, 2) == period[:2]
+    off = NgramDrafter(1, max_n=3, min_n=2)
+    off.admit([(0, None)])
+    assert off.reach(0, row) == 0 and off.lookup(0, row, 10) == period  # plain lookup stops at the row's end
+    calm = loop_row(prompt + list(range(20, 60)), len(prompt))
+    assert drafter.reach(0, calm) == 0

@@ -18,7 +18,7 @@ from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool, choose_isolation
 from quench.execution.toolchains import prepare as prepare_toolchain
 from quench.engine import SamplingParams
-from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, ConfigError, EngineConfig, drafting_defaults
+from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, MAX_LOOP_TOKENS, ConfigError, EngineConfig, drafting_defaults
 from quench.runs.backends import BackendOptions, make_backend
 from quench.runs.samples import STOP_RULES
 from quench.models import DEFAULT_PRESET
@@ -30,7 +30,7 @@ ENGINE_DEFAULTS = EngineConfig()  # the flags' defaults are the engine's own
 ENGINE_FLAGS = {  # flag -> EngineConfig field
     "--batch-size": "batch_size", "--speculate": "drafter", "--draft-length": "draft_length",
     "--draft-tokens": "draft_tokens", "--draft-confidence": "draft_confidence", "--draft-stop": "draft_stop",
-    "--draft-max-rows": "draft_max_rows", "--batch-invariant": "batch_invariant",
+    "--draft-max-rows": "draft_max_rows", "--batch-invariant": "batch_invariant", "--draft-loop-tokens": "draft_loop_tokens",
 }
 
 
@@ -76,6 +76,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="draft model: end a row's draft, past its floor, once the product of its tokens' draft "
                              f"probabilities falls below P (0: never; default: {drafting_defaults(1).draft_stop} at "
                              f"batch 1, {drafting_defaults(2).draft_stop} above)")
+    engine.add_argument("--draft-loop-tokens", type=int, default=ENGINE_DEFAULTS.draft_loop_tokens, metavar="N",
+                        help="prompt lookup: a row whose output is in a repetition loop drafts N tokens of the "
+                             f"loop's continuation, whatever the draft length (0: off, the default; at most "
+                             f"{MAX_LOOP_TOKENS}); greedy output is unchanged")
     engine.add_argument("--draft-max-rows", type=int, default=ENGINE_DEFAULTS.draft_max_rows, metavar="N",
                         help="speculation pauses (regular steps) while more than N rows are live (0: never; "
                              "default %(default)s: past that drafts cost more than they save)")

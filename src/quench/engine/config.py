@@ -15,6 +15,7 @@ from quench.errors import QuenchError
 DRAFTERS = ("none", "ngram", "draft", "hybrid")
 DRAFT_MODEL_DRAFTERS = ("draft", "hybrid")  # the drafters that run a draft model
 DRAFT_LENGTHS = ("bass", "fixed")
+MAX_LOOP_TOKENS = 15  # with the pending token, 16 per row: what the native decode kernel serves (llama.NATIVE_MAX_NEW)
 DTYPES = ("auto", "bfloat16", "float16", "float32", "float64")
 
 
@@ -64,6 +65,8 @@ class EngineConfig:
     max_draft_tokens: int = 32  # BASS's upper bound
     ngram_max: int = 3  # prompt lookup: longest suffix n-gram tried
     ngram_min: int = 2  # ... and the shortest (1-token matches: ~22% accepted vs ~39% from 2+ on HumanEval)
+    draft_loop_tokens: int = 0  # prompt lookup: a row whose output is in a repetition loop drafts this many tokens
+    # of the loop's continuation, whatever the draft length (0: off; at most MAX_LOOP_TOKENS)
     dtype: str = "auto"  # "auto" keeps the model's dtype; else the model is converted in place
     fast_path: bool = True  # hand-written forward for Llama-family models; False = generic HF path
     prepack: bool = True  # pre-pack weights for oneDNN (CPU, bf16/fp32) on the fast path
@@ -123,6 +126,9 @@ class EngineConfig:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.max_len is not None and self.max_len < 1:
             raise ConfigError("max_len", f"must be at least 1, got {self.max_len}")
+        if not 0 <= self.draft_loop_tokens <= min(MAX_LOOP_TOKENS, self.max_draft_tokens):
+            raise ConfigError("draft_loop_tokens", f"must be between 0 and {min(MAX_LOOP_TOKENS, self.max_draft_tokens)}, "
+                                                   f"got {self.draft_loop_tokens}")
         if self.draft_max_rows < 0:
             raise ConfigError("draft_max_rows", f"must be >= 0 (0: never pause), got {self.draft_max_rows}")
 

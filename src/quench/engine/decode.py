@@ -150,7 +150,7 @@ class DecodeLoop:
         limits = [0] * len(self.slots)
         for b in active:
             row = self.slots[b]
-            limits[b] = max(0, min(k, self.stop.max_new_tokens - len(row.generated) - 1))
+            limits[b] = max(0, min(max(k, self.drafter.reach(b, row)), self.stop.max_new_tokens - len(row.generated) - 1))
         if max(limits) == 0:
             return None
         return self.drafter.propose(self.slots, limits, self.sampling)

@@ -26,6 +26,7 @@ from quench.engine.types import SamplingParams
 from quench.engine.verify import PLACEHOLDER, HeadColumns
 
 CATCH_UP = 16  # tokens per row per catch-up forward of a draft model (a decode-sized step)
+LOOP_SPAN = 24  # a row is in a loop when its last this many generated tokens repeat those one period earlier
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class Drafter(Protocol):
         """Up to limits[b] tokens for each row (0 for empty slots)."""
         ...
 
+    def reach(self, slot: int, row: Row) -> int:
+        """How many tokens the row's next draft may have whatever the draft length policy says (0: the policy's)."""
+        ...
+
 
 class NgramIndex:
     """For each n-gram seen so far, the position right after its latest occurrence that has a follower."""
@@ -79,12 +84,35 @@ class NgramIndex:
         return []
 
 
-class NgramDrafter:
-    """Prompt-lookup drafting (no model): n-grams of the row's own prompt and output."""
+def loop_period(tokens: list[int], prompt_len: int, index: NgramIndex) -> int:
+    """The period of the loop a row's output is in, 0 if none: its last LOOP_SPAN generated tokens equal
+    those one period earlier, the period being the distance to the last n-gram's previous occurrence.
 
-    def __init__(self, batch_size: int, max_n: int = 3, min_n: int = 1) -> None:
+    `index` holds the row's tokens but the last (NgramIndex.extend): a greedy model caught in a
+    repetition loop keeps repeating it, so the loop's continuation is a draft the target accepts.
+    """
+    n = len(tokens)
+    position = index.next_position.get(tuple(tokens[-index.max_n :])) if n - prompt_len > LOOP_SPAN else None
+    if position is None:
+        return 0
+    period = n - position
+    if n - LOOP_SPAN - period < prompt_len:
+        return 0
+    return period if tokens[n - LOOP_SPAN :] == tokens[n - LOOP_SPAN - period : n - period] else 0
+
+
+class NgramDrafter:
+    """Prompt-lookup drafting (no model): n-grams of the row's own prompt and output.
+
+    With `loop_tokens`, a row whose output is in a repetition loop (`loop_period`) drafts that many
+    tokens of the loop's continuation, whatever the batch's draft length: a long draft only where
+    the target will almost surely accept it. Verification keeps the output the target's own.
+    """
+
+    def __init__(self, batch_size: int, max_n: int = 3, min_n: int = 1, loop_tokens: int = 0) -> None:
         self.max_n = max_n
         self.min_n = min_n
+        self.loop_tokens = loop_tokens
         self.indexes: list[NgramIndex | None] = [None] * batch_size
 
     def admit(self, slots: Sequence[tuple[int, WorkItem]]) -> None:
@@ -94,13 +122,29 @@ class NgramDrafter:
     def release(self, request_index: int) -> None:
         return None
 
+    def period(self, slot: int, row: Row | None) -> int:
+        """The period of the loop the row is in (0: none, or loop drafting is off)."""
+        index = self.indexes[slot]
+        if not self.loop_tokens or row is None or index is None:
+            return 0
+        index.extend(row.tokens)
+        return loop_period(row.tokens, row.prompt_len, index)
+
+    def reach(self, slot: int, row: Row) -> int:
+        return self.loop_tokens if self.period(slot, row) else 0
+
     def lookup(self, slot: int, row: Row | None, limit: int) -> list[int]:
-        """Up to `limit` tokens that followed the row's longest earlier-seen suffix ([] if none)."""
+        """Up to `limit` tokens that followed the row's longest earlier-seen suffix ([] if none); in a
+        loop, the loop's continuation."""
         index = self.indexes[slot]
         if row is None or index is None or limit == 0:
             return []
         index.extend(row.tokens)
-        return index.lookup(row.tokens, limit, self.min_n)
+        proposal = index.lookup(row.tokens, limit, self.min_n)
+        if len(proposal) < limit and (period := self.period(slot, row)):
+            loop = row.tokens[len(row.tokens) - period :]
+            proposal = [loop[i % period] for i in range(limit)]
+        return proposal
 
     def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
         k = max(limits, default=0)
@@ -161,6 +205,9 @@ class ModelDrafter:
 
     def release(self, request_index: int) -> None:
         self.prefixes.release(request_index)
+
+    def reach(self, slot: int, row: Row) -> int:
+        return 0
 
     def _valid(self, slot: int, row: Row) -> int:
         """Positions of the slot whose cached keys/values match the row's committed tokens."""
@@ -280,6 +327,9 @@ class HybridDrafter:
 
     def release(self, request_index: int) -> None:
         self.model.release(request_index)
+
+    def reach(self, slot: int, row: Row) -> int:
+        return self.ngram.reach(slot, row)
 
     def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
         self._learn(rows)

@@ -209,7 +209,8 @@ class QuenchBackend:
 
     def _drafter(self, max_len: int) -> Drafter | None:
         if self.config.drafter == "ngram":
-            return NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
+            return NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min,
+                                self.config.draft_loop_tokens)
         if self.config.runs_draft_model:
             assert self.draft_runner is not None
             model = ModelDrafter(
@@ -218,7 +219,8 @@ class QuenchBackend:
             )
             if self.config.drafter == "draft":
                 return model
-            ngram = NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min)
+            ngram = NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min,
+                                 self.config.draft_loop_tokens)
             return HybridDrafter(ngram, model, self.config.batch_size, self.config.max_draft_tokens,
                                  self.config.row_copy_lengths, self.config.min_model_draft)
         return None
