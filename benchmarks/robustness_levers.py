@@ -31,7 +31,10 @@ SETUPS: dict[str, list[str]] = {
     "b64-ngram2": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2"],
     "b64-ngram3": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "3"],
     "b128-ngram2": ["--batch-size", "128", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2"],
+    "b4-ngram2": ["--batch-size", "4", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2"],
     # ... and rows in a repetition loop draft 8 or 15 tokens of it
+    "b4-ngram2-loop8": ["--batch-size", "4", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2",
+                        "--draft-loop-tokens", "8"],
     "b64-ngram2-loop8": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2",
                          "--draft-loop-tokens", "8"],
     "b64-ngram2-loop15": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2",
