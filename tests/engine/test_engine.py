@@ -98,7 +98,7 @@ def test_loop_drafts_keep_greedy_output_exact(tokenizer, dtype):
     for r in reqs:
         assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 96), r.key
     looped = backend.last_stats
-    _, plain = quench_outputs(model, tokenizer, reqs, sampling, **config)
+    _, plain = quench_outputs(model, tokenizer, reqs, sampling, draft_loop_tokens=0, **config)
     assert looped.row_steps <= plain.last_stats.row_steps * 4 // 5  # the loops went by in long accepted drafts
     assert looped.accepted < looped.drafted  # a loop left: its draft was rejected, the output still exact
 

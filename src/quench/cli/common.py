@@ -78,8 +78,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                              f"batch 1, {drafting_defaults(2).draft_stop} above)")
     engine.add_argument("--draft-loop-tokens", type=int, default=ENGINE_DEFAULTS.draft_loop_tokens, metavar="N",
                         help="prompt lookup: a row whose output is in a repetition loop drafts N tokens of the "
-                             f"loop's continuation, whatever the draft length (0: off, the default; at most "
-                             f"{MAX_LOOP_TOKENS}); greedy output is unchanged")
+                             f"loop's continuation, whatever the draft length (default %(default)s; 0: off; at most "
+                             f"{MAX_LOOP_TOKENS}); the output is unchanged")
     engine.add_argument("--draft-max-rows", type=int, default=ENGINE_DEFAULTS.draft_max_rows, metavar="N",
                         help="speculation pauses (regular steps) while more than N rows are live (0: never; "
                              "default %(default)s: past that drafts cost more than they save)")
