@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-NGRAM = ["--speculate", "ngram", "--draft-max-rows", "0"]
+NGRAM = ["--speculate", "ngram", "--draft-max-rows", "0", "--draft-loop-tokens", "0"]  # loop drafts: the -loopN setups
 SETUPS: dict[str, list[str]] = {
     "b32": ["--batch-size", "32"],
     "b64": ["--batch-size", "64"],
