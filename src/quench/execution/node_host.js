@@ -18,9 +18,10 @@
 // and can reach nothing of the host: the context's global object has no prototype of the host's
 // realm, lodash is loaded into each context from its source, and nothing else of the host is
 // handed in. Any other program is declined, as is one that names what could reach such globals
-// indirectly (`eval`, `Function`, `globalThis`, `constructor`) or that reads stack traces (whose
-// frames differ). So one program's globals, patched builtins or lodash never reach the next, and
-// the verdict is node's: the names are checked over the whole text, strings and comments included.
+// indirectly (`eval`, `Function`, `globalThis`, `Proxy`, a `.constructor` property, a `\u` escape)
+// or that reads stack traces (whose frames differ). So one program's globals, patched builtins or
+// lodash never reach the next, and the verdict is node's: the names are checked over the whole
+// text, strings and comments included.
 'use strict';
 const fs = require('fs');
 const path = require('path');
