@@ -35,7 +35,7 @@ from quench.execution.toolchains import (
     prepare_node_snapshot,
 )
 
-PROBLEMS = 100  # MBJSP test problems with a reference whose verdicts are compared (all 483: the same)
+PROBLEMS = 40  # MBJSP test problems with a reference whose verdicts are compared (all 483: the same)
 # How programs end, each to be told apart the same way with and without the host. The first seven
 # run in the host, the others are declined and start node.
 ENDINGS = {
@@ -122,7 +122,7 @@ def ask(host: tuple[NodeHost, Path], program: str) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def pool(script: Path) -> Iterator[SandboxPool]:
     needs_sandbox()
-    with SandboxPool(1, SandboxLimits(timeout_s=6.0), isolation="bwrap") as sandbox:
+    with SandboxPool(1, SandboxLimits(timeout_s=3.0), isolation="bwrap") as sandbox:
         yield sandbox
 
 
@@ -187,7 +187,7 @@ def test_programs_run_in_one_warm_node(pool: SandboxPool) -> None:
 
 def run_without_host(monkeypatch: pytest.MonkeyPatch, programs: list[str]) -> list[ExecutionResult]:
     monkeypatch.setenv(sandbox_module.HOST_VAR, "0")
-    with SandboxPool(1, SandboxLimits(timeout_s=6.0), isolation="bwrap") as plain:
+    with SandboxPool(1, SandboxLimits(timeout_s=3.0), isolation="bwrap") as plain:
         return plain.run_many(programs)
 
 
