@@ -122,6 +122,8 @@ CASES = [
          "--draft-confidence"),
     Case("draft stop", ("run", "--speculate", "hybrid", "--draft-stop", "-0.1", "--out", "{out}"), "--draft-stop"),
     Case("draft max rows", ("run", "--speculate", "hybrid", "--draft-max-rows", "-1", "--out", "{out}"), "--draft-max-rows"),
+    Case("draft loop tokens", ("run", "--speculate", "ngram", "--draft-loop-tokens", "16", "--out", "{out}"),
+         "--draft-loop-tokens"),
     # input files: named with file:line, opened read-only, never repaired
     Case("missing samples", ("evaluate", "{in}/missing.jsonl"), "missing.jsonl: no such samples file"),
     Case("samples not UTF-8", ("evaluate", "{in}/samples.jsonl", "--out", "{out}"), "samples.jsonl:2: not UTF-8",
