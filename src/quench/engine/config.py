@@ -127,9 +127,9 @@ class EngineConfig:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.max_len is not None and self.max_len < 1:
             raise ConfigError("max_len", f"must be at least 1, got {self.max_len}")
-        if not 0 <= self.draft_loop_tokens <= min(MAX_LOOP_TOKENS, self.max_draft_tokens):
-            raise ConfigError("draft_loop_tokens", f"must be between 0 and {min(MAX_LOOP_TOKENS, self.max_draft_tokens)}, "
-                                                   f"got {self.draft_loop_tokens}")
+        most_loop_tokens = min(MAX_LOOP_TOKENS, self.max_draft_tokens)
+        if not 0 <= self.draft_loop_tokens <= most_loop_tokens:
+            raise ConfigError("draft_loop_tokens", f"must be between 0 and {most_loop_tokens}, got {self.draft_loop_tokens}")
         if self.draft_max_rows < 0:
             raise ConfigError("draft_max_rows", f"must be >= 0 (0: never pause), got {self.draft_max_rows}")
 

@@ -114,21 +114,28 @@ class NgramDrafter:
         self.min_n = min_n
         self.loop_tokens = loop_tokens
         self.indexes: list[NgramIndex | None] = [None] * batch_size
+        self.periods: list[tuple[int, int]] = [(-1, 0)] * batch_size  # per slot: (tokens then, loop period)
 
     def admit(self, slots: Sequence[tuple[int, WorkItem]]) -> None:
         for slot, _ in slots:
             self.indexes[slot] = NgramIndex(self.max_n)
+            self.periods[slot] = (-1, 0)
 
     def release(self, request_index: int) -> None:
         return None
 
     def period(self, slot: int, row: Row | None) -> int:
-        """The period of the loop the row is in (0: none, or loop drafting is off)."""
+        """The period of the loop the row is in (0: none, or loop drafting is off); found once per step
+        (the decode loop asks `reach`, then `lookup`)."""
         index = self.indexes[slot]
         if not self.loop_tokens or row is None or index is None:
             return 0
-        index.extend(row.tokens)
-        return loop_period(row.tokens, row.prompt_len, index)
+        seen, period = self.periods[slot]
+        if seen != len(row.tokens):
+            index.extend(row.tokens)
+            period = loop_period(row.tokens, row.prompt_len, index)
+            self.periods[slot] = (len(row.tokens), period)
+        return period
 
     def reach(self, slot: int, row: Row) -> int:
         return self.loop_tokens if self.period(slot, row) else 0

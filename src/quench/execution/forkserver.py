@@ -163,15 +163,19 @@ def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None):
     os.chdir(workdir)
     if "random" in sys.modules:  # as after a fresh import, not the state every run would share
         sys.modules["random"].seed()
-    for limit, soft, hard in config["rlimits"]:
+    limit_and_drop(config["rlimits"], config["run_uid"])
+    if config["mode"] == "rlimits":  # no pid namespace: at least die with the server
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def limit_and_drop(rlimits, uid):
+    """Set `rlimits` ((resource, soft, hard) triples), then become `uid` (None: stay who we are)."""
+    for limit, soft, hard in rlimits:
         resource.setrlimit(limit, (soft, hard))
-    uid = config["run_uid"]
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-    if config["mode"] == "rlimits":  # no pid namespace: at least die with the server
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def child_rlimits(config):
@@ -248,12 +252,7 @@ class NodeHost:
         os.dup2(self.null_fd, 2)
         os.dup2(answers_w, 3)
         os.closerange(4, 65536)
-        for limit, soft, hard in self.rlimits:
-            resource.setrlimit(limit, (soft, hard))
-        if self.uid is not None:
-            os.setgroups([])
-            os.setgid(self.uid)
-            os.setuid(self.uid)
+        limit_and_drop(self.rlimits, self.uid)
         for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
             signal.signal(number, signal.SIG_DFL)
         os.execve(self.argv[0], self.argv, self.env)
