@@ -1,5 +1,5 @@
-"""What batch size and prompt-lookup speculation buy `quench robustness --batch-invariant`, and a check that they
-change no answer.
+"""What batch size, prompt-lookup speculation and the stop rules buy `quench robustness --batch-invariant`, and a
+check of what they change.
 
     python benchmarks/robustness_levers.py --setups b32,b64-ngram2     # the table in docs/benchmarks.md
     python benchmarks/robustness_levers.py                               # every setup against b32
@@ -7,8 +7,9 @@ change no answer.
 Each setup is a `quench robustness` run of the same problems (all four categories, greedy, bfloat16, one engine
 with one thread). Every setup after the first runs side by side with a run of the first (one per core), so each
 ratio compares two runs that shared the machine; the table prints each setup's wall time, its ratio against the
-first setup's run beside it, and how many of its completions equal the first setup's, prompt by prompt (batch
-invariance: all of them).
+first setup's run beside it, how many of its completions equal the first setup's, prompt by prompt (batch
+invariance: all of them, where no stop rule differs), and how many units (problem and variant) pass or fail as
+they do there (a stop rule cuts answers: the outcomes say whether that changed any verdict).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from quench.robustness.report import OUTCOMES_FILE, load_outcomes
 
 NGRAM = ["--speculate", "ngram", "--draft-max-rows", "0", "--draft-loop-tokens", "0"]  # loop drafts: the -loopN setups
 SETUPS: dict[str, list[str]] = {
@@ -39,6 +42,12 @@ SETUPS: dict[str, list[str]] = {
                          "--draft-loop-tokens", "8"],
     "b64-ngram2-loop15": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2",
                           "--draft-loop-tokens", "15"],
+    # ... and an answer ends once its function is complete, or once it only repeats itself (these change answers:
+    # compare their outcomes)
+    "b64-ngram2-loop8-function": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2",
+                                  "--draft-loop-tokens", "8", "--stop-rule", "function"],
+    "b64-ngram2-loop8-stoploop": ["--batch-size", "64", *NGRAM, "--draft-length", "fixed", "--draft-tokens", "2",
+                                  "--draft-loop-tokens", "8", "--stop-rule", "loop"],
 }
 
 
@@ -75,6 +84,14 @@ def completions(out: Path) -> dict[str, str]:
     return {row["prompt_id"]: row["raw"] for row in rows}
 
 
+def unit_outcomes(out: Path) -> dict[tuple[str, int, str], tuple[bool, ...]]:
+    """(transformation or nominal baseline, seed, task id) -> the unit's pass/fail per sample."""
+    run = load_outcomes(out / OUTCOMES_FILE)
+    units = {("nominal_full", 0, task): passed for task, passed in run.nominal_full.items()}
+    units |= {("nominal_partial", 0, task): passed for task, passed in run.nominal_partial.items()}
+    return units | {(v.transformation, v.seed, task): passed for v in run.variants for task, passed in v.outcomes.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=10, help="the first N HumanEval problems")
@@ -98,13 +115,15 @@ def main() -> None:
         reference = completions(reference_out)
         got = completions(root / name)
         same = sum(got.get(key) == text for key, text in reference.items())
-        rows.append((name, wall, reference_wall, same, len(reference)))
-        print(f"{name}: {wall:.1f} s beside {first}'s {reference_wall:.1f} s; {same}/{len(reference)} completions equal",
-              flush=True)
-    print(f"\n| setup | wall s | {first} beside it, s | ratio (time) | completions equal to {first}'s |")
-    print("|---|---:|---:|---:|---|")
-    for name, wall, reference_wall, same, total in rows:
-        print(f"| {name} | {wall:.1f} | {reference_wall:.1f} | {wall / reference_wall:.2f}x | {same}/{total} |")
+        reference_units, units = unit_outcomes(reference_out), unit_outcomes(root / name)
+        agree = sum(units.get(key) == passed for key, passed in reference_units.items())
+        rows.append((name, wall, reference_wall, f"{same}/{len(reference)}", f"{agree}/{len(reference_units)}"))
+        print(f"{name}: {wall:.1f} s beside {first}'s {reference_wall:.1f} s; {same}/{len(reference)} completions "
+              f"and {agree}/{len(reference_units)} units' outcomes equal", flush=True)
+    print(f"\n| setup | wall s | {first} beside it, s | ratio (time) | completions equal to {first}'s | outcomes equal |")
+    print("|---|---:|---:|---:|---|---|")
+    for name, wall, reference_wall, same, agree in rows:
+        print(f"| {name} | {wall:.1f} | {reference_wall:.1f} | {wall / reference_wall:.2f}x | {same} | {agree} |")
     print(f"\nrun directories: {root}")
 
 

@@ -99,8 +99,9 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--stop", action="append", default=None, help="a stop sequence (repeatable); default per benchmark")
     parser.add_argument("--stop-rule", default="none", choices=STOP_RULES,
-                        help="function: stop an answer once its function is complete (docs/stopping.md); "
-                        "the hf backend cuts the text after generation instead")
+                        help="function: stop an answer once its function is complete; loop: once it only repeats "
+                        "itself (its last 300 characters equal those one period earlier); function,loop: either "
+                        "(docs/stopping.md); the hf backend cuts the text after generation instead")
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -54,7 +54,7 @@ class RobustnessConfig:
     perturbed_dir: Path | None = None  # ReCode's released sets instead of quench's own variants
     profile: str = "quench"  # "recode": ReCode's own transformations and partial split (docs/perturbations.md)
     nominal_partial: Path | None = None  # the partial-code baseline file (ReCode's nominal/*_partial.jsonl)
-    stop_rule: str = "none"  # "function": stop each answer when its function is complete (docs/stopping.md)
+    stop_rule: str = "none"  # a text rule beyond stop sequences: "function", "loop" or both (STOP_RULES; docs/stopping.md)
     examples_per_category: int = 3
     order_seed: int | None = 0  # generation order: the distinct prompts shuffled with this seed (None: as built)
 

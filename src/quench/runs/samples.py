@@ -21,11 +21,13 @@ from quench.errors import InputFileError
 from quench.execution.sanitize import sanitize
 from quench.engine.types import Backend, GenerationRequest, GenerationResult, SamplingParams
 from quench.stopping.criteria import RuleHook, rules_for
+from quench.stopping.loop_rule import LoopRule
 
 log = logging.getLogger(__name__)
 
 SampleKey = tuple[str, int]  # (task_id or prompt_id, sample_index)
-STOP_RULES = ("none", "function")  # --stop-rule: text rules beyond stop sequences (docs/stopping.md)
+# --stop-rule: text rules beyond stop sequences (docs/stopping.md): the function-complete rule, the loop rule, both
+STOP_RULES = ("none", "function", "loop", "function,loop")
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class GenerateConfig:
     sampling: SamplingParams = SamplingParams()
     stop_sequences: tuple[str, ...] = ()
     prompt_format: str = "chat"
-    stop_rule: str = "none"  # "function": stop when the problem's entry-point function is complete
+    stop_rule: str = "none"  # "function": stop when the entry point is complete; "loop": in a repetition loop; or both
 
     def __post_init__(self) -> None:
         if self.stop_rule not in STOP_RULES:
@@ -200,7 +202,10 @@ def stop_hook_for(problems: Iterable[Problem], config: GenerateConfig) -> RuleHo
     """The per-request rule hook of `config.stop_rule`, keyed by task id (= request key), or None."""
     if config.stop_rule == "none":
         return None
-    return RuleHook({p.task_id: rules_for(p, config.prompt_format) for p in problems})
+    rules = set(config.stop_rule.split(","))
+    loop = LoopRule() if "loop" in rules else None
+    return RuleHook({p.task_id: rules_for(p, config.prompt_format, function_complete="function" in rules, loop=loop)
+                     for p in problems})
 
 
 def run_backend(

@@ -1,4 +1,4 @@
-"""Stopping in time: stop sequences, the function-complete rule, and GenGuard (CodeFast)."""
+"""Stopping in time: stop sequences, the function-complete and loop rules, and GenGuard (CodeFast)."""
 
 from quench.stopping.criteria import (
     CHAT_STOPS,
@@ -12,6 +12,7 @@ from quench.stopping.criteria import (
     rules_for,
 )
 from quench.stopping.function_rule import FunctionComplete, FunctionRule
+from quench.stopping.loop_rule import LoopRule, LoopScanner
 from quench.stopping.policy import GuardPolicy, RowPolicy, TokenShape
 
 # GenGuard needs torch: imported on first use, so that stop rules (and `quench --help`) stay light.
@@ -40,6 +41,8 @@ __all__ = [
     "GuardInfo",
     "GuardPolicy",
     "GuardState",
+    "LoopRule",
+    "LoopScanner",
     "RowPolicy",
     "RowRules",
     "RuleHook",

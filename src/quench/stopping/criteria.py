@@ -1,4 +1,4 @@
-"""Text stopping rules per row — stop sequences and the function-complete rule — and their engine hook.
+"""Text stopping rules per row — stop sequences, the function-complete rule and the loop rule — and their engine hook.
 
 EOS and the token limit are the engine's own checks; the rules here read the generated text. Each
 row's `TextStops` is incremental: given the text so far it looks at what was added since its last
@@ -14,6 +14,7 @@ from typing import Mapping
 from quench.datasets import Problem
 from quench.engine.types import GenerationRequest
 from quench.stopping.function_rule import FunctionComplete, FunctionRule, function_scanner
+from quench.stopping.loop_rule import LoopRule, LoopScanner
 
 # Stop sequences of the common harnesses for raw completions (docs/stopping.md, "Stop sequences").
 COMPLETION_STOPS: dict[str, tuple[str, ...]] = {
@@ -39,7 +40,7 @@ def default_stop_sequences(benchmark: str, prompt_format: str) -> tuple[str, ...
 @dataclass(frozen=True)
 class TextStop:
     offset: int  # where the excess text starts: the output is text[:offset]
-    reason: str  # "stop" (a stop sequence) or "function" (the function-complete rule)
+    reason: str  # "stop" (a stop sequence), "function" (the function-complete rule) or "loop" (the loop rule)
 
 
 class SequenceMatcher:
@@ -63,9 +64,12 @@ class SequenceMatcher:
 class TextStops:
     """One row's text rules. `update(text)` takes the whole text so far and returns the first stop."""
 
-    def __init__(self, stop_sequences: tuple[str, ...] = (), function: FunctionComplete | None = None) -> None:
+    def __init__(
+        self, stop_sequences: tuple[str, ...] = (), function: FunctionComplete | None = None, loop: LoopScanner | None = None
+    ) -> None:
         self.sequences = SequenceMatcher(stop_sequences) if stop_sequences else None
         self.function = function
+        self.loop = loop
         self.text = ""
         self.stop: TextStop | None = None
 
@@ -81,6 +85,8 @@ class TextStops:
             found.append(TextStop(at, "stop"))
         if self.function is not None and (at := self.function.feed(new)) is not None:
             found.append(TextStop(at, "function"))
+        if self.loop is not None and (at := self.loop.feed(new)) is not None:
+            found.append(TextStop(at, "loop"))
         if found:
             self.stop = min(found, key=lambda s: s.offset)
         return self.stop
@@ -88,15 +94,16 @@ class TextStops:
 
 @dataclass(frozen=True)
 class RowRules:
-    """The text rules of one prompt: its stop sequences and, optionally, the function-complete rule."""
+    """The text rules of one prompt: its stop sequences and, optionally, the function-complete and loop rules."""
 
     stop_sequences: tuple[str, ...] = ()
     function: FunctionRule | None = None
     prompt: str = ""  # the benchmark prompt (a completion continues it; the rule reads its `def`)
+    loop: LoopRule | None = None
 
     def start(self) -> TextStops:
         function = function_scanner(self.function, self.prompt) if self.function is not None else None
-        return TextStops(self.stop_sequences, function)
+        return TextStops(self.stop_sequences, function, LoopScanner(self.loop) if self.loop is not None else None)
 
     def cut(self, text: str) -> tuple[str, TextStop | None]:
         """The text up to the first stop, and that stop (one pass over the whole text)."""
@@ -106,14 +113,14 @@ class RowRules:
 
 def rules_for(
     problem: Problem, prompt_format: str, stop_sequences: tuple[str, ...] = (), function_complete: bool = True,
-    keep_definitions: bool | None = None,
+    keep_definitions: bool | None = None, loop: LoopRule | None = None,
 ) -> RowRules:
-    """The rules for one benchmark problem (its entry point is the target function)."""
+    """The rules for one benchmark problem (its entry point is the target function); `loop`: also the loop rule."""
     function = None
     if function_complete:
         function = FunctionRule(prompt_format, problem.entry_point, keep_definitions=keep_definitions,
                                 language=problem.language)
-    return RowRules(stop_sequences, function, problem.prompt)
+    return RowRules(stop_sequences, function, problem.prompt, loop)
 
 
 @dataclass

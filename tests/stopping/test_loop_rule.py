@@ -1,0 +1,124 @@
+"""The loop rule: where it stops, that it reads the text alone, and that it stops rows in the engine."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from quench.datasets import Problem, load_benchmark
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.hf_backend import HFBackend
+from quench.engine.types import GenerationRequest, SamplingParams
+from quench.runs.samples import GenerateConfig, generate_samples
+from quench.stopping import LoopRule, LoopScanner, RuleHook, rules_for
+from stopping.scripted import Script
+
+SMALL = LoopRule(span=24, max_period=10, probe=4)
+
+
+def first_repeat(text: str, rule: LoopRule) -> int | None:
+    """The rule by its definition: the first end whose last span characters equal those one period earlier."""
+    for end in range(1, len(text) + 1):
+        for period in range(1, rule.max_period + 1):
+            if end - rule.span - period >= 0 and text[end - rule.span : end] == text[end - rule.span - period : end - period]:
+                return end
+    return None
+
+
+def fed_in_pieces(text: str, rule: LoopRule, rng: random.Random) -> int | None:
+    scanner, position = LoopScanner(rule), 0
+    while position < len(text):
+        size = rng.randint(1, 9)
+        if (at := scanner.feed(text[position : position + size])) is not None:
+            return at
+        position += size
+    return None
+
+
+def planted_loop(rng: random.Random) -> str:
+    """Random text over a small alphabet, with a stretch that repeats a random unit some number of times."""
+    noise = lambda n: "".join(rng.choice("ab c\n") for _ in range(n))  # noqa: E731
+    unit = noise(rng.randint(1, 14))
+    return noise(rng.randint(0, 40)) + unit * rng.randint(1, 6) + noise(rng.randint(0, 40))
+
+
+def test_scanner_stops_where_the_definition_says_whatever_the_pieces():
+    rng = random.Random(0)
+    fired = 0
+    for _ in range(600):
+        text = planted_loop(rng)
+        expected = first_repeat(text, SMALL)
+        assert LoopScanner(SMALL).feed(text) == expected, text
+        assert fed_in_pieces(text, SMALL, rng) == expected, text
+        fired += expected is not None
+    assert 100 < fired < 500  # both kinds of text were tried
+
+
+def test_a_period_longer_than_max_period_or_a_repeat_shorter_than_span_is_no_loop():
+    unit = "x = compute(1)\n"  # 15 characters
+    assert LoopScanner(LoopRule(span=60, max_period=14, probe=8)).feed(unit * 10) is None
+    assert LoopScanner(LoopRule(span=60, max_period=15, probe=8)).feed(unit * 10) == 75  # 60 after one period
+    assert LoopScanner(LoopRule(span=60, max_period=15, probe=8)).feed(unit * 4 + "y") is None  # 61 characters: too short
+
+
+def test_humaneval_solutions_are_not_loops():
+    for problem in load_benchmark("humaneval"):
+        assert LoopScanner().feed(problem.prompt + problem.canonical_solution + problem.test) is None, problem.task_id
+
+
+def test_the_rule_is_checked():
+    with pytest.raises(ValueError, match="probe"):
+        LoopRule(span=8, probe=16)
+    with pytest.raises(ValueError, match="max_period"):
+        LoopRule(max_period=0)
+
+
+# A chat answer whose body repeats one line; another that ends before any repeat is long enough.
+CHAT = {
+    "q/0": ["Write f.\n", "```python\n", "def f(x):\n", "    x = x + 1  # again\n"],
+    "q/1": ["Write g.\n", "```py\n", "def g(x):\n", "    return x\n", "```\n", "Done.\n"],
+}
+ENTRY = {"q/0": "f", "q/1": "g"}
+SCRIPT = Script(list(CHAT.values()))
+SAMPLING = SamplingParams(max_new_tokens=16)
+RULE = LoopRule(span=60, max_period=30, probe=8)
+
+
+def problem(key: str) -> Problem:
+    return Problem(key, CHAT[key][0], "", "", ENTRY[key], benchmark="humaneval")
+
+
+def requests() -> list[GenerationRequest]:
+    return [GenerationRequest(k, SCRIPT.ids([problem(k).prompt]), stop_sequences=("\n```\n",)) for k in CHAT]
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram"])
+def test_engine_stops_a_looping_row_where_the_text_says(drafter):
+    backend = QuenchBackend(SCRIPT.model, SCRIPT.tokenizer, EngineConfig(batch_size=2, drafter=drafter))
+    full = {r.key: r for r in backend.generate(requests(), SAMPLING)}
+    hook = RuleHook({k: rules_for(problem(k), "chat", function_complete=False, loop=RULE) for k in CHAT})
+    ruled = {r.key: r for r in backend.generate(requests(), SAMPLING, stop_hook=hook)}
+    looping = full["q/0"].text
+    assert ruled["q/0"].text == looping[: first_repeat(looping, RULE)] == hook.cut(requests()[0], looping)
+    assert ruled["q/0"].finish_reason == "hook"
+    assert ruled["q/0"].token_ids == full["q/0"].token_ids[: len(ruled["q/0"].token_ids)]
+    assert len(ruled["q/0"].token_ids) < len(full["q/0"].token_ids) == SAMPLING.max_new_tokens
+    assert ruled["q/1"].text == full["q/1"].text and ruled["q/1"].finish_reason == full["q/1"].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("rule", ["loop", "function,loop"])
+def test_generate_samples_with_the_loop_rule_gives_the_same_text_on_every_backend(tmp_path, rule, monkeypatch):
+    monkeypatch.setattr("quench.runs.samples.LoopRule", lambda: RULE)  # the answers here are short
+    problems = [problem(k) for k in CHAT]
+    encode = lambda text: SCRIPT.ids([text])  # noqa: E731
+    config = GenerateConfig(1, SAMPLING, (), "chat", stop_rule=rule)
+    quench = QuenchBackend(SCRIPT.model, SCRIPT.tokenizer, EngineConfig(batch_size=2))
+    hf = HFBackend(SCRIPT.model, SCRIPT.tokenizer, batch_size=2)
+    ours = {r["task_id"]: r for r in generate_samples(problems, quench, encode, config, tmp_path / "q.jsonl")}
+    theirs = {r["task_id"]: r for r in generate_samples(problems, hf, encode, config, tmp_path / "h.jsonl")}
+    for key in CHAT:  # without stop sequences both answers end in a loop ("Done." again and again)
+        assert ours[key]["raw"] == theirs[key]["raw"]
+        assert ours[key]["finish_reason"] == theirs[key]["finish_reason"] == "hook"
+        assert ours[key]["num_tokens"] < theirs[key]["num_tokens"]
+    assert ours["q/0"]["completion"].startswith("def f(x):\n    x = x + 1  # again\n")
