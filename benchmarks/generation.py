@@ -384,6 +384,7 @@ def markdown(rows: list[Measurement]) -> str:
         "|" + "---|" * 12,
     ]
     hf = {(m.batch_size, m.mode): m for m in rows if m.backend == "hf"}
+    vllm = {(m.batch_size, m.mode): m for m in rows if m.backend == "vllm"}
     for m in rows:
         ref = hf.get((m.batch_size, m.mode))
         ratio = f"{m.tokens_per_s / ref.tokens_per_s:.2f}x" if ref else "-"  # no HF run: no ratio
@@ -493,6 +494,7 @@ def bandwidth_report(rows: list[Measurement], weight_bytes: int, kv_bytes: int, 
     lines = [f"bandwidth bound: {bandwidth:.1f} GB/s read here ({threads} thread(s)), {weight_bytes / 1e6:.0f} MB of "
              f"weights per step; at 43 GB/s (the issue's figure) batch 8 would be {8 * 43e9 / weight_bytes:.0f} tokens/s"]
     hf = {(m.batch_size, m.mode): m for m in rows if m.backend == "hf"}
+    vllm = {(m.batch_size, m.mode): m for m in rows if m.backend == "vllm"}
     for m in rows:
         if m.backend != "quench":
             continue
@@ -506,6 +508,9 @@ def bandwidth_report(rows: list[Measurement], weight_bytes: int, kv_bytes: int, 
         ceiling = f"; a backend at that floor would be {floor / reference.decode_tokens_per_s:.2f}x HF's decode-only rate" if reference else ""
         lines.append(f"    with the KV cache ({m.mean_context:.0f} positions per row, {m.batch_size * m.mean_context * kv_bytes / 1e6:.0f} MB "
                      f"per step): floor {floor:.0f} tokens/s; quench decode only {m.decode_tokens_per_s / floor:.0%} of it{ceiling}")
+        if threads == 1 and (theirs := vllm.get((m.batch_size, m.mode))) is not None:
+            twice = 2 * theirs.decode_tokens_per_s
+            lines.append(f"    twice vLLM's decode-only rate ({twice:.0f} tokens per CPU-second) is {twice / floor:.0%} of that floor")
     return lines
 
 

@@ -61,7 +61,7 @@ needs_small_gemm = pytest.mark.skipif(
 
 @needs_small_gemm
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 11, 16, 27, 40])
-# 16-wide blocks walked S at a time (S = 8, 8, 6, 3 in AVX512 by rows; 6 or 3 in AMX) with leftover blocks one by
+# 16-wide blocks walked S at a time (S = 8, 8, 6, 3 in AVX512 by rows; 6, or 2 with two row blocks, in AMX) with leftover blocks one by
 # one (25 blocks: a leftover for every S); past 8 rows the AVX512 kernel takes W in chunks of 24 blocks (480: two);
 # K = 130 is not a multiple of AMX's 32 inputs: the AVX512 kernel serves it; N = 15, 100, 6255: a last block
 # with fewer than 16 real outputs (the draft's reduced head has 6255 rows)

@@ -119,15 +119,18 @@ int amx_available(void) {
 #define AMX_W(s) _tile_loadd(7, w + (int64_t)(s) * 16 * K + (int64_t)k0 * 16, 64)
 /* The same product as gemm_bf16 with AMX tiles: x in blocks of 16 rows (a zero-padded copy), W's blocks as
    tiles of 32 inputs x 16 outputs, float32 accumulators in tiles. W goes in groups of blocks, each group
-   (<= 6 blocks, 110 KB at K = 576) staying in cache while every row block uses it:
+   staying in cache while every row block uses it:
    - up to 16 rows: 6 blocks side by side (6 streams), accumulators in tiles 0..5, x in 6, W in 7;
-   - more: 3 blocks side by side, two row blocks per pass sharing each W tile (tiles 0..2 and 3..5),
-     x reloaded into tile 6 (1 KB, in L1); a last odd row block and a last short group go block by block.
-   Needs K % 32 == 0. Returns 0, or -1 where AMX is unusable or the copy could not be allocated (nothing
-   written). */
+   - more: 2 blocks side by side and two row blocks per pass, 2 x 2 accumulators (tiles 0..3), both row
+     blocks' x in tiles 4 and 5, both W tiles in 6 and 7: 4 tile loads per 4 products (3 W blocks with x
+     reloaded per product took 9 per 6, and a 64-row step ran 1.2x slower for it); a last odd row block
+     and a last single block go with the tiles they have.
+   Every output is one accumulator tile updated by one TDPBF16PS per k0 = 0, 32, .. in order, whatever the
+   blocking. Needs K % 32 == 0. Returns 0, or -1 where AMX is unusable or the copy could not be allocated
+   (nothing written). */
 int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
     if (K % 32 || !amx_available()) return -1;
-    int Mp = (M + 15) & ~15, nblocks = (N + 15) / 16, S = Mp > 16 ? 3 : 6, groups = (nblocks + S - 1) / S;
+    int Mp = (M + 15) & ~15, nblocks = (N + 15) / 16, S = Mp > 16 ? 2 : 6, groups = (nblocks + S - 1) / S;
     bf16* xp = aligned_alloc(64, (size_t)Mp * K * 2);
     if (!xp) return -1;
     memcpy(xp, x, (size_t)M * K * 2);
@@ -157,28 +160,35 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
                     }
                     AMX_STORE(0, b0) AMX_STORE(1, b0 + 1) AMX_STORE(2, b0 + 2)
                     AMX_STORE(3, b0 + 3) AMX_STORE(4, b0 + 4) AMX_STORE(5, b0 + 5)
-                } else if (nb == 3 && Mp - m0 >= 32) {
+                } else if (nb == 2 && Mp - m0 >= 32) {
                     const bf16* xb = xa + (int64_t)16 * K;
-                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4); _tile_zero(5);
+                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
                     for (int k0 = 0; k0 < K; k0 += 32) {
-                        if (m0 == 0) AMX_PREFETCH(3);
-                        AMX_W(0);
-                        _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(0, 6, 7);
-                        _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(3, 6, 7);
-                        AMX_W(1);
-                        _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(1, 6, 7);
-                        _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(4, 6, 7);
-                        AMX_W(2);
-                        _tile_loadd(6, xa + k0, K * 2); _tile_dpbf16ps(2, 6, 7);
-                        _tile_loadd(6, xb + k0, K * 2); _tile_dpbf16ps(5, 6, 7);
+                        if (m0 == 0) AMX_PREFETCH(2);
+                        _tile_loadd(4, xa + k0, K * 2);
+                        _tile_loadd(5, xb + k0, K * 2);
+                        _tile_loadd(6, w + (int64_t)k0 * 16, 64);
+                        _tile_loadd(7, w + (int64_t)16 * K + (int64_t)k0 * 16, 64);
+                        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
                     }
-                    AMX_STORE(0, b0) AMX_STORE(1, b0 + 1) AMX_STORE(2, b0 + 2)
+                    AMX_STORE(0, b0) AMX_STORE(1, b0 + 1)
                     int second = m0 + 16;
                     {
                         int m0 = second, mb = M - second < 16 ? M - second : 16;
-                        AMX_STORE(3, b0) AMX_STORE(4, b0 + 1) AMX_STORE(5, b0 + 2)
+                        AMX_STORE(2, b0) AMX_STORE(3, b0 + 1)
                     }
                     m0 += 16;  /* with the loop's own step: past both row blocks */
+                } else if (nb == 2) {  /* the last, odd row block */
+                    _tile_zero(0); _tile_zero(1);
+                    for (int k0 = 0; k0 < K; k0 += 32) {
+                        if (m0 == 0) AMX_PREFETCH(2);
+                        _tile_loadd(4, xa + k0, K * 2);
+                        _tile_loadd(6, w + (int64_t)k0 * 16, 64);
+                        _tile_loadd(7, w + (int64_t)16 * K + (int64_t)k0 * 16, 64);
+                        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+                    }
+                    AMX_STORE(0, b0) AMX_STORE(1, b0 + 1)
                 } else {
                     for (int s = 0; s < nb; s++) {
                         _tile_zero(0);
