@@ -384,7 +384,6 @@ def markdown(rows: list[Measurement]) -> str:
         "|" + "---|" * 12,
     ]
     hf = {(m.batch_size, m.mode): m for m in rows if m.backend == "hf"}
-    vllm = {(m.batch_size, m.mode): m for m in rows if m.backend == "vllm"}
     for m in rows:
         ref = hf.get((m.batch_size, m.mode))
         ratio = f"{m.tokens_per_s / ref.tokens_per_s:.2f}x" if ref else "-"  # no HF run: no ratio

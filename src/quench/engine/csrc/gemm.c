@@ -123,8 +123,8 @@ int amx_available(void) {
    - up to 16 rows: 6 blocks side by side (6 streams), accumulators in tiles 0..5, x in 6, W in 7;
    - more: 2 blocks side by side and two row blocks per pass, 2 x 2 accumulators (tiles 0..3), both row
      blocks' x in tiles 4 and 5, both W tiles in 6 and 7: 4 tile loads per 4 products (3 W blocks with x
-     reloaded per product took 9 per 6, and a 64-row step ran 1.2x slower for it); a last odd row block
-     and a last single block go with the tiles they have.
+     reloaded per product take 9 per 6, and the model's products at 24-250 rows 1.04-1.26x the time);
+     a last odd row block and a last single block go with the tiles they have.
    Every output is one accumulator tile updated by one TDPBF16PS per k0 = 0, 32, .. in order, whatever the
    blocking. Needs K % 32 == 0. Returns 0, or -1 where AMX is unusable or the copy could not be allocated
    (nothing written). */
