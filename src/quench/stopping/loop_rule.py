@@ -59,11 +59,7 @@ class LoopScanner:
 
     def feed(self, new_text: str) -> int | None:
         window = self.window + new_text
-        base = self.fed - len(self.window)  # the offset of window[0] in the whole text
-        for end in range(len(self.window) + 1, len(window) + 1):
-            if repeats_at(window, end, self.rule):
-                self.fed += len(new_text)
-                return base + end
+        base, first = self.fed - len(self.window), len(self.window) + 1  # window[0]'s offset; the first new end
         self.fed += len(new_text)
         self.window = window[max(0, len(window) - self.rule.span - self.rule.max_period) :]
-        return None
+        return next((base + end for end in range(first, len(window) + 1) if repeats_at(window, end, self.rule)), None)
