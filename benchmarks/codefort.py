@@ -61,10 +61,12 @@ def train_command(args: argparse.Namespace, strategy: str, out: Path) -> list[st
 
 
 def evaluate_command(args: argparse.Namespace, model: str, out: Path) -> list[str]:
-    # float32 batch-invariant kernels: every answer is the same at any batch size or engine count,
-    # so evaluations run on different days or with different --engines compare answer for answer
+    # float32 batch-invariant kernels: every answer is the same at any batch size, engine count or
+    # speculation, so evaluations run on different days or with different --engines compare answer
+    # for answer; prompt lookup (2 drafted tokens) only makes them faster
     return quench("--threads", str(args.engines), "robustness", "--model", model, "--prompt-format", args.prompt_format,
                   "--dtype", "float32", "--batch-invariant", "--batch-size", "32", "--engines", str(args.engines),
+                  "--speculate", "ngram", "--draft-length", "fixed", "--draft-tokens", "2", "--draft-max-rows", "0",
                   "--stop-rule", "function", "--benchmark", "mbpp", "--tasks", args.tasks,
                   "--categories", args.categories, "--seeds", str(args.seeds), "--max-new-tokens", "320",
                   "--out", str(out), *(["--transforms", args.transforms] if args.transforms else []))
