@@ -24,7 +24,7 @@ from quench.datasets.languages import HOST_MARK, launcher
 from quench.execution import ExecutionResult, Outcome, SandboxLimits, SandboxPool
 from quench.execution import sandbox as sandbox_module
 from quench.execution import toolchains
-from quench.execution.forkserver import NodeHost
+from quench.execution.node_host import NodeHost
 from quench.execution.toolchains import (
     ENV_VAR,
     has_toolchain,

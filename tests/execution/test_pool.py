@@ -13,6 +13,7 @@ import pytest
 from sandbox_helpers import FAST, available, nobody_python, open_pool, pool_processes, process_tree
 from quench.errors import QuenchError
 from quench.execution import ExecutionResult, Outcome, SandboxLimits, SandboxPool, choose_isolation
+from quench.execution.sandbox import fork_server_script, without_quench_imports
 
 PASS, FAIL, LOOP = "assert True", "assert False, 'no'", "while True:\n    pass"
 
@@ -148,3 +149,19 @@ def test_usable_from_a_process_with_torch_loaded() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok")
+
+
+def test_the_fork_server_script_runs_without_quench(tmp_path) -> None:
+    """The worker's script is node_host.py then forkserver.py with no import of quench left: it
+    defines what the fork server takes from node_host and runs under `python -s -P` anywhere."""
+    script = fork_server_script()
+    assert not [line for line in script.splitlines() if "quench" in line and line.lstrip().startswith(("from", "import"))]
+    probe = script.replace('if __name__ == "__main__":', "if False:") + "\nprint(NodeHost.__name__, SANDBOX_EXIT, kill_group.__name__)\n"
+    done = subprocess.run([sys.executable, "-s", "-P", "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["NodeHost", "125", "kill_group"]
+
+
+def test_quench_imports_are_removed_whole() -> None:
+    source = "import os\nfrom quench.execution.node_host import (  # x\n    a,\n    b,\n)\nfrom os import path\nx = 1\n"
+    assert without_quench_imports(source) == "import os\n\n\n\n\nfrom os import path\nx = 1\n"

@@ -9,7 +9,7 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 
 Per language:
 - JavaScript: run in a fresh V8 context by the sandbox worker's warm node (the host: the launcher
-  starts with HOST_MARK, which gives it the host's pipes; quench.execution.forkserver and
+  starts with HOST_MARK, which gives it the host's pipes; quench.execution.node_host and
   node_host.js), which tells a syntax error (a compile error) from a failed test itself. A program
   the host declines (one that may use what a context lacks: `process`, timers, modules but lodash,
   ...) runs as `node main.js`, started from the prepared start-up snapshot with lodash loaded when
@@ -211,7 +211,7 @@ startupSnapshot.setDeserializeMainFunction(() => {
 """
 NODE_SNAPSHOT_TAG = hashlib.sha256(NODE_SNAPSHOT_ENTRY.encode()).hexdigest()[:12]
 # The first line of a JavaScript launcher: the fork server hands such a program the pipes of its
-# warm node (quench.execution.forkserver), which runs the program in a fresh context.
+# warm node (quench.execution.node_host), which runs the program in a fresh context.
 HOST_MARK = "# quench: javascript host\n"
 
 

@@ -1,7 +1,8 @@
 """Fork server: runs inside the sandbox and forks one child per program (stdlib only).
 
-The pool starts it as `python -s -P -c <this file> <config json>`, so it imports nothing of
-quench and nothing heavy: forking it costs about a millisecond, where starting Python costs ~30.
+The pool starts it as `python -s -P -c <script> <config json>`, the script being node_host.py's
+text, then this file's without its import of it (sandbox.fork_server_script); so it imports nothing
+of quench and nothing heavy: forking it costs about a millisecond, where starting Python costs ~30.
 Frames on stdin/stdout: a 4-byte big-endian length, then UTF-8 JSON.
 
 Per program: a fresh working directory, a new session (process group), rlimits, and in the
@@ -12,12 +13,11 @@ reaches the next one. Programs are compiled here, before the fork, and forked ch
 little memory as they can: copy-on-write faults are most of the cost of a run.
 
 JavaScript host: where the config names one ("node_host"), a program whose text starts with its
-mark (a JavaScript launcher, quench.datasets.languages) gets the pipes of a warm node (see
-node_host.js) as fds 4 and 5, and asks it to run its main.js in a fresh V8 context. The host is
-started on first use, under the programs' uid and rlimits but the CPU one, and spared when a
-program's processes are killed, so node starts once per worker; after such a program the server
-kills the program's processes, then waits until the host has answered every request (it stops
-the host if it does not), so nothing of one program outlives it.
+mark (a JavaScript launcher, quench.datasets.languages) gets the pipes of a warm node
+(node_host.py) as fds 4 and 5, and asks it to run its main.js in a fresh V8 context. The host is
+spared when a program's processes are killed, so node starts once per worker; after such a
+program the server kills the program's processes, then waits until the host has answered every
+request (it stops the host if it does not), so nothing of one program outlives it.
 
 Completion sentinel: after the program returns, the child writes a record to a private pipe
 that starts with a random per-run nonce. The nonce never appears in the program's text, argv,
@@ -26,7 +26,6 @@ code that deliberately searches its own process memory could forge it.
 """
 
 import ctypes
-import fcntl
 import gc
 import json
 import os
@@ -38,11 +37,13 @@ import struct
 import sys
 import time
 
+from quench.execution.node_host import (  # the script: node_host.py's text comes first
+    SANDBOX_EXIT, NodeHost, kill_group, limit_and_drop, write_line,
+)
+
 RESULT_FD = 3  # where the child's completion record goes
 HOST_REQUESTS, HOST_ANSWERS = 4, 5  # in a child that may use the JavaScript host (RESULT_FD + 1, + 2)
 HOST_SYNC_S = 5.0  # how long killing what a program left, or the host answering every request, may take
-HIGH_FD = 100  # the server keeps the host's pipes at or above this, clear of the fds it hands out
-SANDBOX_EXIT = 125  # the child could not set itself up (same value in outcomes.py)
 DETAIL_CHARS = 300
 WATCH_INTERVAL_S = 0.05  # how often the process count is checked while a program runs
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
@@ -168,16 +169,6 @@ def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None):
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def limit_and_drop(rlimits, uid):
-    """Set `rlimits` ((resource, soft, hard) triples), then become `uid` (None: stay who we are)."""
-    for limit, soft, hard in rlimits:
-        resource.setrlimit(limit, (soft, hard))
-    if uid is not None:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-
-
 def child_rlimits(config):
     megabyte = 1024 * 1024
     cpu = config["cpu_seconds"]
@@ -188,118 +179,6 @@ def child_rlimits(config):
         (resource.RLIMIT_NPROC, config["nproc"], config["nproc"]),
         (resource.RLIMIT_CORE, 0, 0),
     ]
-
-
-def high_fd(fd):
-    """`fd` moved to HIGH_FD or above (close-on-exec); the original is closed."""
-    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
-    os.close(fd)
-    return moved
-
-
-class NodeHost:
-    """A warm node kept across programs (node_host.js): it runs each JavaScript program in a fresh context.
-
-    `argv` and the whole environment `env` start it, in a session of its own, with `rlimits` and as
-    `uid` (None: this process's); requests and answers are JSON lines. Started by `ensure`; a
-    `None` pid: not running.
-    """
-
-    def __init__(self, argv, env, null_fd, rlimits=(), uid=None):
-        self.argv, self.env, self.null_fd = argv, env, null_fd
-        self.rlimits, self.uid = rlimits, uid
-        self.pid = None
-        self.requests = self.answers = None
-        self.buffer = bytearray()
-
-    def ensure(self):
-        """Running (started now if it was not, resumed if a program stopped it); False if it cannot start."""
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGCONT)
-                return True
-            except ProcessLookupError:
-                self.forget()
-        if not all(os.path.exists(path) for path in self.argv[:2]):
-            return False
-        requests_r, requests_w = os.pipe()
-        answers_r, answers_w = os.pipe()
-        requests_r, answers_w = high_fd(requests_r), high_fd(answers_w)
-        try:
-            self.pid = os.fork()
-        except OSError:
-            self.pid = None
-        if self.pid == 0:
-            try:
-                self.become_host(requests_r, answers_w)
-            finally:
-                os._exit(SANDBOX_EXIT)
-        os.close(requests_r)
-        os.close(answers_w)
-        if self.pid is None:
-            os.close(requests_w)
-            os.close(answers_r)
-            return False
-        self.requests, self.answers = high_fd(requests_w), high_fd(answers_r)
-        self.buffer.clear()
-        return True
-
-    def become_host(self, requests_r, answers_w):
-        """In the forked child: its own session, the pipes as fds 0 and 3, the limits, then node."""
-        os.setsid()
-        os.dup2(requests_r, 0)
-        os.dup2(self.null_fd, 1)
-        os.dup2(self.null_fd, 2)
-        os.dup2(answers_w, 3)
-        os.closerange(4, 65536)
-        limit_and_drop(self.rlimits, self.uid)
-        for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
-            signal.signal(number, signal.SIG_DFL)
-        os.execve(self.argv[0], self.argv, self.env)
-
-    def request(self, message, deadline):
-        """Send one request; the answer that carries its id, or None (no answer by `deadline`, or gone)."""
-        try:
-            write_line(self.requests, message)
-            while True:
-                answer = self.read_line(deadline)
-                if answer is None or answer.get("id") == message["id"]:
-                    return answer
-        except (OSError, ValueError):
-            return None
-
-    def read_line(self, deadline):
-        while b"\n" not in self.buffer:
-            ready, _, _ = select.select([self.answers], [], [], max(0.0, deadline - time.monotonic()))
-            chunk = os.read(self.answers, 65536) if ready else b""
-            if not chunk:
-                return None
-            self.buffer += chunk
-        line, _, rest = bytes(self.buffer).partition(b"\n")
-        self.buffer[:] = rest
-        return json.loads(line)
-
-    def forget(self):
-        """Its pipes closed; it is gone (or about to be: killed by the caller)."""
-        for fd in (self.requests, self.answers):
-            if fd is not None:
-                os.close(fd)
-        self.pid = self.requests = self.answers = None
-
-    def stop(self):
-        if self.pid is not None:
-            kill_group(self.pid)
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
-            self.forget()
-
-
-def write_line(fd, message):
-    view = memoryview(json.dumps(message).encode() + b"\n")
-    while view:
-        view = view[os.write(fd, view):]
 
 
 class ForkServer:
@@ -458,13 +337,6 @@ class ForkServer:
         reap_descendants(self.pid)
         if not self.in_namespace:
             force_remove(self.base)
-
-
-def kill_group(pid):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kill_namespace(spare=None):

@@ -44,7 +44,7 @@ class ExecutionResult:
 # What another language's launcher raises (quench.datasets.languages): the build failed, the run failed.
 COMPILE_ERROR, PROGRAM_FAILED = "CompileError", "ProgramFailed"
 LAUNCHER_ERRORS = (f"{COMPILE_ERROR}: ", f"{PROGRAM_FAILED}: ")
-SANDBOX_EXIT = 125  # exit status of a child that could not set itself up (as in forkserver.py)
+SANDBOX_EXIT = 125  # exit status of a child that could not set itself up (as in node_host.py)
 RECORD_KINDS = {  # the letter after the nonce in a child's completion record
     "P": Outcome.passed,
     "F": Outcome.failed,

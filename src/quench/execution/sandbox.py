@@ -16,6 +16,7 @@ All modes keep rlimits and the per-program process group inside the worker (see 
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import logging
@@ -39,7 +40,7 @@ Isolation = Literal["bwrap", "rlimits", "unconfined"]
 HOST_VAR = "QUENCH_NODE_HOST"
 REQUESTS = ("auto", "bwrap", "rlimits")
 NOBODY = 65534
-FORKSERVER_SOURCE = Path(__file__).with_name("forkserver.py")
+SCRIPT_PARTS = ("node_host.py", "forkserver.py")  # run as one script, in this order
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/alternatives")
 SCRATCH = "/tmp"  # "bwrap" mode: a tmpfs here, wiped after every program
@@ -257,6 +258,22 @@ def host_spec() -> dict[str, object] | None:
     return {"mark": HOST_MARK, "argv": argv, "env": env}
 
 
+@functools.cache
+def fork_server_script() -> str:
+    """The fork server as one stdlib-only script: node_host.py, then forkserver.py without its quench imports."""
+    return "\n".join(without_quench_imports(Path(__file__).with_name(name).read_text(encoding="utf-8"))
+                     for name in SCRIPT_PARTS)
+
+
+def without_quench_imports(source: str) -> str:
+    """`source` with its `from quench... import ...` statements removed (what they import comes earlier)."""
+    lines = source.splitlines()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "quench":
+            lines[node.lineno - 1:node.end_lineno] = [""] * (node.end_lineno - node.lineno + 1)
+    return "\n".join(lines) + "\n"
+
+
 def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1, python: str | None = None) -> list[str]:
     """The command that starts one fork-server worker; its config travels as a JSON argument."""
     python = python or python_executable()
@@ -270,7 +287,7 @@ def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1
         "keep": scratch_binds(python) if isolation == "bwrap" else [],
         "node_host": host_spec() if isolation == "bwrap" else None,
     }
-    command = [python, "-s", "-P", "-c", FORKSERVER_SOURCE.read_text(encoding="utf-8"), json.dumps(config)]
+    command = [python, "-s", "-P", "-c", fork_server_script(), json.dumps(config)]
     if isolation != "bwrap":
         return command
     bwrap = shutil.which("bwrap")

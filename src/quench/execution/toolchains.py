@@ -26,7 +26,7 @@ import typing
 from pathlib import Path
 
 from quench.datasets.languages import JAVA_FLAGS, LANGUAGES, NODE_PATH, node_snapshot_entry, node_snapshot_path
-from quench.execution.forkserver import NodeHost
+from quench.execution.node_host import NodeHost
 
 log = logging.getLogger(__name__)
 
