@@ -13,7 +13,8 @@ bootstrap interval; then `quench compare` of each strategy against plain fine-tu
 
 Evaluation is greedy in float32 with the batch-invariant kernels and the function-complete rule
 (`--stop-rule function`): an answer is the same at any batch size and engine count, so models
-evaluated on different days, alone or side by side, compare answer for answer.
+evaluated on different days, alone or side by side, compare answer for answer; drafting two tokens
+by prompt lookup (`--speculate ngram`) only makes them faster.
 
 70-100 minutes of two cores per model (`--engines 2`). Every step resumes: a training run
 continues from its saved state (`--resume`), a robustness run from its run directory, and finished
