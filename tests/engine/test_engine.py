@@ -250,3 +250,20 @@ def test_cost_aware_drafting_resolves_by_batch_size_at_construction_unless_set()
     for bad in (dict(draft_confidence=1.0), dict(draft_stop=-0.1), dict(min_model_draft=0)):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             EngineConfig(**bad)
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram"])
+def test_the_cache_grows_for_a_long_prompt_and_shrinks_after_it_without_changing_a_token(tokenizer, drafter):
+    """Rows live in the cache while it is resized; their answers equal those of a cache sized once."""
+    model = tiny_llama(dtype=torch.float32)
+    prompts = [*PROMPTS[:3], "x = 1\n" * 50, *PROMPTS[3:], *PROMPTS]  # the long one arrives while rows run
+    reqs = requests(tokenizer, prompts)
+    sampling = SamplingParams(max_new_tokens=16)
+    fixed, _ = quench_outputs(model, tokenizer, reqs, sampling, batch_size=2, drafter=drafter, max_len=512)
+    backend = QuenchBackend(model, tokenizer, EngineConfig(**{**DRAFT_EVERYTHING, "batch_size": 2, "drafter": drafter}))
+    lengths, fitted = [], {}  # the cache's length as each answer comes out
+    for result in backend.generate(reqs, sampling):
+        fitted[result.key, result.sample_index] = result
+        lengths.append(backend._cache.max_len)
+    assert {k: v.token_ids for k, v in fitted.items()} == {k: v.token_ids for k, v in fixed.items()}
+    assert max(lengths) >= 300 + 16 and lengths[-1] <= 128  # held for the long prompt only

@@ -39,6 +39,19 @@ def test_kv_cache_writes_ragged_positions_and_installs_prefixes():
     assert cache.keys[0][1, 0, :2, 0].tolist() == [0, 1] and cache.values[0][1, 0, :2, 0].tolist() == [0, -1]
 
 
+def test_a_resized_cache_keeps_each_rows_first_positions():
+    cache = KVCache(num_layers=2, batch=2, max_len=4, dtype=torch.float32, device=torch.device("cpu"))
+    keys = torch.arange(1, 17, dtype=torch.float32).view(2, 4, 2, 1)  # (B, S, H, D)
+    cache.write(0, keys, -keys, torch.arange(4).expand(2, 4))  # layer 1 never written: stays unallocated
+    before = cache.keys[0].clone()  # (B, H, T, D)
+    cache.resize(6)
+    assert cache.max_len == 6 and cache.keys[1] is None and cache.keys[0].shape == (2, 2, 6, 1)
+    assert torch.equal(cache.keys[0][:, :, :4], before) and not cache.keys[0][:, :, 4:].any()
+    assert torch.equal(cache.values[0][:, :, :4], -before)
+    cache.resize(3)
+    assert cache.keys[0].shape == (2, 2, 3, 1) and torch.equal(cache.keys[0], before[:, :, :3])
+
+
 def test_top_k_and_top_p_filters():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     top_k = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2))

@@ -106,6 +106,11 @@ class EngineConfig:
         self._check_drafting()
 
     @property
+    def row_headroom(self) -> int:
+        """KV positions a row needs beyond its prompt and new tokens: a step's drafts and the pending token."""
+        return self.max_draft_tokens + 2
+
+    @property
     def runs_draft_model(self) -> bool:
         """Whether this drafter needs a draft model."""
         return self.drafter in DRAFT_MODEL_DRAFTERS

@@ -6,6 +6,7 @@ regular and speculative decoding share the stopping, refilling and bookkeeping c
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -15,13 +16,15 @@ import torch
 from quench.engine import native
 from quench.engine.draft_length import DraftLengthPolicy
 from quench.engine.drafters import Draft, Drafter
-from quench.engine.kv_cache import KVCache
+from quench.engine.kv_cache import KVCache, round_up
 from quench.engine.observers import PAD, RowStopper
 from quench.engine.rows import Row, StopRules
 from quench.engine.sampling import forbid_tokens, logits_to_probs, next_tokens, row_generator
 from quench.engine.scheduler import PrefixStore, Runner, WorkItem, WorkQueue
-from quench.engine.types import GenerationResult, SamplingParams
+from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
 from quench.engine.verify import PLACEHOLDER, Verdict, verify_greedy, verify_sampling
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,6 +66,7 @@ class DecodeLoop:
         guard: RowStopper | None = None,
         share_prefixes: bool = True,
         max_draft_rows: int | None = None,
+        fit_cache: int | None = None,
     ) -> None:
         self.runner = runner
         self.cache = cache
@@ -74,6 +78,9 @@ class DecodeLoop:
         self.deadline = deadline
         self.max_draft_rows = max_draft_rows  # steps with more live rows than this do not draft (None: all draft)
         self.guard = guard  # a stop observer over the slots (e.g. GenGuard): reads each fed token's hidden state
+        # None: the cache keeps its length. Else positions a row needs beyond its prompt and new tokens
+        # (drafts): the cache is fitted to the live rows at each admission (see _fit_cache).
+        self.fit_cache = fit_cache
         self.prefixes = PrefixStore(runner, share=share_prefixes)
         self.slots: list[Row | None] = [None] * cache.batch
         self.stats = LoopStats()
@@ -114,6 +121,8 @@ class DecodeLoop:
         self.stats.prefill_cpu_s += time.process_time() - cpu
         self.stats.prefill_tokens += sum(len(request.prompt_ids) for request in fresh.values())
         self.stats.prefill_shared_tokens = self.prefixes.shared_tokens
+        if self.fit_cache is not None:
+            self._fit_cache([item.request for _, item in items])
         logits = []
         for slot, item in items:
             prefix, prefix_logits = self.prefixes.get(item.request_index)
@@ -140,6 +149,16 @@ class DecodeLoop:
             reason = self.stop.append(row, token)
             if reason is not None:
                 yield self._finish(slot, reason)
+
+    def _fit_cache(self, arriving: Sequence[GenerationRequest]) -> None:
+        """Resize the cache to what the live rows and `arriving` need (rounded up to 64 positions): larger
+        when one needs more, smaller once they all need at most half of it. A long prompt's positions are
+        held while it runs, not for the whole call; the values kept are the same, so is every answer."""
+        requests = [row.request for row in self.slots if row is not None] + list(arriving)
+        needed = round_up(max(len(r.prompt_ids) for r in requests) + self.sampling.max_new_tokens + self.fit_cache, 64)
+        if needed > self.cache.max_len or 2 * needed <= self.cache.max_len:
+            log.debug("KV cache: %d -> %d positions per row", self.cache.max_len, needed)
+            self.cache.resize(needed)
 
     def _draft(self, active: list[int]) -> Draft | None:
         if self.drafter is None or self.policy is None:

@@ -170,7 +170,8 @@ class QuenchBackend:
             return
         check_prompt_lengths(requests, self.position_limits)
         max_len = self._max_len(requests, sampling)
-        cache = self._target_cache(max_len)
+        fitted = self.config.max_len is None  # the loop sizes the cache to the rows it runs
+        cache = self._fitted_cache() if fitted else self._target_cache(max_len)
         loop = DecodeLoop(
             self.runner,
             cache,
@@ -186,6 +187,7 @@ class QuenchBackend:
             max_draft_rows=self.config.draft_max_rows or None,
             guard=self.guard.start(self.tokenizer, self.config.batch_size) if self.guard is not None else None,
             share_prefixes=self.config.share_prefixes,
+            fit_cache=self.config.row_headroom if fitted else None,
         )
         self.last_stats = loop.stats
         begin = time.perf_counter()
@@ -194,7 +196,7 @@ class QuenchBackend:
 
     def _max_len(self, requests: list[GenerationRequest], sampling: SamplingParams) -> int:
         longest = max(len(r.prompt_ids) for r in requests)
-        needed = longest + sampling.max_new_tokens + self.config.max_draft_tokens + 2
+        needed = longest + sampling.max_new_tokens + self.config.row_headroom
         if self.config.max_len is not None:
             if self.config.max_len < needed:
                 raise ValueError(f"max_len {self.config.max_len} < {needed} needed by the longest prompt")
@@ -205,6 +207,12 @@ class QuenchBackend:
         if self._cache is None or self._cache.max_len < max_len:
             self._cache = None  # free the old buffers before allocating new ones
             self._cache = self.runner.new_cache(self.config.batch_size, max_len)
+        return self._cache
+
+    def _fitted_cache(self) -> KVCache:
+        """The engine's cache at whatever length it has (the decode loop fits it to its rows)."""
+        if self._cache is None:
+            self._cache = self.runner.new_cache(self.config.batch_size, 64)  # buffers come with the first rows
         return self._cache
 
     def _drafter(self, max_len: int) -> Drafter | None:

@@ -1,9 +1,11 @@
-"""A static KV cache whose rows have their own lengths (ragged), written at explicit positions.
+"""A KV cache whose rows have their own lengths (ragged), written at explicit positions.
 
 Each row of the batch is a slot. A slot's valid length is owned by the engine, not the cache: the
 model writes the keys/values of new tokens at positions `start[b] .. start[b] + S - 1` and attends
 to positions `<= start[b] + s`. Rolling back rejected draft tokens therefore costs nothing — the
 engine simply does not advance the row's length, and the stale entries are overwritten later.
+Every row holds the same number of positions, which the decode loop may change between steps
+(`resize`: each row keeps its first positions).
 """
 
 from __future__ import annotations
@@ -48,6 +50,21 @@ class KVCache:
         self.keys[layer] = torch.zeros(shape, dtype=self.dtype, device=self.device)
         vshape = (self.batch, heads, self.max_len, value_dim or head_dim)
         self.values[layer] = torch.zeros(vshape, dtype=self.dtype, device=self.device)
+
+    def resize(self, max_len: int) -> None:
+        """Hold `max_len` positions per row from now on, keeping each row's first min(old, new) positions.
+
+        One layer at a time, so at most one layer's old and new buffers exist together."""
+        keep = min(self.max_len, max_len)
+        for buffers in (self.keys, self.values):
+            for layer, old in enumerate(buffers):
+                if old is None:
+                    continue
+                new = torch.zeros((*old.shape[:2], max_len, old.shape[3]), dtype=old.dtype, device=old.device)
+                new[:, :, :keep] = old[:, :, :keep]
+                buffers[layer] = new
+                del old
+        self.max_len = max_len
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor) -> None:
         """Store new keys/values (B, S, H, D) at `positions` (B, S) of every row."""

@@ -366,7 +366,7 @@ class LiveEngine:
     def _loop(self, sampling: SamplingParams, scored: bool) -> LiveLoop:
         backend, config = self.backend, self.backend.config
         self.queue.group = batch_group(sampling, scored)
-        cache_len = round_up(self.max_len + config.max_draft_tokens + 2, 64)
+        cache_len = round_up(self.max_len + config.row_headroom, 64)
         loop_sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, self.max_len, seed=0)
         guard = backend.guard.start(backend.tokenizer, config.batch_size) if backend.guard is not None else None
         return LiveLoop(
