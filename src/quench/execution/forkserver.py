@@ -1,8 +1,9 @@
 """Fork server: runs inside the sandbox and forks one child per program (stdlib only).
 
-The pool starts it as `python -s -P -c <script> <config json>`, the script being node_host.py's
-text, then this file's without its import of it (sandbox.fork_server_script); so it imports nothing
-of quench and nothing heavy: forking it costs about a millisecond, where starting Python costs ~30.
+The pool starts it as `python -s -P -c <script> <config json>`, the script being cleanup.py's and
+node_host.py's text, then this file's, without their imports of each other
+(sandbox.fork_server_script); so it imports nothing of quench and nothing heavy: forking it costs
+about a millisecond, where starting Python costs ~30.
 Frames on stdin/stdout: a 4-byte big-endian length, then UTF-8 JSON.
 
 Per program: a fresh working directory, a new session (process group), rlimits, and in the
@@ -31,19 +32,18 @@ import json
 import os
 import resource
 import select
-import shutil
 import signal
 import struct
 import sys
 import time
 
-from quench.execution.node_host import (  # the script: node_host.py's text comes first
-    SANDBOX_EXIT, NodeHost, kill_group, limit_and_drop, write_line,
+from quench.execution.cleanup import (  # the script: cleanup.py's and node_host.py's text come first
+    HOST_SYNC_S, force_remove, kill_group, kill_namespace, reap_descendants,
 )
+from quench.execution.node_host import SANDBOX_EXIT, NodeHost, limit_and_drop, write_line
 
 RESULT_FD = 3  # where the child's completion record goes
 HOST_REQUESTS, HOST_ANSWERS = 4, 5  # in a child that may use the JavaScript host (RESULT_FD + 1, + 2)
-HOST_SYNC_S = 5.0  # how long killing what a program left, or the host answering every request, may take
 DETAIL_CHARS = 300
 WATCH_INTERVAL_S = 0.05  # how often the process count is checked while a program runs
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
@@ -337,107 +337,6 @@ class ForkServer:
         reap_descendants(self.pid)
         if not self.in_namespace:
             force_remove(self.base)
-
-
-def kill_namespace(spare=None):
-    """Kill every process of this pid namespace except us (its init) and `spare`.
-
-    Without `spare`, one kill(-1). With it, pid by pid, each pass stopping every process before
-    killing it (a stopped process cannot fork), until no live one is left but the two.
-    """
-    if spare is None:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
-    give_up = time.monotonic() + HOST_SYNC_S
-    while (others := living_except(spare)) and time.monotonic() < give_up:
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in others:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-
-
-def living_except(spare):
-    """The pids of this namespace that are neither us, `spare` nor dead (zombies wait to be reaped)."""
-    me = os.getpid()
-    return [int(entry) for entry in os.listdir("/proc")
-            if entry.isdigit() and int(entry) not in (me, spare) and state_of(entry) not in ("Z", "X", None)]
-
-
-def state_of(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def children_of(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            return [int(child) for child in handle.read().split()]
-    except FileNotFoundError:  # kernel without CONFIG_PROC_CHILDREN: scan every process
-        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and parent_of(entry) == pid]
-
-
-def parent_of(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def reap_descendants(self_pid, spare=None, patience_s=5.0):
-    """Kill and reap every child but `spare`; orphans of escaped daemons re-parent to us (subreaper).
-
-    Returns whether `spare` was reaped (it had ended).
-    """
-    give_up = time.monotonic() + patience_s
-    spare_ended = False
-    while time.monotonic() < give_up:
-        try:
-            while (reaped := os.waitpid(-1, os.WNOHANG)[0]) > 0:
-                spare_ended = spare_ended or reaped == spare
-        except ChildProcessError:
-            return spare_ended  # no children left at all
-        children = [child for child in children_of(self_pid) if spare_ended or child != spare]
-        if not children:
-            return spare_ended
-        for child in children:
-            try:
-                os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.0005)
-    return spare_ended
-
-
-def force_remove(path):
-    """Remove a file or tree even if a program made it unreadable."""
-
-    def fix(function, failed_path, exc_info):
-        for target in (os.path.dirname(failed_path), failed_path):
-            try:
-                os.chmod(target, 0o700)
-            except OSError:
-                pass
-        if os.path.isdir(failed_path) and not os.path.islink(failed_path):
-            shutil.rmtree(failed_path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(failed_path)
-            except OSError:
-                pass
-
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, onerror=fix)
-    elif os.path.lexists(path):
-        fix(None, path, None)
 
 
 def parse_record(record, nonce):

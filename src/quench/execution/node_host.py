@@ -5,9 +5,9 @@ node starts once per sandbox worker instead of once per program. The fork server
 the worker's sandbox on first use, under the programs' uid and rlimits but the CPU one; requests and
 answers are JSON lines on a pair of pipes.
 
-The pool runs this file's text, then forkserver.py's, as one `python -s -P -c` script
+The pool runs cleanup.py's text, this file's, then forkserver.py's as one `python -s -P -c` script
 (sandbox.fork_server_script), so it imports nothing of quench: the fork server takes from here the
-helpers both use (the limits, process groups, high fds, JSON lines).
+helpers both use (the limits, high fds, JSON lines).
 """
 
 import fcntl
@@ -17,6 +17,8 @@ import resource
 import select
 import signal
 import time
+
+from quench.execution.cleanup import kill_group  # the script: cleanup.py's text comes first
 
 HIGH_FD = 100  # the server keeps the host's pipes at or above this, clear of the fds it hands out
 SANDBOX_EXIT = 125  # a child that could not set itself up (same value in outcomes.py)
@@ -142,10 +144,3 @@ def write_line(fd, message):
     view = memoryview(json.dumps(message).encode() + b"\n")
     while view:
         view = view[os.write(fd, view):]
-
-
-def kill_group(pid):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

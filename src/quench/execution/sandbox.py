@@ -40,7 +40,7 @@ Isolation = Literal["bwrap", "rlimits", "unconfined"]
 HOST_VAR = "QUENCH_NODE_HOST"
 REQUESTS = ("auto", "bwrap", "rlimits")
 NOBODY = 65534
-SCRIPT_PARTS = ("node_host.py", "forkserver.py")  # run as one script, in this order
+SCRIPT_PARTS = ("cleanup.py", "node_host.py", "forkserver.py")  # run as one script, in this order
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/alternatives")
 SCRATCH = "/tmp"  # "bwrap" mode: a tmpfs here, wiped after every program
@@ -260,7 +260,7 @@ def host_spec() -> dict[str, object] | None:
 
 @functools.cache
 def fork_server_script() -> str:
-    """The fork server as one stdlib-only script: node_host.py, then forkserver.py without its quench imports."""
+    """The fork server as one stdlib-only script: SCRIPT_PARTS in order, each without its quench imports."""
     return "\n".join(without_quench_imports(Path(__file__).with_name(name).read_text(encoding="utf-8"))
                      for name in SCRIPT_PARTS)
 
