@@ -16,7 +16,7 @@ import torch
 from quench.engine import native
 from quench.engine.draft_length import DraftLengthPolicy
 from quench.engine.drafters import Draft, Drafter
-from quench.engine.kv_cache import KVCache, round_up
+from quench.engine.kv_cache import KVCache, slot_length
 from quench.engine.observers import PAD, RowStopper
 from quench.engine.rows import Row, StopRules
 from quench.engine.sampling import forbid_tokens, logits_to_probs, next_tokens, row_generator
@@ -155,7 +155,7 @@ class DecodeLoop:
         when one needs more, smaller once they all need at most half of it. A long prompt's positions are
         held while it runs, not for the whole call; the values kept are the same, so is every answer."""
         requests = [row.request for row in self.slots if row is not None] + list(arriving)
-        needed = round_up(max(len(r.prompt_ids) for r in requests) + self.sampling.max_new_tokens + self.fit_cache, 64)
+        needed = slot_length(max(len(r.prompt_ids) for r in requests), self.sampling.max_new_tokens, self.fit_cache)
         if needed > self.cache.max_len or 2 * needed <= self.cache.max_len:
             log.debug("KV cache: %d -> %d positions per row", self.cache.max_len, needed)
             self.cache.resize(needed)

@@ -15,7 +15,7 @@ from quench.engine.draft_length import make_policy
 from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from quench.engine import invariant as invariant_kernels
 from quench.engine.hf_runner import HFRunner
-from quench.engine.kv_cache import KVCache, round_up
+from quench.engine.kv_cache import KVCache, slot_length
 from quench.engine.families import family_of
 from quench.engine.llama import LlamaRunner, on_fast_path
 from quench.engine.observers import StopObserver
@@ -201,7 +201,7 @@ class QuenchBackend:
             if self.config.max_len < needed:
                 raise ValueError(f"max_len {self.config.max_len} < {needed} needed by the longest prompt")
             return self.config.max_len
-        return round_up(needed, 64)
+        return slot_length(longest, sampling.max_new_tokens, self.config.row_headroom)
 
     def _target_cache(self, max_len: int) -> KVCache:
         if self._cache is None or self._cache.max_len < max_len:

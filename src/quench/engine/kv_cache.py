@@ -96,6 +96,11 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def slot_length(longest_prompt: int, max_new_tokens: int, headroom: int) -> int:
+    """Positions per slot for rows whose longest prompt is `longest_prompt`, rounded up to 64."""
+    return round_up(longest_prompt + max_new_tokens + headroom, 64)
+
+
 def attention_window(start: torch.Tensor, num_new: int, max_len: int, bucket: int = 64) -> int:
     """Key positions the next forward must see, rounded up so shapes repeat (fewer recompiles)."""
     return min(max_len, round_up(int(start.max()) + num_new, bucket))
