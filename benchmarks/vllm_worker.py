@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-# benchmarks/ holds scripts named like modules vLLM imports (kernels.py): this directory is no place to import from
+# benchmarks/ holds scripts whose names libraries may import as modules: this directory is no place to import from
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 

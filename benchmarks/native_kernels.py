@@ -1,7 +1,7 @@
 """quench's native kernels against their PyTorch fallbacks on this CPU, side by side in one process.
 
-    python benchmarks/kernels.py                    # batch 1 and 8, one thread
-    python benchmarks/kernels.py --batch-sizes 8 --threads 2
+    python benchmarks/native_kernels.py                    # batch 1 and 8, one thread
+    python benchmarks/native_kernels.py --batch-sizes 8 --threads 2
 
 The default model in bfloat16. "decode step": one token per row at position --position, the Llama
 runner with every native kernel this CPU has (`quench doctor` lists them) against the same runner on
