@@ -253,7 +253,7 @@ class DecodeLoop:
         drafts right after -> their verdict."""
         generators = [self.slots[b].generator for b in active]
         if width == 0:
-            tokens = next_tokens(logits[first], self.sampling, generators, in_place=True)  # (A,) a gathered copy
+            tokens = next_tokens(logits, self.sampling, generators, in_place=True, rows=first)  # (A,)
             return Verdict(torch.zeros(len(active), dtype=torch.long), tokens[:, None])
         probs = logits_to_probs(logits, self.sampling, in_place=True)  # (N, V); the step's logits are spent
         draft_probs = draft.probs[active, :width] if draft.probs is not None else None

@@ -188,6 +188,29 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     return out.reshape(logits.shape[:-1])
 
 
+def samples(logits: torch.Tensor) -> bool:
+    """Whether `sample` takes these logits: (N, V) float32 rows with a unit last stride, the kernels built."""
+    return logits.dtype == torch.float32 and logits.dim() == 2 and logits.stride(-1) == 1 and _library() is not None
+
+
+def sample(logits: torch.Tensor, rows: torch.Tensor, temperature: float, uniforms: torch.Tensor) -> torch.Tensor:
+    """logits (N, V) (`samples`), rows (A,) indices into them, uniforms (A,) in [0, 1) -> (A,) int64: row
+    rows[a]'s token drawn from softmax(logits / temperature) by inverse CDF with uniforms[a] (`sample_f32`)."""
+    library = _library()
+    assert library is not None and samples(logits) and temperature > 0
+    rows = rows.to(torch.long).contiguous()
+    uniforms = uniforms.to(torch.float64).contiguous()
+    assert rows.shape == uniforms.shape and (rows.numel() == 0 or 0 <= int(rows.min()) <= int(rows.max()) < logits.shape[0])
+    out = torch.empty(rows.shape[0], dtype=torch.long)
+    status = library.sample_f32(
+        logits.data_ptr(), logits.stride(0), rows.data_ptr(), rows.shape[0], logits.shape[1], temperature, uniforms.data_ptr(),
+        out.data_ptr(),
+    )
+    if status != 0:
+        raise MemoryError("native sampling could not allocate its buffers")
+    return out
+
+
 def layers_available() -> bool:
     """Whether `layers` (the bfloat16 layer loop in C) is built for this CPU."""
     library = _library()

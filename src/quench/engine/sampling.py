@@ -69,23 +69,35 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def draw_uniforms(generators: list[torch.Generator]) -> torch.Tensor:
+    """One float64 uniform in [0, 1) per row, row b's from generators[b]: (B,)."""
+    return torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
+
+
 def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
     """One token per row by inverse-CDF sampling: probs (B, V) -> tokens (B,), row b's uniform from generators[b].
 
     (`torch.multinomial` costs ~3 ms per row over a 49k vocabulary on CPU; this costs one cumsum.)
     """
     cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)  # (B, V)
-    uniforms = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])  # (B,)
-    targets = uniforms[:, None] * cdf[:, -1:]  # (B, 1)
+    targets = draw_uniforms(generators)[:, None] * cdf[:, -1:]  # (B, 1)
     tokens = torch.searchsorted(cdf, targets, right=True).squeeze(1)  # first index whose cdf exceeds the target
     return tokens.clamp(max=probs.shape[-1] - 1)
 
 
 def next_tokens(
-    logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator], in_place: bool = False
+    logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator], in_place: bool = False,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Regular decoding: logits (B, V) -> tokens (B,), greedy (argmax) or sampled (in_place: as for
-    `logits_to_probs`)."""
+    """Regular decoding: logits (N, V) -> tokens (A,) of rows `rows` (A,) (None: every row, A = N), greedy
+    (argmax) or sampled, one uniform per row from generators[a] (in_place: as for `logits_to_probs`).
+
+    Sampling with temperature alone runs the C kernel (`native.sample`: the same inverse CDF, 8-10x
+    faster at 8-16 rows of 49k tokens); top-k, top-p and a machine without the kernels run PyTorch's ops."""
     if sampling.greedy:
-        return native.argmax(logits)
-    return sample_rows(logits_to_probs(logits, sampling, in_place), generators)
+        return native.argmax(logits if rows is None else logits[rows])
+    if sampling.top_k == 0 and sampling.top_p == 1.0 and native.samples(logits):
+        chosen = torch.arange(logits.shape[0]) if rows is None else rows
+        return native.sample(logits, chosen, sampling.temperature, draw_uniforms(generators))
+    chosen_logits = logits if rows is None else logits[rows]  # a gathered copy: free to change in place
+    return sample_rows(logits_to_probs(chosen_logits, sampling, in_place or rows is not None), generators)

@@ -18,6 +18,7 @@ int avx512_available(void) {
 }
 
 #include <math.h>
+#include <stdlib.h>
 /* x (N, Dm) is the residual stream: x += delta (if given, rounded); out = w * norm(x) (N, Dm). */
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 /* The same arithmetic 16 lanes at a time: lane k sums the squares of elements k, k + 16, ... in order,
@@ -104,3 +105,68 @@ void argmax_##SUFFIX(const T* x, int64_t* out, int R, int V, int64_t stride) {  
 }
 ARGMAX(bf16, bf16, bf16x16_to_f32)
 ARGMAX(float, f32, _mm512_loadu_ps)
+
+/* Regular decoding's sampled token with temperature alone: for each chosen row r = rows[a] of x (row stride
+   `stride`), token ~ softmax(x_r / temperature) by inverse CDF with the uniform u = uniforms[a] in [0, 1):
+   the first token whose cumulative weight exceeds u times the total (torch.searchsorted(..., right=True)).
+   In place of PyTorch's seven passes over the (A, V) logits and a float64 cumsum (4.4 ms for 16 x 49152 on
+   one thread, most of it in fresh multi-megabyte buffers), three passes over each row while it sits in cache:
+   the largest logit; each token's weight e_v = exp(x_v / T - max / T) (float32, stored in `work`, V floats)
+   and SAMPLE_BLOCK-token sums of them in float64; then the block where the running sum passes the target and
+   the token inside it, added one by one. Every row's token depends on its logits and uniform alone (any rows,
+   any order, any threads). Forbidden tokens (-inf) weigh 0 and are never drawn; a row with no finite logit,
+   or whose weights sum to 0, gets its argmax. */
+enum { SAMPLE_BLOCK = 256 };
+static int64_t sample_row(const float* p, int V, float temperature, double u, float* work, double* blocks) {
+    ARGMAX_VECTOR(_mm512_loadu_ps)  /* top: the largest logit, first: its first index */
+    for (; v < V; v++)
+        if (p[v] > top) { top = p[v]; first = v; }
+    if (!(top > -INFINITY) || !(top < INFINITY)) return first;
+    float shift = top / temperature;  /* the largest x_v / T: division by T > 0 keeps the order */
+    int nblocks = (V + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK;
+    double total = 0.0;
+    for (int j = 0; j < nblocks; j++) {
+        int i = j * SAMPLE_BLOCK, end = i + SAMPLE_BLOCK < V ? i + SAMPLE_BLOCK : V;
+        double sum = 0.0;
+#if defined(__AVX512F__)
+        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        for (; i + 16 <= end; i += 16) {
+            __m512 x = _mm512_div_ps(_mm512_loadu_ps(p + i), _mm512_set1_ps(temperature));
+            __m512 e = exp_ps(_mm512_sub_ps(x, _mm512_set1_ps(shift)));
+            e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_setzero_ps());  /* NaN weighs 0 */
+            _mm512_storeu_ps(work + i, e);
+            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+        sum = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+#endif
+        for (; i < end; i++) {
+            float e = expf(p[i] / temperature - shift);
+            work[i] = e == e ? e : 0.0f;
+            sum += work[i];
+        }
+        blocks[j] = sum;
+        total += sum;
+    }
+    if (!(total > 0.0) || !(total < INFINITY)) return first;
+    double target = u * total, before = 0.0;
+    int j = 0;
+    while (j + 1 < nblocks && before + blocks[j] <= target) before += blocks[j++];
+    int end = (j + 1) * SAMPLE_BLOCK < V ? (j + 1) * SAMPLE_BLOCK : V, last = first;
+    for (int i = j * SAMPLE_BLOCK; i < end; i++) {
+        if (work[i] > 0.0f) last = i;
+        before += work[i];
+        if (before > target) return i;
+    }
+    return last;  /* the block's own sum rounded past the target where one-by-one additions did not */
+}
+int sample_f32(const float* x, int64_t stride, const int64_t* rows, int A, int V, float temperature, const double* uniforms,
+               int64_t* out) {
+    float* work = malloc(sizeof(float) * (size_t)V);
+    double* blocks = malloc(sizeof(double) * (size_t)(V / SAMPLE_BLOCK + 1));
+    if (!work || !blocks) { free(work); free(blocks); return 1; }
+    for (int a = 0; a < A; a++) out[a] = sample_row(x + rows[a] * stride, V, temperature, uniforms[a], work, blocks);
+    free(work);
+    free(blocks);
+    return 0;
+}

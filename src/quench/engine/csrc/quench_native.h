@@ -40,10 +40,13 @@ int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, co
                     const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
                     int amx);
 
-/* glue.c: residual sum + RMSNorm, and greedy argmax. */
+/* glue.c: residual sum + RMSNorm, greedy argmax, and a token sampled with temperature (0, or 1 where out of
+   memory). */
 void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out, int N, int Dm, float eps);
 void argmax_bf16(const bf16* x, int64_t* out, int R, int V, int64_t stride);
 void argmax_f32(const float* x, int64_t* out, int R, int V, int64_t stride);
+int sample_f32(const float* x, int64_t stride, const int64_t* rows, int A, int V, float temperature, const double* uniforms,
+               int64_t* out);
 
 /* gemm.c: y (M, N) = x (M, K) W^T in bfloat16, W packed (ceil(N/16), K/2, 16, 2). */
 void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
