@@ -118,9 +118,9 @@ ARGMAX(float, f32, _mm512_loadu_ps)
    or whose weights sum to 0, gets its argmax. */
 enum { SAMPLE_BLOCK = 256 };
 static int64_t sample_row(const float* p, int V, float temperature, double u, float* work, double* blocks) {
-    ARGMAX_VECTOR(_mm512_loadu_ps)  /* top: the largest logit, first: its first index */
-    for (; v < V; v++)
-        if (p[v] > top) { top = p[v]; first = v; }
+    int64_t first;
+    argmax_f32(p, &first, 1, V, V);
+    float top = p[first];  /* the largest logit; -inf or NaN where no logit is finite and larger */
     if (!(top > -INFINITY) || !(top < INFINITY)) return first;
     float shift = top / temperature;  /* the largest x_v / T: division by T > 0 keeps the order */
     int nblocks = (V + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK;
@@ -152,7 +152,8 @@ static int64_t sample_row(const float* p, int V, float temperature, double u, fl
     double target = u * total, before = 0.0;
     int j = 0;
     while (j + 1 < nblocks && before + blocks[j] <= target) before += blocks[j++];
-    int end = (j + 1) * SAMPLE_BLOCK < V ? (j + 1) * SAMPLE_BLOCK : V, last = first;
+    int end = (j + 1) * SAMPLE_BLOCK < V ? (j + 1) * SAMPLE_BLOCK : V;
+    int64_t last = first;
     for (int i = j * SAMPLE_BLOCK; i < end; i++) {
         if (work[i] > 0.0f) last = i;
         before += work[i];
