@@ -7,8 +7,10 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 
 # bubblewrap confines the programs quench runs; the rest are MBXP's toolchains (docs/languages.md):
-# Node.js and lodash (mbjsp), Go (mbgp), g++ (mbcpp), a JDK (mbjp).
-debian_packages=(bubblewrap nodejs node-lodash golang-go g++ default-jdk-headless)
+# Node.js and lodash (mbjsp), Go (mbgp), g++ (mbcpp), a JDK (mbjp); the aarch64 cross compiler and qemu-user
+# build the kernels' ARM levels and run their self-test (tests/engine/test_native_cross.py).
+debian_packages=(bubblewrap nodejs node-lodash golang-go g++ default-jdk-headless
+                 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 missing=()
 for pkg in "${debian_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

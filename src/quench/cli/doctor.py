@@ -27,9 +27,13 @@ def run(args: argparse.Namespace) -> int:
     config = native.KernelConfig.from_env()
     kernels = kernel_report(result, config)
     library = result.library
+    chosen = native_build.target()
     build = {
         "machine": platform.machine(),
-        "march": result.march,
+        "level": chosen.name,
+        "level_features": chosen.level.summary if chosen.level is not None else None,
+        "compiler_flags": list(chosen.compiler_flags),
+        "best_level": _best_level_name(),
         "library": str(library.path) if library is not None else None,
         "openmp": library.openmp if library is not None else None,
         "error": result.reason or None,
@@ -38,7 +42,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"build": build, "kernels": [asdict(kernel) for kernel in kernels]}))
         return 0
-    print(f"native kernels: {'built' if library is not None else 'off'} (-march={result.march}, {platform.machine()})")
+    state = "built" if library is not None else "off"
+    print(f"native kernels: {state} for level {chosen.name} ({' '.join(chosen.compiler_flags)}; {platform.machine()})")
+    if chosen.level is not None:
+        print(f"  level: {chosen.level.summary}; this CPU's highest: {build['best_level']} (QUENCH_NATIVE_MARCH)")
     if library is not None:
         print(f"  library: {library.path} ({'OpenMP' if library.openmp else 'single-threaded: no OpenMP'})")
     else:
@@ -50,3 +57,11 @@ def run(args: argparse.Namespace) -> int:
         detail = f"  ({kernel.reason})" if kernel.reason else ""
         print(f"{state}  {kernel.name:<{width}}{detail}")
     return 0
+
+
+def _best_level_name() -> str | None:
+    from quench.engine.cpu_levels import best_level
+    from quench.engine.native_build import cpu_flags
+
+    level = best_level(cpu_flags(), platform.machine())
+    return level.name if level is not None else None

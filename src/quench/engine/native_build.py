@@ -10,8 +10,9 @@ compiler rejects a definition that disagrees with it), the library reports the h
 was built against (checked at load), and every call goes through `CheckedFunction`, which raises on a
 wrong argument count, a wrong type or an int out of range instead of corrupting memory.
 
-Environment: QUENCH_NATIVE_MARCH (default "native": the build is tied to this CPU) sets -march, e.g.
-"x86-64-v2" for the portable build; QUENCH_NATIVE_WERROR=1 turns compiler warnings into errors and a
+Environment: QUENCH_NATIVE_MARCH picks the build target (`cpu_levels`): unset, this CPU's highest level
+(x86-64-v2, -v3, -v4, -v4-bf16, -v4-amx; armv8-a, armv8.2-a-dotprod, armv8.6-a-bf16); a level's name builds
+that level (refused where the CPU lacks it); any other value is passed as -march (e.g. "native"); QUENCH_NATIVE_WERROR=1 turns compiler warnings into errors and a
 failed build into an exception (CI); CC picks the compiler; QUENCH_CACHE the cache root.
 """
 
@@ -29,6 +30,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from quench.engine.cpu_levels import Target, resolve_target
+
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
@@ -44,10 +47,11 @@ UNITS: dict[str, tuple[str, ...]] = {
     "layers": ("-O3", "-march", "-ffp-contract=off"),
     "screen": ("-O3", "-march"),
     "fixed": ("-O3", "-march", "-ffp-contract=off"),
+    "quant": ("-O3", "-march", "-ffp-contract=off"),
 }
 # Attention and the GEMMs split their work over torch's threads with OpenMP: built with -fopenmp, the library
 # asks for libgomp.so.1 and the dynamic loader hands it the copy torch already loaded (one thread pool).
-OPENMP = frozenset({"attend", "gemm", "screen", "fixed"})
+OPENMP = frozenset({"attend", "gemm", "screen", "fixed", "quant"})
 _CTYPES = {"void": None, "int": ctypes.c_int, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
 _INT_RANGES = {ctypes.c_int: (-(2**31), 2**31 - 1), ctypes.c_int64: (-(2**63), 2**63 - 1)}
 
@@ -151,8 +155,14 @@ class BuildResult:
     march: str
 
 
+def target() -> Target:
+    """The build target: QUENCH_NATIVE_MARCH, else this CPU's highest level (`cpu_levels`)."""
+    return resolve_target(os.environ.get("QUENCH_NATIVE_MARCH"), cpu_flags(), platform.machine())
+
+
 def march() -> str:
-    return os.environ.get("QUENCH_NATIVE_MARCH", "native")
+    """The build target's name (a level, or the raw -march value)."""
+    return target().name
 
 
 def strict() -> bool:
@@ -161,7 +171,8 @@ def strict() -> bool:
 
 def unit_flags(name: str) -> list[str]:
     """Compiler flags of one unit (without OpenMP)."""
-    flags = [f"-march={march()}" if flag == "-march" else flag for flag in UNITS[name]]
+    level_flags = target().compiler_flags
+    flags = [part for flag in UNITS[name] for part in (level_flags if flag == "-march" else (flag,))]
     return [*flags, *WARNINGS, *(["-Werror"] if strict() else [])]
 
 
@@ -189,7 +200,9 @@ def _compiler() -> str | None:
 
 
 def cache_key(compiler: str, header: Header, cpu: str) -> str:
-    """The library's name in the cache: its sources, every unit's flags, the compiler and the CPU (cpu_identity)."""
+    """The library's name in the cache: its sources, every unit's flags, the compiler and, for a raw -march
+    value (e.g. native), the CPU (cpu_identity); a level's build is the same on every CPU of that level."""
+    cpu = cpu if target().level is None else ""
     sources = "".join(path.name + path.read_text() for path in sorted(CSRC.glob("*.[ch]")))
     flags = repr([(name, unit_flags(name)) for name in UNITS]) + repr(sorted(OPENMP))
     identity = compiler + platform.machine() + cpu
@@ -209,17 +222,23 @@ def build(cache_dir: Path, system: str | None = None) -> BuildResult:
         reason = f"no C compiler (looked for $CC={os.environ.get('CC', 'cc')}, gcc, clang)"
         log.warning("%s; using PyTorch's kernels", reason)
         return BuildResult(None, reason, march())
+    chosen = target()
+    if chosen.refused:
+        if strict():
+            raise NativeBuildError(f"QUENCH_NATIVE_MARCH={chosen.name}: {chosen.refused}")
+        log.warning("QUENCH_NATIVE_MARCH=%s: %s; using PyTorch's kernels", chosen.name, chosen.refused)
+        return BuildResult(None, chosen.refused, chosen.name)
     header = parse_header(HEADER.read_text())
-    target = cache_dir / f"quench-native-{cache_key(compiler, header, cpu_identity())}.so"
+    target_path = cache_dir / f"quench-native-{cache_key(compiler, header, cpu_identity())}.so"
     try:
-        openmp = _ensure_built(compiler, header, target)
-        return BuildResult(NativeLibrary(ctypes.CDLL(str(target)), header, target, openmp), "", march())
+        openmp = _ensure_built(compiler, header, target_path)
+        return BuildResult(NativeLibrary(ctypes.CDLL(str(target_path)), header, target_path, openmp), "", chosen.name)
     except (OSError, subprocess.CalledProcessError) as error:
         message = error.stderr.strip()[-2000:] if isinstance(error, subprocess.CalledProcessError) else str(error)
         if strict():
             raise NativeBuildError(f"the native kernels failed to build: {message}") from error
         log.warning("the native kernels failed to build; using PyTorch's kernels. The compiler said:\n%s", message)
-        return BuildResult(None, f"build failed: {_first_error(error, message)}", march())
+        return BuildResult(None, f"build failed: {_first_error(error, message)}", chosen.name)
 
 
 def _first_error(error: Exception, message: str) -> str:

@@ -21,7 +21,7 @@ def _needs(march: str, features: frozenset[str], flags: tuple[str, ...], built: 
     if missing:
         return f"this CPU has no {', '.join(missing)}"
     if not built:
-        return f"not in this build (-march={march}; QUENCH_NATIVE_MARCH)"
+        return f"not in the {march} build (QUENCH_NATIVE_MARCH)"
     return ""
 
 
