@@ -14,6 +14,7 @@ from quench.engine.decode import DecodeLoop, LoopStats
 from quench.engine.draft_length import make_policy
 from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from quench.engine import invariant as invariant_kernels
+from quench.engine import quant
 from quench.engine.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, slot_length
 from quench.engine.families import family_of
@@ -41,7 +42,7 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
     if invariant:
         _check_invariant(model, config)
     if config.fast_path and on_fast_path(model):
-        return LlamaRunner(
+        runner = LlamaRunner(
             model,
             prepack=config.prepack and not config.compile,
             compile=config.compile,
@@ -50,6 +51,10 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
             kernels=config.kernels,
             batch_invariant=invariant,
         )
+        gguf_weights = getattr(model, "quench_gguf_weights", None)  # loaded with weights="gguf" (quench.engine.quant)
+        if gguf_weights is not None:
+            quant.use_gguf_weights(runner, gguf_weights)
+        return runner
     return HFRunner(model)
 
 

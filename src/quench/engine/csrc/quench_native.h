@@ -79,4 +79,21 @@ int64_t w8_work_bytes(int M, int K);
 int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wscale, const int32_t* colq, int N,
                  bf16* out, void* work, int threads, int vnni_rows);
 
+/* ---- quant.c: GGUF block formats executed as stored (types are ggml's ids) ---- */
+#define GGML_TYPE_Q4_0 2
+#define GGML_TYPE_Q4_1 3
+#define GGML_TYPE_Q8_0 8
+#define GGML_TYPE_Q4_K 12
+#define GGML_TYPE_Q5_K 13
+#define GGML_TYPE_Q6_K 14
+/* 2 AVX-512, 1 AVX2 + FMA + F16C, 0 scalar. */
+int quant_level(void);
+/* Bytes of one row of K values of a type; -1 for an unknown type or K not a multiple of its block. */
+int64_t quant_row_bytes(int type, int K);
+/* y (M, N) float32, row m at y + m ldy, = x (M, K) float32 W^T, W (N, quant_row_bytes) as stored. Returns 0, 1 for
+   a bad type, K or ldy < N. */
+int quant_gemm_f32(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads);
+/* out (N, K) float32: W's values, bit for bit those of gguf's dequantize (tests). Returns 0, 1 as above. */
+int dequantize_rows(const uint8_t* w, float* out, int N, int K, int type);
+
 #endif

@@ -1,0 +1,321 @@
+/* GGUF block formats executed as stored: y (M, N) = x (M, K) W^T with x float32 and W the GGUF tensor's own
+   bytes, row n of W at w + n * row_bytes (ggml's layout: each row a run of blocks along K).
+
+   Block layouts (ggml-common.h; f16 = IEEE half, little endian):
+     Q4_0  32 values, 18 bytes: f16 d, 16 bytes qs.   value l: d * ((qs[l] & 15) - 8), value 16 + l: d * ((qs[l] >> 4) - 8)
+     Q4_1  32 values, 20 bytes: f16 d, f16 m, qs[16]. d * q + m with q the nibble as above (no offset)
+     Q8_0  32 values, 34 bytes: f16 d, int8 qs[32].   qs[l] * d
+     Q4_K 256 values, 144 bytes: f16 d, f16 dmin, 12 bytes of 8 6-bit (scale, min) pairs, qs[128]: group g of 32
+           values reads the low (g even) or high nibbles of qs[32 (g / 2) ..]; (d * scale_g) * q - dmin * min_g
+     Q5_K 256 values, 176 bytes: as Q4_K with qh[32] after the scales: q = nibble | bit g of qh[l] << 4
+     Q6_K 256 values, 210 bytes: ql[128], qh[64], int8 scales[16], f16 d: value h 128 + k 32 + l (h < 2, k < 4,
+           l < 32) is ((ql[64 h + 32 (k % 2) + l] >> 4 (k / 2)) & 15 | ((qh[32 h + l] >> 2 k) & 3) << 4) - 32,
+           times (d * scales[v / 16])
+   Each value is computed with exactly the float32 operations of gguf's `dequantize` (gguf-py quants.py, what
+   transformers' GGUF loader and so quench's float32 path use): one product, then the one sum or difference,
+   each rounded (the unit is compiled with -ffp-contract=off, so no multiply-add is fused there); the f16
+   scales are widened exactly. `dequantize_rows` writes those values out (tests compare them bit for bit).
+
+   The product expands one group of 32 values of a row into registers (scalar: a 32-float array) and never
+   stores it. Summation order, the same in every build: each output is 32 float32 lanes, lane l summing
+   x[k] w[k] for k = l (mod 32) in increasing k by fused multiply-adds from zero, then lanes j, 8 + j, 16 + j,
+   24 + j added as (L[j] + L[8 + j]) + (L[16 + j] + L[24 + j]) and those 8 as ((s0 + s4) + (s2 + s6)) +
+   ((s1 + s5) + (s3 + s7)). So an output's bits depend on its x row and W row only: not on M, on the other
+   rows, on the threads (which split N), nor on the build (scalar, AVX2 + FMA + F16C, AVX-512). */
+#include "quench_native.h"
+
+#include <math.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define QUANT_AVX2 1
+#endif
+#if defined(QUANT_AVX2) && defined(__AVX512F__) && defined(__AVX512DQ__)
+#define QUANT_AVX512 1
+#endif
+
+typedef struct { int values, bytes; } block_format;
+
+static block_format format_of(int type) {
+    switch (type) {
+        case GGML_TYPE_Q4_0: return (block_format){32, 18};
+        case GGML_TYPE_Q4_1: return (block_format){32, 20};
+        case GGML_TYPE_Q8_0: return (block_format){32, 34};
+        case GGML_TYPE_Q4_K: return (block_format){256, 144};
+        case GGML_TYPE_Q5_K: return (block_format){256, 176};
+        case GGML_TYPE_Q6_K: return (block_format){256, 210};
+        default: return (block_format){0, 0};
+    }
+}
+
+int64_t quant_row_bytes(int type, int K) {
+    block_format f = format_of(type);
+    if (f.values == 0 || K <= 0 || K % f.values) return -1;
+    return (int64_t)(K / f.values) * f.bytes;
+}
+
+int quant_level(void) {
+#if defined(QUANT_AVX512)
+    return 2;
+#elif defined(QUANT_AVX2)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* IEEE half -> float, exact (subnormals, infinities and NaN payloads kept, as numpy's astype). */
+static inline float half_to_float(const uint8_t* p) {
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+#if defined(QUANT_AVX2)
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
+    if (exponent == 31) bits = sign | 0x7f800000u | mantissa << 13;
+    else if (exponent) bits = sign | (exponent + 112) << 23 | mantissa << 13;
+    else {
+        float f = (float)mantissa * 0x1p-24f;  /* exact: a 10-bit integer times a power of two */
+        return sign ? -f : f;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+#endif
+}
+
+/* Per-block scalars: Q4_K / Q5_K's 8 (d * scale, dmin * min), Q6_K's 16 d * scale, the others' d and m. */
+typedef struct { float d[16], m[8]; } block_scales;
+
+static inline void k_scale_min(const uint8_t* s, int g, int* scale, int* min) {
+    if (g < 4) { *scale = s[g] & 63; *min = s[g + 4] & 63; }
+    else { *scale = (s[g + 4] & 15) | ((s[g - 4] >> 6) << 4); *min = (s[g + 4] >> 4) | ((s[g] >> 6) << 4); }
+}
+
+static inline void read_scales(int type, const uint8_t* b, block_scales* sc) {
+    if (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0) { sc->d[0] = half_to_float(b); return; }
+    if (type == GGML_TYPE_Q4_1) { sc->d[0] = half_to_float(b); sc->m[0] = half_to_float(b + 2); return; }
+    if (type == GGML_TYPE_Q6_K) {
+        float d = half_to_float(b + 208);
+        for (int i = 0; i < 16; i++) sc->d[i] = d * (float)(int8_t)b[192 + i];
+        return;
+    }
+    float d = half_to_float(b), dmin = half_to_float(b + 2);  /* Q4_K, Q5_K */
+    for (int g = 0; g < 8; g++) {
+        int scale, min;
+        k_scale_min(b + 4, g, &scale, &min);
+        sc->d[g] = d * (float)scale;
+        sc->m[g] = dmin * (float)min;
+    }
+}
+
+#if defined(QUANT_AVX2)
+/* 32 values (group g of a block) as four vectors of 8: lane order k mod 32. */
+typedef struct { __m256 v[4]; } group32;
+
+static inline __m256i bytes8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
+static inline __m256i bits(__m256i v, int shift, int mask) {
+    return _mm256_and_si256(_mm256_srli_epi32(v, shift), _mm256_set1_epi32(mask));
+}
+
+static inline group32 expand(int type, const uint8_t* b, int g, const block_scales* sc) {
+    group32 w;
+    if (type == GGML_TYPE_Q8_0) {
+        __m256 d = _mm256_set1_ps(sc->d[0]);
+        for (int j = 0; j < 4; j++)
+            w.v[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b + 2 + 8 * j)))), d);
+    } else if (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1) {
+        const uint8_t* qs = b + (type == GGML_TYPE_Q4_0 ? 2 : 4);
+        for (int j = 0; j < 2; j++) {
+            __m256i q = bytes8(qs + 8 * j);
+            w.v[j] = _mm256_cvtepi32_ps(_mm256_and_si256(q, _mm256_set1_epi32(15)));
+            w.v[j + 2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
+        }
+        __m256 d = _mm256_set1_ps(sc->d[0]);
+        for (int j = 0; j < 4; j++) {
+            if (type == GGML_TYPE_Q4_0)  /* (q - 8) exactly, then d * it */
+                w.v[j] = _mm256_mul_ps(d, _mm256_sub_ps(w.v[j], _mm256_set1_ps(8.0f)));
+            else
+                w.v[j] = _mm256_add_ps(_mm256_mul_ps(d, w.v[j]), _mm256_set1_ps(sc->m[0]));
+        }
+    } else if (type == GGML_TYPE_Q6_K) {
+        int h = g / 4, k = g % 4;
+        const uint8_t* ql = b + 64 * h + 32 * (k % 2);
+        const uint8_t* qh = b + 128 + 32 * h;
+        for (int j = 0; j < 4; j++) {
+            __m256i q = _mm256_or_si256(bits(bytes8(ql + 8 * j), 4 * (k / 2), 15),
+                                        _mm256_slli_epi32(bits(bytes8(qh + 8 * j), 2 * k, 3), 4));
+            __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(32)));
+            w.v[j] = _mm256_mul_ps(_mm256_set1_ps(sc->d[2 * g + j / 2]), f);
+        }
+    } else {  /* Q4_K, Q5_K */
+        const uint8_t* qs = b + (type == GGML_TYPE_Q4_K ? 16 : 48) + 32 * (g / 2);
+        __m256 d = _mm256_set1_ps(sc->d[g]), m = _mm256_set1_ps(sc->m[g]);
+        for (int j = 0; j < 4; j++) {
+            __m256i q = bits(bytes8(qs + 8 * j), 4 * (g & 1), 15);
+            if (type == GGML_TYPE_Q5_K) q = _mm256_or_si256(q, _mm256_slli_epi32(bits(bytes8(b + 16 + 8 * j), g, 1), 4));
+            w.v[j] = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m);
+        }
+    }
+    return w;
+}
+
+static inline void store_group(float* out, group32 w) {
+    for (int j = 0; j < 4; j++) _mm256_storeu_ps(out + 8 * j, w.v[j]);
+}
+
+/* The fixed reduction of the header comment, from the 8 sums (L[j] + L[8 + j]) + (L[16 + j] + L[24 + j]). */
+static inline float reduce8(__m256 s) {
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  /* s_j + s_{j+4} */
+    __m128 p = _mm_add_ps(u, _mm_movehl_ps(u, u));                                   /* (u0 + u2), (u1 + u3) */
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps(p, p, 1)));
+}
+#else
+typedef struct { float v[32]; } group32;
+
+static inline group32 expand(int type, const uint8_t* b, int g, const block_scales* sc) {
+    group32 w;
+    for (int l = 0; l < 32; l++) {
+        float v;
+        if (type == GGML_TYPE_Q8_0) v = (float)(int8_t)b[2 + l] * sc->d[0];
+        else if (type == GGML_TYPE_Q4_0) v = sc->d[0] * (float)(((b[2 + l % 16] >> 4 * (l / 16)) & 15) - 8);
+        else if (type == GGML_TYPE_Q4_1) v = sc->d[0] * (float)((b[4 + l % 16] >> 4 * (l / 16)) & 15) + sc->m[0];
+        else if (type == GGML_TYPE_Q6_K) {
+            int h = g / 4, k = g % 4;
+            int q = ((b[64 * h + 32 * (k % 2) + l] >> 4 * (k / 2)) & 15) | ((b[128 + 32 * h + l] >> 2 * k) & 3) << 4;
+            v = sc->d[2 * g + l / 16] * (float)(q - 32);
+        } else {
+            int q = (b[(type == GGML_TYPE_Q4_K ? 16 : 48) + 32 * (g / 2) + l] >> 4 * (g & 1)) & 15;
+            if (type == GGML_TYPE_Q5_K) q |= ((b[16 + l] >> g) & 1) << 4;
+            v = sc->d[g] * (float)q - sc->m[g];
+        }
+        w.v[l] = v;
+    }
+    return w;
+}
+
+static inline void store_group(float* out, group32 w) { memcpy(out, w.v, sizeof w.v); }
+#endif
+
+int dequantize_rows(const uint8_t* w, float* out, int N, int K, int type) {
+    block_format f = format_of(type);
+    int64_t row_bytes = quant_row_bytes(type, K);
+    if (row_bytes < 0 || N < 0) return 1;
+    for (int64_t n = 0; n < N; n++)
+        for (int blk = 0; blk < K / f.values; blk++) {
+            const uint8_t* b = w + n * row_bytes + (int64_t)blk * f.bytes;
+            block_scales sc;
+            read_scales(type, b, &sc);
+            for (int g = 0; g < f.values / 32; g++) store_group(out + n * K + (int64_t)blk * f.values + 32 * g, expand(type, b, g, &sc));
+        }
+    return 0;
+}
+
+/* One W row against MT rows of x (xr[i]): out[i] = x_i . w, in the header comment's order. */
+#if defined(QUANT_AVX512)
+/* Lanes 0-15 and 16-31 in two 16-wide accumulators: the same lanes and order as the AVX2 build's four. */
+#define ROW_DOT(MT)                                                                                \
+static void row_dot_##MT(int type, block_format f, const uint8_t* row, const float* const* xr, int K, float* out) { \
+    __m512 acc[MT][2];                                                                             \
+    for (int i = 0; i < MT; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();                      \
+    for (int k0 = 0; k0 < K; k0 += f.values) {                                                     \
+        const uint8_t* b = row + (int64_t)(k0 / f.values) * f.bytes;                               \
+        block_scales sc;                                                                           \
+        read_scales(type, b, &sc);                                                                 \
+        for (int g = 0; g < f.values / 32; g++) {                                                  \
+            group32 w = expand(type, b, g, &sc);                                                   \
+            __m512 lo = _mm512_insertf32x8(_mm512_castps256_ps512(w.v[0]), w.v[1], 1);             \
+            __m512 hi = _mm512_insertf32x8(_mm512_castps256_ps512(w.v[2]), w.v[3], 1);             \
+            int k = k0 + 32 * g;                                                                   \
+            for (int i = 0; i < MT; i++) {                                                         \
+                acc[i][0] = _mm512_fmadd_ps(_mm512_loadu_ps(xr[i] + k), lo, acc[i][0]);            \
+                acc[i][1] = _mm512_fmadd_ps(_mm512_loadu_ps(xr[i] + k + 16), hi, acc[i][1]);       \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < MT; i++) {                                                                 \
+        __m256 a = _mm256_add_ps(_mm512_castps512_ps256(acc[i][0]), _mm512_extractf32x8_ps(acc[i][0], 1)); \
+        __m256 c = _mm256_add_ps(_mm512_castps512_ps256(acc[i][1]), _mm512_extractf32x8_ps(acc[i][1], 1)); \
+        out[i] = reduce8(_mm256_add_ps(a, c));                                                     \
+    }                                                                                              \
+}
+#define ROW_TILE 8
+ROW_DOT(8) ROW_DOT(4) ROW_DOT(2) ROW_DOT(1)
+#elif defined(QUANT_AVX2)
+#define ROW_DOT(MT)                                                                                \
+static void row_dot_##MT(int type, block_format f, const uint8_t* row, const float* const* xr, int K, float* out) { \
+    __m256 acc[MT][4];                                                                             \
+    for (int i = 0; i < MT; i++)                                                                   \
+        for (int j = 0; j < 4; j++) acc[i][j] = _mm256_setzero_ps();                               \
+    for (int k0 = 0; k0 < K; k0 += f.values) {                                                     \
+        const uint8_t* b = row + (int64_t)(k0 / f.values) * f.bytes;                               \
+        block_scales sc;                                                                           \
+        read_scales(type, b, &sc);                                                                 \
+        for (int g = 0; g < f.values / 32; g++) {                                                  \
+            group32 w = expand(type, b, g, &sc);                                                   \
+            int k = k0 + 32 * g;                                                                   \
+            for (int i = 0; i < MT; i++)                                                           \
+                for (int j = 0; j < 4; j++)                                                        \
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(xr[i] + k + 8 * j), w.v[j], acc[i][j]); \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < MT; i++)                                                                   \
+        out[i] = reduce8(_mm256_add_ps(_mm256_add_ps(acc[i][0], acc[i][1]), _mm256_add_ps(acc[i][2], acc[i][3]))); \
+}
+#define ROW_TILE 2
+ROW_DOT(2) ROW_DOT(1)
+#else
+#define ROW_DOT(MT)                                                                                \
+static void row_dot_##MT(int type, block_format f, const uint8_t* row, const float* const* xr, int K, float* out) { \
+    float acc[MT][32];                                                                             \
+    memset(acc, 0, sizeof acc);                                                                    \
+    for (int k0 = 0; k0 < K; k0 += f.values) {                                                     \
+        const uint8_t* b = row + (int64_t)(k0 / f.values) * f.bytes;                               \
+        block_scales sc;                                                                           \
+        read_scales(type, b, &sc);                                                                 \
+        for (int g = 0; g < f.values / 32; g++) {                                                  \
+            group32 w = expand(type, b, g, &sc);                                                   \
+            int k = k0 + 32 * g;                                                                   \
+            for (int i = 0; i < MT; i++)                                                           \
+                for (int l = 0; l < 32; l++) acc[i][l] = fmaf(xr[i][k + l], w.v[l], acc[i][l]);    \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < MT; i++) {                                                                 \
+        float s[8];                                                                                \
+        for (int j = 0; j < 8; j++) s[j] = (acc[i][j] + acc[i][8 + j]) + (acc[i][16 + j] + acc[i][24 + j]); \
+        out[i] = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));                \
+    }                                                                                              \
+}
+#define ROW_TILE 1
+ROW_DOT(1)
+#endif
+
+/* Rows m0 .. m0 + mt - 1 of x against W row n; mt <= ROW_TILE. */
+static void row_dots(int type, block_format f, const uint8_t* row, const float* x, int m0, int mt, int K, float* out) {
+    const float* xr[ROW_TILE];
+    for (int i = 0; i < mt; i++) xr[i] = x + (int64_t)(m0 + i) * K;
+#if ROW_TILE >= 8
+    if (mt == 8) { row_dot_8(type, f, row, xr, K, out); return; }
+    if (mt >= 4) { row_dot_4(type, f, row, xr, K, out); row_dots(type, f, row, x, m0 + 4, mt - 4, K, out + 4); return; }
+#endif
+#if ROW_TILE >= 2
+    if (mt >= 2) { row_dot_2(type, f, row, xr, K, out); if (mt > 2) row_dots(type, f, row, x, m0 + 2, mt - 2, K, out + 2); return; }
+#endif
+    if (mt == 1) row_dot_1(type, f, row, xr, K, out);
+}
+
+int quant_gemm_f32(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+    block_format f = format_of(type);
+    int64_t row_bytes = quant_row_bytes(type, K);
+    if (row_bytes < 0 || M < 0 || N < 0 || ldy < N) return 1;
+    threads = threads < 1 ? 1 : threads;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && N >= 64)
+    for (int n = 0; n < N; n++) {
+        float out[ROW_TILE];
+        for (int m0 = 0; m0 < M; m0 += ROW_TILE) {
+            int mt = M - m0 < ROW_TILE ? M - m0 : ROW_TILE;
+            row_dots(type, f, w + (int64_t)n * row_bytes, x, m0, mt, K, out);
+            for (int i = 0; i < mt; i++) y[(int64_t)(m0 + i) * ldy + n] = out[i];
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,169 @@
+"""GGUF weights executed as stored (C kernels in `csrc/quant.c`): the projections and the LM head read the
+GGUF's block bytes, expanded in registers inside each product, never into a float32 copy.
+
+Glossary:
+  block      ggml's unit of quantization along a row: 32 values (Q4_0, Q4_1, Q8_0) or 256 (Q4_K, Q5_K, Q6_K),
+             with its scales; a row of K values is K / block_values blocks, `row_bytes` bytes.
+  QuantWeight  one GGUF tensor's rows as stored, (N, row_bytes) uint8, in Hugging Face row order.
+  QuantLinear  a projection whose W is one or more QuantWeights stacked along N (q/k/v, gate/up fused).
+
+What reaches the arithmetic is each weight's value as gguf's `dequantize` computes it (the float32 path's
+weights, bit for bit); the sums run in quant.c's fixed order, so the outputs differ from the float32 path's
+by summation order only, and a row's bits never depend on the other rows or the threads (docs/engine.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from quench.engine import native
+
+log = logging.getLogger(__name__)
+
+# ggml type id -> name, the block formats quant.c serves
+QUANT_TYPES = {2: "Q4_0", 3: "Q4_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
+# GGUF tensor name (per layer) -> the Hugging Face projection it holds
+LAYER_TENSORS = {
+    "attn_q": "q_proj", "attn_k": "k_proj", "attn_v": "v_proj", "attn_output": "o_proj",
+    "ffn_gate": "gate_proj", "ffn_up": "up_proj", "ffn_down": "down_proj",
+}
+
+
+@dataclass(frozen=True)
+class QuantWeight:
+    """W (N, K) as GGUF blocks: `data` (N, row_bytes) uint8, row n at data[n]."""
+
+    type: int  # ggml type id (QUANT_TYPES)
+    in_features: int  # K
+    data: torch.Tensor  # (N, row_bytes) uint8, contiguous
+
+    @property
+    def out_features(self) -> int:
+        return self.data.shape[0]
+
+
+def _library():
+    library = native.build_result().library
+    if library is None:
+        raise RuntimeError(f"GGUF weights as stored need the native kernels: {native.build_result().reason}")
+    return library
+
+
+def row_bytes(qtype: int, in_features: int) -> int:
+    """Bytes of one row of `in_features` values, or ValueError where the type or width does not fit."""
+    size = _library().quant_row_bytes(qtype, in_features)
+    if qtype not in QUANT_TYPES or size < 0:
+        raise ValueError(f"GGUF type {qtype} with {in_features} values per row is not served")
+    return size
+
+
+def quant_weight(qtype: int, in_features: int, data: np.ndarray | torch.Tensor) -> QuantWeight:
+    """A QuantWeight from a tensor's bytes, (N, row_bytes) or flat; the bytes are copied once, contiguous."""
+    tensor = torch.as_tensor(np.ascontiguousarray(data)).view(torch.uint8)
+    tensor = tensor.reshape(-1, row_bytes(qtype, in_features)).contiguous()
+    return QuantWeight(qtype, in_features, tensor)
+
+
+def gemm(x: torch.Tensor, weights: list[QuantWeight]) -> torch.Tensor:
+    """x (M, K) float32 -> x W^T (M, N) float32, W the weights stacked along N (each writes its columns)."""
+    rows, in_features = x.shape
+    assert x.dtype == torch.float32 and all(w.in_features == in_features for w in weights)
+    x = x.contiguous()
+    width = sum(w.out_features for w in weights)
+    out = torch.empty(rows, width, dtype=torch.float32)
+    library, threads, column = _library(), torch.get_num_threads(), 0
+    for w in weights:
+        y = out.data_ptr() + 4 * column
+        if library.quant_gemm_f32(x.data_ptr(), w.data.data_ptr(), y, width, rows, w.out_features, in_features, w.type, threads):
+            raise ValueError(f"quant_gemm_f32 refused type {w.type} with K={in_features}")
+        column += w.out_features
+    return out
+
+
+def dequantize(weight: QuantWeight) -> torch.Tensor:
+    """W (N, K) float32 from the kernels' own expansion (tests compare it with gguf's dequantize)."""
+    out = torch.empty(weight.out_features, weight.in_features, dtype=torch.float32)
+    if _library().dequantize_rows(weight.data.data_ptr(), out.data_ptr(), weight.out_features, weight.in_features, weight.type):
+        raise ValueError(f"dequantize_rows refused type {weight.type}")
+    return out
+
+
+class QuantLinear:
+    """y = x W^T with W as GGUF blocks (no bias): what `linear.Linear` does, from the stored bytes."""
+
+    fixed = small = int8 = bias = None  # the runner's bfloat16 layer table and int8 copies never apply
+
+    def __init__(self, weights: list[QuantWeight]) -> None:
+        self.weights = weights
+        self.out_features = sum(w.out_features for w in weights)
+        self.nbytes = sum(w.data.nbytes for w in weights)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = gemm(x.reshape(-1, x.shape[-1]), self.weights)  # (M, N)
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+@dataclass(frozen=True)
+class GGUFWeights:
+    """A GGUF's quantized projections and head as stored, by Hugging Face name (e.g.
+    `model.layers.0.self_attn.q_proj.weight`, `lm_head.weight`); tensors of other types are left out."""
+
+    path: str
+    tensors: dict[str, QuantWeight]
+
+
+def _llama_rows(rows: int, heads: int) -> np.ndarray:
+    """The row order transformers' LlamaTensorProcessor gives attn_q / attn_k (llama.cpp permuted them)."""
+    index = np.arange(rows)
+    return index.reshape(heads, rows // heads // 2, 2).swapaxes(2, 1).reshape(rows)
+
+
+def read_gguf_weights(path: Path, heads: int, kv_heads: int) -> GGUFWeights:
+    """The served quantized tensors of one GGUF file, rows in Hugging Face order."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+    architecture = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    names = {tensor.name for tensor in reader.tensors}
+    tensors = {}
+    for tensor in reader.tensors:
+        qtype = int(tensor.tensor_type)
+        if qtype not in QUANT_TYPES:
+            continue
+        parts = tensor.name.split(".")
+        in_features = int(tensor.shape[0])  # GGUF lists dimensions innermost first
+        if tensor.name == "output.weight" or (tensor.name == "token_embd.weight" and "output.weight" not in names):
+            tensors["lm_head.weight"] = quant_weight(qtype, in_features, tensor.data)  # tied: the embedding
+        elif len(parts) == 4 and parts[0] == "blk" and parts[2] in LAYER_TENSORS:
+            weight = quant_weight(qtype, in_features, tensor.data)
+            if architecture == "llama" and parts[2] in ("attn_q", "attn_k"):
+                order = _llama_rows(weight.out_features, heads if parts[2] == "attn_q" else kv_heads)
+                weight = QuantWeight(qtype, in_features, weight.data[torch.from_numpy(order)].contiguous())
+            block = "mlp" if parts[2].startswith("ffn") else "self_attn"
+            tensors[f"model.layers.{parts[1]}.{block}.{LAYER_TENSORS[parts[2]]}.weight"] = weight
+    return GGUFWeights(str(path), tensors)
+
+
+def use_gguf_weights(runner, weights: GGUFWeights) -> int:
+    """Point a float32 `LlamaRunner`'s projections and head at the GGUF's blocks where every part of a fused
+    projection is quantized; returns the bytes a decode step now reads from them (each tensor once)."""
+    if runner.dtype != torch.float32:
+        raise ValueError(f"GGUF weights as stored run with float32 activations, not {runner.dtype}")
+    tensors = weights.tensors
+    fused = {"qkv": ("self_attn", ("q_proj", "k_proj", "v_proj")), "o": ("self_attn", ("o_proj",)),
+             "gate_up": ("mlp", ("gate_proj", "up_proj")), "down": ("mlp", ("down_proj",))}
+    for index, layer in enumerate(runner.layers):
+        for attribute, (block, projections) in fused.items():
+            names = [f"model.layers.{index}.{block}.{name}.weight" for name in projections]
+            if all(name in tensors for name in names) and getattr(layer, attribute).bias is None:
+                setattr(layer, attribute, QuantLinear([tensors[name] for name in names]))
+    if "lm_head.weight" in tensors and runner.lm_head.bias is None:
+        runner.lm_head = QuantLinear([tensors["lm_head.weight"]])
+        runner.head_screen = None  # the screened head reads a bfloat16 pack of the float32 head
+    linears = [runner.lm_head, *runner._projections()]
+    return sum(linear.nbytes for linear in linears if isinstance(linear, QuantLinear))
