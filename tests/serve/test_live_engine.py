@@ -13,6 +13,7 @@ from torch import nn
 
 from helpers import char_tokenizer, tiny_llama
 from live_server import MODEL, serving, tiny_backend
+from quench.engine import invariant
 from quench.engine.config import EngineConfig
 from quench.engine.engine import QuenchBackend
 from quench.engine.live import Failed, Finished, LiveEngine, LiveEvent, Tokens, settled_text, tokens_before
@@ -94,20 +95,68 @@ def test_n_samples_of_a_request_share_one_prefill() -> None:
     assert engine.loop.stats.prefill_tokens == len(prompt.prompt_ids)
 
 
-def test_other_sampling_settings_wait_for_the_batch_to_drain_and_are_not_overtaken() -> None:
-    backend = tiny_backend()
+MIXED = {  # three settings that take three sampling paths: argmax, the C kernel, PyTorch's top-k / top-p
+    "greedy": SamplingParams(max_new_tokens=24),
+    "hot": SamplingParams(temperature=1.3, max_new_tokens=24),
+    "nucleus": SamplingParams(temperature=0.8, top_p=0.9, top_k=12, max_new_tokens=24),
+}
+
+
+def served_alone_and_together(backend_of, prompts: dict[str, str], n: int = 2) -> tuple[dict, dict, LiveEngine]:
+    """Each request's samples served on an engine of its own, and all of them submitted together."""
+    alone = {}
+    for name, text in prompts.items():
+        backend = backend_of()
+        engine = LiveEngine(backend, max_len=512).start()
+        seen = Recorder()
+        try:
+            engine.submit(GenerationRequest(f"seed:{name}", request(backend, text).prompt_ids, n), MIXED[name],
+                          seen.sink(name, n))
+            seen.wait(name)
+        finally:
+            engine.stop()
+        alone[name] = [r.token_ids for r in seen.results(name)]
+    backend = backend_of()
     engine = LiveEngine(backend, max_len=512)
     seen = Recorder()
-    engine.submit(request(backend, "x = [1, 2, 3]\nfor"), SamplingParams(max_new_tokens=60), seen.sink("greedy-1"))
-    engine.submit(request(backend, "import os"), SamplingParams(temperature=0.8, max_new_tokens=4), seen.sink("sampled"))
-    engine.submit(request(backend, "a"), SamplingParams(max_new_tokens=2), seen.sink("greedy-2"))
+    for name, text in prompts.items():  # submitted before the thread starts: the first step holds them all
+        engine.submit(GenerationRequest(f"seed:{name}", request(backend, text).prompt_ids, n), MIXED[name],
+                      seen.sink(name, n))
     engine.start()
     try:
-        for name in ("greedy-1", "sampled", "greedy-2"):
+        for name in prompts:
             seen.wait(name)
     finally:
         engine.stop()
-    assert seen.order() == ["greedy-1", "sampled", "greedy-2"]
+    return alone, {name: [r.token_ids for r in seen.results(name)] for name in prompts}, engine
+
+
+@pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
+def test_rows_with_different_sampling_settings_share_a_batch_and_draw_what_they_draw_alone() -> None:
+    prompts = {"greedy": "def f(x):", "hot": "import os", "nucleus": "x = [1, 2, 3]\nfor"}
+    alone, together, engine = served_alone_and_together(
+        lambda: tiny_backend(EngineConfig(batch_size=8, batch_invariant=True)), prompts)
+    assert together == alone
+    assert engine.loop.mixed_steps > 0  # the rows did share steps
+    assert alone["hot"][0] != alone["hot"][1]  # the samples are sampled, not all alike
+
+
+def test_a_small_request_is_not_starved_by_the_samples_of_a_large_one() -> None:
+    backend = tiny_backend()  # 4 slots; the large request wants 8 rows of 400 tokens
+    engine = LiveEngine(backend, max_len=512).start()
+    seen = Recorder()
+    try:
+        first_tokens = threading.Event()
+        large_sink = seen.sink("large", n=8)
+        engine.submit(request(backend, "x = [1, 2, 3]\nfor", n=8), SamplingParams(max_new_tokens=400),
+                      lambda event: (large_sink(event), isinstance(event, Tokens) and first_tokens.set()))
+        assert first_tokens.wait(30)
+        engine.submit(request(backend, "def f(x):"), SamplingParams(max_new_tokens=8), seen.sink("small"))
+        seen.wait("small")
+        assert seen.order() == ["small"]  # no sample of the large request finished meanwhile
+        engine.cancel(0)
+    finally:
+        engine.stop()
 
 
 def test_speculative_serving_gives_the_regular_greedy_tokens() -> None:

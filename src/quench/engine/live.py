@@ -5,31 +5,46 @@ and a sink; the thread calls the sink with each sample's new tokens after every 
 each finished sample (`Finished`) and, if the engine fails, once with `Failed`. `cancel` frees the
 request's rows at the next step.
 
-Rows of one batch share temperature, top-p and top-k (one sampling path per step). Requests whose
-settings differ from the running batch's wait until it drains; meanwhile no new request of the running
-settings is admitted, so no request waits behind a stream of others. `max_new_tokens` and the seed are
-per request: the first through `LiveStopRules`, the second through the request key (each row's
-generator is seeded from the key and the sample index, `quench.engine.sampling.row_generator`).
-Requests that ask for log-probabilities (`quench.engine.logprobs`) run in batches of their own.
+Every request shares one batch, whatever its settings:
+- admission is fair between requests (`quench.engine.live_queue`), and each step prefills at most
+  `prefill_budget` tokens of new prompts (at least one prompt), so a burst of arrivals costs the
+  running rows one bounded stall per step instead of every prefill at once;
+- temperature, top-p and top-k are per row: a step whose rows all draw alike is the decode loop's own
+  step (speculation included); a step with several settings is a regular step whose logits each row
+  reads with its own (`LiveLoop._mixed_step`); greedy rows take the argmax of the same logits;
+- `max_new_tokens` per request through `LiveStopRules`, the seed through the request key (each row's
+  generator is seeded from the key and the sample index, `quench.engine.sampling.row_generator`), so a
+  sample's tokens do not depend on what else is in the batch (with batch-invariant kernels, bit for bit);
+- log-probabilities (`quench.engine.logprobs`): the runner keeps a step's logits only when a row of
+  that step asked for them (`RecordingRunner`), so other requests do not pay for them.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
+
+import torch
 
 from quench.engine.decode import DecodeLoop
 from quench.engine.draft_length import make_policy
 from quench.engine.engine import QuenchBackend
 from quench.engine.holdback import GUARD_HOLDBACK, settled_text, tokens_before
 from quench.engine.kv_cache import round_up
+from quench.engine.live_queue import EngineStopped, LiveEntry, LiveQueue, QueueFull
 from quench.engine.logprobs import ScoredPrefixes, ScoringRunner, TokenLogprob, score_token
 from quench.engine.rows import Row, StopRules
+from quench.engine.sampling import next_tokens
 from quench.engine.scheduler import WorkItem
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
+from quench.engine.verify import Verdict
+
+__all__ = ["EngineStopped", "Failed", "Finished", "LiveEngine", "LiveEvent", "QueueFull", "Tokens"]
+
+PREFILL_BUDGET = 512  # prompt tokens prefilled per step, at most (one longer prompt still goes whole)
 
 log = logging.getLogger(__name__)
 
@@ -56,130 +71,6 @@ class Failed:
 
 LiveEvent = Tokens | Finished | Failed
 Sink = Callable[[LiveEvent], None]  # called from the engine thread
-
-
-class QueueFull(Exception):
-    """More requests wait than the queue holds."""
-
-
-class EngineStopped(Exception):
-    """The engine no longer takes requests (shutting down)."""
-
-
-Group = tuple[float, float, int, bool]  # temperature, top-p, top-k, log-probabilities wanted
-
-
-def batch_group(sampling: SamplingParams, scored: bool = False) -> Group:
-    """The settings rows of one batch must share: greedy rows all decode together."""
-    if sampling.greedy:
-        return (0.0, 1.0, 0, scored)
-    return (sampling.temperature, sampling.top_p, sampling.top_k, scored)
-
-
-@dataclass
-class LiveEntry:
-    """A submitted request and what has happened to it."""
-
-    index: int  # the request index the decode loop sees (unique over the engine's life)
-    request: GenerationRequest
-    sampling: SamplingParams
-    sink: Sink
-    top_logprobs: int | None = None  # None: no log-probabilities; else this many alternatives per token
-    started: int = 0  # samples started
-    finished: int = 0
-    cancelled: bool = False
-
-    @property
-    def group(self) -> Group:
-        return batch_group(self.sampling, self.top_logprobs is not None)
-
-    @property
-    def waiting(self) -> bool:
-        return self.started < self.request.n and not self.cancelled
-
-
-class LiveQueue:
-    """A thread-safe `WorkQueue` that grows while the loop runs; `pop` hands out only the current group."""
-
-    def __init__(self, max_waiting: int) -> None:
-        self.max_waiting = max_waiting  # requests not started yet; beyond that `add` raises QueueFull
-        self.closed = False
-        self.group: Group | None = None  # of the running loop
-        self._entries: OrderedDict[int, LiveEntry] = OrderedDict()
-        self._next_index = 0
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-
-    def add(self, request: GenerationRequest, sampling: SamplingParams, sink: Sink, top_logprobs: int | None = None) -> int:
-        with self._lock:
-            if self.closed:
-                raise EngineStopped("the engine is shutting down")
-            if sum(1 for e in self._entries.values() if e.started == 0 and not e.cancelled) >= self.max_waiting:
-                raise QueueFull(f"{self.max_waiting} requests are already waiting")
-            index = self._next_index
-            self._next_index += 1
-            self._entries[index] = LiveEntry(index, request, sampling, sink, top_logprobs)
-            self._changed.notify_all()
-            return index
-
-    def cancel(self, index: int) -> None:
-        with self._lock:
-            entry = self._entries.get(index)
-            if entry is not None and entry.started == 0:
-                del self._entries[index]  # no row of it runs: nothing for the loop to free
-            elif entry is not None:
-                entry.cancelled = True
-
-    def pop(self) -> WorkItem | None:
-        """The next sample of the oldest waiting request, if it belongs to the running group."""
-        with self._lock:
-            if self.closed:
-                return None
-            entry = next((e for e in self._entries.values() if e.waiting), None)
-            if entry is None or entry.group != self.group:
-                return None
-            sample = entry.request.sample_offset + entry.started
-            entry.started += 1
-            return WorkItem(entry.index, entry.request, sample)
-
-    def pending(self, request_index: int) -> bool:
-        with self._lock:
-            entry = self._entries.get(request_index)
-            return entry is not None and entry.waiting and not self.closed
-
-    def wait_for_group(self, timeout: float) -> LiveEntry | None:
-        """Block until a request waits (or `timeout`); the oldest waiting one (its settings start the next loop)."""
-        with self._lock:
-            self._changed.wait_for(lambda: self.closed or any(e.waiting for e in self._entries.values()), timeout)
-            entry = next((e for e in self._entries.values() if e.waiting), None)
-            return None if entry is None or self.closed else entry
-
-    def held(self) -> int:
-        """Requests submitted and not yet finished, failed or dropped after a cancel."""
-        with self._lock:
-            return len(self._entries)
-
-    def entry(self, index: int) -> LiveEntry | None:
-        with self._lock:
-            return self._entries.get(index)
-
-    def cancelled(self) -> list[int]:
-        with self._lock:
-            return [e.index for e in self._entries.values() if e.cancelled]
-
-    def remove(self, index: int) -> LiveEntry | None:
-        with self._lock:
-            return self._entries.pop(index, None)
-
-    def close(self) -> list[LiveEntry]:
-        """Take no more requests and cancel the ones held (the loop drops their rows); those not cancelled before."""
-        with self._lock:
-            self.closed = True
-            live = [e for e in self._entries.values() if not e.cancelled]
-            for entry in live:
-                entry.cancelled = True
-            self._changed.notify_all()
-            return live
 
 
 def notify(entry: LiveEntry, event: LiveEvent) -> None:
@@ -209,27 +100,134 @@ class LiveStopRules(StopRules):
         return reason
 
 
+class RecordingRunner(ScoringRunner):
+    """A `ScoringRunner` that keeps a step's logits only while `recording` (a row of the step asked for
+    log-probabilities); otherwise every call goes straight to the runner it wraps."""
+
+    recording = False
+
+    def forward(self, cache, tokens: torch.Tensor, start: torch.Tensor, **kwargs):
+        if not self.recording:
+            return self.runner.forward(cache, tokens, start, **kwargs)
+        return super().forward(cache, tokens, start, **kwargs)
+
+    def greedy_tokens(self, cache, tokens: torch.Tensor, start: torch.Tensor, counts=None) -> torch.Tensor:
+        if not self.recording:
+            return self.runner.greedy_tokens(cache, tokens, start, counts=counts)
+        return super().greedy_tokens(cache, tokens, start, counts=counts)
+
+    def packed_logits(self, cache, tokens: torch.Tensor, start: torch.Tensor, counts=None) -> torch.Tensor:
+        if not self.recording:
+            return self.runner.packed_logits(cache, tokens, start, counts=counts)
+        return super().packed_logits(cache, tokens, start, counts=counts)
+
+
 class LiveLoop(DecodeLoop):
-    """A decode loop over a `LiveQueue`: drops cancelled rows and publishes new tokens every step.
+    """A decode loop over a `LiveQueue`: fair admission under a prefill budget, per-row sampling settings,
+    cancelled rows dropped and new tokens published every step (module docstring).
 
-    scored: its rows want log-probabilities; its runner is a `ScoringRunner` and its stop rules a
-    `LiveStopRules`, through which each committed token is scored."""
+    Its runner is a `RecordingRunner` and its stop rules a `LiveStopRules`, through which each committed
+    token of a row that asked for log-probabilities is scored."""
 
-    def __init__(self, *args, live: LiveQueue, scored: bool = False, **kwargs) -> None:
+    def __init__(self, *args, live: LiveQueue, prefill_budget: int = PREFILL_BUDGET, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.live = live
+        self.prefill_budget = prefill_budget
+        self.max_len = self.stop.max_new_tokens  # the context bound: every step setting carries it
         self.published: dict[tuple[int, int], int] = {}  # (request index, sample index) -> tokens published
         self.pieces: dict[tuple[int, int], list[str]] = {}  # with a guard: each generated token's text
-        self.scores: dict[tuple[int, int], list[TokenLogprob]] | None = None  # scored: per sample, per token
-        self.step_start: dict[int, int] = {}  # scored: slot -> its generated tokens before this step's
-        if scored:
-            self.scores = {}
-            self.prefixes = ScoredPrefixes(self.runner, share=self.prefixes.share)
-            self.stop.on_token = self._score  # type: ignore[attr-defined]
+        self.scores: dict[tuple[int, int], list[TokenLogprob]] = {}  # rows that asked: per sample, per token
+        self.step_start: dict[int, int] = {}  # slot -> its generated tokens before this step's
+        self.settings: dict[int, SamplingParams] = {}  # request index -> how its rows draw
+        self.scored: set[int] = set()  # request indices that asked for log-probabilities
+        self.mixed_steps = 0  # steps whose rows drew with more than one setting
+        self.prefixes = ScoredPrefixes(self.runner, share=self.prefixes.share)
+        self.stop.on_token = self._score  # type: ignore[attr-defined]
+
+    # -- admission ---------------------------------------------------------------------------------
+
+    def _admit(self) -> Iterator[GenerationResult]:
+        """Fill free slots fairly, prefilling at most `prefill_budget` new prompt tokens (at least one
+        prompt); the first tokens are drawn per sampling setting."""
+        free = [slot for slot, row in enumerate(self.slots) if row is None]
+        items: list[tuple[int, WorkItem]] = []
+        fresh: set[int] = set()  # requests whose prompt this admission prefills
+        spent = 0
+        while len(items) < len(free):
+            entry = self.live.next_entry(len(free) - len(items))
+            if entry is None:
+                break
+            new_prompt = entry.index not in self.prefixes and entry.index not in fresh
+            if new_prompt and spent and spent + len(entry.request.prompt_ids) > self.prefill_budget:
+                break  # the next step prefills it
+            item = self.live.take(entry)
+            if item is None:
+                continue
+            if new_prompt:
+                spent += len(entry.request.prompt_ids)
+                fresh.add(entry.index)
+            self.settings[entry.index] = entry.row_sampling(self.max_len)
+            if entry.top_logprobs is not None:
+                self.scored.add(entry.index)
+            items.append((free[len(items)], item))
+        by_setting: dict[SamplingParams, list[tuple[int, WorkItem]]] = defaultdict(list)
+        for slot, item in items:
+            by_setting[self.settings[item.request_index]].append((slot, item))
+        for setting, group in by_setting.items():
+            self.sampling = setting
+            yield from self._start_rows(group)
+
+    # -- steps -------------------------------------------------------------------------------------
+
+    def _step(self) -> Iterator[GenerationResult]:
+        active = [b for b, row in enumerate(self.slots) if row is not None]
+        settings = {self.settings[self.slots[b].request_index] for b in active}
+        self.runner.recording = any(self.slots[b].request_index in self.scored for b in active)  # type: ignore[attr-defined]
+        self.step_start = {b: len(self.slots[b].generated) for b in active}
+        if len(settings) == 1:
+            self.sampling = settings.pop()  # every row draws alike: the loop's own step, speculation included
+            yield from super()._step()
+        else:
+            yield from self._mixed_step(active)
+
+    def _mixed_step(self, active: list[int]) -> Iterator[GenerationResult]:
+        """A regular step (no drafts) over rows with several settings: one forward, then each row's token
+        from its own setting's path on its own logits (as the same row would draw alone)."""
+        inputs = torch.tensor([[row.last if row is not None else 0] for row in self.slots])  # (B, 1)
+        counts = torch.tensor([int(row is not None) for row in self.slots])  # (B,)
+        start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
+        if self.guard is not None:
+            logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # (B, 1, V)
+            logits = logits[active, 0]  # (A, V)
+        else:
+            logits = self.runner.packed_logits(self.cache, inputs, start, counts=counts)  # (A, V)
+        verdict = Verdict(torch.zeros(len(active), dtype=torch.long), self._draw(logits, active)[:, None])
+        keeps: list[int | None] = [None] * len(self.slots)
+        if self.guard is not None:
+            keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
+        self.stats.steps += 1
+        self.mixed_steps += 1
+        yield from self._commit(verdict, None, 0, active, keeps)
+
+    def _draw(self, logits: torch.Tensor, active: Sequence[int]) -> torch.Tensor:
+        """logits (A, V), row j of slot active[j] -> tokens (A,), each drawn with its request's setting."""
+        rows_of: dict[SamplingParams, list[int]] = defaultdict(list)
+        for j, b in enumerate(active):
+            rows_of[self.settings[self.slots[b].request_index]].append(j)
+        tokens = torch.empty(len(active), dtype=torch.long)  # (A,)
+        for setting, rows in rows_of.items():
+            chosen = torch.tensor(rows)  # (R,)
+            generators = [self.slots[active[j]].generator for j in rows]
+            tokens[chosen] = next_tokens(logits, setting, generators, rows=chosen)
+        return tokens
+
+    # -- log-probabilities ---------------------------------------------------------------------------
 
     def _score(self, row: Row, token: int) -> None:
         """Keep the log-probability of `token`, about to be appended to `row` (see quench.engine.logprobs)."""
-        assert self.scores is not None and isinstance(self.prefixes, ScoredPrefixes)
+        if row.request_index not in self.scored:
+            return
+        assert isinstance(self.prefixes, ScoredPrefixes)
         entry = self.live.entry(row.request_index)
         top = (entry.top_logprobs or 0) if entry is not None else 0
         if not row.generated:  # the first token: from the prompt's logits
@@ -240,13 +238,10 @@ class LiveLoop(DecodeLoop):
             logits = last.at(slot, len(row.generated) - self.step_start[slot])
         self.scores.setdefault((row.request_index, row.sample_index), []).append(score_token(logits, token, top))
 
-    def _commit(self, verdict, draft, width, active, keeps) -> Iterator[GenerationResult]:
-        if self.scores is not None:
-            self.step_start = {b: len(self.slots[b].generated) for b in active}
-        yield from super()._commit(verdict, draft, width, active, keeps)
-
     def _logprobs(self, key: tuple[int, int], start: int, end: int) -> tuple[TokenLogprob, ...] | None:
-        return None if self.scores is None else tuple(self.scores.get(key, ())[start:end])
+        return tuple(self.scores.get(key, ())[start:end]) if key[0] in self.scored else None
+
+    # -- the loop ------------------------------------------------------------------------------------
 
     def run(self) -> Iterator[GenerationResult]:
         while True:
@@ -298,8 +293,7 @@ class LiveLoop(DecodeLoop):
         self.published.pop(key, None)
         self.pieces.pop(key, None)
         logprobs = self._logprobs(key, 0, len(result.token_ids))
-        if self.scores is not None:
-            self.scores.pop(key, None)
+        self.scores.pop(key, None)
         entry = self.live.entry(row.request_index)
         if entry is not None and not entry.cancelled:
             entry.finished += 1
@@ -310,6 +304,8 @@ class LiveLoop(DecodeLoop):
         return result
 
     def _forget(self, request_index: int) -> None:
+        self.settings.pop(request_index, None)
+        self.scored.discard(request_index)
         if isinstance(self.prefixes, ScoredPrefixes):
             self.prefixes.handed.pop(request_index, None)
 
@@ -321,6 +317,7 @@ class LiveEngine:
     backend: QuenchBackend
     max_len: int  # prompt + generated tokens of one row, at most (the server's context length)
     max_waiting: int = 256
+    prefill_budget: int = PREFILL_BUDGET  # prompt tokens prefilled per step, at most (at least one prompt)
     queue: LiveQueue = field(init=False)
     loop: LiveLoop | None = field(default=None, init=False)  # the latest decode loop (its `stats`)
     _thread: threading.Thread | None = field(default=None, init=False)
@@ -352,10 +349,9 @@ class LiveEngine:
 
     def _serve(self) -> None:
         while not self.queue.closed:
-            oldest = self.queue.wait_for_group(timeout=0.5)
-            if oldest is None:
+            if not self.queue.wait_for_work(timeout=0.5):
                 continue
-            loop = self.loop = self._loop(oldest.sampling, oldest.top_logprobs is not None)
+            loop = self.loop = self._loop()
             try:
                 for _ in loop.run():  # each result went to its request's sink
                     pass
@@ -363,18 +359,16 @@ class LiveEngine:
                 log.exception("engine step failed")
                 self._fail_running(loop, f"engine error: {err}")
 
-    def _loop(self, sampling: SamplingParams, scored: bool) -> LiveLoop:
+    def _loop(self) -> LiveLoop:
         backend, config = self.backend, self.backend.config
-        self.queue.group = batch_group(sampling, scored)
         cache_len = round_up(self.max_len + config.row_headroom, 64)
-        loop_sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, self.max_len, seed=0)
         guard = backend.guard.start(backend.tokenizer, config.batch_size) if backend.guard is not None else None
         return LiveLoop(
-            ScoringRunner(backend.runner) if scored else backend.runner,
+            RecordingRunner(backend.runner),
             backend._target_cache(cache_len),
             self.queue,
             LiveStopRules(backend.tokenizer, backend.eos_ids, self.max_len, self.queue),
-            loop_sampling,
+            SamplingParams(max_new_tokens=self.max_len),  # each step takes its rows' own (LiveLoop._step)
             drafter=backend._drafter(cache_len),
             policy=make_policy(config.draft_length, config.draft_tokens, config.max_draft_tokens)
             if config.drafter != "none" else None,
@@ -382,7 +376,7 @@ class LiveEngine:
             share_prefixes=config.share_prefixes,
             max_draft_rows=config.draft_max_rows or None,
             live=self.queue,
-            scored=scored,
+            prefill_budget=self.prefill_budget,
         )
 
     def _fail_running(self, loop: LiveLoop, message: str) -> None:
