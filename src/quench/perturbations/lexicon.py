@@ -53,6 +53,9 @@ class Lexicon:
                 self._add(form, Analysis(lemma, pos, tag, count))
         for readings in self.readings.values():
             readings.sort(key=lambda a: (-a.count, a.pos, a.tag))
+        # Every listed verb's participles, untagged ones (`sorted`: no sense count for `sort`) included.
+        self.participles = frozenset(form for (_, pos), forms in self.forms.items() if pos == "VERB"
+                                     for tag, form in forms.items() if tag in ("VBN", "VBG"))
 
     def _add(self, form: str, analysis: Analysis) -> None:
         self.readings.setdefault(form, []).append(analysis)
@@ -73,6 +76,10 @@ class Lexicon:
             if preferred:
                 return preferred[0]
         return readings[0]
+
+    def is_participle(self, word: str) -> bool:
+        """`sorted`, `given`, `being`: a verb form that follows an auxiliary."""
+        return word in self.participles
 
     def inflect(self, lemma: str, pos: str, tag: str) -> str | None:
         if tag == BASE_TAG[pos]:

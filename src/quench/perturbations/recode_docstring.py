@@ -22,6 +22,7 @@ from quench.perturbations.base import DOCSTRING, Perturbation, register_recode
 from quench.perturbations.lexicon import lexicon
 from quench.perturbations.recode_code_syntax import TYPE_VARS, parser, variable_names
 from quench.perturbations.recode_render import sep
+from quench.perturbations.words import AUXILIARY_VERBS, FUNCTION_WORDS
 
 MASK = "<|||>"
 # NLTK's English stop words, which SynonymInsertion skips (compared case-sensitively, as there).
@@ -168,6 +169,33 @@ def options(word: str) -> list[str]:
     return [o for o in dict.fromkeys(out) if o.lower() != lower]
 
 
+# Between an auxiliary and its verb (`is not sorted`, `has always been`).
+AUXILIARY_GAP = frozenset("not n't also always never still already only just all then".split())
+
+
+def is_auxiliary(word: str, following: list[str]) -> bool:
+    """`do`, and `be`/`have` before a participle: the auxiliaries spaCy tags AUX (ReCode's release
+    never replaces them). Copula and possession (`is a prime`, `has a length`) are its VERBs."""
+    if word in ("do", "does", "did"):
+        return True
+    for token in following:
+        if token.lower() not in AUXILIARY_GAP:
+            return token[:1].isalpha() and lexicon().is_participle(token.lower())
+    return False
+
+
+def is_content_word(token: str, following: list[str]) -> bool:
+    """A word that NL-Augmenter's tagger calls a noun, verb, adjective or adverb, as far as the
+    shipped lexicon and the closed word classes tell: never a determiner (`a`, which WordNet
+    lists as the noun "angstrom"), preposition, pronoun, conjunction, numeral or auxiliary."""
+    lower = token.lower()
+    if not token[:1].isalpha() or not lexicon().analyses(lower):
+        return False
+    if lower in AUXILIARY_VERBS:
+        return not is_auxiliary(lower, following)
+    return lower not in FUNCTION_WORDS
+
+
 class RecodeWordwise(Perturbation):
     """Per content word of the prose: a coin with p=0.5, then `edit`; the text is rebuilt from tokens."""
 
@@ -179,8 +207,9 @@ class RecodeWordwise(Perturbation):
 
     def edit_words(self, text: str, rng: random.Random) -> str:
         out = []
-        for token in tokens_of(text):
-            if token[:1].isalpha() and lexicon().analyses(token.lower()) and self.eligible(token):
+        tokens = tokens_of(text)
+        for i, token in enumerate(tokens):
+            if is_content_word(token, tokens[i + 1:]) and self.eligible(token):
                 out += self.edit(token, rng)
             else:
                 out.append(token)

@@ -4,14 +4,41 @@ from __future__ import annotations
 
 import random
 
-# Function words and auxiliaries: never inflected or replaced by a synonym.
-STOPWORDS = frozenset("""
-a an the and or but if then else of in on at to for from by with as into onto about above below up
-down out over under again further once is are was were be been being am do does did doing have has
-had having it its itself this that these those there here which who whom whose what when where why
-how not no nor so than too very can will just should would could may might must shall i you he she
-we they me him her us them my your his our their all any each every both either neither some such
-only own same other another also one two three four five six seven eight nine ten e g eg ie etc
+# Closed word classes. A tagger never calls these nouns, verbs, adjectives or adverbs, but WordNet
+# lists some under those (`a` the noun "angstrom", `by` the adverb "past", `in` the noun "inch"),
+# so a lexicon lookup alone would replace them: they are never edited as content words.
+DETERMINERS = frozenset("""
+a an the this that these those each every either neither any some no all both another such what which
+whose whatever whichever half
+""".split())
+PREPOSITIONS = frozenset("""
+about above across after against along amid among around as at before behind below beneath beside besides
+between beyond by despite down during except for from in inside into like near of off on onto out outside
+over per since than through throughout till to toward towards under underneath unlike until up upon via
+with within without
+""".split())
+PRONOUNS = frozenset("""
+i me my mine myself you your yours yourself yourselves he him his himself she her hers herself it its itself
+we us our ours ourselves they them their theirs themselves one ones oneself who whom whoever anything anyone
+anybody everything everyone everybody nothing nobody someone somebody something
+""".split())
+CONJUNCTIONS = frozenset("""
+and or but nor yet if unless because although though while whereas whether when whenever where wherever
+how why
+""".split())
+# Modals always; be, have and do as auxiliaries (`is sorted`, `has been`); see `is_auxiliary`.
+MODALS = frozenset("can could may might must shall should will would".split())
+AUXILIARY_VERBS = frozenset("be am is are was were been being have has had having do does did doing".split())
+PARTICLES = frozenset("not to".split())
+NUMERALS = frozenset("""
+zero one two three four five six seven eight nine ten eleven twelve twenty hundred thousand million
+""".split())
+FUNCTION_WORDS = (DETERMINERS | PREPOSITIONS | PRONOUNS | CONJUNCTIONS | MODALS | AUXILIARY_VERBS | PARTICLES
+                  | NUMERALS)
+# Function words and auxiliaries in any use, and a few adverbs of degree: never inflected or
+# replaced by a synonym in the default profile.
+STOPWORDS = FUNCTION_WORDS | frozenset("""
+then else again further once there here very just so too only own same other also e g eg ie etc
 """.split())
 # Task vocabulary whose WordNet synonyms change the task (`string` -> `twine`, `find` -> `happen`).
 PROTECTED_VOCABULARY = frozenset("""
