@@ -128,7 +128,7 @@ class LlamaRunner:
             return None
         if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
             return None
-        packs = [linear.fixed if self.batch_invariant else linear.small for linear in self._projections()]
+        packs = [linear.fixed if self.fixed else linear.small for linear in self._projections()]
         if any(pack is None for pack in packs) or self.layers[0].gate_up.out_features % 32 or self.final_norm.numel() % 2:
             return None
         addresses = []

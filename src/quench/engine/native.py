@@ -212,9 +212,10 @@ def sample(logits: torch.Tensor, rows: torch.Tensor, temperature: float, uniform
 
 
 def layers_available() -> bool:
-    """Whether `layers` (the bfloat16 layer loop in C) is built for this CPU."""
+    """Whether `layers` (the bfloat16 layer loop in C) is built for this CPU: AVX512-BF16 (the small GEMM), or
+    AVX2 + FMA (every product on the fixed-order kernel, `invariant.gemm`)."""
     library = _library()
-    return library is not None and bool(library.small_gemm_available()) and bool(library.layers_available())
+    return library is not None and bool(library.layers_available())
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -260,6 +261,7 @@ def layers(
     (input_norm, post_norm, packed qkv, o, gate_up, down); caches: each layer's key and value cache (B, Hkv,
     T, 64); start (B,) and offsets (B + 1,) int64 as `rope_attend` takes them. int8: 12 addresses per layer
     (each projection's `screen.Int8Weight` tiles, scales, column sums), used by steps of at most int8_rows rows.
+    The packs are `pack_pairs`'s: the small GEMM's where the build has it, else the fixed-order kernel's.
     amx: AMX tiles in attention and past `avx512_gemm_rows` rows; with every_row (batch-invariant runners), in
     every product whatever its rows, so every step sums in one order."""
     rows, width = x.shape

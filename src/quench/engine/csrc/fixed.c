@@ -49,6 +49,31 @@ static void fixed_##SUF##_##MB##_##S(const float* const* xr, const T* w, float (
 #define FIXED_ALL(T, SUF) FIXED(T, SUF, 4, 6) FIXED(T, SUF, 2, 6) FIXED(T, SUF, 1, 6)              \
     FIXED(T, SUF, 4, 1) FIXED(T, SUF, 2, 1) FIXED(T, SUF, 1, 1)
 FIXED_ALL(float, f32)
+#elif defined(__AVX2__) && defined(__FMA__)
+#define FIXED_AVX2 1
+/* AVX2 + FMA: a 16-wide block as two 8-wide halves (columns 0-7, 8-15), the same FMA per output and k.
+   MB rows x S blocks of W from w; block s's 16 sums for row i go to out[i][at + 16 s ..]. MB x 2 S <= 12 of the
+   16 vector registers. */
+#define FIXED8(MB, S)                                                                              \
+static void fixed_f32_##MB##_##S(const float* const* xr, const float* w, float (*out)[16 * 6], int K, int at) { \
+    __m256 acc[MB][2 * S];                                                                         \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < 2 * S; s++) acc[i][s] = _mm256_setzero_ps();                           \
+    for (int k = 0; k < K; k++) {                                                                  \
+        for (int s = 0; s < S; s++) {                                                              \
+            __m256 lo = _mm256_loadu_ps(w + ((int64_t)s * K + k) * 16);                            \
+            __m256 hi = _mm256_loadu_ps(w + ((int64_t)s * K + k) * 16 + 8);                        \
+            for (int i = 0; i < MB; i++) {                                                         \
+                __m256 xv = _mm256_broadcast_ss(xr[i] + k);                                        \
+                acc[i][2 * s] = _mm256_fmadd_ps(xv, lo, acc[i][2 * s]);                            \
+                acc[i][2 * s + 1] = _mm256_fmadd_ps(xv, hi, acc[i][2 * s + 1]);                    \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < 2 * S; s++) _mm256_storeu_ps(out[i] + at + 8 * s, acc[i][s]);          \
+}
+FIXED8(1, 6) FIXED8(2, 3) FIXED8(4, 1) FIXED8(2, 1) FIXED8(1, 1)
 #endif
 
 /* One group of nb <= 6 blocks of W (starting at block b0) for the rows m0 .. m0 + mb (mb <= 4). */
@@ -82,6 +107,20 @@ static void group_##SUF(const float* xf, const T* wp, T* y, int m0, int mb, int 
         }                                                                                          \
     }
 #define GROUP_BODY(T, SUF) GROUP_VECTOR(T, SUF)
+#elif defined(FIXED_AVX2)
+/* Rows past mb repeat row m0 (computed, never stored); blocks by 6 (one row), 3 (two) or 1, the rest by 1. */
+#define GROUP_BODY(T, SUF)                                                                          \
+    int rows = mb > 2 ? 4 : mb, span = rows == 1 ? 6 : rows == 2 ? 3 : 1;                          \
+    for (int s = 0; s < nb;) {                                                                     \
+        const T* ws = w + (int64_t)s * 16 * K;                                                     \
+        int step = nb - s >= span ? span : 1;                                                      \
+        if (rows == 4) fixed_##SUF##_4_1(xr, ws, out, K, 16 * s);                                  \
+        else if (rows == 2 && step == 3) fixed_##SUF##_2_3(xr, ws, out, K, 16 * s);                \
+        else if (rows == 2) fixed_##SUF##_2_1(xr, ws, out, K, 16 * s);                             \
+        else if (step == 6) fixed_##SUF##_1_6(xr, ws, out, K, 16 * s);                             \
+        else fixed_##SUF##_1_1(xr, ws, out, K, 16 * s);                                            \
+        s += step;                                                                                 \
+    }
 #else
 /* The same sums one at a time: fmaf rounds once per step, as the vector FMA does. */
 #define GROUP_SCALAR(T, SUF)                                                                        \
@@ -155,6 +194,44 @@ static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)
         for (int s = 0; s < S; s++) _mm512_storeu_ps(out[i] + 16 * s, acc[i][s]);                  \
 }
 typedef float pair_row;
+#elif defined(FIXED_AVX2)
+/* AVX2 + FMA: x rows widened to float32 (length K). A 64-byte line of W holds pair p of 16 columns: its first
+   half columns 0-7, its second 8-15; each 32-bit word's low half is k = 2p, its high half k = 2p + 1, so a
+   shift and a mask widen them exactly. The FMAs run in order k, as fixed_gemm_f32's. */
+#define PAIRS8(MB, S)                                                                              \
+static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)[16 * 6], int K, int at) { \
+    __m256 acc[MB][2 * S];                                                                         \
+    const __m256i high = _mm256_set1_epi32((int32_t)0xffff0000u);                                  \
+    int K2 = (K + 1) / 2;                                                                          \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < 2 * S; s++) acc[i][s] = _mm256_setzero_ps();                           \
+    for (int p = 0; p < K / 2; p++) {                                                              \
+        for (int s = 0; s < S; s++) {                                                              \
+            const bf16* line = w + ((int64_t)s * K2 + p) * 32;                                     \
+            for (int half = 0; half < 2; half++) {                                                 \
+                __m256i v = _mm256_loadu_si256((const __m256i*)(line + 16 * half));                \
+                __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));                       \
+                __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));                       \
+                for (int i = 0; i < MB; i++) {                                                     \
+                    __m256 sum = _mm256_fmadd_ps(_mm256_broadcast_ss(xr[i] + 2 * p), even, acc[i][2 * s + half]); \
+                    acc[i][2 * s + half] = _mm256_fmadd_ps(_mm256_broadcast_ss(xr[i] + 2 * p + 1), odd, sum); \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    if (K % 2)  /* the last input alone: its pair's second member is W's zero pad, never added */   \
+        for (int s = 0; s < S; s++)                                                                \
+            for (int half = 0; half < 2; half++) {                                                 \
+                __m256i v = _mm256_loadu_si256((const __m256i*)(w + ((int64_t)s * K2 + K / 2) * 32 + 16 * half)); \
+                __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));                       \
+                for (int i = 0; i < MB; i++)                                                       \
+                    acc[i][2 * s + half] = _mm256_fmadd_ps(_mm256_broadcast_ss(xr[i] + K - 1), even, acc[i][2 * s + half]); \
+            }                                                                                      \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < 2 * S; s++) _mm256_storeu_ps(out[i] + at + 8 * s, acc[i][s]);          \
+}
+PAIRS8(1, 6) PAIRS8(2, 3) PAIRS8(4, 1) PAIRS8(2, 1) PAIRS8(1, 1)
+typedef float pair_row;
 #else
 typedef float pair_row;
 #endif
@@ -192,6 +269,19 @@ static void group_pairs(const pair_row* x, int stride, const bf16* wp, bf16* y, 
             else pairs_1_1(xr, ws, part, PAIR_LENGTH(K));
             for (int i = 0; i < rows; i++) memcpy(out[i] + 16 * s, part[i], 16 * sizeof(float));
         }
+    }
+#elif defined(FIXED_AVX2)
+    /* Rows past mb repeat row m0 (computed, never stored); blocks by 6 (one row), 3 (two) or 1, the rest by 1. */
+    int rows = mb > 2 ? 4 : mb, span = rows == 1 ? 6 : rows == 2 ? 3 : 1;
+    for (int s = 0; s < nb;) {
+        const bf16* ws = w + (int64_t)s * 32 * K2;
+        int step = nb - s >= span ? span : 1;
+        if (rows == 4) pairs_4_1(xr, ws, out, K, 16 * s);
+        else if (rows == 2 && step == 3) pairs_2_3(xr, ws, out, K, 16 * s);
+        else if (rows == 2) pairs_2_1(xr, ws, out, K, 16 * s);
+        else if (step == 6) pairs_1_6(xr, ws, out, K, 16 * s);
+        else pairs_1_1(xr, ws, out, K, 16 * s);
+        s += step;
     }
 #else
     /* The sums of the AVX512F kernel one at a time: fmaf rounds once per step, as the vector FMA does. */

@@ -13,10 +13,21 @@
 #include <math.h>
 #include <stdlib.h>
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if (defined(__AVX512F__) && defined(__AVX512BF16__)) || (defined(__AVX2__) && defined(__FMA__))
 int layers_available(void) { return 1; }
 /* gate_up (N, 2 I) -> act (N, I) = bf16(bf16(silu(gate)) * up); I % 16 == 0. */
 void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) {
+#if !(defined(__AVX512F__) && defined(__AVX512BF16__))
+    /* AVX2: 8 lanes at a time, exp8_ps giving exp_ps's bits, so the same SiLU as the AVX512 loop */
+    for (int n = 0; n < N; n++) {
+        const bf16* g = gate_up + (int64_t)n * 2 * I;
+        for (int i = 0; i < I; i += 8) {
+            __m256 silu = round8_to_bf16(silu8_ps(bf16x8_to_f32(g + i)));
+            __m256 product = _mm256_mul_ps(silu, bf16x8_to_f32(g + I + i));
+            _mm_storeu_si128((__m128i*)(act + (int64_t)n * I + i), f32x8_to_bf16(product));
+        }
+    }
+#else
     for (int n = 0; n < N; n++) {
         const bf16* g = gate_up + (int64_t)n * 2 * I;
         for (int i = 0; i < I; i += 16) {
@@ -26,6 +37,7 @@ void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) {
             _mm256_storeu_si256((__m256i*)(act + (int64_t)n * I + i), (__m256i)_mm512_cvtneps_pbh(product));
         }
     }
+#endif
 }
 /* Every decoder layer of a packed bfloat16 step with head size 64. x (N, Dm) is the residual stream, updated
    in place; h (N, Dm) gets the final-norm hidden states. weights: per layer the addresses of input_norm,
@@ -39,6 +51,7 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
                 const int64_t* w8, int w8_rows) {
     enum { D = 64 };
     int width = (H + 2 * Hkv) * D, widest = Dm > I ? Dm : I;
+    int small = small_gemm_available();  /* else (AVX2) every product on the fixed-order kernel, same packs */
     if (!w8 || N > w8_rows) w8 = 0;
     bf16* qkv = malloc(sizeof(bf16) * (size_t)N * width);
     bf16* attn = malloc(sizeof(bf16) * (size_t)N * H * D);
@@ -54,6 +67,7 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
                                        (const float*)(intptr_t)w8[12 * (l) + 3 * (k) + 1],           \
                                        (const int32_t*)(intptr_t)w8[12 * (l) + 3 * (k) + 2], n, y, work, threads, SCREEN_VNNI_ROWS) != 0; \
         else if (amx == AMX_EVERY_ROW) status |= fixed_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, 1);  \
+        else if (!small) status |= fixed_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, 0);        \
         else small_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, amx);
     if (!status) add_rms_norm_bf16(x, 0, W(0, 0), h, N, Dm, eps);
     for (int l = 0; l < L && !status; l++) {
