@@ -321,6 +321,7 @@ class LiveEngine:
     queue: LiveQueue = field(init=False)
     loop: LiveLoop | None = field(default=None, init=False)  # the latest decode loop (its `stats`)
     _thread: threading.Thread | None = field(default=None, init=False)
+    _drafts_before: tuple[int, int] = field(default=(0, 0), init=False)  # (drafted, accepted) of loops that ended
 
     def __post_init__(self) -> None:
         self.queue = LiveQueue(self.max_waiting)
@@ -340,6 +341,15 @@ class LiveEngine:
     def cancel(self, ticket: int) -> None:
         self.queue.cancel(ticket)
 
+    def accepting(self) -> bool:
+        """Whether submitted requests will be served (not shutting down, the engine thread alive)."""
+        return not self.queue.closed and self._thread is not None and self._thread.is_alive()
+
+    def draft_totals(self) -> tuple[int, int]:
+        """(draft tokens proposed, accepted) over the engine's life."""
+        loop, (drafted, accepted) = self.loop, self._drafts_before
+        return (drafted + loop.stats.drafted, accepted + loop.stats.accepted) if loop is not None else (drafted, accepted)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Take no more requests, fail the ones still held, and wait for the thread to end."""
         for entry in self.queue.close():
@@ -351,6 +361,7 @@ class LiveEngine:
         while not self.queue.closed:
             if not self.queue.wait_for_work(timeout=0.5):
                 continue
+            self._drafts_before = self.draft_totals()
             loop = self.loop = self._loop()
             try:
                 for _ in loop.run():  # each result went to its request's sink
@@ -358,6 +369,7 @@ class LiveEngine:
             except Exception as err:  # the server outlives any one batch: fail its requests, go on
                 log.exception("engine step failed")
                 self._fail_running(loop, f"engine error: {err}")
+
 
     def _loop(self) -> LiveLoop:
         backend, config = self.backend, self.backend.config
@@ -382,6 +394,7 @@ class LiveEngine:
     def _fail_running(self, loop: LiveLoop, message: str) -> None:
         """Fail the requests of a loop that raised; requests still waiting get a fresh loop."""
         running = {row.request_index for row in loop.slots if row is not None}
+        loop.slots = [None] * len(loop.slots)  # the loop is dropped: no row of it runs any more
         for index in running:
             entry = self.queue.remove(index)
             if entry is not None and not entry.cancelled:

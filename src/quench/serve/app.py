@@ -1,4 +1,7 @@
-"""The HTTP routes: /v1/completions, /v1/chat/completions, /v1/models and /health (FastAPI)."""
+"""The HTTP routes: /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics (FastAPI).
+
+Each API request ends in one access-log line (`quench.serve.metrics`), a client that went away
+included: its outcome says `disconnected`, with no traceback."""
 
 from __future__ import annotations
 
@@ -9,17 +12,20 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from quench.engine.live import Finished, Tokens
 from quench.engine.logprobs import TokenLogprob
 from quench.serve import protocol
+from quench.serve.metrics import RequestRecord, gauges_of
 from quench.serve.protocol import APIError, ChatRequest, CompletionRequest
 from quench.serve.service import Job, Service
 
 log = logging.getLogger(__name__)
 
 DISCONNECT_POLL_S = 0.5  # a client that leaves a request without a stream is noticed this soon
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text exposition format
 
 
 def make_app(service: Service) -> FastAPI:
@@ -34,7 +40,7 @@ def make_app(service: Service) -> FastAPI:
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, err: APIError) -> JSONResponse:
-        return JSONResponse(err.body(), status_code=err.status)
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
@@ -42,8 +48,15 @@ def make_app(service: Service) -> FastAPI:
         return JSONResponse(APIError(500, f"internal error: {err}", kind="server_error").body(), status_code=500)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> JSONResponse:
+        """200 while the engine takes requests; 503 once it stops (shutting down, or its thread died)."""
+        if service.engine.accepting():
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "unavailable"}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(service.metrics.text(gauges_of(service.engine)), media_type=METRICS_TYPE)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -53,58 +66,97 @@ def make_app(service: Service) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body = protocol.parse_body(await request.body(), CompletionRequest)
-        jobs = service.completion_jobs(body)
-        return await respond(service, request, jobs, body, chat=False)
+        return await answer(service, request, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        body = protocol.parse_body(await request.body(), ChatRequest)
-        jobs = service.chat_jobs(body)
-        return await respond(service, request, jobs, body, chat=True)
+        return await answer(service, request, chat=True)
 
     return app
 
 
-async def respond(service: Service, request: Request, jobs: Sequence[Job], body: Any, chat: bool):
-    ident = protocol.new_id("chatcmpl" if chat else "cmpl")
+async def answer(service: Service, request: Request, chat: bool):
+    """One API request, from its body to its answer, and its access-log line once it ends."""
+    record = RequestRecord(protocol.new_id("chatcmpl" if chat else "cmpl"))
+    try:
+        raw = await read_body(request, service.config.max_body_bytes)
+        body = protocol.parse_body(raw, ChatRequest if chat else CompletionRequest)
+        jobs = service.chat_jobs(body) if chat else service.completion_jobs(body)
+        record.prompt_tokens = sum(len(job.request.prompt_ids) for job in jobs)
+        response = await respond(service, request, jobs, body, chat, record)
+    except APIError as err:
+        record.outcome = "disconnected" if err.status == 499 else "refused" if err.status < 500 else "error"
+        service.metrics.record(record, err.status)
+        raise
+    except BaseException:
+        record.outcome = "error"
+        service.metrics.record(record, 500)
+        raise
+    if not isinstance(response, StreamingResponse):  # a stream records itself when it ends
+        service.metrics.record(record, 200)
+    return response
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or APIError 413 as soon as it is known to exceed `limit` bytes (from its
+    Content-Length, else while it arrives); 499 if the client leaves while sending it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"the request body has {declared} bytes, more than this server's limit of {limit}")
+    parts, size = [], 0
+    try:
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise APIError(413, f"the request body is larger than this server's limit of {limit} bytes")
+            parts.append(part)
+    except ClientDisconnect:
+        raise APIError(499, "client disconnected") from None
+    return b"".join(parts)
+
+
+async def respond(service: Service, request: Request, jobs: Sequence[Job], body: Any, chat: bool,
+                  record: RequestRecord):
+    ident = record.ident
     if body.stream:
-        events = service.events(jobs)
+        events = service.events(jobs, record)
         # the first event before the headers: queue errors (429, 503) are still an HTTP status, not a stream event
-        first = await until_disconnect(request, anext(events), ident)
-        return StreamingResponse(stream(service, jobs, events, first, ident, body, chat), media_type="text/event-stream")
-    return await until_disconnect(request, collect_response(service, jobs, ident, chat), ident)
+        first = await until_disconnect(request, anext(events))
+        return StreamingResponse(stream(service, jobs, events, first, record, body, chat),
+                                 media_type="text/event-stream")
+    return await until_disconnect(request, collect_response(service, jobs, ident, chat, record))
 
 
-async def until_disconnect(request: Request, work, ident: str):
+async def until_disconnect(request: Request, work):
     """Await `work`, cancelling it if the client goes away first (which closes `Service.events` and
     so cancels the engine requests)."""
     task = asyncio.ensure_future(work)
     while not task.done():
         await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
         if not task.done() and await request.is_disconnected():
-            log.info("%s: client disconnected; its rows are freed", ident)
             task.cancel()
             raise APIError(499, "client disconnected")
     return task.result()
 
 
-async def collect_response(service: Service, jobs: Sequence[Job], ident: str, chat: bool) -> dict[str, Any]:
+async def collect_response(service: Service, jobs: Sequence[Job], ident: str, chat: bool,
+                           record: RequestRecord) -> dict[str, Any]:
     """The whole answer at once."""
-    choices, completion_tokens = await collect(service, jobs, chat)
+    choices, completion_tokens = await collect(service, jobs, chat, record)
     prompt_tokens = sum(len(job.request.prompt_ids) for job in jobs)
     return protocol.envelope("chat.completion" if chat else "text_completion", ident, service.config.model_name,
                              [choices[i] for i in sorted(choices)],
                              {"usage": protocol.usage(prompt_tokens, completion_tokens)})
 
 
-async def collect(service: Service, jobs: Sequence[Job], chat: bool) -> tuple[dict[int, dict[str, Any]], int]:
+async def collect(service: Service, jobs: Sequence[Job], chat: bool,
+                  record: RequestRecord) -> tuple[dict[int, dict[str, Any]], int]:
     """Every finished sample as an API choice (by choice index), and the tokens generated."""
     n = jobs[0].request.n
     choices: dict[int, dict[str, Any]] = {}
     completion_tokens = 0
     make = protocol.chat_choice if chat else protocol.completion_choice
-    async for index, event in service.events(jobs):
+    async for index, event in service.events(jobs, record):
         if isinstance(event, Finished):
             result = event.result
             choice = index * n + result.sample_index
@@ -156,10 +208,24 @@ class ChoiceLogprobs:
         return part
 
 
-async def stream(service: Service, jobs: Sequence[Job], events: AsyncIterator, first: tuple, ident: str, body: Any,
-                 chat: bool) -> AsyncIterator[str]:
+async def stream(service: Service, jobs: Sequence[Job], events: AsyncIterator, first: tuple, record: RequestRecord,
+                 body: Any, chat: bool) -> AsyncIterator[str]:
     """Server-sent events: text deltas per choice as the engine commits tokens, then finish reasons.
-    A client that goes away cancels this generator, and with it the request's rows (`Service.events`)."""
+    A client that goes away cancels this generator, and with it the request's rows (`Service.events`);
+    either way the request's access-log line is written when it ends."""
+    record.outcome = "disconnected"  # until the last event is out
+    try:
+        async for event in stream_events(service, jobs, events, first, record, body, chat):
+            yield event
+        if record.outcome == "disconnected":
+            record.outcome = "ok"
+    finally:
+        service.metrics.record(record, 200)
+
+
+async def stream_events(service: Service, jobs: Sequence[Job], events: AsyncIterator, first: tuple,
+                        record: RequestRecord, body: Any, chat: bool) -> AsyncIterator[str]:
+    ident = record.ident
     n = jobs[0].request.n
     kind = "chat.completion.chunk" if chat else "text_completion"
     model = service.config.model_name
@@ -198,6 +264,7 @@ async def stream(service: Service, jobs: Sequence[Job], events: AsyncIterator, f
             except StopAsyncIteration:
                 break
     except APIError as err:  # the engine failed or is shutting down: say so in the stream
+        record.outcome = "error"
         yield protocol.sse(err.body())
     finally:
         await events.aclose()

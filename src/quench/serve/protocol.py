@@ -20,8 +20,9 @@ class APIError(Exception):
     """An error answered as OpenAI does: {"error": {"message", "type", "param", "code"}} with an HTTP status."""
 
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
+        self.headers = headers or {}
         self.status = status
         self.message = message
         self.kind = kind

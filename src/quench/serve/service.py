@@ -7,11 +7,19 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable, Sequence
 
-from quench.engine.live import EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull
+from quench.engine.live import EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull, Tokens
 from quench.engine.types import GenerationRequest, SamplingParams
+from quench.serve.metrics import Metrics, RequestRecord
 from quench.serve.protocol import APIError, ChatRequest, CompletionRequest, Message, SamplingFields
 
 COMPLETION_MAX_TOKENS = 16  # the API's default for /v1/completions; chat defaults to the rest of the context
+MAX_BODY_BYTES = 4 << 20  # a request body larger than this is refused (413) before it is read
+# a full queue's 429 asks the client to come back after this long: about one decode step per slot
+# of a small model's batch, so a retry usually finds room without hammering the server
+RETRY_AFTER_S = 1
+# how much text a token may stand for, over its vocabulary entry's bytes: a normalizer may shrink the
+# text it reads (NFKC maps the 3-byte ligature "ﬁ" to the 2 bytes of "fi")
+NORMALIZER_SLACK = 2
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,7 @@ class ServeConfig:
     max_n: int = 64  # samples per request, at most
     max_waiting: int = 256  # requests queued before the engine starts them; past that: 429
     shutdown_timeout: float = 30.0  # SIGTERM: seconds in-flight requests get to finish before they are cancelled
+    max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies: 413 before they are read
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,8 @@ class Service:
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
+        self.max_token_bytes = NORMALIZER_SLACK * longest_token_bytes(tokenizer)
+        self.metrics = Metrics()
 
     def check_common(self, body: SamplingFields) -> None:
         if body.model != self.config.model_name:
@@ -98,8 +109,19 @@ class Service:
         prompt_ids = self.encode_chat(body.messages)
         return [self.job(prompt_ids, body, body.max_completion_tokens or body.max_tokens, None)]
 
+    def check_bytes(self, size: int) -> None:
+        """APIError 400 for text of `size` UTF-8 bytes that no `max_model_len` tokens can hold: no token
+        stands for more than `max_token_bytes` bytes of it (a tokenizer whose normalizer deletes characters
+        outright could break that; code models' byte-level BPE has none). Costs nothing next to tokenizing."""
+        limit = self.config.max_model_len
+        if size > limit * self.max_token_bytes:
+            raise APIError(400, f"this model's maximum context length is {limit} tokens; the prompt has {size} "
+                                f"bytes, more than {limit} tokens of at most {self.max_token_bytes} bytes can hold",
+                           param="prompt", code="context_length_exceeded")
+
     def encode_text(self, prompt: str) -> tuple[int, ...]:
         """As `quench generate` encodes a completion-format prompt."""
+        self.check_bytes(len(prompt.encode("utf-8", "surrogatepass")))
         ids = tuple(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
         if not ids:
             raise APIError(400, "prompt: must not be empty", param="prompt")
@@ -116,6 +138,7 @@ class Service:
         if not getattr(self.tokenizer, "chat_template", None):
             raise APIError(400, f"messages: the model `{self.config.model_name}` has no chat template; "
                                 "use /v1/completions", param="messages")
+        self.check_bytes(sum(len(m.text().encode("utf-8", "surrogatepass")) for m in messages))
         turns = [{"role": m.role if m.role != "developer" else "system", "content": m.text()} for m in messages]
         text = self.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
         return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -134,8 +157,10 @@ class Service:
         request = GenerationRequest(key, prompt_ids, body.n, body.stop_sequences())
         return Job(request, SamplingParams(body.temperature, body.top_p, body.top_k, wanted, seed=0), body.wanted_logprobs())
 
-    async def events(self, jobs: Sequence[Job]) -> AsyncIterator[tuple[int, LiveEvent]]:
-        """(job index, event) until every sample of every job finished; cancels what is left if closed early."""
+    async def events(self, jobs: Sequence[Job], record: RequestRecord | None = None
+                     ) -> AsyncIterator[tuple[int, LiveEvent]]:
+        """(job index, event) until every sample of every job finished; cancels what is left if closed early.
+        record: notes each sample's token arrivals and finish reason (the access log and metrics)."""
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[tuple[int, LiveEvent]] = asyncio.Queue()
         tickets: list[int] = []
@@ -150,6 +175,8 @@ class Service:
                     raise APIError(500 if "shutting down" not in event.message else 503, event.message,
                                    kind="server_error")
                 remaining -= isinstance(event, Finished)
+                if record is not None:
+                    note(record, index, event)
                 yield index, event
         finally:
             if remaining:
@@ -160,7 +187,8 @@ class Service:
         try:
             return self.engine.submit(job.request, job.sampling, sink, job.top_logprobs)
         except QueueFull as err:
-            raise APIError(429, f"the server is busy: {err}; retry later", kind="rate_limit_exceeded") from None
+            raise APIError(429, f"the server is busy: {err}; retry later", kind="rate_limit_exceeded",
+                           headers={"Retry-After": str(RETRY_AFTER_S)}) from None
         except EngineStopped as err:
             raise APIError(503, str(err), kind="server_error") from None
 
@@ -173,3 +201,24 @@ class Service:
     def token_text(self, token_id: int) -> str:
         """One token's text, as the logprobs of an answer name it."""
         return self.tokenizer.decode([token_id])
+
+
+def note(record: RequestRecord, index: int, event: LiveEvent) -> None:
+    """Add an engine event of job `index` to the request's record."""
+    if isinstance(event, Tokens):
+        record.tokens((index, event.sample_index), len(event.token_ids))
+    elif isinstance(event, Finished):
+        result = event.result
+        key = (index, result.sample_index)
+        if key not in record.last_token:  # finished with tokens no Tokens event carried (e.g. at once)
+            record.tokens(key, len(result.token_ids))
+        record.completion_tokens += len(result.token_ids)
+        record.finish_reasons.append(result.finish_reason)
+
+
+def longest_token_bytes(tokenizer: Any) -> int:
+    """The UTF-8 bytes of the vocabulary's longest entry (at least 1): no token stands for more text.
+    Entries are spelled as stored (byte-level BPE's "Ġ" for a space, "<0x41>" for a byte), which only
+    overstates a token's text."""
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    return max((len(token.encode("utf-8", "surrogatepass")) for token in vocab), default=16) or 1
