@@ -19,6 +19,7 @@ import random
 import sysconfig
 import textwrap
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -143,14 +144,21 @@ def stdlib_functions(limit: int, seed: int = 0, max_lines: int = 40) -> list[tup
     prompt is the signature and docstring (as in HumanEval), source the whole function; test
     modules and very long functions are skipped. Deterministic for a given Python installation.
     """
+    found = list(_stdlib_functions(max_lines))
+    random.Random(seed).shuffle(found)
+    return found[:limit]
+
+
+@lru_cache(maxsize=4)
+def _stdlib_functions(max_lines: int) -> tuple[tuple[str, str, str], ...]:
+    """Every qualifying function of the standard library in file order (parsed once per process)."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     found: list[tuple[str, str, str]] = []
     for path in sorted(stdlib.glob("*.py")) + sorted(stdlib.glob("*/*.py")):
         if "test" in path.parts[-2:][0] or path.name.startswith("test") or "site-packages" in path.parts:
             continue
         found.extend(_functions_in(path, stdlib, max_lines))
-    random.Random(seed).shuffle(found)
-    return found[:limit]
+    return tuple(found)
 
 
 def _functions_in(path: Path, root: Path, max_lines: int) -> list[tuple[str, str, str]]:
