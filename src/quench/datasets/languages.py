@@ -100,8 +100,11 @@ def mentions(path, words):
         text = handle.read()
     return any(word.encode() in text for word in words)
 
+def built(builds, env):
+    return all(run(build, "build.log", env) == 0 for build in builds)
+
 def build_and_run(source, name, builds, command, env, build_env, compile_mark, syntax_check, syntax_marks,
-                  fallback=(), fallback_marks=()):
+                  fallback=(), fallback_marks=(), plain_builds=None):
     try:
         os.set_inheritable(3, False)  # the sandbox's result pipe stays with the launcher
     except OSError:
@@ -110,15 +113,17 @@ def build_and_run(source, name, builds, command, env, build_env, compile_mark, s
     with open(name, "w", encoding="utf-8") as handle:
         handle.write(source)
     builder = {**env, **{key: value.replace("{cwd}", os.getcwd()) for key, value in build_env.items()}}
-    for build in builds:
-        if run(build, "build.log", builder) != 0:
-            raise CompileError(head("build.log"))
+    # a prepared build that fails is redone plainly: its verdict and diagnostics are the plain toolchain's
+    if not built(builds, builder) and (plain_builds in (None, builds) or not built(plain_builds, builder)):
+        raise CompileError(head("build.log"))
     answer = host_answer("run.log") if command == HOST else None
+    if answer is not None and answer.get("syntax") and run(syntax_check, "check.log", env) == 0:
+        answer = None  # node parses what the host could not: node runs it
     if answer is not None:
         while answer.get("timeout"):  # the sandbox's deadline ends this run, as it would node's
             signal.pause()
-        if answer.get("syntax"):
-            raise CompileError(head("run.log"))
+        if answer.get("syntax"):  # in `node --check`'s words, not the host's
+            raise CompileError(head("check.log"))
         if answer["status"] != 0:
             raise ProgramFailed(f"exit status {answer['status']}: {head('run.log')}")
         return
@@ -171,6 +176,10 @@ NODE_SNAPSHOT_REFUSED = ("Failed to load the startup snapshot", "node::SnapshotD
 JAVA_FLAGS = ("-Xss8m", "-Xmx512m", "-XX:ReservedCodeCacheSize=64m", "-XX:CompressedClassSpaceSize=64m",
               "-XX:MaxMetaspaceSize=128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
               "-Xshare:auto")
+# The plain builds (mxeval's g++ flags; `go build` with GO_BUILD_ENV's private cache): what a build from the
+# prepared cache must equal, and what the launcher redoes when that build fails.
+CPP_PLAIN_BUILD = ["g++", "main.cpp", "-o", "main"]
+GO_PLAIN_BUILD = ["go", "build", "-o", "main", "main.go"]
 JAVA_COMPILE_MARK = "error: compilation failed"  # the single-file launcher's last line when javac fails
 # The Go compiler and linker are short-lived and allocate little: without a collector they do the
 # same work in less CPU time, and GOMEMLIMIT brings the collector back should a build grow past it.
@@ -265,6 +274,7 @@ class Toolchain:
     syntax_marks: tuple[str, ...] = ()  # ... a failed run whose output has one of these (any, if empty)
     fallback: tuple[str, ...] = ()  # the plain run command, when `command` may start from a prepared snapshot
     fallback_marks: tuple[str, ...] = ()  # ... run instead when the first run fails naming one (snapshot refused)
+    plain_builds: str = "None"  # launcher expression for the builds without the cache, redone when `builds` fail
 
 
 def toolchain(language: str) -> Toolchain:
@@ -274,11 +284,11 @@ def toolchain(language: str) -> Toolchain:
                          syntax_check=("node", "--check", "main.js"), syntax_marks=NODE_PARSE_ERRORS,
                          fallback=("node", "main.js"), fallback_marks=NODE_SNAPSHOT_REFUSED)
     if language == "cpp":
-        return Toolchain("cpp_builds()", repr(["./main"]))
+        return Toolchain("cpp_builds()", repr(["./main"]), plain_builds=repr([CPP_PLAIN_BUILD]))
     if language == "java":
         return Toolchain("[]", "java_command()", compile_mark=JAVA_COMPILE_MARK)
     if language == "go":
-        return Toolchain("go_builds()", repr(["./main"]), build_env=GO_BUILD_ENV)
+        return Toolchain("go_builds()", repr(["./main"]), build_env=GO_BUILD_ENV, plain_builds=repr([GO_PLAIN_BUILD]))
     raise ValueError(f"no toolchain for language {language!r}")
 
 
@@ -287,7 +297,7 @@ CACHE = os.environ.get("QUENCH_TOOLCHAINS", "/nonexistent")
 
 def cpp_builds():  # the prepared precompiled bits/stdc++.h, if any (and readable), comes first on the include path
     include = ["-I", CACHE + "/cpp"] if os.access(CACHE + "/cpp", os.R_OK | os.X_OK) else []
-    return [["g++", *include, "main.cpp", "-o", "main"]]
+    return [["g++", *include, "main.cpp", "-o", "main"]] if include else [CPP_PLAIN_BUILD]
 
 def java_command():  # the class-data archive of the source launcher (javac's classes), if prepared
     archive = CACHE + "/java/launcher.jsa"
@@ -314,7 +324,7 @@ def go_builds():  # what `go run` does (its compiler and linker flags), without 
     if os.path.exists(os.path.join(goroot, "pkg", "linux_" + arch, "fmt.a")) and os.path.exists(tools):
         compile = [tools + "/compile", "-p", "main", "-complete", "-nolocalimports", "-dwarf=false"]
         return [[*compile, "-o", "main.o", "main.go"], [tools + "/link", "-s", "-w", "-o", "main", "main.o"]]
-    return [["go", "build", "-o", "main", "main.go"]]
+    return [GO_PLAIN_BUILD]
 '''
 
 
@@ -327,7 +337,9 @@ def launcher(language: str, program_source: str) -> str:
     spec, steps = LANGUAGES[language], toolchain(language)
     call = (f"build_and_run({program_source!r}, {spec.source_name!r}, {steps.builds}, {steps.command}, {steps.env!r}, "
             f"{steps.build_env!r}, {steps.compile_mark!r}, {list(steps.syntax_check)!r}, "
-            f"{list(steps.syntax_marks) or ['']!r}, {list(steps.fallback)!r}, {list(steps.fallback_marks)!r})\n")
-    builders = BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS)))
+            f"{list(steps.syntax_marks) or ['']!r}, {list(steps.fallback)!r}, {list(steps.fallback_marks)!r}, "
+            f"{steps.plain_builds})\n")
+    builders = (BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS))).replace("CPP_PLAIN_BUILD", repr(CPP_PLAIN_BUILD))
+                .replace("GO_PLAIN_BUILD", repr(GO_PLAIN_BUILD)))
     mark = HOST_MARK if language == "javascript" else ""
     return mark + LAUNCHER + SNAPSHOT_PATH + builders + "\n" + call
