@@ -273,3 +273,48 @@ def test_a_host_that_fails_its_check_is_not_kept(monkeypatch: pytest.MonkeyPatch
 def test_only_javascript_launchers_carry_the_mark() -> None:
     assert launcher("javascript", "").startswith(HOST_MARK)
     assert not any(launcher(language, "").startswith(HOST_MARK) for language in ("go", "cpp", "java"))
+
+
+HOSTILE_JS = Path(__file__).with_name("fixtures") / "hostile_js"
+
+
+def hostile_program(name: str) -> str:
+    """A hostile program of fixtures/hostile_js, the prelude (its `pwn`) first, comments dropped (they
+    name what the host declines)."""
+    def code(path: Path) -> str:
+        return "".join(line for line in path.read_text(encoding="utf-8").splitlines(True)
+                       if not line.lstrip().startswith("//"))
+    return code(HOSTILE_JS / "_prelude.js") + code(HOSTILE_JS / name)
+
+
+HOSTILE = sorted(path.name for path in HOSTILE_JS.glob("[!_]*.js"))
+# What each hostile program itself gets from the host: it runs there (none is declined) and ends as its
+# own code says, whatever it tried on the host.
+HOSTILE_ANSWERS = {
+    "atomics_wait.js": {"timeout": True},
+    "builtins_override.js": {"status": 1},
+    "constructor_climbs.js": {"status": 0},  # every climb fails, or it throws
+    "crawl.js": {"status": 0},
+    "dynamic_import.js": {"status": 1},  # code generation from strings is off: eval throws
+    "microtasks_forever.js": {"timeout": True},
+    "module_values.js": {"status": 0},
+    "prepare_stack_trace.js": {"status": 1},
+    "promise_hijack.js": {"status": 0},
+    "setter_on_global.js": {"status": 1},
+    "thrown_getters.js": {"status": 1},
+    "thrown_proxy.js": {"status": 1},
+}
+AFTER_HOSTILE = (("throw new Error('wrong');", {"status": 1}), ("function (", {"status": 1, "syntax": True}),
+                 ("const _ = require('lodash'); if (!_.isEqual([1], [1])) throw 'x';", {"status": 0}))
+
+
+def test_every_hostile_program_has_its_expected_answer() -> None:
+    assert sorted(HOSTILE_ANSWERS) == HOSTILE
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_program_changes_no_later_answer(host: tuple[NodeHost, Path], name: str) -> None:
+    # Each tries to reach the host's realm (and make every later answer "passed") through what the
+    # host hands over, formats, converts or runs after it; the answers after it are those of plain node.
+    assert ask(host, hostile_program(name)) == HOSTILE_ANSWERS[name]
+    assert [ask(host, program) for program, _ in AFTER_HOSTILE] == [answer for _, answer in AFTER_HOSTILE]

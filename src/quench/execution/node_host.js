@@ -12,27 +12,49 @@
 //       launcher then starts node for it.
 //   {"id", "sync": true} -> {"id", "synced": true}: every earlier request is answered.
 //
+// The boundary. A program is arbitrary code in its context: it may redefine every builtin, put
+// accessors on its global object and throw anything. What keeps it from the host (and so from the
+// next program's verdict) is how the host talks to the context, not which names the program uses:
+// - Before the program's first instruction the host builds the context: a fresh one per program,
+//   its own microtask queue (drained inside the time limit), no code generation from strings or
+//   WebAssembly, lodash run from its source, then INSTALL, whose closure captures the builtins it
+//   uses and holds the program's module function. None of this gives the context a value of the
+//   host's realm.
+// - From the program's first instruction on, the host only (a) calls that closure with a number,
+//   (b) evaluates an empty script in the context (to drain its microtasks), (c) hands the context to
+//   node's runInContext, which finds it by a private symbol. It never reads, writes or enumerates a
+//   property of the context's global or of any value the program made, and never calls one of them.
+// - What comes back is a primitive: a boolean (did the module function throw: the closure's own
+//   control flow, which the program cannot reach) and a string (the error text, computed in the
+//   context and used only as text). The host checks its type with `typeof`, which runs no code.
+//   Whether it timed out the host tells by its own clock and by which of its own calls threw.
+// - Every host function that can be on the stack below program code (this file, node's vm) is
+//   strict code, so V8 gives the program neither its function nor its receiver (CallSite
+//   getFunction/getThis, `caller`).
+// - The values node itself creates in its realm and could hand to context code are the errors of a
+//   dynamic `import()` (a keyword: it cannot be spelt with escapes, and code generation is off) and
+//   its stack-trace formatting (which creates strings and the context's CallSites). A source that
+//   contains `import` is never compiled. The host never returns to node's event loop, so nothing node
+//   defers (timers, unhandled-rejection reports, finalizers) ever runs program code.
+// Everything else the host declines (below) keeps a verdict that of plain node, not the host safe.
+//
 // A context has only JavaScript's own globals: no `process`, no module but lodash, no timers, no
 // file system. A program that names none of node's own globals, requires nothing but lodash and
-// uses no promise (whose unhandled rejection node reports at exit) computes exactly as under node,
-// and can reach nothing of the host: the context's global object has no prototype of the host's
-// realm, lodash is loaded into each context from its source, and nothing else of the host is
-// handed in. Any other program is declined, as is one that names what could reach such globals
-// indirectly (`eval`, `Function`, `globalThis`, `Proxy`, a `.constructor` property, a `\u` escape)
-// or that reads stack traces (whose frames differ). So one program's globals, patched builtins or
-// lodash never reach the next, and the verdict is node's: the names are checked over the whole
-// text, strings and comments included.
+// uses no promise (whose unhandled rejection node reports at exit) computes exactly as under node.
+// Any other program is declined, as is one that names what could reach such globals indirectly
+// (`eval`, `Function`, `globalThis`, `Proxy`, a `.constructor` property, a `\u` escape), reads stack
+// traces (whose frames differ) or uses lodash's `template` (it compiles code from strings). The
+// names are checked over the whole text, strings and comments included.
 'use strict';
 const fs = require('fs');
 const path = require('path');
 const vm = require('vm');
-const Module = require('module');
 
 const ANSWERS = 3;
 const TIMEOUT_MS = Number(process.argv[2]) || 10000;
 const FORMAT_TIMEOUT_MS = 1000;
 const DETAIL_CHARS = 2000;
-const ARGS = '__quench_module_arguments__';
+const MODULE_PARAMETERS = ['exports', 'require', 'module', '__filename', '__dirname'];
 const IDENTIFIER = /[A-Za-z_$][\w$]*/g;
 // Names a program may use only as node lets it: require('lodash') and module.exports.
 const REQUIRE_LODASH = /^require\s*\(\s*(['"])lodash\1\s*\)/;
@@ -40,18 +62,60 @@ const MODULE_EXPORTS = /^module\s*\.\s*exports\b/;
 const DECLINED_NAMES = new Set([
   'eval', 'Function', 'globalThis', 'import', 'Promise', 'async', 'await', 'Proxy', 'Atomics',
   'SharedArrayBuffer', 'WebAssembly', 'WeakRef', 'FinalizationRegistry', 'prepareStackTrace',
-  'captureStackTrace', 'stackTraceLimit', 'caller', 'callee',
+  'captureStackTrace', 'stackTraceLimit', 'caller', 'callee', 'template',
 ]);
 // Names declined as a property (`x.stack`, `x['constructor']`, `get stack()`), not as a variable or a
 // class's constructor.
 const DECLINED_PROPERTIES = new Set(['stack', 'constructor']);
 const PROPERTY_BEFORE = /(?:[.'"`]|\bget|\bset)\s*$/;
 for (const name of nodeOnlyGlobals()) DECLINED_NAMES.add(name);
+const CONTEXT_OPTIONS = { codeGeneration: { strings: false, wasm: false }, microtaskMode: 'afterEvaluate' };
 
 const lodash = loadLodash();
-// Calls the program's module function with the arguments the host leaves on the context's global object.
-const CALL_MAIN = new vm.Script(
-  `(function () { const a = globalThis.${ARGS}; delete globalThis.${ARGS}; return a[5].call(a[0], ...a.slice(0, 5)); })()`);
+// Run in each fresh context before the program: the one closure the host keeps of it. step(0) runs
+// the module function and says whether it threw; step(1) is the text of what it threw, as node prints
+// it (the line of `file` its stack names first, that line's number, then name and message). Each
+// answer is a primitive whatever the program did to the builtins (String() of anything is a string
+// or throws).
+const INSTALL = new vm.Script(`'use strict';
+(function install(main, lodashModule, file, lodashFile) {
+  const apply = Reflect.apply, toText = String, ErrorType = Error, dirname = (name) => name.slice(0, name.lastIndexOf('/')) || '/';
+  const module = { exports: {} }, dir = dirname(file);
+  const lodash = lodashModule === undefined ? undefined : { exports: {} };
+  if (lodash) apply(lodashModule, lodash.exports, [lodash.exports, undefined, lodash, lodashFile, dirname(lodashFile)]);
+  const require = function require(name) {
+    if (name === 'lodash' && lodash) return lodash.exports;
+    throw new ErrorType("Cannot find module '" + name + "'");
+  };
+  let threw = false, thrown;
+  function describe() {
+    try {
+      if (!(thrown instanceof ErrorType)) return '\\n' + toText(thrown);
+      const frame = toText(thrown.stack).split('\\n').find((line) => line.includes(file + ':'));
+      const line = frame ? frame.slice(frame.lastIndexOf(file + ':') + file.length + 1).split(':')[0] : '';
+      return toText(line) + '\\n' + toText(thrown.name) + ': ' + toText(thrown.message);
+    } catch (error) {
+      return '\\nUncaught exception';
+    }
+  }
+  return function step(which) {
+    if (which === 1) return describe();
+    try {
+      apply(main, module.exports, [module.exports, require, module, file, dir]);
+    } catch (error) {
+      threw = true;
+      thrown = error;
+    }
+    return threw;
+  };
+})`, { filename: 'quench:install' });
+const DRAIN = new vm.Script('');
+// Calls `calling` (a context's step) under a time limit: node's limit covers scripts only. Strict, so
+// its frame shows the program no receiver.
+const CALL = new vm.Script("'use strict'; quenchHostCall();", { filename: 'quench:call' });
+let calling = null;
+let callingWith = 0;
+Object.defineProperty(globalThis, 'quenchHostCall', { value: () => calling(callingWith) });
 
 // The names of node's global object that a fresh context lacks (process, Buffer, setTimeout, ...).
 function nodeOnlyGlobals() {
@@ -60,7 +124,8 @@ function nodeOnlyGlobals() {
   return Object.getOwnPropertyNames(globalThis).filter((name) => !own.has(name));
 }
 
-// lodash's module, compiled once here (with its code cache) and run in every context that requires it.
+// lodash's module function, compiled once here (with its code cache) and evaluated in every context that
+// requires it. It finds its global object as `globalThis`, so it needs no code generation.
 function loadLodash() {
   let file;
   try {
@@ -68,7 +133,7 @@ function loadLodash() {
   } catch (error) {
     return null; // a machine without lodash: programs that require it are declined, and fail under node
   }
-  const source = Module.wrap(fs.readFileSync(file, 'utf8'));
+  const source = `(function (${MODULE_PARAMETERS.join(', ')}) {${fs.readFileSync(file, 'utf8')}\n})`;
   const first = new vm.Script(source, { filename: file, produceCachedData: true });
   return { file, script: new vm.Script(source, { filename: file, cachedData: first.createCachedData() }) };
 }
@@ -86,44 +151,60 @@ function declineReason(source) {
       return `reads \`${name}\``;
     }
   }
+  if (source.includes('import')) return 'contains `import`'; // also inside a longer word: never compiled
   return source.includes('\\u') ? 'has a unicode escape (it may spell a name)' : '';
 }
 
-// The context's own `module`, `require` and lodash (instantiated from its source in the context).
-function moduleArguments(context, file, source) {
-  const made = vm.runInContext(`({ module: { exports: {} }, lodash: { exports: {} } })`, context);
-  if (lodash && source.includes('lodash')) {
-    const wrapper = lodash.script.runInContext(context);
-    wrapper.call(made.lodash.exports, made.lodash.exports, undefined, made.lodash, lodash.file, path.dirname(lodash.file));
+// `step(which)` under `limit` ms: its primitive answer, or {timeout} / {failure} (the host's own
+// objects) when node's limit or something else ended it. The thrown value is never looked at.
+function callStep(step, which, limit) {
+  calling = step;
+  callingWith = which;
+  const started = Date.now();
+  try {
+    return CALL.runInThisContext({ timeout: limit, displayErrors: false });
+  } catch (ignored) {
+    return Date.now() - started >= limit ? TIMED_OUT : FAILED;
+  } finally {
+    calling = null;
   }
-  const makeRequire = vm.runInContext(`(lodash) => function require(name) {
-    if (name === 'lodash') return lodash.exports;
-    throw new Error("Cannot find module '" + name + "'");
-  }`, context);
-  const module = made.module;
-  return [module.exports, makeRequire(made.lodash), module, file, path.dirname(file)];
+}
+const TIMED_OUT = Object.freeze({ timeout: true });
+const FAILED = Object.freeze({ failure: true });
+
+function drain(context, limit) {
+  const started = Date.now();
+  try {
+    DRAIN.runInContext(context, { timeout: Math.max(1, limit), displayErrors: false });
+    return true;
+  } catch (ignored) {
+    return Date.now() - started < limit; // false: the microtasks ran past the limit
+  }
 }
 
-// The text of what a program threw, as node prints it: where (for an Error, the line of `file` its
-// stack names first, and that line), then what. Formatted inside the program's context under a time
-// limit: the value may be an object whose conversion runs the program's code.
-function thrownText(context, thrown, file, source) {
-  context[ARGS] = [thrown, file];
-  let what;
-  try {
-    what = vm.runInContext(`(() => { const [e, file] = globalThis.${ARGS}; delete globalThis.${ARGS};
-      if (!(e instanceof Error)) return ['', String(e)];
-      const frame = String(e.stack).split('\\n').find((line) => line.includes(file + ':'));
-      const line = frame ? frame.slice(frame.lastIndexOf(file + ':') + file.length + 1).split(':')[0] : '';
-      return [String(line), String(e.name) + ': ' + String(e.message)]; })()`, context,
-    { timeout: FORMAT_TIMEOUT_MS, displayErrors: false });
-    what = [String(what[0]), String(what[1])];
-  } catch (error) {
-    what = ['', 'Uncaught exception'];
-  }
-  const [line, text] = what;
+// The text of what a program threw, as node prints it: where (a line of `file` and that line), then what.
+function thrownText(step, file, source) {
+  const answer = callStep(step, 1, FORMAT_TIMEOUT_MS);
+  const text = typeof answer === 'string' ? answer : '\nUncaught exception';
+  const cut = text.indexOf('\n');
+  const line = text.slice(0, cut);
   const where = /^\d+$/.test(line) ? `${file}:${line}\n${source.split('\n')[Number(line) - 1] ?? ''}\n` : `${file}\n`;
-  return `${where}\n${text}`.slice(0, DETAIL_CHARS);
+  return `${where}\n${text.slice(cut + 1)}`.slice(0, DETAIL_CHARS);
+}
+
+// The context and its step closure, built before any of the program runs; {syntax} when it does not parse.
+function prepare(file, source) {
+  const context = vm.createContext(Object.create(null), CONTEXT_OPTIONS);
+  let main;
+  try {
+    main = vm.compileFunction(source, MODULE_PARAMETERS, { filename: file, parsingContext: context });
+  } catch (error) { // made before any program code ran: the context's Error is still its own
+    return { syntax: `${String(error.stack).split('\n    at ')[0]}\n` }; // node --check's text
+  }
+  const wantsLodash = lodash !== null && source.includes('lodash');
+  const lodashModule = wantsLodash ? lodash.script.runInContext(context, { displayErrors: false }) : undefined;
+  const install = INSTALL.runInContext(context, { displayErrors: false });
+  return { context, step: install(main, lodashModule, file, lodash ? lodash.file : '') };
 }
 
 function run(request) {
@@ -131,26 +212,22 @@ function run(request) {
   const source = fs.readFileSync(file, 'utf8');
   const reason = declineReason(source);
   if (reason) return { declined: reason };
-  let main;
-  const context = vm.createContext(Object.create(null));
-  try {
-    main = new vm.Script(Module.wrap(source), { filename: file }).runInContext(context, { displayErrors: false });
-  } catch (error) {
-    fs.writeFileSync(request.stderr, `${String(error.stack).split('\n    at ')[0]}\n`); // node --check's text
+  const prepared = prepare(file, source);
+  if (prepared.syntax !== undefined) {
+    fs.writeFileSync(request.stderr, prepared.syntax);
     return { status: 1, syntax: true };
   }
-  context[ARGS] = [...moduleArguments(context, file, source), main];
+  // From here on the program runs: the host holds only `step` and the context (see the top).
   const started = Date.now();
-  try {
-    // displayErrors off: node would read the thrown value's `stack`, outside the time limit
-    CALL_MAIN.runInContext(context, { timeout: TIMEOUT_MS, displayErrors: false });
-  } catch (thrown) {
-    // node's timeout error is an object of the context's realm, like the program's own: told by the clock
-    if (Date.now() - started >= TIMEOUT_MS) return { timeout: true };
-    fs.writeFileSync(request.stderr, `${thrownText(context, thrown, file, source)}\n`);
+  const threw = callStep(prepared.step, 0, TIMEOUT_MS);
+  if (threw === TIMED_OUT) return { timeout: true };
+  if (threw === true) {
+    fs.writeFileSync(request.stderr, `${thrownText(prepared.step, file, source)}\n`);
     return { status: 1 };
   }
-  return { status: 0 };
+  if (threw !== false) return { declined: 'host: the program did not end as a program does' };
+  // node runs the microtasks after the main module: within the same limit
+  return drain(prepared.context, TIMEOUT_MS - (Date.now() - started)) ? { status: 0 } : { timeout: true };
 }
 
 let pending = Buffer.alloc(0);
@@ -181,7 +258,7 @@ for (let request = nextRequest(); request !== null; request = nextRequest()) {
   let outcome;
   try {
     outcome = run(request);
-  } catch (error) {
+  } catch (error) { // the host's own failure (a file it cannot read or write): node decides
     outcome = { declined: `host: ${error.message}` };
   }
   answer({ id: request.id, ...outcome });
