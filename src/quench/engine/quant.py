@@ -64,7 +64,7 @@ def row_bytes(qtype: int, in_features: int) -> int:
 
 def quant_weight(qtype: int, in_features: int, data: np.ndarray | torch.Tensor) -> QuantWeight:
     """A QuantWeight from a tensor's bytes, (N, row_bytes) or flat; the bytes are copied once, contiguous."""
-    tensor = torch.as_tensor(np.ascontiguousarray(data)).view(torch.uint8)
+    tensor = torch.from_numpy(np.array(data, copy=True)).view(torch.uint8)  # (from a read-only memory map)
     tensor = tensor.reshape(-1, row_bytes(qtype, in_features)).contiguous()
     return QuantWeight(qtype, in_features, tensor)
 

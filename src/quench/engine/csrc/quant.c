@@ -13,8 +13,11 @@
            times (d * scales[v / 16])
    Each value is computed with exactly the float32 operations of gguf's `dequantize` (gguf-py quants.py, what
    transformers' GGUF loader and so quench's float32 path use): one product, then the one sum or difference,
-   each rounded (the unit is compiled with -ffp-contract=off, so no multiply-add is fused there); the f16
-   scales are widened exactly. `dequantize_rows` writes those values out (tests compare them bit for bit).
+   each rounded (the unit is compiled with -ffp-contract=off, so the compiler fuses nothing); the f16 scales are
+   widened exactly. Q4_1's d q and the K formats' (d scale) q are exact in float32 (11-bit d, 6-bit scale, 5-bit
+   q: at most 22 significant bits), so the vector builds fuse that product with its + m / - dmin min: one rounding
+   of the same exact sum, the same bits, one instruction fewer. Q6_K's (d scale) q can round, so it stays a
+   product. `dequantize_rows` writes the values out (tests compare them with gguf's bit for bit).
 
    The product expands one group of 32 values of a row into registers (scalar: a 32-float array) and never
    stores it. Summation order, the same in every build: each output is 32 float32 lanes, lane l summing
@@ -33,6 +36,9 @@
 #if defined(QUANT_AVX2) && defined(__AVX512F__) && defined(__AVX512DQ__)
 #define QUANT_AVX512 1
 #endif
+
+/* Every type's product is its own function (`type` a constant there), so each inner loop holds one format. */
+#define ALWAYS static inline __attribute__((always_inline))
 
 typedef struct { int values, bytes; } block_format;
 
@@ -65,7 +71,7 @@ int quant_level(void) {
 }
 
 /* IEEE half -> float, exact (subnormals, infinities and NaN payloads kept, as numpy's astype). */
-static inline float half_to_float(const uint8_t* p) {
+ALWAYS float half_to_float(const uint8_t* p) {
     uint16_t h = (uint16_t)(p[0] | p[1] << 8);
 #if defined(QUANT_AVX2)
     return _cvtsh_ss(h);
@@ -86,12 +92,12 @@ static inline float half_to_float(const uint8_t* p) {
 /* Per-block scalars: Q4_K / Q5_K's 8 (d * scale, dmin * min), Q6_K's 16 d * scale, the others' d and m. */
 typedef struct { float d[16], m[8]; } block_scales;
 
-static inline void k_scale_min(const uint8_t* s, int g, int* scale, int* min) {
+ALWAYS void k_scale_min(const uint8_t* s, int g, int* scale, int* min) {
     if (g < 4) { *scale = s[g] & 63; *min = s[g + 4] & 63; }
     else { *scale = (s[g + 4] & 15) | ((s[g - 4] >> 6) << 4); *min = (s[g + 4] >> 4) | ((s[g] >> 6) << 4); }
 }
 
-static inline void read_scales(int type, const uint8_t* b, block_scales* sc) {
+ALWAYS void read_scales(int type, const uint8_t* b, block_scales* sc) {
     if (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0) { sc->d[0] = half_to_float(b); return; }
     if (type == GGML_TYPE_Q4_1) { sc->d[0] = half_to_float(b); sc->m[0] = half_to_float(b + 2); return; }
     if (type == GGML_TYPE_Q6_K) {
@@ -117,7 +123,7 @@ static inline __m256i bits(__m256i v, int shift, int mask) {
     return _mm256_and_si256(_mm256_srli_epi32(v, shift), _mm256_set1_epi32(mask));
 }
 
-static inline group32 expand(int type, const uint8_t* b, int g, const block_scales* sc) {
+ALWAYS group32 expand(int type, const uint8_t* b, int g, const block_scales* sc) {
     group32 w;
     if (type == GGML_TYPE_Q8_0) {
         __m256 d = _mm256_set1_ps(sc->d[0]);
@@ -135,7 +141,7 @@ static inline group32 expand(int type, const uint8_t* b, int g, const block_scal
             if (type == GGML_TYPE_Q4_0)  /* (q - 8) exactly, then d * it */
                 w.v[j] = _mm256_mul_ps(d, _mm256_sub_ps(w.v[j], _mm256_set1_ps(8.0f)));
             else
-                w.v[j] = _mm256_add_ps(_mm256_mul_ps(d, w.v[j]), _mm256_set1_ps(sc->m[0]));
+                w.v[j] = _mm256_fmadd_ps(d, w.v[j], _mm256_set1_ps(sc->m[0]));  /* d q exact: one rounding either way */
         }
     } else if (type == GGML_TYPE_Q6_K) {
         int h = g / 4, k = g % 4;
@@ -153,7 +159,7 @@ static inline group32 expand(int type, const uint8_t* b, int g, const block_scal
         for (int j = 0; j < 4; j++) {
             __m256i q = bits(bytes8(qs + 8 * j), 4 * (g & 1), 15);
             if (type == GGML_TYPE_Q5_K) q = _mm256_or_si256(q, _mm256_slli_epi32(bits(bytes8(b + 16 + 8 * j), g, 1), 4));
-            w.v[j] = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m);
+            w.v[j] = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(q), m);  /* (d scale) q exact: as mul, sub */
         }
     }
     return w;
@@ -172,7 +178,7 @@ static inline float reduce8(__m256 s) {
 #else
 typedef struct { float v[32]; } group32;
 
-static inline group32 expand(int type, const uint8_t* b, int g, const block_scales* sc) {
+ALWAYS group32 expand(int type, const uint8_t* b, int g, const block_scales* sc) {
     group32 w;
     for (int l = 0; l < 32; l++) {
         float v;
@@ -196,6 +202,53 @@ static inline group32 expand(int type, const uint8_t* b, int g, const block_scal
 static inline void store_group(float* out, group32 w) { memcpy(out, w.v, sizeof w.v); }
 #endif
 
+#if defined(QUANT_AVX512)
+/* 32 values as two vectors of 16 (lanes 0-15, 16-31): the same values as `expand`, 16 at a time. */
+typedef struct { __m512 lo, hi; } group32x;
+
+static inline __m512i bytes16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)); }
+static inline __m512i bits16(__m512i v, int shift, int mask) {
+    return _mm512_and_si512(_mm512_srli_epi32(v, shift), _mm512_set1_epi32(mask));
+}
+
+ALWAYS group32x expand16(int type, const uint8_t* b, int g, const block_scales* sc) {
+    __m512 w[2];
+    if (type == GGML_TYPE_Q8_0) {
+        for (int j = 0; j < 2; j++)
+            w[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 2 + 16 * j)))),
+                                 _mm512_set1_ps(sc->d[0]));
+    } else if (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1) {
+        __m512i q = bytes16(b + (type == GGML_TYPE_Q4_0 ? 2 : 4));
+        w[0] = _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(15)));
+        w[1] = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
+        __m512 d = _mm512_set1_ps(sc->d[0]);
+        for (int j = 0; j < 2; j++) {
+            if (type == GGML_TYPE_Q4_0) w[j] = _mm512_mul_ps(d, _mm512_sub_ps(w[j], _mm512_set1_ps(8.0f)));
+            else w[j] = _mm512_fmadd_ps(d, w[j], _mm512_set1_ps(sc->m[0]));  /* d q exact: one rounding either way */
+        }
+    } else if (type == GGML_TYPE_Q6_K) {
+        int h = g / 4, k = g % 4;
+        const uint8_t* ql = b + 64 * h + 32 * (k % 2);
+        const uint8_t* qh = b + 128 + 32 * h;
+        for (int j = 0; j < 2; j++) {
+            __m512i q = _mm512_or_si512(bits16(bytes16(ql + 16 * j), 4 * (k / 2), 15),
+                                        _mm512_slli_epi32(bits16(bytes16(qh + 16 * j), 2 * k, 3), 4));
+            __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(32)));
+            w[j] = _mm512_mul_ps(_mm512_set1_ps(sc->d[2 * g + j]), f);
+        }
+    } else {  /* Q4_K, Q5_K */
+        const uint8_t* qs = b + (type == GGML_TYPE_Q4_K ? 16 : 48) + 32 * (g / 2);
+        __m512 d = _mm512_set1_ps(sc->d[g]), m = _mm512_set1_ps(sc->m[g]);
+        for (int j = 0; j < 2; j++) {
+            __m512i q = bits16(bytes16(qs + 16 * j), 4 * (g & 1), 15);
+            if (type == GGML_TYPE_Q5_K) q = _mm512_or_si512(q, _mm512_slli_epi32(bits16(bytes16(b + 16 + 16 * j), g, 1), 4));
+            w[j] = _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(q), m);  /* (d scale) q exact: as mul, sub */
+        }
+    }
+    return (group32x){w[0], w[1]};
+}
+#endif
+
 int dequantize_rows(const uint8_t* w, float* out, int N, int K, int type) {
     block_format f = format_of(type);
     int64_t row_bytes = quant_row_bytes(type, K);
@@ -203,119 +256,163 @@ int dequantize_rows(const uint8_t* w, float* out, int N, int K, int type) {
     for (int64_t n = 0; n < N; n++)
         for (int blk = 0; blk < K / f.values; blk++) {
             const uint8_t* b = w + n * row_bytes + (int64_t)blk * f.bytes;
+            float* o = out + n * K + (int64_t)blk * f.values;
             block_scales sc;
             read_scales(type, b, &sc);
-            for (int g = 0; g < f.values / 32; g++) store_group(out + n * K + (int64_t)blk * f.values + 32 * g, expand(type, b, g, &sc));
+            for (int g = 0; g < f.values / 32; g++) {
+#if defined(QUANT_AVX512)
+                group32x v = expand16(type, b, g, &sc);
+                _mm512_storeu_ps(o + 32 * g, v.lo);
+                _mm512_storeu_ps(o + 32 * g + 16, v.hi);
+#else
+                store_group(o + 32 * g, expand(type, b, g, &sc));
+#endif
+            }
         }
     return 0;
 }
 
-/* One W row against MT rows of x (xr[i]): out[i] = x_i . w, in the header comment's order. */
+/* One W row against mt <= ROW_TILE rows of x (xr[i]): out[i] = x_i . w, in the header comment's order. */
 #if defined(QUANT_AVX512)
-/* Lanes 0-15 and 16-31 in two 16-wide accumulators: the same lanes and order as the AVX2 build's four. */
-#define ROW_DOT(MT)                                                                                \
-static void row_dot_##MT(int type, block_format f, const uint8_t* row, const float* const* xr, int K, float* out) { \
-    __m512 acc[MT][2];                                                                             \
-    for (int i = 0; i < MT; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();                      \
-    for (int k0 = 0; k0 < K; k0 += f.values) {                                                     \
-        const uint8_t* b = row + (int64_t)(k0 / f.values) * f.bytes;                               \
-        block_scales sc;                                                                           \
-        read_scales(type, b, &sc);                                                                 \
-        for (int g = 0; g < f.values / 32; g++) {                                                  \
-            group32 w = expand(type, b, g, &sc);                                                   \
-            __m512 lo = _mm512_insertf32x8(_mm512_castps256_ps512(w.v[0]), w.v[1], 1);             \
-            __m512 hi = _mm512_insertf32x8(_mm512_castps256_ps512(w.v[2]), w.v[3], 1);             \
-            int k = k0 + 32 * g;                                                                   \
-            for (int i = 0; i < MT; i++) {                                                         \
-                acc[i][0] = _mm512_fmadd_ps(_mm512_loadu_ps(xr[i] + k), lo, acc[i][0]);            \
-                acc[i][1] = _mm512_fmadd_ps(_mm512_loadu_ps(xr[i] + k + 16), hi, acc[i][1]);       \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    for (int i = 0; i < MT; i++) {                                                                 \
-        __m256 a = _mm256_add_ps(_mm512_castps512_ps256(acc[i][0]), _mm512_extractf32x8_ps(acc[i][0], 1)); \
-        __m256 c = _mm256_add_ps(_mm512_castps512_ps256(acc[i][1]), _mm512_extractf32x8_ps(acc[i][1], 1)); \
-        out[i] = reduce8(_mm256_add_ps(a, c));                                                     \
-    }                                                                                              \
-}
 #define ROW_TILE 8
-ROW_DOT(8) ROW_DOT(4) ROW_DOT(2) ROW_DOT(1)
-#elif defined(QUANT_AVX2)
-#define ROW_DOT(MT)                                                                                \
-static void row_dot_##MT(int type, block_format f, const uint8_t* row, const float* const* xr, int K, float* out) { \
-    __m256 acc[MT][4];                                                                             \
-    for (int i = 0; i < MT; i++)                                                                   \
-        for (int j = 0; j < 4; j++) acc[i][j] = _mm256_setzero_ps();                               \
-    for (int k0 = 0; k0 < K; k0 += f.values) {                                                     \
-        const uint8_t* b = row + (int64_t)(k0 / f.values) * f.bytes;                               \
-        block_scales sc;                                                                           \
-        read_scales(type, b, &sc);                                                                 \
-        for (int g = 0; g < f.values / 32; g++) {                                                  \
-            group32 w = expand(type, b, g, &sc);                                                   \
-            int k = k0 + 32 * g;                                                                   \
-            for (int i = 0; i < MT; i++)                                                           \
-                for (int j = 0; j < 4; j++)                                                        \
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(xr[i] + k + 8 * j), w.v[j], acc[i][j]); \
-        }                                                                                          \
-    }                                                                                              \
-    for (int i = 0; i < MT; i++)                                                                   \
-        out[i] = reduce8(_mm256_add_ps(_mm256_add_ps(acc[i][0], acc[i][1]), _mm256_add_ps(acc[i][2], acc[i][3]))); \
-}
-#define ROW_TILE 2
-ROW_DOT(2) ROW_DOT(1)
-#else
-#define ROW_DOT(MT)                                                                                \
-static void row_dot_##MT(int type, block_format f, const uint8_t* row, const float* const* xr, int K, float* out) { \
-    float acc[MT][32];                                                                             \
-    memset(acc, 0, sizeof acc);                                                                    \
-    for (int k0 = 0; k0 < K; k0 += f.values) {                                                     \
-        const uint8_t* b = row + (int64_t)(k0 / f.values) * f.bytes;                               \
-        block_scales sc;                                                                           \
-        read_scales(type, b, &sc);                                                                 \
-        for (int g = 0; g < f.values / 32; g++) {                                                  \
-            group32 w = expand(type, b, g, &sc);                                                   \
-            int k = k0 + 32 * g;                                                                   \
-            for (int i = 0; i < MT; i++)                                                           \
-                for (int l = 0; l < 32; l++) acc[i][l] = fmaf(xr[i][k + l], w.v[l], acc[i][l]);    \
-        }                                                                                          \
-    }                                                                                              \
-    for (int i = 0; i < MT; i++) {                                                                 \
-        float s[8];                                                                                \
-        for (int j = 0; j < 8; j++) s[j] = (acc[i][j] + acc[i][8 + j]) + (acc[i][16 + j] + acc[i][24 + j]); \
-        out[i] = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));                \
-    }                                                                                              \
-}
-#define ROW_TILE 1
-ROW_DOT(1)
-#endif
-
-/* Rows m0 .. m0 + mt - 1 of x against W row n; mt <= ROW_TILE. */
-static void row_dots(int type, block_format f, const uint8_t* row, const float* x, int m0, int mt, int K, float* out) {
-    const float* xr[ROW_TILE];
-    for (int i = 0; i < mt; i++) xr[i] = x + (int64_t)(m0 + i) * K;
-#if ROW_TILE >= 8
-    if (mt == 8) { row_dot_8(type, f, row, xr, K, out); return; }
-    if (mt >= 4) { row_dot_4(type, f, row, xr, K, out); row_dots(type, f, row, x, m0 + 4, mt - 4, K, out + 4); return; }
-#endif
-#if ROW_TILE >= 2
-    if (mt >= 2) { row_dot_2(type, f, row, xr, K, out); if (mt > 2) row_dots(type, f, row, x, m0 + 2, mt - 2, K, out + 2); return; }
-#endif
-    if (mt == 1) row_dot_1(type, f, row, xr, K, out);
-}
-
-int quant_gemm_f32(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+/* Lanes 0-15 and 16-31 in two 16-wide accumulators: the same lanes and order as the AVX2 build's four. */
+ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_bytes, const float* const* xr, int K,
+                    float* out) {
     block_format f = format_of(type);
-    int64_t row_bytes = quant_row_bytes(type, K);
-    if (row_bytes < 0 || M < 0 || N < 0 || ldy < N) return 1;
-    threads = threads < 1 ? 1 : threads;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && N >= 64)
-    for (int n = 0; n < N; n++) {
-        float out[ROW_TILE];
-        for (int m0 = 0; m0 < M; m0 += ROW_TILE) {
-            int mt = M - m0 < ROW_TILE ? M - m0 : ROW_TILE;
-            row_dots(type, f, w + (int64_t)n * row_bytes, x, m0, mt, K, out);
-            for (int i = 0; i < mt; i++) y[(int64_t)(m0 + i) * ldy + n] = out[i];
+    __m512 acc[4][ROW_TILE][2];
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < mt; i++) acc[r][i][0] = acc[r][i][1] = _mm512_setzero_ps();
+    for (int k0 = 0; k0 < K; k0 += f.values) {
+        for (int r = 0; r < nr; r++) {
+            const uint8_t* b = row + r * row_bytes + (int64_t)(k0 / f.values) * f.bytes;
+            block_scales sc;
+            read_scales(type, b, &sc);
+            for (int g = 0; g < f.values / 32; g++) {
+                group32x w = expand16(type, b, g, &sc);
+                int k = k0 + 32 * g;
+                for (int i = 0; i < mt; i++) {
+                    acc[r][i][0] = _mm512_fmadd_ps(_mm512_loadu_ps(xr[i] + k), w.lo, acc[r][i][0]);
+                    acc[r][i][1] = _mm512_fmadd_ps(_mm512_loadu_ps(xr[i] + k + 16), w.hi, acc[r][i][1]);
+                }
+            }
         }
     }
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < mt; i++) {
+            __m256 a = _mm256_add_ps(_mm512_castps512_ps256(acc[r][i][0]), _mm512_extractf32x8_ps(acc[r][i][0], 1));
+            __m256 c = _mm256_add_ps(_mm512_castps512_ps256(acc[r][i][1]), _mm512_extractf32x8_ps(acc[r][i][1], 1));
+            out[r * ROW_TILE + i] = reduce8(_mm256_add_ps(a, c));
+        }
+}
+#elif defined(QUANT_AVX2)
+#define ROW_TILE 2
+ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_bytes, const float* const* xr, int K,
+                    float* out) {
+    block_format f = format_of(type);
+    __m256 acc[2][ROW_TILE][4];
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < mt; i++)
+            for (int j = 0; j < 4; j++) acc[r][i][j] = _mm256_setzero_ps();
+    for (int k0 = 0; k0 < K; k0 += f.values) {
+        for (int r = 0; r < nr; r++) {
+            const uint8_t* b = row + r * row_bytes + (int64_t)(k0 / f.values) * f.bytes;
+            block_scales sc;
+            read_scales(type, b, &sc);
+            for (int g = 0; g < f.values / 32; g++) {
+                group32 w = expand(type, b, g, &sc);
+                int k = k0 + 32 * g;
+                for (int i = 0; i < mt; i++)
+                    for (int j = 0; j < 4; j++)
+                        acc[r][i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(xr[i] + k + 8 * j), w.v[j], acc[r][i][j]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < mt; i++)
+            out[r * ROW_TILE + i] = reduce8(_mm256_add_ps(_mm256_add_ps(acc[r][i][0], acc[r][i][1]),
+                                                          _mm256_add_ps(acc[r][i][2], acc[r][i][3])));
+}
+#else
+#define ROW_TILE 1
+ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_bytes, const float* const* xr, int K,
+                    float* out) {
+    block_format f = format_of(type);
+    float acc[32] = {0};
+    (void)nr, (void)mt, (void)row_bytes;
+    for (int k0 = 0; k0 < K; k0 += f.values) {
+        const uint8_t* b = row + (int64_t)(k0 / f.values) * f.bytes;
+        block_scales sc;
+        read_scales(type, b, &sc);
+        for (int g = 0; g < f.values / 32; g++) {
+            group32 w = expand(type, b, g, &sc);
+            int k = k0 + 32 * g;
+            for (int l = 0; l < 32; l++) acc[l] = fmaf(xr[0][k + l], w.v[l], acc[l]);
+        }
+    }
+    float s[8];
+    for (int j = 0; j < 8; j++) s[j] = (acc[j] + acc[8 + j]) + (acc[16 + j] + acc[24 + j]);
+    out[0] = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+#endif
+
+/* W rows n0 .. n1 - 1 of one type against every row of x, ROW_TILE rows of x at a time; one or two rows of x
+   take several W rows side by side (independent sums in flight while each waits on its fused multiply-adds). */
+ALWAYS void gemm_rows(int type, const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int n0, int n1, int K) {
+    int64_t row_bytes = quant_row_bytes(type, K);
+    const float* xr[ROW_TILE];
+    float out[4 * ROW_TILE];
+    for (int m0 = 0; m0 < M; m0 += ROW_TILE) {
+        int mt = M - m0 < ROW_TILE ? M - m0 : ROW_TILE;
+        for (int i = 0; i < mt; i++) xr[i] = x + (int64_t)(m0 + i) * K;
+        for (int n = n0; n < n1;) {
+            const uint8_t* row = w + (int64_t)n * row_bytes;
+            int nr = 1;
+            switch (mt) {  /* constant tile shapes, so the accumulators stay in registers */
+#if ROW_TILE >= 8
+                case 8: row_dot(type, 1, 8, row, row_bytes, xr, K, out); break;
+                case 7: row_dot(type, 1, 7, row, row_bytes, xr, K, out); break;
+                case 6: row_dot(type, 1, 6, row, row_bytes, xr, K, out); break;
+                case 5: row_dot(type, 1, 5, row, row_bytes, xr, K, out); break;
+                case 4: row_dot(type, 1, 4, row, row_bytes, xr, K, out); break;
+                case 3: row_dot(type, 1, 3, row, row_bytes, xr, K, out); break;
+#endif
+#if ROW_TILE >= 2
+                case 2:
+                    if (n + 2 <= n1) { nr = 2; row_dot(type, 2, 2, row, row_bytes, xr, K, out); }
+                    else row_dot(type, 1, 2, row, row_bytes, xr, K, out);
+                    break;
+                default:
+                    if (n + ROW_TILE / 2 <= n1 && ROW_TILE >= 8) { nr = 4; row_dot(type, 4, 1, row, row_bytes, xr, K, out); }
+                    else if (n + 2 <= n1) { nr = 2; row_dot(type, 2, 1, row, row_bytes, xr, K, out); }
+                    else row_dot(type, 1, 1, row, row_bytes, xr, K, out);
+                    break;
+#else
+                default: row_dot(type, 1, 1, row, row_bytes, xr, K, out); break;
+#endif
+            }
+            for (int r = 0; r < nr; r++)
+                for (int i = 0; i < mt; i++) y[(int64_t)(m0 + i) * ldy + n + r] = out[r * ROW_TILE + i];
+            n += nr;
+        }
+    }
+}
+
+#define GEMM_TYPE(T) \
+    static void gemm_rows_##T(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int n0, int n1, int K) { \
+        gemm_rows(GGML_TYPE_##T, x, w, y, ldy, M, n0, n1, K);                                          \
+    }
+GEMM_TYPE(Q4_0) GEMM_TYPE(Q4_1) GEMM_TYPE(Q8_0) GEMM_TYPE(Q4_K) GEMM_TYPE(Q5_K) GEMM_TYPE(Q6_K)
+
+typedef void (*gemm_rows_fn)(const float*, const uint8_t*, float*, int64_t, int, int, int, int);
+
+int quant_gemm_f32(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+    if (quant_row_bytes(type, K) < 0 || M < 0 || N < 0 || ldy < N) return 1;
+    gemm_rows_fn rows = type == GGML_TYPE_Q4_0 ? gemm_rows_Q4_0 : type == GGML_TYPE_Q4_1 ? gemm_rows_Q4_1
+                      : type == GGML_TYPE_Q8_0 ? gemm_rows_Q8_0 : type == GGML_TYPE_Q4_K ? gemm_rows_Q4_K
+                      : type == GGML_TYPE_Q5_K ? gemm_rows_Q5_K : gemm_rows_Q6_K;
+    threads = threads < 1 ? 1 : threads;
+    int chunks = (N + 15) / 16;  /* 16 W rows per chunk: threads split N, never K */
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
+    for (int c = 0; c < chunks; c++) rows(x, w, y, ldy, M, 16 * c, 16 * c + 16 < N ? 16 * c + 16 : N, K);
     return 0;
 }

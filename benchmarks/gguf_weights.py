@@ -1,0 +1,103 @@
+"""(Not gguf.py: a script of that name would shadow the gguf package it imports.)
+
+The default preset's GGUF run two ways in one process: its weights dequantized to float32 (today's path) and
+its blocks executed as stored (quench.engine.quant), at batch 1 and 8 and the given thread counts.
+
+Decode tokens/s: B (T - 1) new tokens over the wall time of a T-token call minus that of a 1-token call (the
+prefill and the first token), EOS ignored, the first B HumanEval prompts in the chat template; the best of
+--repeats interleaved rounds. Bytes per decode step: the nbytes of every weight tensor a step reads (the 30 layers'
+projections and the LM head; the embedding rows and norms are a few KB); the floor is those bytes over the read
+bandwidth of a 512 MB sum at the same threads. "same tokens": both ways gave the same greedy token ids.
+
+    .venv/bin/python benchmarks/gguf_weights.py --threads 1 2 --batch-sizes 1 8
+    QUENCH_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/gguf_weights.py ...   # the AVX2 build
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from quench.datasets import load_humaneval
+from quench.engine import native
+from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.quant import QuantLinear
+from quench.engine.types import GenerationRequest, SamplingParams
+from quench.models import encode_prompt, load_model
+
+
+def read_bandwidth_gbs(megabytes: int = 512) -> float:
+    """Read bandwidth at the current torch threads: best of 5 sums over a buffer far past the caches, GB/s."""
+    buffer = torch.ones(megabytes * 2**20 // 4)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return buffer.numel() * 4 / best / 1e9
+
+
+def step_weight_bytes(runner) -> int:
+    """Bytes of the weights one decode step reads: each projection and the head once."""
+    total = 0
+    for linear in [runner.lm_head, *runner._projections()]:
+        total += linear.nbytes if isinstance(linear, QuantLinear) else linear.out_features * linear.weight.shape[-1] * 4
+    return total
+
+
+def backend(loaded, gguf_weights, weights: str, batch_size: int) -> QuenchBackend:
+    model = loaded.model
+    model.quench_gguf_weights = gguf_weights if weights == "gguf" else None
+    built = QuenchBackend(model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
+    model.quench_gguf_weights = gguf_weights
+    return built
+
+
+def timed(backend: QuenchBackend, requests, new_tokens: int) -> tuple[float, dict]:
+    sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    start = time.perf_counter()
+    results = {r.key: tuple(r.token_ids) for r in backend.generate(requests, sampling)}
+    return time.perf_counter() - start, results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    loaded = load_model(weights="gguf")
+    gguf_weights = loaded.model.quench_gguf_weights
+    problems = load_humaneval()[: max(args.batch_sizes)]
+    result = native.build_result()
+    print(f"native build: {result.march}, quant level {result.library.quant_level()}; torch {torch.__version__}")
+    print("| weights | batch | threads | bytes / step | floor tok/s | decode tok/s | prefill + 1st token s | same tokens |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        bandwidth = read_bandwidth_gbs()
+        for batch_size in args.batch_sizes:
+            requests = [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt)) for p in problems[:batch_size]]
+            systems = {weights: backend(loaded, gguf_weights, weights, batch_size) for weights in ("dequantized", "gguf")}
+            best = {weights: (float("inf"), float("inf")) for weights in systems}
+            tokens = {}
+            for _ in range(args.repeats):
+                for weights, system in systems.items():
+                    first, _ = timed(system, requests, 1)
+                    whole, tokens[weights] = timed(system, requests, args.max_new_tokens)
+                    best[weights] = (min(best[weights][0], whole - first), min(best[weights][1], first))
+            for weights, system in systems.items():
+                step_bytes = step_weight_bytes(system.runner)
+                decode = batch_size * (args.max_new_tokens - 1) / best[weights][0]
+                floor = batch_size * bandwidth * 1e9 / step_bytes
+                print(f"| {weights} | {batch_size} | {threads} | {step_bytes / 2**20:.1f} MiB | {floor:.0f} | {decode:.1f} | "
+                      f"{best[weights][1]:.3f} | {tokens['gguf'] == tokens['dequantized']} |")
+        print(f"<!-- read bandwidth at {threads} thread(s): {bandwidth:.1f} GB/s -->")
+
+
+if __name__ == "__main__":
+    main()
