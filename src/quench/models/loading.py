@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 PROMPT_FORMATS = ("chat", "completion")
 QUENCH_META = "quench.json"  # written into checkpoints by `quench train`: {"prompt_format": ...}
 DTYPES = ("auto", "bfloat16", "float16", "float32")  # torch is imported only when a model loads
+# dequantized: every weight from the float32 safetensors cache; gguf: the projections and head run on the GGUF's
+# blocks as stored (quench.engine.quant), float32 activations
+WEIGHTS = ("dequantized", "gguf")
 GGUF_MAGIC = b"GGUF"
 GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
 
@@ -72,6 +75,31 @@ def resolve_dtype(dtype: str, device: str) -> "torch.dtype":
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+
+
+def check_weights(weights: str, dtype: str, name_or_path: str) -> None:
+    """--weights: one of WEIGHTS; gguf only for a GGUF model (a preset or a .gguf file), in float32."""
+    if weights not in WEIGHTS:
+        raise QuenchError(f"--weights: unknown weights {weights!r}; choose one of {', '.join(WEIGHTS)}")
+    if weights == "gguf" and dtype not in ("auto", "float32"):
+        raise QuenchError(f"--weights gguf runs float32 activations, not --dtype {dtype}")
+    if weights == "gguf" and name_or_path not in PRESETS and not name_or_path.endswith(".gguf"):
+        raise QuenchError(f"--weights gguf: {name_or_path} is not a GGUF model (give a preset or a .gguf file)")
+
+
+def gguf_file(parts: list[Path]) -> Path:
+    """One file holding the GGUF: the file itself, or the chunks concatenated once into the cache."""
+    if len(parts) == 1:
+        return parts[0]
+    target = gguf_cache_dir(parts) / parts[0].name.rsplit(".part", 1)[0]
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as out:
+            for part in parts:
+                with part.open("rb") as chunk:
+                    shutil.copyfileobj(chunk, out)
+        os.replace(out.name, target)
+    return target
 
 
 def gguf_cache_dir(parts: list[Path]) -> Path:
@@ -222,10 +250,14 @@ def load_model(
     device: str = "cpu",
     prompt_format: str | None = None,
     notify: Callable[[str], None] = log.info,
+    weights: str = "dequantized",
 ) -> LoadedModel:
-    """Load a causal LM for generation. Nothing is ever downloaded; `notify` hears what takes time."""
+    """Load a causal LM for generation. Nothing is ever downloaded; `notify` hears what takes time.
+    weights="gguf": the model also carries the GGUF's quantized tensors as stored (`quench_gguf_weights`), which
+    quench's engine runs its projections and head on."""
     check_model(name_or_path)
     check_dtype(dtype)
+    check_weights(weights, dtype, name_or_path)
     if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
         raise QuenchError(f"unknown prompt format {prompt_format!r}; choose chat or completion")
     notify(f"loading {name_or_path} …")
@@ -234,7 +266,7 @@ def load_model(
 
     hf_logging.disable_progress_bar()  # quench shows its own progress; the CLI owns the terminal
     source, default_format = resolve_source(name_or_path, notify)
-    torch_dtype = resolve_dtype(dtype, device)
+    torch_dtype = resolve_dtype("float32" if weights == "gguf" else dtype, device)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
@@ -242,6 +274,12 @@ def load_model(
     except (OSError, ValueError) as err:
         raise QuenchError(f"{source}: cannot load model: {err}") from None
     model.to(device).eval()
+    if weights == "gguf":
+        from quench.engine.quant import read_gguf_weights
+
+        parts = preset_gguf_parts(PRESETS[name_or_path]) if name_or_path in PRESETS else [Path(name_or_path).expanduser()]
+        config = model.config.get_text_config()
+        model.quench_gguf_weights = read_gguf_weights(gguf_file(parts), config.num_attention_heads, config.num_key_value_heads)
     chosen = prompt_format or default_format
     if chosen == "chat" and not getattr(tokenizer, "chat_template", None):
         raise QuenchError(f"{name_or_path}: prompt format 'chat' needs a tokenizer with a chat template")
