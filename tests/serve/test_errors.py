@@ -114,6 +114,8 @@ def test_a_full_queue_answers_429_and_a_stopping_engine_503() -> None:
         second = httpx.post(f"{served.url}/completions", json=GOOD, timeout=30)
         assert second.status_code == 429
         assert second.json()["error"]["type"] == "rate_limit_exceeded"
+        assert float(second.headers["retry-after"]) > 0
+        assert httpx.get(served.url.removesuffix("/v1") + "/health", timeout=10).status_code == 503  # no engine
         served.engine.stop()
         waiting.join(30)
         assert first[0].status_code == 503

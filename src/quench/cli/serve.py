@@ -21,6 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="prompt + answer tokens per sample (default: 2048, or the model's limit if lower)")
     server.add_argument("--max-waiting", type=int, default=256, metavar="N",
                         help="requests queued before the engine starts them; more are answered 429 (default %(default)s)")
+    server.add_argument("--max-body-bytes", type=int, default=None, metavar="BYTES",
+                        help="larger request bodies are answered 413 before they are read (default: 4 MiB)")
+    server.add_argument("--prefill-budget", type=int, default=None, metavar="TOKENS",
+                        help="prompt tokens prefilled per decode step, at most (one longer prompt still goes whole), "
+                             "so arrivals never stall the running rows for long (default: 512)")
+    server.add_argument("--no-access-log", action="store_true",
+                        help="no INFO line per request (id, tokens, time to first token, total time, finish reason)")
     server.add_argument("--max-n", type=int, default=64, help="samples per request, at most (default %(default)s)")
     server.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="S",
                         help="on SIGTERM, seconds in-flight requests get to finish before they are cancelled")
@@ -41,8 +48,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise QuenchError(f"--backend {args.backend}: quench serve runs quench's own engine (--backend quench)")
     if args.max_model_len is not None and args.max_model_len < 2:
         raise QuenchError(f"--max-model-len must be at least 2, got {args.max_model_len}")
-    for flag, value in (("--max-waiting", args.max_waiting), ("--max-n", args.max_n)):
-        if value < 1:
+    for flag, value in (("--max-waiting", args.max_waiting), ("--max-n", args.max_n),
+                        ("--max-body-bytes", args.max_body_bytes), ("--prefill-budget", args.prefill_budget)):
+        if value is not None and value < 1:
             raise QuenchError(f"{flag} must be at least 1, got {value}")
     if args.shutdown_timeout < 0:
         raise QuenchError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
@@ -57,19 +65,24 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
+
     from quench.models import load_model
     from quench.serve.server import build_service, check_address, context_length, make_server
-    from quench.serve.service import ServeConfig
+    from quench.serve.service import MAX_BODY_BYTES, PREFILL_BUDGET, ServeConfig
 
     check_args(args)
     options = common.backend_options_from_args(args)
     check_address(args.host, args.port)
+    if not args.no_access_log:
+        logging.getLogger("quench.serve").setLevel(logging.INFO)  # the access log, disconnects
     if args.ray is not None:
         return run_on_ray(args, options)
     loaded = load_model(args.model, args.dtype, args.device, args.prompt_format,
                         notify=lambda message: print(message, file=sys.stderr))
     config = ServeConfig(args.served_model_name or args.model, context_length(loaded, args.max_model_len),
-                         args.max_n, args.max_waiting, args.shutdown_timeout)
+                         args.max_n, args.max_waiting, args.shutdown_timeout,
+                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET)
     service = build_service(loaded, options, config)
     server = make_server(service, args.host, args.port)
     print(f"serving {config.model_name} on http://{args.host}:{args.port}/v1 "
@@ -90,11 +103,12 @@ def run_on_ray(args: argparse.Namespace, options) -> int:
         raise QuenchError(f"--ray: {err}") from None
     from quench.distributed import ModelSpec
     from quench.distributed.cluster import connect
-    from quench.serve.service import ServeConfig
+    from quench.serve.service import MAX_BODY_BYTES, PREFILL_BUDGET, ServeConfig
 
     gpus = args.gpus_per_replica if args.gpus_per_replica is not None else float(args.device.startswith("cuda"))
     spec = ModelSpec(args.model, args.dtype, args.device, args.prompt_format, options)
-    config = ServeConfig(args.served_model_name or args.model, 0, args.max_n, args.max_waiting, args.shutdown_timeout)
+    config = ServeConfig(args.served_model_name or args.model, 0, args.max_n, args.max_waiting, args.shutdown_timeout,
+                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET)
     fleet = replicas.ReplicaOptions(args.replicas, args.cpus_per_replica, gpus, 2 * options.engine.batch_size)
     connect(args.ray)
     stopping = threading.Event()

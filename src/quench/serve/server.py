@@ -47,7 +47,7 @@ def context_length(loaded: LoadedModel, wanted: int | None) -> int:
 def build_service(loaded: LoadedModel, options: BackendOptions, config: ServeConfig) -> Service:
     """The engine thread (started) and the service over it."""
     backend = make_engine(loaded, options.check())
-    engine = LiveEngine(backend, config.max_model_len, config.max_waiting).start()
+    engine = LiveEngine(backend, config.max_model_len, config.max_waiting, config.prefill_budget).start()
     return Service(engine, loaded.tokenizer, config)
 
 
