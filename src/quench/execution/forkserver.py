@@ -46,7 +46,7 @@ RESULT_FD = 3  # where the child's completion record goes
 HOST_REQUESTS, HOST_ANSWERS = 4, 5  # in a child that may use the JavaScript host (RESULT_FD + 1, + 2)
 DETAIL_CHARS = 300
 WATCH_INTERVAL_S = 0.05  # how often the process count is checked while a program runs
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 CLONE_NEWNET = 0x40000000
 # Imported once here so that children do not pay for them (typing alone costs ~10 ms per program).
 PRELOAD = (
@@ -356,6 +356,9 @@ def main(argv):
     os.dup2(null_fd, 1)
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # inherited by every child, and cannot be undone
+    # Programs share our uid in "bwrap" mode: none may read or write our memory or fds (/proc, ptrace);
+    # forked children inherit it, what they exec does not.
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited: an oversized write raises OSError
     # As a namespace's init we receive only signals we handle: handle none, not even SIGINT.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
