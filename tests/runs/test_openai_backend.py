@@ -48,6 +48,15 @@ def test_quench_serve_gives_the_local_engines_text(prompt_format: str) -> None:
     assert remote.served_models == {MODEL}
 
 
+def test_samples_served_remotely_record_the_servers_token_counts(tmp_path: Path) -> None:
+    config = GenerateConfig(n=1, sampling=GREEDY, prompt_format="completion")
+    with serving(tiny_backend()) as served:
+        remote = OpenAIBackend(OpenAIOptions(served.url, MODEL, "completion", concurrency=2))
+        records = generate_samples(problems(2), remote, encode, config, tmp_path / "samples.jsonl")
+    assert [r["num_tokens"] for r in records] == [r["completion_tokens"] for r in records]
+    assert all(r["num_tokens"] > 0 for r in records)
+
+
 class Fake:
     """A tiny OpenAI-style server whose answers follow a script: "ok", "500", "429", "400", "hang", "close",
     "one" (one choice whatever n asks); the script's last entry repeats."""

@@ -192,7 +192,8 @@ def sample_record(problem: Problem, result: GenerationResult, prompt_format: str
         "solution": clean.solution,
         "raw": result.text,
         "finish_reason": result.finish_reason,
-        "num_tokens": len(result.token_ids),
+        # a served model's tokens are not returned: its usage share counts them (quench.runs.openai_backend)
+        "num_tokens": len(result.token_ids) or round(float(result.extra.get("completion_tokens", 0))),
         "seconds": round(result.seconds, 4),
         **{k: v for k, v in result.extra.items()},
     }
