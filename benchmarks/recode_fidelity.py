@@ -9,6 +9,9 @@ For every transformation in a copy of ReCode's `dataset-release/` (HumanEval: `n
   partial prompt for code syntax and format; the release's own baseline for the release);
 - words: mean words edited per changed prompt (word-level diff against that baseline).
 
+A variant that its transformation refuses (quench cannot write it: a rebuild that fails) counts as
+unchanged and not exact.
+
 The first row compares the partial-code prompts themselves with `nominal/humaneval_partial.jsonl`.
 
     python benchmarks/recode_fidelity.py --release DIR [--transforms A,B] [--seeds 10] [--json out.json]
@@ -134,9 +137,10 @@ def main() -> int:
         release_shares = shares(released, [base_of(task) for _, task in keys], None)
         result = {"release": release_shares}
         for profile in PROFILES:
-            prompts = [made[profile][name][seed][task] for seed, task in keys]
             own_base = [PROFILES[profile].partial(by_id[task]).prompt if code_category(name) else by_id[task].prompt
                         for _, task in keys]
+            # a variant its transformation refused is left out of the set: it counts as unchanged, not exact
+            prompts = [made[profile][name][seed].get(task, base) for (seed, task), base in zip(keys, own_base)]
             result[profile] = shares(prompts, own_base, released)
         rows[name] = {k: v.__dict__ for k, v in result.items()} | {"seeds": len(seeds[name])}
         q, r, rel = result["quench"], result["recode"], release_shares

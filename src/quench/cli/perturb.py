@@ -68,15 +68,19 @@ def print_list() -> None:
 
 
 def print_stats(result: PerturbationSet) -> None:
-    print(f"{'transformation':33s} {'category':14s} {'changed':>8s} {'valid':>7s} {'seconds':>8s}")
+    print(f"{'transformation':33s} {'category':14s} {'changed':>8s} {'valid':>7s} {'refused':>8s} {'seconds':>8s}")
     for stats in result.stats.values():
         valid = f"{stats.share_valid:7.1%}" if result.validated else "      -"
-        print(f"{stats.name:33s} {stats.category:14s} {stats.share_changed:8.1%} {valid} {stats.seconds:8.2f}")
+        print(f"{stats.name:33s} {stats.category:14s} {stats.share_changed:8.1%} {valid} {stats.refused:8d} "
+              f"{stats.seconds:8.2f}")
     for name, why in result.not_applicable.items():
         print(f"{name:33s} {why}")
     if result.rejected:
         fate = "kept, as ReCode keeps them" if result.profile.keep_invalid else "left out"
         print(f"{len(result.rejected)} variants failed the meaning check and were {fate} (see summary.json)")
+    if result.refusals:
+        print(f"{len(result.refusals)} variants were refused by their transformation (it could not write them) "
+              "and left out (see summary.json)")
 
 
 def load_model(name: str | None) -> object | None:

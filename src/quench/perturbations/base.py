@@ -29,6 +29,20 @@ RECODE_ORDER = (
 )
 
 
+class CannotApply(Exception):
+    """Raised by `apply` where a transformation applies but cannot write its result (a program
+    its rebuild cannot tokenize or format): a counted refusal, never the nominal prompt passed off
+    as perturbed. A problem with nothing to transform is returned unchanged instead."""
+
+
+REFUSED = "refused"  # key in a variant's `extra`: why the transformation refused it
+
+
+def refusal(problem: Problem) -> str | None:
+    """Why the transformation refused this variant, or None."""
+    return problem.meta(REFUSED) or None
+
+
 class Perturbation(ABC):
     """One ReCode transformation: `apply` returns the perturbed problem, or the same one unchanged."""
 
@@ -127,6 +141,11 @@ def tag(problem: Problem, perturbation: Perturbation, seed: int) -> Problem:
 
 
 def apply_seeded(perturbation: Perturbation, problem: Problem, seed: int) -> Problem:
-    """Apply with the (name, task, seed) generator and record the perturbation in `extra`."""
+    """Apply with the (name, task, seed) generator and record the perturbation in `extra`;
+    a refusal comes back as the problem with its reason under `refused`."""
     rng = seeded_rng(perturbation.name, problem.task_id, seed)
-    return tag(perturbation.apply(problem, rng), perturbation, seed)
+    try:
+        variant = perturbation.apply(problem, rng)
+    except CannotApply as why:
+        variant = problem.with_changes(extra=problem.extra + ((REFUSED, str(why)),))
+    return tag(variant, perturbation, seed)

@@ -16,7 +16,7 @@ import random
 from abc import abstractmethod
 
 from quench.datasets import Problem
-from quench.perturbations.base import CODE_SYNTAX, Perturbation, register
+from quench.perturbations.base import CODE_SYNTAX, CannotApply, Perturbation, register
 from quench.perturbations.source import (
     Edit, PartialProgram, Source, as_partial, body_indent_unit, find_function,
     own_nodes, own_statements, parse, with_program,
@@ -94,13 +94,15 @@ class CodePerturbation(Perturbation):
     def apply(self, problem: Problem, rng: random.Random) -> Problem:
         partial, program = as_partial(problem)
         analysed = analyse(program, partial.entry_point)
-        edits = self.edits(analysed, rng) if analysed else []
+        if analysed is None:
+            raise CannotApply("the program does not parse")
+        edits = self.edits(analysed, rng)
         if not edits:
             return partial
         edited = program.edited(edits)
         if not self.blank_lines_only and parse(edited.text) is None:  # a bug, never a variant to keep
-            log.warning("%s broke %s; left unchanged", self.name, problem.task_id)
-            return partial
+            log.warning("%s broke %s; refused", self.name, problem.task_id)
+            raise CannotApply("the edited program does not parse")
         return with_program(partial, edited)
 
     @abstractmethod

@@ -2,7 +2,8 @@
 
 The result keeps, per (transformation, seed), the variants that passed the meaning check
 (unchanged problems included: they are the nominal prompt and trivially valid), the rejected
-ones with a reason, and per-transformation shares of changed and valid variants.
+ones with a reason, and per-transformation shares of changed, valid and refused variants (a
+refused one, which its transformation could not write, is never kept in either profile).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from quench.perturbations import languages
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, Perturbation, apply_seeded, create, perturbation_class, tag
 from quench.perturbations.profile import QUENCH, Profile, resolve_profile
 from quench.perturbations.recode_format import file_name, nominal_partial_rows, recode_row, write_recode
-from quench.perturbations.validate import Runner, Verdict, is_changed, nominal, validate
+from quench.perturbations.validate import Runner, Verdict, is_changed, nominal, refused_verdict, validate
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,11 @@ class TransformStats:
     changed: int  # variants that differ from the nominal prompt
     valid: int  # variants kept (unchanged ones count as valid)
     seconds: float  # time spent perturbing (validation excluded)
+    refused: int = 0  # variants the transformation could not write: never kept, not valid
+
+    @property
+    def share_refused(self) -> float:
+        return self.refused / self.variants if self.variants else 0.0
 
     @property
     def share_changed(self) -> float:
@@ -52,7 +58,8 @@ class TransformStats:
     @property
     def share_changed_valid(self) -> float:
         """Of the variants that changed, the share that passed the meaning check."""
-        return (self.valid - (self.variants - self.changed)) / self.changed if self.changed else 1.0
+        unchanged = self.variants - self.changed - self.refused
+        return (self.valid - unchanged) / self.changed if self.changed else 1.0
 
 
 @dataclass
@@ -65,6 +72,7 @@ class PerturbationSet:
     validation_seconds: float = 0.0
     profile: Profile = QUENCH
     not_applicable: dict[str, str] = field(default_factory=dict)  # transformation -> why it was not applied
+    refusals: list[Rejection] = field(default_factory=list)  # variants their transformation could not write
 
     def summary(self) -> dict[str, object]:
         return {
@@ -74,11 +82,13 @@ class PerturbationSet:
             "validation_seconds": round(self.validation_seconds, 2),
             "transformations": {
                 name: {"category": s.category, "variants": s.variants, "changed": s.changed, "valid": s.valid,
-                       "share_changed": round(s.share_changed, 4), "share_valid": round(s.share_valid, 4),
+                       "refused": s.refused, "share_changed": round(s.share_changed, 4),
+                       "share_valid": round(s.share_valid, 4), "share_refused": round(s.share_refused, 4),
                        "perturb_seconds": round(s.seconds, 3)}
                 for name, s in self.stats.items()
             },
             "rejected": [r.__dict__ for r in self.rejected],
+            "refused": [r.__dict__ for r in self.refusals],
             "not_applicable": self.not_applicable,
         }
 
@@ -153,7 +163,7 @@ def perturb_problems(
     if validate_variants:
         verdicts = validate(triples, pool)
     else:
-        verdicts = [Verdict(True, is_changed(nominal(o, c), v)) for o, v, c in triples]
+        verdicts = [refused_verdict(v) or Verdict(True, is_changed(nominal(o, c), v)) for o, v, c in triples]
     result = collect(produced, seconds, verdicts, problems, profile.keep_invalid)
     result.profile = profile
     result.not_applicable = not_applicable
@@ -168,23 +178,27 @@ def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, fl
     variants: dict[tuple[str, int], list[Problem]] = {}
     stats: dict[str, TransformStats] = {}
     rejected: list[Rejection] = []
+    refusals: list[Rejection] = []
     for name, by_seed in produced.items():
-        total = changed = valid = 0
+        total = changed = valid = refused = 0
         for seed, problems_for_seed in by_seed.items():
             kept = []
             for variant in problems_for_seed:
                 verdict = next(verdict_iter)
                 total += 1
                 changed += verdict.changed
-                if verdict.valid or keep_invalid:
+                refused += verdict.refused
+                if verdict.valid or (keep_invalid and not verdict.refused):
                     kept.append(variant.with_changes(extra=variant.extra + (("changed", str(verdict.changed).lower()),)))
                 if verdict.valid:
                     valid += 1
                 else:
-                    rejected.append(Rejection(variant.task_id, name, seed, verdict.reason))
+                    (refusals if verdict.refused else rejected).append(
+                        Rejection(variant.task_id, name, seed, verdict.reason))
             variants[(name, seed)] = kept
-        stats[name] = TransformStats(name, perturbation_class(name).category, total, changed, valid, seconds[name])
-    return PerturbationSet(variants, stats, rejected, {p.task_id: p for p in problems})
+        stats[name] = TransformStats(name, perturbation_class(name).category, total, changed, valid, seconds[name],
+                                     refused)
+    return PerturbationSet(variants, stats, rejected, {p.task_id: p for p in problems}, refusals=refusals)
 
 
 def write_set(result: PerturbationSet, out_dir: Path, benchmark: str) -> list[Path]:

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from quench.datasets import Problem
 from quench.datasets.partial import recode_partial_problem
 from quench.errors import QuenchError
-from quench.perturbations.base import CODE_SYNTAX, Perturbation, register_recode
+from quench.perturbations.base import CODE_SYNTAX, CannotApply, Perturbation, register_recode
 from quench.perturbations.recode_code_format import RecodeStream, indent_unit
 from quench.perturbations.recode_format import marked_program
-from quench.perturbations.recode_render import MARKER, render, sep
+from quench.perturbations.recode_render import MARKER, render, sep, split_statements
 
 MIRRORED = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
 # Never renamed, and never edited in a docstring: NatGen's list, keywords `return` and `in` included.
@@ -218,6 +218,26 @@ def rename_variable(code: bytes, root, new_name: str | random.Random) -> list[Ed
             if n.type == "identifier" and text_of(n) == chosen]
 
 
+def code_line_indent(lines: list[str]) -> str | None:
+    """The indentation of the first line of code (not blank, not a comment) in `lines`."""
+    line = next((line for line in lines if line.strip() and not line.lstrip().startswith("#")), None)
+    return None if line is None else line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def marker_statement(code: str) -> str:
+    """The marker comment made a `print` statement, at the indentation of a neighbouring line of
+    code: ReCode's marker takes a blank line's indentation where one precedes it (`     # print`
+    under 4-space code), which as a statement would not parse."""
+    lines = code.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.strip() == MARKER)
+    indent = lines[at][:len(lines[at]) - len(lines[at].lstrip(" \t"))]
+    after = code_line_indent(lines[at + 1:])
+    if after is not None and indent not in (after, code_line_indent(lines[at - 1::-1])):
+        indent = after
+    lines[at] = indent + MARKER[2:]
+    return "\n".join(lines)
+
+
 class RecodeCodeSyntax(Perturbation):
     """A NatGen transformation `(code, tree) -> edits` of ReCode's marked partial program, rendered
     as ReCode wrote it."""
@@ -233,17 +253,16 @@ class RecodeCodeSyntax(Perturbation):
         if marked is None:
             return partial  # a one-line body: ReCode leaves the prompt as it is
         header, doc, body = sep(marked, problem.entry_point)
-        code = (header + body).replace(";\n", "\n").replace(";", "\n")
+        code = split_statements(header + body)
+        if code is None:
+            raise CannotApply("the program's `;` statements cannot be put on lines of their own")
         if self.marker_as_statement:
-            code = code.replace(MARKER, MARKER[2:])
+            code = marker_statement(code)
         edits = self.edits(code.encode(), parser().parse(code.encode()).root_node, rng)
         program = apply_edits(code.encode(), edits)
         if self.marker_as_statement:
             program = program.replace(MARKER[2:], MARKER)
-        rendered = render(program, doc, problem.entry_point, indent_unit(partial.prompt, problem.entry_point))
-        if rendered is None:
-            return partial
-        prompt, rest = rendered
+        prompt, rest = render(program, doc, problem.entry_point, indent_unit(partial.prompt, problem.entry_point))
         return partial.with_changes(prompt=prompt, canonical_solution=rest)
 
     def edits(self, code: bytes, root, rng: random.Random) -> list[Edit]:  # noqa: ANN001

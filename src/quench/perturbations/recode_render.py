@@ -13,6 +13,7 @@ import io
 import tokenize
 
 from quench.datasets.partial import docstring_quote
+from quench.perturbations.base import CannotApply
 
 MARKER = "# print('@@this is the line to split##')"
 
@@ -42,6 +43,48 @@ def tabbed_docstring(doc: str, unit: str) -> str:
         if unit and unit in ahead:
             line = ahead.replace(unit, "\t") + line[len(ahead):]
         lines.append(line)
+    return "\n".join(lines)
+
+
+COMPOUND = frozenset("if elif else for while try except finally with class".split())
+
+
+def split_statements(code: str) -> str | None:
+    """Each `;`-separated statement on a line of its own (`a = 0; b = n` -> two lines at the
+    line's indentation; `while x: a; b` -> a block of two lines one level deeper). None where the
+    program does not tokenize. Semicolons in strings stay."""
+    cuts: list[tuple[tuple[int, int], int, str]] = []  # (row, column), characters cut, text put there
+    first = colon = None  # the logical line's first token, and its compound header's colon
+    depth = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT):
+                if token.type == tokenize.NEWLINE:
+                    first = colon = None
+                continue
+            if first is None:
+                first = token
+            if token.type != tokenize.OP:
+                continue
+            depth += token.string in "([{"
+            depth -= token.string in ")]}"
+            if token.string == ":" and depth == 0 and colon is None and first.string in COMPOUND:
+                colon = token
+            elif token.string == ";":
+                indent = leading(first.line)
+                if colon is not None:
+                    indent += "\t" if indent.startswith("\t") else "    "
+                    if not cuts or cuts[-1][0] != colon.end:
+                        cuts.append((colon.end, 0, "\n" + indent))
+                cuts.append((token.start, 1, "\n" + indent))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    lines = code.split("\n")
+    for (row, column), width, text in reversed(cuts):
+        line = lines[row - 1]
+        rest = line[column + width:].strip(" \t")
+        comment = rest.startswith("#")  # `a; # why` keeps its comment on the line
+        lines[row - 1] = line[:column].rstrip(" \t") + ("  " + rest if comment else text + rest if rest else "")
     return "\n".join(lines)
 
 
@@ -78,14 +121,15 @@ def token_lines(code: str) -> list[str] | None:
     return lines
 
 
-def black_format(code: str) -> str:
-    """black with its defaults; the text unchanged where black cannot parse it (as ReCode's run)."""
+def black_format(code: str) -> str | None:
+    """black with its defaults; None where black cannot parse it (ReCode then wrote the raw
+    tokens, `def f ( n ) :`, which quench refuses to pass off as a perturbed prompt)."""
     import black
 
     try:
         return black.format_str(code, mode=black.Mode())
     except Exception:  # black raises several unrelated types for code it cannot format
-        return code
+        return None
 
 
 def cut_at_marker(text: str) -> tuple[str, str] | None:
@@ -97,11 +141,18 @@ def cut_at_marker(text: str) -> tuple[str, str] | None:
     return text[:start] + indent[:-1] + "\n", text[at:]
 
 
-def render(code: str, doc: str, entry_point: str, unit: str) -> tuple[str, str] | None:
-    """(prompt, rest) of a transformed docstring-less program `code` as ReCode writes them."""
+def render(code: str, doc: str, entry_point: str, unit: str) -> tuple[str, str]:
+    """(prompt, rest) of a transformed docstring-less program `code` as ReCode writes them.
+    Raises `CannotApply` where a step fails (ReCode then kept the nominal prompt or raw tokens)."""
     lines = token_lines(code)
     if lines is None:
-        return None
+        raise CannotApply("the transformed program does not tokenize")
     joined = "\n".join(lines).replace("\\", "")
     header, _, body = sep(joined + "\n", entry_point)
-    return cut_at_marker(black_format(header + tabbed_docstring(doc, unit) + body))
+    formatted = black_format(header + tabbed_docstring(doc, unit) + body)
+    if formatted is None:
+        raise CannotApply("black cannot format the transformed program")
+    cut = cut_at_marker(formatted)
+    if cut is None:
+        raise CannotApply("the split marker is lost")
+    return cut

@@ -2,7 +2,8 @@
 
 - docstring: only the docstring prose changed (everything else byte-identical) and it parses;
 - function name: the renamed reference passes the tests with the new `entry_point`;
-- code syntax / format: perturbed partial prompt + (consistently edited) rest passes the tests.
+- code syntax / format: perturbed partial prompt + (consistently edited) rest passes the tests;
+- a variant its transformation refused (it could not write it) is never valid, and counted apart.
 Programs run in `quench.execution.SandboxPool`; identical programs run once. A variant whose
 nominal reference already fails cannot be checked and is rejected with that reason.
 """
@@ -15,7 +16,7 @@ from typing import Protocol, Sequence
 
 from quench.datasets import Problem
 from quench.perturbations import languages
-from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME
+from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME, refusal
 from quench.perturbations.source import cached_partial, parse
 from quench.perturbations.text import docstring_text
 
@@ -32,6 +33,13 @@ class Verdict:
     valid: bool
     changed: bool
     reason: str = ""  # why a variant is not valid
+    refused: bool = False  # the transformation could not write this variant (`base.CannotApply`)
+
+
+def refused_verdict(variant: Problem) -> Verdict | None:
+    """The verdict on a variant its transformation refused, else None."""
+    why = refusal(variant)
+    return None if why is None else Verdict(False, False, why, refused=True)
 
 
 def nominal(original: Problem, category: str) -> Problem:
@@ -75,6 +83,9 @@ def check_docstring(base: Problem, variant: Problem) -> Verdict:
 
 def static_verdict(base: Problem, variant: Problem, category: str) -> Verdict | None:
     """The verdict when no execution is needed, else None."""
+    refused = refused_verdict(variant)
+    if refused is not None:
+        return refused
     if not is_changed(base, variant):
         return Verdict(True, False)
     if base.language != "python":
