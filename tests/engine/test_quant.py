@@ -210,3 +210,13 @@ def test_a_tiny_model_on_its_gguf_blocks_gives_the_float32_paths_greedy_tokens(q
     got = quench_greedy(model, requests, 24, batch_size=2, batch_invariant=batch_invariant)
     assert got == expected
     assert len({tokens for tokens in got.values()}) > 1  # the model says different things to different prompts
+
+
+def test_products_past_small_rows_run_pytorchs_gemm_on_the_same_values_unless_every_row():
+    qtype = GGMLQuantizationType.Q4_1
+    weights = [weight_of(qtype, random_blocks(qtype, rows=n, blocks=4, seed=n)) for n in (24, 8)]
+    w = torch.cat([quant.dequantize(part) for part in weights])  # (32, 128)
+    x = torch.randn(quant.SMALL_ROWS + 5, 128, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(quant.QuantLinear(weights)(x), torch.nn.functional.linear(x, w))
+    assert torch.equal(quant.QuantLinear(weights, every_row=True)(x), quant.gemm(x, weights))
+    assert torch.equal(quant.QuantLinear(weights)(x[:3]), quant.gemm(x[:3], weights))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from quench.engine import native
 
@@ -93,18 +94,45 @@ def dequantize(weight: QuantWeight) -> torch.Tensor:
     return out
 
 
+# Products of more rows than this (prefills) expand W into a transient float32 buffer, one projection at a time,
+# and run PyTorch's GEMM on it: the same values, expanded once rather than once per 8 rows.
+SMALL_ROWS = 16
+_scratch = torch.empty(0)  # that buffer, grown to the largest projection and reused
+
+
+def expanded(weights: list[QuantWeight]) -> torch.Tensor:
+    """W (N, K) float32 of weights stacked along N, in the reused scratch buffer (valid until the next call)."""
+    global _scratch
+    width, in_features = sum(w.out_features for w in weights), weights[0].in_features
+    if _scratch.numel() < width * in_features:
+        _scratch = torch.empty(width * in_features)
+    out, row = _scratch[: width * in_features].view(width, in_features), 0
+    for w in weights:
+        if _library().dequantize_rows(w.data.data_ptr(), out[row].data_ptr(), w.out_features, in_features, w.type):
+            raise ValueError(f"dequantize_rows refused type {w.type}")
+        row += w.out_features
+    return out
+
+
 class QuantLinear:
-    """y = x W^T with W as GGUF blocks (no bias): what `linear.Linear` does, from the stored bytes."""
+    """y = x W^T with W as GGUF blocks (no bias): what `linear.Linear` does, from the stored bytes. every_row
+    (batch-invariant runners): every product on the kernel, whatever its rows, so a row's bits never depend on
+    the others; else products of more than SMALL_ROWS rows go through `expanded`."""
 
     fixed = small = int8 = bias = None  # the runner's bfloat16 layer table and int8 copies never apply
 
-    def __init__(self, weights: list[QuantWeight]) -> None:
+    def __init__(self, weights: list[QuantWeight], every_row: bool = False) -> None:
         self.weights = weights
+        self.every_row = every_row
         self.out_features = sum(w.out_features for w in weights)
         self.nbytes = sum(w.data.nbytes for w in weights)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        y = gemm(x.reshape(-1, x.shape[-1]), self.weights)  # (M, N)
+        flat = x.reshape(-1, x.shape[-1])  # (M, K)
+        if flat.shape[0] > SMALL_ROWS and not self.every_row:
+            y = F.linear(flat, expanded(self.weights))
+        else:
+            y = gemm(flat, self.weights)  # (M, N)
         return y.view(*x.shape[:-1], self.out_features)
 
 
@@ -161,9 +189,9 @@ def use_gguf_weights(runner, weights: GGUFWeights) -> int:
         for attribute, (block, projections) in fused.items():
             names = [f"model.layers.{index}.{block}.{name}.weight" for name in projections]
             if all(name in tensors for name in names) and getattr(layer, attribute).bias is None:
-                setattr(layer, attribute, QuantLinear([tensors[name] for name in names]))
+                setattr(layer, attribute, QuantLinear([tensors[name] for name in names], runner.batch_invariant))
     if "lm_head.weight" in tensors and runner.lm_head.bias is None:
-        runner.lm_head = QuantLinear([tensors["lm_head.weight"]])
+        runner.lm_head = QuantLinear([tensors["lm_head.weight"]], runner.batch_invariant)
         runner.head_screen = None  # the screened head reads a bfloat16 pack of the float32 head
     linears = [runner.lm_head, *runner._projections()]
     return sum(linear.nbytes for linear in linears if isinstance(linear, QuantLinear))
