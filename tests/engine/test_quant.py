@@ -220,3 +220,44 @@ def test_products_past_small_rows_run_pytorchs_gemm_on_the_same_values_unless_ev
     assert torch.equal(quant.QuantLinear(weights)(x), torch.nn.functional.linear(x, w))
     assert torch.equal(quant.QuantLinear(weights, every_row=True)(x), quant.gemm(x, weights))
     assert torch.equal(quant.QuantLinear(weights)(x[:3]), quant.gemm(x[:3], weights))
+
+
+@pytest.mark.slow
+def test_the_default_model_on_its_gguf_blocks_answers_humaneval_as_the_float32_path():
+    """The preset's Q4_1 / Q8_0 tensors: the loader's blocks expand to the float32 model's weights bit for bit
+    (row order of attn_q / attn_k included), and greedy answers to HumanEval 0-7 at batch 1 and 8 are the same."""
+    from quench.datasets import load_humaneval
+    from quench.engine.engine import QuenchBackend
+    from quench.engine.types import GenerationRequest, SamplingParams
+    from quench.models import encode_prompt, load_model
+
+    loaded = load_model(weights="gguf")
+    gguf_weights = loaded.model.quench_gguf_weights
+    parameters = dict(loaded.model.named_parameters())
+    assert len(gguf_weights.tensors) == 30 * 7 + 1
+    for name, weight in gguf_weights.tensors.items():
+        expected = parameters.get(name, loaded.model.lm_head.weight).detach()
+        assert torch.equal(quant.dequantize(weight).view(torch.int32), expected.view(torch.int32)), name
+    requests = [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt)) for p in load_humaneval()[:8]]
+    sampling = SamplingParams(max_new_tokens=48)
+
+    def answers(weights, batch_size: int) -> dict[str, tuple[int, ...]]:
+        loaded.model.quench_gguf_weights = weights
+        backend = QuenchBackend(loaded.model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
+        return {r.key: tuple(r.token_ids) for r in backend.generate(requests, sampling)}
+
+    for batch_size in (1, 8):
+        assert answers(gguf_weights, batch_size) == answers(None, batch_size), batch_size
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (("--weights", "gguf", "--dtype", "bfloat16"), "--weights gguf runs float32 activations"),
+    (("--weights", "gguf", "--engines", "2"), "--weights gguf runs in quench's own engine"),
+])
+def test_bad_weights_flags_exit_2_before_the_model_loads(tmp_path, argv, expected):
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "quench.cli.main", "generate", *argv, "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("error:"), done.stderr[-500:]
+    assert expected in done.stderr and not (tmp_path / "out").exists()

@@ -49,6 +49,9 @@ def add_benchmark_args(parser: argparse.ArgumentParser, partial: bool = True) ->
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_PRESET, help="preset, HF model directory, or .gguf file")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
+    parser.add_argument("--weights", default="dequantized", choices=["dequantized", "gguf"],
+                        help="GGUF models: dequantized (float32 weights, the default) or gguf (the projections and "
+                             "head run on the file's blocks as stored, float32 activations; docs/engine.md)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
     parser.add_argument("--backend", default="quench", choices=["hf", "quench", "openai"],
@@ -292,7 +295,7 @@ def load_model_from_args(args: argparse.Namespace):
         return remote.remote_model(args)
     from quench.cli import console
 
-    return console.load_model(args.model, args.dtype, args.device, args.prompt_format)
+    return console.load_model(args.model, args.dtype, args.device, args.prompt_format, getattr(args, "weights", "dequantized"))
 
 
 def prompt_encoder(loaded) -> Callable[[str], tuple[int, ...]]:

@@ -18,11 +18,12 @@ def say(message: str) -> None:
     tqdm.write(message, file=sys.stderr)
 
 
-def load_model(name: str, dtype: str = "auto", device: str = "cpu", prompt_format: str | None = None):
+def load_model(name: str, dtype: str = "auto", device: str = "cpu", prompt_format: str | None = None,
+               weights: str = "dequantized"):
     """quench.models.load_model, saying what it loads (and the one-time GGUF conversion)."""
     from quench.models import load_model as load
 
-    return load(name, dtype, device, prompt_format, notify=say)
+    return load(name, dtype, device, prompt_format, notify=say, weights=weights)
 
 
 STAGE_UNITS = {"perturb": "transformation", "check": "program", "generate": "sample", "execute": "program"}

@@ -139,7 +139,7 @@ def run_build(args: argparse.Namespace) -> int:
     from quench.models import encode_prompt
     from quench.stopping.dataset import ANSWERS, generate_answers, label_answers, read_answers
 
-    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
+    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format, args.weights)
     backend = common.backend_from_args(args, loaded)
     args.out.mkdir(parents=True, exist_ok=True)
     common.lock_run_dir(args.out)

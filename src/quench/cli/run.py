@@ -67,7 +67,7 @@ def run_with_budget(args: argparse.Namespace) -> int:
     out = args.out or default_out(args).with_name(default_out(args).name + f"-budget{args.time_budget:g}")
     validate.check_out_dir(out)
     sampling = common.sampling_from_args(args)
-    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format)
+    loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format, args.weights)
     stops = common.stops_from_args(args, loaded.prompt_format)
     settings = {**run_config(args, problems, loaded, stops), "time_budget": args.time_budget}
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("quench.serve").setLevel(logging.INFO)  # the access log, disconnects
     if args.ray is not None:
         return run_on_ray(args, options)
-    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format,
+    loaded = load_model(args.model, args.dtype, args.device, args.prompt_format, weights=args.weights,
                         notify=lambda message: print(message, file=sys.stderr))
     config = ServeConfig(args.served_model_name or args.model, context_length(loaded, args.max_model_len),
                          args.max_n, args.max_waiting, args.shutdown_timeout,

@@ -123,10 +123,14 @@ def probe_writable(existing: Path, out: Path, flag: str) -> None:
 
 def check_model_args(args: argparse.Namespace) -> None:
     """--model, --dtype, --draft, --guard and --prompt-format, without loading anything."""
-    from quench.models.loading import check_dtype, check_model
+    from quench.models.loading import check_dtype, check_model, check_weights
 
     check_model(args.model)
     check_dtype(args.dtype)
+    weights = getattr(args, "weights", "dequantized")
+    check_weights(weights, args.dtype, args.model)
+    if weights == "gguf" and (getattr(args, "backend", "quench") != "quench" or str(getattr(args, "engines", "1")) != "1"):
+        raise QuenchError("--weights gguf runs in quench's own engine in this process: use --backend quench --engines 1")
     speculate = getattr(args, "speculate", "none")
     draft = getattr(args, "draft", "auto")
     if draft != "auto":
