@@ -6,7 +6,7 @@ step's accepted drafts and its bonus token each read their own position of the s
 
 Greedy steps normally never build float logits (`Runner.greedy_tokens` may take the argmax from a
 screened head); `ScoringRunner` sends them through `forward` instead, so only loops whose rows ask
-for log-probabilities pay for them (`quench.engine.live` batches those rows apart).
+for log-probabilities pay for them (`quench.engine.live` records a step's logits only when one of its rows asked).
 """
 
 from __future__ import annotations
