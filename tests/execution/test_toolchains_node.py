@@ -22,6 +22,7 @@ from quench.datasets.languages import NODE_PATH, NODE_SNAPSHOT_REFUSED, node_sna
 from quench.execution import Outcome, SandboxLimits, SandboxPool
 from quench.execution import sandbox as sandbox_module
 from quench.execution.toolchains import ENV_VAR, has_toolchain, prepare_node_snapshot, toolchain_dir
+from quench.trusted_files import record
 
 
 def needs_node() -> None:
@@ -126,6 +127,7 @@ def test_a_snapshot_node_refuses_gives_way_to_the_plain_start(monkeypatch: pytes
             directory.chmod(0o755)
         write_foreign_snapshot(blob, kind)
         blob.chmod(0o644)
+        record(blob)  # as if quench had built it, so that the sandbox binds it and node refuses it
         monkeypatch.setenv(ENV_VAR, str(cache))
         monkeypatch.setitem(sandbox_module.WORKER_ENV, ENV_VAR, str(cache))
         check = ("const i = process.execArgv.indexOf('--snapshot-blob');\n"

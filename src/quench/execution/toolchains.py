@@ -10,6 +10,12 @@ a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it;
 the warm node that each sandbox worker keeps and that runs each program in a fresh V8 context
 (node_host.js), checked here against plain node before it is kept, so that most programs pay for
 no node start at all. Go needs nothing prepared: Debian's Go ships its precompiled standard library.
+
+Each of these is loaded only when this user made it (quench.trusted_files): owned by the effective
+uid, writable by no one else (nor is any directory up to the cache's root), and with the content
+hash its builder recorded beside it (`<file>.sha256`). Preparing refuses a file or directory of
+another user or writable by others (UntrustedFileError: an `error:` naming it) and rebuilds a file
+whose hash is missing or differs; a sandbox binds the cache only when everything in it passes.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pathlib import Path
 
 from quench.datasets.languages import JAVA_FLAGS, LANGUAGES, NODE_PATH, node_snapshot_entry, node_snapshot_path
 from quench.execution.node_host import NodeHost
+from quench.trusted_files import UntrustedFileError, owner_problem, ownership_problem, problem, record, sidecar
+from quench.trusted_files import tree_problems
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +91,39 @@ def toolchain_dir() -> str:
 def sandbox_binds() -> list[str]:
     """Paths outside the system directories that programs' toolchains read: bound read-only if present.
 
-    The cache directory, and the JDK's configuration, which Debian keeps under /etc.
+    The cache directory, when all it holds is trusted (else left out, with a warning: programs build
+    and start the plain way), and the JDK's configuration, which Debian keeps under /etc.
     """
-    return [toolchain_dir(), *sorted(glob.glob("/etc/java-*"))]
+    untrusted = tree_problems(Path(toolchain_dir()))
+    for path, reason in untrusted[:3]:
+        log.warning("not binding the build cache: %s %s (quench's prepare rebuilds or refuses it)", path, reason)
+    return [*([] if untrusted else [toolchain_dir()]), *sorted(glob.glob("/etc/java-*"))]
+
+
+def reusable(target: Path) -> bool:
+    """Whether the cached `target` may be loaded as it is; False when it must be (re)built.
+
+    Raises UntrustedFileError when it, its recorded hash or a directory up to the cache's root is
+    another user's or writable by others; a missing or different hash means rebuild.
+    """
+    if not os.path.lexists(target):
+        return False
+    root = Path(toolchain_dir())
+    for path in (target, sidecar(target)):
+        reason = ownership_problem(path, root) if os.path.lexists(path) else None
+        if reason is not None:
+            raise UntrustedFileError(path, reason)
+    reason = problem(target, root)
+    if reason is not None:
+        log.warning("%s %s: rebuilding it", target, reason)
+    return reason is None
+
+
+def keep(built: Path, target: Path) -> None:
+    """Move a finished build into the cache: readable by programs, its hash recorded first."""
+    built.chmod(0o644)
+    record(built, kept_as=target)
+    os.replace(built, target)  # atomic: a concurrent reader sees the whole file or none
 
 
 def has_toolchain(language: str) -> bool:
@@ -101,7 +139,10 @@ def has_toolchain(language: str) -> bool:
 
 
 def prepare(language: str) -> None:
-    """Prepare the shared cache for `language` (idempotent; nothing to do for Go)."""
+    """Prepare the shared cache for `language` (idempotent; nothing to do for Go), then check all it holds."""
+    if language == "python":
+        return
+    sweep()
     if language == "javascript" and has_toolchain("javascript"):
         prepare_node_snapshot()
         prepare_node_host()
@@ -109,15 +150,34 @@ def prepare(language: str) -> None:
         prepare_cpp_header()
     if language == "java" and shutil.which("java"):
         prepare_java_archive()
+    sweep()
 
 
 def cache_subdir(name: str) -> Path:
-    """A directory of the cache that programs (run as nobody) can read."""
-    directory = Path(toolchain_dir()) / name
-    directory.mkdir(parents=True, exist_ok=True)
-    for path in (directory, directory.parent):
-        path.chmod(0o755)
-    return directory
+    """A directory of the cache that programs (run as nobody) can read; UntrustedFileError when it or
+    one above it, up to the cache's root, is another user's or writable by others."""
+    root = Path(toolchain_dir())
+    parts = Path(name).parts
+    for path in (root, *(root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1))):
+        if not path.exists():
+            path.mkdir(parents=True)
+            path.chmod(0o755)
+        reason = owner_problem(os.stat(path) if path == root else os.lstat(path))
+        if reason is not None:
+            raise UntrustedFileError(path, reason)
+    return root.joinpath(*parts)
+
+
+def sweep() -> None:
+    """Refuse the cache if anything in it is another user's or writable by others (UntrustedFileError);
+    remove this user's files that no builder recorded or that changed (their next preparation rebuilds them)."""
+    root = Path(toolchain_dir())
+    for path, reason in tree_problems(root):
+        if path.is_dir() or not path.is_file() or ownership_problem(path, root) is not None:
+            raise UntrustedFileError(path, reason)
+        log.warning("removing %s from the build cache: it %s", path, reason)
+        path.unlink()
+        sidecar(path).unlink(missing_ok=True)
 
 
 def build_into(target: Path, command: list[str], what: str, cwd: str) -> bool:
@@ -136,7 +196,7 @@ def build_into(target: Path, command: list[str], what: str, cwd: str) -> bool:
 def prepare_java_archive() -> Path | None:
     """A class-data archive of what the source launcher loads (javac), shared read-only by every JVM."""
     target = cache_subdir("java") / "launcher.jsa"
-    if target.is_file():
+    if reusable(target):
         return target
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         Path(scratch, "Main.java").write_text(JAVA_TRAINING, encoding="ascii")
@@ -144,20 +204,16 @@ def prepare_java_archive() -> Path | None:
         command = ["java", f"-XX:ArchiveClassesAtExit={built}", *JAVA_FLAGS, "Main.java"]
         if not build_into(built, command, "the Java launcher's class-data archive", scratch):
             return None
-        built.chmod(0o644)
-        os.replace(built, target)
+        keep(built, target)
     log.info("archived the Java source launcher's classes into %s", target)
     return target
 
 
 def prepare_cpp_header() -> Path | None:
     """Precompile `bits/stdc++.h` with the flags programs are built with; None if g++ cannot."""
-    target = Path(toolchain_dir()) / "cpp" / "bits" / "stdc++.h.gch"
-    if target.is_file() and target.stat().st_size >= MIN_PCH_BYTES:
+    target = cache_subdir("cpp/bits") / "stdc++.h.gch"
+    if reusable(target) and target.stat().st_size >= MIN_PCH_BYTES:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for directory in (target.parent, target.parent.parent, Path(toolchain_dir())):
-        directory.chmod(0o755)  # programs run as nobody
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # same file system: os.replace
         header = Path(scratch) / "stdc++.h"
         header.write_text("#include <bits/stdc++.h>\n", encoding="ascii")
@@ -171,8 +227,7 @@ def prepare_cpp_header() -> Path | None:
         if done.returncode != 0:
             log.warning("could not precompile bits/stdc++.h: %s", done.stderr.strip()[-300:])
             return None
-        built.chmod(0o644)
-        os.replace(built, target)  # atomic: a concurrent reader sees the whole file or none
+        keep(built, target)
     log.info("precompiled bits/stdc++.h into %s", target)
     return target
 
@@ -189,7 +244,7 @@ def prepare_node_snapshot() -> Path | None:
         return None
     cache_subdir("javascript")
     target = Path(node_snapshot_path(toolchain_dir(), node))
-    if target.is_file():
+    if reusable(target):
         return target
     try:
         resolved = subprocess.run([node, "-p", "require.resolve('lodash')"], capture_output=True, text=True,
@@ -207,8 +262,7 @@ def prepare_node_snapshot() -> Path | None:
             return None
         if not runs_from(node, built, check):
             return None
-        built.chmod(0o644)
-        os.replace(built, target)
+        keep(built, target)
     log.info("built a node start-up snapshot with lodash loaded into %s", target)
     return target
 
@@ -252,11 +306,13 @@ def host_command(script: Path) -> tuple[list[str], dict[str, str]]:
 def prepare_node_host() -> Path | None:
     """Put the JavaScript host's script into the cache once it passes its checks; None if it cannot."""
     script = node_host_script()
-    if script.is_file():
-        return script
     if shutil.which("node") is None:
         return None
     cache_subdir("javascript")
+    if script.parent.exists():
+        cache_subdir(f"javascript/{script.parent.name}")
+    if reusable(script):
+        return script
     with tempfile.TemporaryDirectory(dir=script.parent.parent) as scratch:  # same file system: os.replace
         built = Path(scratch, "host")
         built.mkdir()
@@ -264,7 +320,10 @@ def prepare_node_host() -> Path | None:
         if not host_passes_checks(built / script.name, Path(scratch)):
             return None
         (built / script.name).chmod(0o644)
+        record(built / script.name)
         built.chmod(0o755)
+        if script.parent.exists():  # one that failed its check above
+            shutil.rmtree(script.parent)
         try:
             os.replace(built, script.parent)
         except OSError:  # another process kept one first
