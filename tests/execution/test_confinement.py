@@ -21,6 +21,7 @@ import pytest
 from sandbox_helpers import FAST, MODES, mode_python, nobody_python, open_pool, skip_reason
 from quench.errors import QuenchError
 from quench.execution import Outcome, SandboxPool, choose_isolation
+from quench.execution.uids import UID_BASE
 
 WHO = "import os, sys\nprint(os.getuid(), sys.prefix)\nraise SystemExit(0)"
 
@@ -67,14 +68,16 @@ def test_explicit_opt_in_runs_unconfined_and_says_so(
     assert "UNCONFINED SANDBOX (opted in)" in caplog.text
 
 
-def test_without_bubblewrap_programs_drop_to_nobody(no_bwrap: None, caplog: pytest.LogCaptureFixture) -> None:
+def test_without_bubblewrap_programs_drop_to_a_uid_of_their_own(no_bwrap: None, caplog: pytest.LogCaptureFixture) -> None:
     if nobody_python() is None:
         pytest.skip(skip_reason("rlimits"))
     with caplog.at_level(logging.WARNING):
         assert choose_isolation("auto", python=nobody_python()) == "rlimits"
-    assert "bubblewrap (bwrap) is not installed: programs run as nobody" in caplog.text
+    assert "bubblewrap (bwrap) is not installed: programs run as a uid of their own" in caplog.text
     with SandboxPool(1, FAST, python=nobody_python()) as pool:
-        [result] = pool.run_many(["import os\nassert os.getuid() == 65534\nopen('/etc/passwd', 'a')"])
+        [uid] = pool.worker_uids()
+        [result] = pool.run_many([f"import os\nassert os.getuid() == {uid}\nopen('/etc/passwd', 'a')"])
+    assert uid >= UID_BASE
     assert result.outcome is Outcome.failed and result.detail.startswith("PermissionError"), result.detail
 
 

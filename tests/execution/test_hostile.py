@@ -1,7 +1,7 @@
 """Hostile programs: each must end with the right outcome, the pool alive, no process left behind.
 
 Every test runs once per way quench confines programs: "bwrap" (namespaces, nobody) and
-"rlimits" (no namespaces, programs dropped to nobody). quench refuses to run programs unconfined
+"rlimits" (no namespaces, programs dropped to a uid of their own). quench refuses to run programs unconfined
 unless told to (see test_confinement.py), so every case here must hold in both modes.
 """
 
@@ -28,7 +28,8 @@ WRONG = "def square(x):\n    return x + 1\n"
 
 # Prefixed to the programs that would harm the machine if a regression ran them unconfined:
 # they end early instead (crashed, so the test fails) rather than kill or delete outside the sandbox.
-ONLY_AS_NOBODY = "import os\nif os.getuid() != 65534:\n    os._exit(3)\n"
+# Harmful code runs only as a sandbox's user: never as the caller's (were confinement broken).
+ONLY_AS_NOBODY = f"import os\nif os.getuid() in (0, {os.geteuid()}):\n    os._exit(3)\n"
 
 
 def program(body: str, solution: str = RIGHT, harmful: bool = False) -> str:
@@ -171,7 +172,10 @@ def test_reading_secrets(pool: SandboxPool) -> None:
 
 
 def test_programs_run_as_nobody(pool: SandboxPool) -> None:
-    assert run_one(pool, program("import os\nassert (os.getuid(), os.geteuid(), os.getgid()) == (65534,) * 3"))[0] is Outcome.passed
+    """nobody in its namespace (bwrap), else its worker's own uid; and not the caller's uid outside."""
+    uids = [65534] if pool.isolation == "bwrap" else pool.worker_uids()
+    check = f"import os\nassert os.getuid() in {uids} and (os.geteuid(), os.getgid()) == (os.getuid(),) * 2"
+    assert run_one(pool, program(check))[0] is Outcome.passed
 
 
 def test_stopping_the_parent(pool: SandboxPool, monkeypatch: pytest.MonkeyPatch) -> None:

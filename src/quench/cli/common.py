@@ -137,7 +137,7 @@ def say_isolation(isolation: str) -> None:
     from quench.cli import console
 
     if isolation == "rlimits":
-        console.say("note: bubblewrap is unavailable; programs run as nobody under rlimits, without namespaces")
+        console.say("note: bubblewrap is unavailable; programs run as a uid of their own under rlimits and Landlock, without namespaces")
     elif isolation == "unconfined":
         console.say("note: programs run UNCONFINED (--unsafe-unconfined): they can read, change and delete your files")
 

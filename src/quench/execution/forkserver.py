@@ -7,7 +7,7 @@ about a millisecond, where starting Python costs ~30.
 Frames on stdin/stdout: a 4-byte big-endian length, then UTF-8 JSON.
 
 Per program: a fresh working directory, a new session (process group), rlimits, and in the
-"rlimits" mode a drop to the configured uid; at the end the group is killed, every descendant
+"rlimits" mode Landlock's rules (landlock.py) and a drop to the worker's uid; at the end the group is killed, every descendant
 that escaped the group is found (the server is a child subreaper, and in "bwrap" mode the pid
 namespace's init) and killed, and scratch files are wiped, so nothing a program leaves behind
 reaches the next one. Programs are compiled here, before the fork, and forked children touch as
@@ -37,7 +37,8 @@ import struct
 import sys
 import time
 
-from quench.execution.cleanup import (  # the script: cleanup.py's and node_host.py's text come first
+from quench.execution.landlock import restrict_to, writable_only_beneath  # the script: landlock.py's text first
+from quench.execution.cleanup import (  # then cleanup.py's and node_host.py's
     HOST_SYNC_S, force_remove, kill_group, kill_namespace, reap_descendants,
 )
 from quench.execution.node_host import SANDBOX_EXIT, NodeHost, limit_and_drop, write_line
@@ -47,7 +48,9 @@ HOST_REQUESTS, HOST_ANSWERS = 4, 5  # in a child that may use the JavaScript hos
 DETAIL_CHARS = 300
 WATCH_INTERVAL_S = 0.05  # how often the process count is checked while a program runs
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
-CLONE_NEWNET = 0x40000000
+CLONE_NEWNET, CLONE_NEWNS = 0x40000000, 0x00020000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+SHM = "/dev/shm"
 # Imported once here so that children do not pay for them (typing alone costs ~10 ms per program).
 PRELOAD = (
     "typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
@@ -157,6 +160,8 @@ def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None):
     os.dup2(out_w, 1)
     os.dup2(out_w, 2)
     os.dup2(result_w, RESULT_FD)
+    if config["ruleset"] is not None:  # "rlimits" mode: writable only beneath the scratch directory
+        restrict_to(config["ruleset"])
     if host_fds is not None:  # the server holds them at HIGH_FD and above: no clash
         os.dup2(host_fds[0], HOST_REQUESTS)
         os.dup2(host_fds[1], HOST_ANSWERS)
@@ -188,8 +193,15 @@ class ForkServer:
         self.pid = os.getpid()
         self.in_namespace = config["mode"] == "bwrap"
         self.base = "/tmp" if self.in_namespace else f"/tmp/quench-sandbox-{self.pid}-{os.urandom(4).hex()}"
+        self.config["ruleset"] = None
         if not self.in_namespace:
             os.mkdir(self.base, 0o711)
+        self.private_shm = config.get("private_shm", False)
+        if not self.in_namespace and config["run_uid"] is not None:  # "rlimits" (not unconfined)
+            # Only the workdir in base is the program's; a private /dev/shm (POSIX semaphores) where there is one.
+            self.config["ruleset"] = writable_only_beneath(self.base, SHM if self.private_shm else None)
+            if self.config["ruleset"] is None:
+                raise OSError("this kernel has no Landlock: programs could write outside their directory")
         # Same path every run, fresh directory; a name no interpreter bound under /tmp is likely to have.
         self.workdir = os.path.join(self.base, "quench-work" if self.in_namespace else "work")
         self.keep = set(config.get("keep", ()))  # read-only binds under /tmp (an interpreter there)
@@ -309,6 +321,8 @@ class ForkServer:
                         force_remove(os.path.join(scratch, entry))
         else:
             force_remove(self.workdir)
+            for entry in os.listdir(SHM) if self.private_shm else ():
+                force_remove(os.path.join(SHM, entry))
 
     def sync_host(self):
         """Wait until the host has answered every request, killing other processes meanwhile; stop it if it cannot."""
@@ -337,6 +351,14 @@ class ForkServer:
         reap_descendants(self.pid)
         if not self.in_namespace:
             force_remove(self.base)
+
+
+def private_shm(size_mb):
+    """"rlimits" mode, where root may (CAP_SYS_ADMIN): a mount namespace of our own, an empty tmpfs on /dev/shm."""
+    if _libc.unshare(CLONE_NEWNS) != 0 or _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    options = f"mode=1777,size={size_mb}m".encode()
+    return _libc.mount(b"tmpfs", SHM.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0
 
 
 def parse_record(record, nonce):
@@ -368,6 +390,8 @@ def main(argv):
         if pool_pid and os.getppid() != pool_pid:  # the pool died before we got here (it may be pid 1)
             return
         network_isolated = _libc.unshare(CLONE_NEWNET) == 0  # works only with CAP_SYS_ADMIN
+        if config["run_uid"] is not None:
+            config["private_shm"] = private_shm(config["scratch_mb"])
     for name in PRELOAD:
         try:
             __import__(name)

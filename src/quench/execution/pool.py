@@ -31,6 +31,7 @@ from quench.execution.sandbox import (
     choose_isolation,
     worker_command,
 )
+from quench.execution.uids import WorkerUid, allocate
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +194,9 @@ class SandboxPool:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.limits = limits
         self.isolation: Isolation = choose_isolation(isolation, allow_unconfined=allow_unconfined, python=python)
-        self._command = worker_command(self.isolation, limits, self.workers, python)
+        self._python = python
         self._pool: list[_Worker] = []
+        self._uids: list[WorkerUid] = []  # one per worker, held while the pool runs (confined modes, as root)
 
     @property
     def confined(self) -> bool:
@@ -221,7 +223,14 @@ class SandboxPool:
     def start(self) -> None:
         if self._pool:
             return
-        workers = [_Worker(self._command, self.isolation == "bwrap") for _ in range(self.workers)]
+        self._uids = allocate(self.workers) if self.confined else []
+        uids = [held.uid for held in self._uids] or [None] * self.workers
+        try:
+            workers = [_Worker(worker_command(self.isolation, self.limits, self.workers, self._python, uid),
+                               self.isolation == "bwrap") for uid in uids]
+        except BaseException:
+            self._release_uids()
+            raise
         try:
             for worker in workers:  # start all first: their Python start-ups overlap
                 worker.start()
@@ -230,6 +239,7 @@ class SandboxPool:
         except BaseException:
             for worker in workers:
                 worker.kill()
+            self._release_uids()
             raise
         self._pool = workers
         log.info("sandbox pool: %d workers, isolation %s", len(workers), self.isolation)
@@ -241,6 +251,16 @@ class SandboxPool:
         for worker in self._pool:
             worker.stop()
         self._pool = []
+        self._release_uids()
+
+    def worker_uids(self) -> list[int]:
+        """The uid each worker's programs run as outside any namespace (empty when not root)."""
+        return [held.uid for held in self._uids]
+
+    def _release_uids(self) -> None:
+        for held in self._uids:
+            held.release()
+        self._uids = []
 
     def run_many(self, programs: Sequence[str]) -> list[ExecutionResult]:
         """Results in the order of `programs`."""

@@ -2,12 +2,17 @@
 
 Isolation modes (`Isolation`):
 - "bwrap": bubblewrap gives each worker its own user (nobody), pid, network, ipc and mount
-  namespaces, read-only system and Python directories, and tmpfs scratch space that the fork
-  server wipes after every program. The fork server is the pid namespace's init, so programs
-  cannot signal it, and everything left in the namespace is killed after each program.
-- "rlimits": no namespaces (no bubblewrap here); the fork server runs as root and drops every
-  program to `nobody`, which needs an interpreter whose directories others can read. Programs of
-  different workers share that user, so one could signal another that runs at the same time.
+  namespaces, read-only system directories, the interpreter's own directories (its prefix and
+  venv, never the rest of a checkout or home that holds them) and the toolchains' cache, and
+  tmpfs scratch space that the fork server wipes after every program. The fork server is the pid
+  namespace's init, so programs cannot signal it, and everything left in the namespace is killed
+  after each program. Run as root, quench starts bubblewrap as the worker's own unprivileged uid
+  (uids.py; launch.py stages what it binds), so nobody inside is that uid outside, never root.
+- "rlimits": no namespaces (bubblewrap cannot run here); the fork server runs as root and drops
+  every program to its worker's own uid, one no other process on the machine uses, so a program
+  can signal only its own processes; Landlock (landlock.py) lets it change files only in its
+  scratch directory (and a private /dev/shm where root may mount one); it reads what any user may.
+  It needs root, a kernel with Landlock, and an interpreter whose directories others can read.
 - "unconfined": neither is possible, and the caller said so explicitly (`allow_unconfined`, the
   CLI's `--unsafe-unconfined`): programs run as the calling user and can read, change and delete
   its files and signal its processes. Without that opt-in quench refuses to run programs.
@@ -32,7 +37,10 @@ from typing import Literal
 from quench.datasets.languages import HOST_MARK
 from quench.errors import QuenchError
 from quench.execution.toolchains import ENV_VAR as TOOLCHAINS_VAR
+from quench.execution.landlock import landlock_abi
+from quench.execution.launch import staged
 from quench.execution.toolchains import host_command, node_host_script, sandbox_binds, toolchain_dir
+from quench.execution.uids import allocate
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +48,10 @@ Isolation = Literal["bwrap", "rlimits", "unconfined"]
 HOST_VAR = "QUENCH_NODE_HOST"
 REQUESTS = ("auto", "bwrap", "rlimits")
 NOBODY = 65534
-SCRIPT_PARTS = ("cleanup.py", "node_host.py", "forkserver.py")  # run as one script, in this order
+SCRIPT_PARTS = ("landlock.py", "cleanup.py", "node_host.py", "forkserver.py")  # run as one script, in this order
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/alternatives")
+THREADS_PER_PROCESS = 16  # "bwrap" mode's RLIMIT_NPROC per allowed process (it counts threads)
 SCRATCH = "/tmp"  # "bwrap" mode: a tmpfs here, wiped after every program
 WORKER_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -93,7 +102,7 @@ class SandboxLimits:
 def choose_isolation(requested: str = "auto", *, allow_unconfined: bool = False, python: str | None = None) -> Isolation:
     """The strongest isolation available here for programs run by `python`; refuse to run them unconfined.
 
-    "auto": bwrap if bubblewrap passes its self-test, else rlimits if programs can drop to nobody.
+    "auto": bwrap if bubblewrap passes its self-test, else rlimits if programs can drop to a uid of their own.
     Raises QuenchError, saying why and how to fix it, when neither works and `allow_unconfined` is off.
     """
     if requested not in REQUESTS:
@@ -109,7 +118,7 @@ def choose_isolation(requested: str = "auto", *, allow_unconfined: bool = False,
     drop_problem = drop_problem_for(python)
     if drop_problem is None:
         if bwrap_problem is not None:
-            log.warning("%s: programs run as nobody under rlimits, without namespaces", bwrap_problem)
+            log.warning("%s: programs run as a uid of their own under rlimits and Landlock, without namespaces", bwrap_problem)
         return "rlimits"
     reasons = f"{bwrap_problem}, and {drop_problem}" if bwrap_problem else drop_problem
     if not allow_unconfined:
@@ -135,18 +144,24 @@ def bwrap_problem_for(python: str) -> str | None:
 
 @functools.lru_cache(maxsize=8)
 def _bwrap_self_test(bwrap: str, python: str) -> str | None:
-    """Start `python` under bwrap as nobody with no network (cached per process)."""
+    """Start `python` under bwrap as nobody with no network, as a worker uid where root (cached per process)."""
     check = (
         "import os, socket\n"
         f"assert os.getuid() == {NOBODY}\n"
+
         "try:\n    socket.create_connection(('10.255.255.1', 9), timeout=0.5)\n"
         "except OSError:\n    pass\nelse:\n    raise SystemExit('network reachable')\n"
     )
-    command = bwrap_args(SandboxLimits(), python, bwrap) + [python, "-s", "-P", "-c", check]
+    held = allocate(1)
     try:
+        uid = held[0].uid if held else None
+        command = sandboxed([python, "-s", "-P", "-c", check], SandboxLimits(), python, uid)
         done = subprocess.run(command, env=WORKER_ENV, capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
+    except (OSError, subprocess.TimeoutExpired, QuenchError) as err:
         return f"bubblewrap's self-test did not run ({err})"
+    finally:
+        for worker_uid in held:
+            worker_uid.release()
     if done.returncode == 0:
         return None
     tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
@@ -154,19 +169,16 @@ def _bwrap_self_test(bwrap: str, python: str) -> str | None:
 
 
 def drop_problem_for(python: str) -> str | None:
-    """Why programs run by `python` cannot drop to nobody here, or None when they can."""
+    """Why programs run by `python` cannot drop to a uid of their own here, or None when they can."""
     if os.geteuid() != 0:
         return f"quench runs as uid {os.geteuid()}, which cannot switch programs to another user"
+    if landlock_abi() < 1:
+        return "the kernel has no Landlock (Linux 5.13+), which keeps programs from writing outside their directory"
     for path in python_dirs(python):
         blocked = _hidden_from_others(path)
         if blocked is not None:
-            return f"the nobody user cannot read the Python environment ({blocked} is not readable by others)"
+            return f"other users cannot read the Python environment ({blocked} is not readable by others)"
     return None
-
-
-def run_uid(isolation: Isolation) -> int | None:
-    """The uid the fork server switches programs to: nobody in "rlimits" mode, else none."""
-    return NOBODY if isolation == "rlimits" else None
 
 
 def python_executable() -> str:
@@ -200,17 +212,27 @@ def python_dirs(python: str | None = None) -> list[str]:
 
 
 def scratch_binds(python: str) -> list[str]:
-    """Top-level entries of SCRATCH that hold the interpreter: bound read-only over the scratch tmpfs.
+    """Top-level entries of SCRATCH that hold the interpreter: mount points the fork server leaves alone.
 
-    Binding the whole entry (not only the venv inside it) leaves programs no way to rename or
-    lock the path to the interpreter; the fork server leaves these entries alone when it wipes.
+    An entry that is not itself one of the interpreter's directories becomes a small read-only
+    tmpfs holding only those: programs can neither rename nor lock the way to the interpreter,
+    nor see what else the host keeps there (the rest of a clone that holds the venv).
     """
     inside = [path[len(SCRATCH) + 1 :] for path in python_dirs(python) if path.startswith(SCRATCH + "/")]
     return sorted({f"{SCRATCH}/{relative.split('/')[0]}" for relative in inside})
 
 
-def bwrap_args(limits: SandboxLimits, python: str, bwrap: str = "bwrap") -> list[str]:
-    """bwrap options: nobody, new namespaces, read-only system and Python dirs, tmpfs scratch."""
+def bind_sources(python: str) -> tuple[list[str], list[str]]:
+    """What bwrap binds from outside the system directories: the interpreter's dirs, and the toolchains' that exist."""
+    return python_dirs(python), [path for path in sandbox_binds() if os.path.exists(path)]
+
+
+def bwrap_args(limits: SandboxLimits, python: str, bwrap: str = "bwrap", staged: dict[str, str] | None = None) -> list[str]:
+    """bwrap options: nobody, new namespaces, read-only system and Python dirs, tmpfs scratch.
+
+    `staged` maps a source to where bwrap finds it (launch.py's staging, when root starts it as a worker uid).
+    """
+    where = (staged or {}).get
     args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY), "--gid", str(NOBODY)]
     # --as-pid-1: the fork server is the namespace's init, so a program cannot kill or stop it
     # (init ignores signals from inside its namespace), orphans come to it, and bwrap leaves no
@@ -225,14 +247,37 @@ def bwrap_args(limits: SandboxLimits, python: str, bwrap: str = "bwrap") -> list
         args += ["--ro-bind-try", path, path]
     scratch = str(limits.scratch_mb * 1024 * 1024)
     args += ["--size", scratch, "--tmpfs", SCRATCH, "--proc", "/proc", "--dev", "/dev"]
+    python_sources, toolchain_sources = bind_sources(python)
     # After the scratch tmpfs, so that an interpreter under /tmp (a clone there) is not hidden by it.
-    outside = [path for path in python_dirs(python) if not path.startswith(SCRATCH + "/")]
-    for path in [*outside, *scratch_binds(python)]:
-        args += ["--ro-bind", path, path]
-    for path in sandbox_binds():  # other languages' build cache and configuration, where present
-        args += ["--ro-bind-try", path, path]
+    entries = [entry for entry in scratch_binds(python) if entry not in python_sources]
+    for entry in entries:
+        args += ["--size", str(1024 * 1024), "--tmpfs", entry]
+    for path in python_sources:
+        args += ["--ro-bind", where(path, path), path]
+    for entry in entries:
+        args += ["--remount-ro", entry]
+    for path in toolchain_sources:  # other languages' build cache and configuration
+        args += ["--ro-bind", where(path, path), path]
     args += ["--size", scratch, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
     return args + ["--chdir", SCRATCH]
+
+
+def sandboxed(command: list[str], limits: SandboxLimits, python: str, uid: int | None) -> list[str]:
+    """`command` under bwrap; as `uid` outside (launch.py stages what bwrap binds), or as the caller where None."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise QuenchError("bubblewrap (bwrap) is no longer installed")
+    if uid is None:
+        return bwrap_args(limits, python, bwrap) + command
+    sources = [path for group in bind_sources(python) for path in group]
+    argv = bwrap_args(limits, python, bwrap, {source: staged(index) for index, source in enumerate(sources)}) + command
+    config = {"uid": uid, "stage": sources, "argv": argv}
+    return [python_executable(), "-I", "-S", "-c", launcher_script(), json.dumps(config)]
+
+
+@functools.cache
+def launcher_script() -> str:
+    return Path(__file__).with_name("launch.py").read_text(encoding="utf-8")
 
 
 def _hidden_from_others(path: str) -> str | None:
@@ -274,23 +319,26 @@ def without_quench_imports(source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1, python: str | None = None) -> list[str]:
-    """The command that starts one fork-server worker; its config travels as a JSON argument."""
+def worker_command(isolation: Isolation, limits: SandboxLimits, workers: int = 1, python: str | None = None,
+                   uid: int | None = None) -> list[str]:
+    """The command that starts one fork-server worker; its config travels as a JSON argument.
+
+    `uid`: the worker's own uid (uids.allocate) where quench runs as root; "rlimits" mode needs one.
+    """
     python = python or python_executable()
+    if isolation == "rlimits" and uid is None:
+        raise QuenchError("isolation rlimits: programs need a uid of their own, and only root can switch to one")
     config = {
         **asdict(limits),
         "cpu_seconds": limits.cpu_seconds,
-        # RLIMIT_NPROC counts every process and thread of the uid, and all workers share one.
-        "nproc": limits.max_processes * workers,
+        # RLIMIT_NPROC counts every process and thread of the uid. In "bwrap" mode the fork server
+        # counts the namespace's processes, so it is only a backstop there, far above what a JVM's or
+        # node's threads take; in "rlimits" mode it is the limit itself.
+        "nproc": limits.max_processes * (THREADS_PER_PROCESS if isolation == "bwrap" else workers),
         "mode": "bwrap" if isolation == "bwrap" else "rlimits",
-        "run_uid": run_uid(isolation),
+        "run_uid": uid if isolation == "rlimits" else None,
         "keep": scratch_binds(python) if isolation == "bwrap" else [],
         "node_host": host_spec() if isolation == "bwrap" else None,
     }
     command = [python, "-s", "-P", "-c", fork_server_script(), json.dumps(config)]
-    if isolation != "bwrap":
-        return command
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise QuenchError("bubblewrap (bwrap) is no longer installed")
-    return bwrap_args(limits, python, bwrap) + command
+    return sandboxed(command, limits, python, uid) if isolation == "bwrap" else command
