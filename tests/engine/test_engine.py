@@ -239,8 +239,10 @@ def test_cost_aware_drafting_resolves_by_batch_size_at_construction_unless_set()
     assert not one.row_copy_lengths and eight.row_copy_lengths
     assert one.draft_stop == 0.15 and eight.draft_stop == 0.4  # a drafted token costs more to verify above batch 1
     assert one.min_model_draft == 2 and eight.min_model_draft == 1
-    for config in (one, eight):  # nothing is left to resolve later (max_len: None sizes the cache per call)
-        assert all(getattr(config, f.name) is not None for f in fields(config) if f.name != "max_len")
+    # nothing is left to resolve later (max_len: None sizes the cache per call; batch_invariant: None is "wherever
+    # the kernels serve the model", which the model decides)
+    for config in (one, eight):
+        assert all(getattr(config, f.name) is not None for f in fields(config) if f.name not in ("max_len", "batch_invariant"))
         assert drafting_defaults(config.batch_size) == DraftingDefaults(config.draft_stop, config.min_model_draft,
                                                                         config.row_copy_lengths)
     explicit = EngineConfig(batch_size=8, draft_confidence=0.4, draft_stop=0.0, row_copy_lengths=False)

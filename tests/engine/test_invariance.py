@@ -135,6 +135,30 @@ def test_batch_invariance_off_the_llama_fast_path_is_a_config_error():
         QuenchBackend(tiny_llama(dtype=torch.float64), char_tokenizer(), EngineConfig(batch_invariant=True))
 
 
+def test_batch_invariance_is_the_default_wherever_it_serves_and_off_with_a_warning_elsewhere(caplog):
+    """EngineConfig's default (None) runs the invariant kernels on a Llama in float32 or bfloat16; off the fast path
+    or in float64 it falls back to the plain kernels and says so; False turns it off."""
+    for dtype in (torch.float32, torch.bfloat16):
+        assert QuenchBackend(tiny_llama(dtype=dtype), char_tokenizer(), EngineConfig()).runner.batch_invariant
+        off = QuenchBackend(tiny_llama(dtype=dtype), char_tokenizer(), EngineConfig(batch_invariant=False))
+        assert not off.runner.batch_invariant
+    for model, config in [(tiny_llama(dtype=torch.float64), EngineConfig()), (tiny_llama(), EngineConfig(fast_path=False))]:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="quench.engine.engine"):
+            backend = QuenchBackend(model, char_tokenizer(), config)
+        assert not getattr(backend.runner, "batch_invariant", False)
+        assert any("batch invariance off" in record.getMessage() for record in caplog.records)
+
+
+def test_without_the_native_kernels_the_default_falls_back_and_an_explicit_request_is_refused(monkeypatch, caplog):
+    monkeypatch.setattr(native, "available", lambda dtype: False)  # as without a C compiler
+    with caplog.at_level("WARNING", logger="quench.engine.engine"):
+        assert not QuenchBackend(tiny_llama(), char_tokenizer(), EngineConfig()).runner.batch_invariant
+    assert any("native kernels built" in record.getMessage() for record in caplog.records)
+    with pytest.raises(ConfigError, match="batch_invariant"):
+        QuenchBackend(tiny_llama(), char_tokenizer(), EngineConfig(batch_invariant=True))
+
+
 def default_model_answers(dtype: str, batch_invariant: bool, tasks: int = 8, max_new_tokens: int = 48) -> dict[str, dict]:
     """The default model's greedy token ids for the first HumanEval prompts, per schedule: batch 1 and 8, regular,
     prompt lookup and hybrid drafting."""

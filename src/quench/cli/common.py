@@ -86,9 +86,11 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--draft-max-rows", type=int, default=ENGINE_DEFAULTS.draft_max_rows, metavar="N",
                         help="speculation pauses (regular steps) while more than N rows are live (0: never; "
                              "default %(default)s: past that drafts cost more than they save)")
-    engine.add_argument("--batch-invariant", action="store_true", default=ENGINE_DEFAULTS.batch_invariant,
-                        help="Llama models, float32 or bfloat16: every token's logits bit-identical at any batch size, "
-                             "position, speculation setting and thread count (docs/engine.md, Batch invariance)")
+    engine.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction, default=ENGINE_DEFAULTS.batch_invariant,
+                        help="every token's logits bit-identical at any batch size, position, speculation setting and "
+                             "thread count (docs/engine.md, Batch invariance). Default: on wherever the kernels serve "
+                             "the model (Llama's layer, float32 or bfloat16, native kernels built), else off with a "
+                             "warning; --batch-invariant: an error where they cannot; --no-batch-invariant: off")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
     remote.add_openai_args(parser)

@@ -91,9 +91,11 @@ class EngineConfig:
     # 0.72x regular; batch 8 1.27-1.31x); vLLM's speculative_disable_by_batch_size does the same.
     share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
     # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
-    batch_invariant: bool = False  # the target's every step through kernels whose per-row sums do not depend on
-    # the row count, the other rows or the threads (quench.engine.invariant; Llama fast path, float32/bfloat16):
-    # greedy output is the same at every batch size, position and speculation setting (docs/engine.md)
+    batch_invariant: bool | None = None  # the target's every step through kernels whose per-row sums do not depend
+    # on the row count, the other rows or the threads (quench.engine.invariant; Llama fast path, float32/bfloat16):
+    # greedy output is the same at every batch size, position and speculation setting (docs/engine.md). None (the
+    # default): on wherever those kernels serve the model, else off with a warning; True: on, a ConfigError where
+    # they cannot serve it; False: off (the fastest kernels whatever their order)
     kernels: KernelConfig = field(default_factory=KernelConfig.from_env)  # AMX tiles and the screened greedy
     # head where the CPU serves them (QUENCH_AMX=0 / QUENCH_SCREEN=0 turn them off; `quench doctor` reports them)
 

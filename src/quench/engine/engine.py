@@ -38,9 +38,13 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
     if config.dtype != "auto":
         model.to(_DTYPES[config.dtype])
     model.eval()
-    invariant = config.batch_invariant and target
-    if invariant:
-        _check_invariant(model, config)
+    invariant = target and config.batch_invariant is not False
+    refusal = _invariant_refusal(model, config) if invariant else None
+    if refusal is not None and config.batch_invariant:
+        raise ConfigError("batch_invariant", refusal)
+    if refusal is not None:  # the default: invariance wherever it can be served
+        log.warning("batch invariance off (greedy output may depend on the batch): it %s", refusal)
+        invariant = False
     if config.fast_path and on_fast_path(model):
         runner = LlamaRunner(
             model,
@@ -58,20 +62,19 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
     return HFRunner(model)
 
 
-def _check_invariant(model: torch.nn.Module, config: EngineConfig) -> None:
-    """ConfigError where `batch_invariant` cannot be served: only the fast path running Llama's layer without
-    sliding windows (Llama; Qwen2 without a window) on the native kernels (CPU, float32 or bfloat16) has a fixed
-    reduction order per row."""
+def _invariant_refusal(model: torch.nn.Module, config: EngineConfig) -> str | None:
+    """Why `batch_invariant` cannot be served (None where it can): only the fast path running Llama's layer
+    without sliding windows (Llama; Qwen2 without a window) on the native kernels (CPU, float32 or bfloat16) has
+    a fixed reduction order per row."""
     family = family_of(model)
     llama_layer = family is not None and family.llama_like and family.smallest_window is None
     if not (config.fast_path and llama_layer) or config.compile or not config.native_attention:
-        raise ConfigError("batch_invariant", "needs the fast path with native kernels on Llama's layer without "
-                          "sliding windows (Llama, or Qwen2 without a window; fast_path and native_attention on, "
-                          "compile off)")
+        return ("needs the fast path with native kernels on Llama's layer without sliding windows (Llama, or Qwen2 "
+                "without a window; fast_path and native_attention on, compile off)")
     weight = model.get_input_embeddings().weight
     if weight.device.type != "cpu" or not invariant_kernels.available(weight.dtype):
-        raise ConfigError("batch_invariant", f"needs float32 or bfloat16 on CPU with the native kernels built, "
-                          f"got {weight.dtype} on {weight.device.type}")
+        return f"needs float32 or bfloat16 on CPU with the native kernels built, got {weight.dtype} on {weight.device.type}"
+    return None
 
 
 def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tuple[Runner, HeadColumns | None]:

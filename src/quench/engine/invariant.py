@@ -23,6 +23,15 @@ def available(dtype: torch.dtype) -> bool:
     return dtype in _FLOATS and native.available(dtype)
 
 
+def bfloat16_fastest() -> bool:
+    """Whether bfloat16 weights are the fastest exact choice here: the fixed-order bfloat16 kernel is vectorised in
+    this build (VDPBF16PS with AVX512-BF16, else widened to float32 in registers: AVX512, AVX2 + FMA), so a step
+    reads half of float32's bytes for the same float32 arithmetic; the scalar loop (an x86-64-v2 build) is slower
+    than oneDNN's float32."""
+    library = native.build_result().library
+    return library is not None and bool(library.fixed_vector_available())
+
+
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """W (N, K) -> 16 output columns per contiguous block, zeros past N, in W's dtype: float32 as
     (ceil(N/16), K, 16); bfloat16 in pairs of k as (ceil(N/16), ceil(K/2), 16, 2), zeros past K

@@ -52,13 +52,18 @@ def cache_root() -> Path:
 
 
 def cpu_supports_bf16() -> bool:
-    """Whether bfloat16 is the CPU default: with AVX512-BF16/AMX natively, and with AVX512BW through quench's
-    fixed-order kernel (bfloat16 weights widened to float32, FMA); without AVX512 it is emulated and slow."""
+    """Whether bfloat16 is the CPU default (`--dtype auto`): where quench's fixed-order bfloat16 kernel is vectorised
+    in this build (`invariant.bfloat16_fastest`: AVX2 + FMA or AVX512), else where oneDNN runs it natively
+    (AVX512-BF16, AMX); elsewhere it is emulated and slower than float32."""
+    from quench.engine import invariant
+
+    if invariant.bfloat16_fastest():
+        return True
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
-    return any(flag in flags for flag in ("avx512_bf16", "amx_bf16", "avx512bw"))
+    return any(flag in flags for flag in ("avx512_bf16", "amx_bf16"))
 
 
 def check_dtype(dtype: str) -> None:

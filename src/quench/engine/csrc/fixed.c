@@ -297,6 +297,14 @@ static void group_pairs(const pair_row* x, int stride, const bf16* wp, bf16* y, 
         for (int c = 0; c < 16 * nb && 16 * b0 + c < N; c++) y[(int64_t)(m0 + i) * N + 16 * b0 + c] = store_bf16(out[i][c]);
 }
 
+int fixed_vector_available(void) {
+#if defined(__AVX512F__) || defined(FIXED_AVX2)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx) {
     if (amx && K % 32 == 0) return gemm_bf16_amx(x, wp, y, M, N, K, threads) != 0;
     int nblocks = (N + 15) / 16, groups = (nblocks + 5) / 6;

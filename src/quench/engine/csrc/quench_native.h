@@ -26,6 +26,7 @@ int small_gemm_available(void);
 int amx_available(void);
 int layers_available(void);
 int screen_available(void);
+int fixed_vector_available(void);  /* fixed.c's GEMMs vectorised (AVX512, or AVX2 + FMA), not the scalar loop */
 
 /* rope.c: RoPE with PyTorch's roundings; rope64_bf16 (attend.c): the same for head size 64, vectorised. */
 void rope_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, int dim, float* out, bf16* store);
