@@ -10,18 +10,20 @@ sandbox, limits and outcome enum of Python programs. A build that fails raises `
 Per language:
 - JavaScript: run in a fresh V8 context by the sandbox worker's warm node (the host: the launcher
   starts with HOST_MARK, which gives it the host's pipes; quench.execution.node_host and
-  node_host.js), which tells a syntax error (a compile error) from a failed test itself. A program
-  the host declines (one that may use what a context lacks: `process`, timers, modules but lodash,
-  ...) runs as `node main.js`, started from the prepared start-up snapshot with lodash loaded when
+  node_host.js), which tells a syntax error (a compile error, worded and confirmed by `node --check`)
+  from a failed test itself. A program the host declines (one that may use what a context lacks:
+  `process`, timers, modules but lodash, ...) runs as `node main.js`, started from the prepared start-up snapshot with lodash loaded when
   there is one for this node binary (quench.execution.toolchains); when that fails naming a
   SyntaxError (or a RangeError), `node --check main.js` tells a syntax error from a failed test.
   The harness needs lodash (Debian `node-lodash`, on NODE_PATH).
 - Go: the compiler and linker against the precompiled standard library of the Go installation,
   with `go run`'s flags (no debug information or symbol table) but without the go command, its
   build cache or a garbage collector in either tool; `go build` with a private cache where the
-  installation ships no precompiled library.
+  installation ships no precompiled library. A build that fails is redone as `go build`, whose
+  verdict and diagnostics are reported (as every shortcut's, they are the plain toolchain's).
 - C++: `g++ main.cpp` (mxeval's flags), with a shared read-only precompiled `bits/stdc++.h`
-  when one has been prepared (quench.execution.toolchains).
+  when one has been prepared (quench.execution.toolchains); a build that fails is redone without it,
+  and the plain build's verdict and diagnostics are reported.
 - Java: one JVM compiles and runs the source (`java Main.java`, the single-file launcher), with a
   prepared class-data archive of the launcher's classes (javac's) when there is one; the harness's
   `class Main` goes first, after the imports, because the launcher runs the first class.
