@@ -3,7 +3,8 @@
 node_host.js, started by `NodeHost`, runs each program it is asked for in a fresh V8 context, so
 node starts once per sandbox worker instead of once per program. The fork server starts it inside
 the worker's sandbox on first use, under the programs' uid and rlimits but the CPU one; requests and
-answers are JSON lines on a pair of pipes.
+answers are JSON lines on a pair of pipes. What the host may do with a context once its program
+runs (the boundary that keeps one program from another's verdict) is stated at the top of node_host.js.
 
 The pool runs cleanup.py's text, this file's, then forkserver.py's as one `python -s -P -c` script
 (sandbox.fork_server_script), so it imports nothing of quench: the fork server takes from here the
