@@ -10,10 +10,11 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from quench.cli import remote
 from quench.datasets import Problem, language_of, load_benchmark, parse_tasks
+from quench.datasets.problem import PLUS_BENCHMARK
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool, choose_isolation
 from quench.execution.toolchains import prepare as prepare_toolchain
@@ -336,9 +337,20 @@ def backend_from_args(args: argparse.Namespace, loaded):
     return make_ray_backend(args.ray, spec, RayOptions(num_actors=args.ray_actors, cpus_per_actor=args.ray_cpus_per_actor))
 
 
-def pool_from_args(args: argparse.Namespace):
-    """A SandboxPool, or sandboxes on the Ray cluster of --ray; use it as a context manager."""
-    limits = SandboxLimits(timeout_s=args.timeout)
+def plus_limits(limits: SandboxLimits, problems: Iterable[Problem], workers: int | None) -> SandboxLimits:
+    """For MBPP+ problems: their expected outputs computed first, and a wall clock that fits their inputs."""
+    plus = [p.task_id for p in problems if p.benchmark == PLUS_BENCHMARK]
+    if not plus:
+        return limits
+    from quench.execution.plus import prepared_limits
+
+    return prepared_limits(limits, plus, workers or os.cpu_count() or 1)
+
+
+def pool_from_args(args: argparse.Namespace, problems: Iterable[Problem] = ()):
+    """A SandboxPool, or sandboxes on the Ray cluster of --ray; use it as a context manager.
+    MBPP+ `problems` get their expected outputs first (`plus_limits`)."""
+    limits = plus_limits(SandboxLimits(timeout_s=args.timeout), problems, args.workers)
     prepare_toolchain(language_of(getattr(args, "benchmark", "")))  # e.g. C++'s precompiled header, once
     if not getattr(args, "ray", None):
         return SandboxPool(args.workers, limits, allow_unconfined=args.unsafe_unconfined)

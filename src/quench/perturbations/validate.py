@@ -3,6 +3,7 @@
 - docstring: only the docstring prose changed (everything else byte-identical) and it parses;
 - function name: the renamed reference passes the tests with the new `entry_point`;
 - code syntax / format: perturbed partial prompt + (consistently edited) rest passes the tests;
+- word-level docstring edits: the sentence encoder's cosine of old and new prose (`meaning.py`);
 - a variant its transformation refused (it could not write it) is never valid, and counted apart.
 Programs run in `quench.execution.SandboxPool`; identical programs run once. A variant whose
 nominal reference already fails cannot be checked and is rejected with that reason.
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from quench.datasets import Problem
-from quench.perturbations import languages
+from quench.execution.sanitize import program_for
+from quench.perturbations import languages, meaning
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME, refusal
 from quench.perturbations.source import cached_partial, parse
 from quench.perturbations.text import docstring_text
@@ -34,6 +36,7 @@ class Verdict:
     changed: bool
     reason: str = ""  # why a variant is not valid
     refused: bool = False  # the transformation could not write this variant (`base.CannotApply`)
+    meaning: bool = False  # failed the sentence-encoder meaning check of its docstring wording
 
 
 def refused_verdict(variant: Problem) -> Verdict | None:
@@ -104,26 +107,49 @@ def static_verdict(base: Problem, variant: Problem, category: str) -> Verdict | 
     return None
 
 
-def validate(pairs: Sequence[tuple[Problem, Problem, str]], runner: Runner | None = None) -> list[Verdict]:
-    """Verdicts for (original, variant, category) triples; runs what needs running in one batch."""
+def validate(pairs: Sequence[tuple[Problem, Problem, str]], runner: Runner | None = None,
+             meaning_check: bool = True) -> list[Verdict]:
+    """Verdicts for (original, variant, category) triples; runs what needs running in one batch.
+    `meaning_check`: score word-level docstring edits with the sentence encoder (where installed)."""
     verdicts: list[Verdict | None] = []
     programs: dict[str, int] = {}
     for original, variant, category in pairs:
         verdict = static_verdict(nominal(original, category), variant, category)
         verdicts.append(verdict)
         if verdict is None:
-            programs.setdefault(original.reference_program(), len(programs))
-            programs.setdefault(variant.reference_program(), len(programs))
+            programs.setdefault(program_for(original, original.canonical_solution), len(programs))
+            programs.setdefault(program_for(variant, variant.canonical_solution), len(programs))
     results = run(list(programs), runner) if programs else []
     out = []
     for (original, variant, _), verdict in zip(pairs, verdicts):
         if verdict is None:
-            if not results[programs[original.reference_program()]].passed:
+            if not results[programs[program_for(original, original.canonical_solution)]].passed:
                 verdict = Verdict(False, True, "the nominal reference fails")
             else:
-                result = results[programs[variant.reference_program()]]
+                result = results[programs[program_for(variant, variant.canonical_solution)]]
                 verdict = Verdict(result.passed, True, "" if result.passed else f"reference {result.outcome.value}")
         out.append(verdict)
+    return check_wording(pairs, out) if meaning_check else out
+
+
+def prose(problem: Problem) -> str:
+    doc = docstring_text(problem)
+    return "" if doc is None else problem.prompt[doc.start:doc.end]
+
+
+def check_wording(pairs: Sequence[tuple[Problem, Problem, str]], verdicts: list[Verdict]) -> list[Verdict]:
+    """Valid, changed word-level docstring variants scored against their original's prose; those
+    below `meaning.THRESHOLD` fail. Unchanged where the encoder is not installed."""
+    todo = [i for i, ((_, variant, category), verdict) in enumerate(zip(pairs, verdicts))
+            if category == DOCSTRING and verdict.valid and verdict.changed
+            and variant.meta("perturbation") in meaning.WORD_LEVEL]
+    if not todo or meaning.encoder() is None:
+        return verdicts
+    scores = meaning.encoder().similarity([prose(pairs[i][0]) for i in todo], [prose(pairs[i][1]) for i in todo])
+    out = list(verdicts)
+    for i, score in zip(todo, scores):
+        if not meaning.keeps_meaning(score):
+            out[i] = Verdict(False, True, f"meaning check: cosine {score:.3f} < {meaning.THRESHOLD}", meaning=True)
     return out
 
 

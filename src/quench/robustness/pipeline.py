@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from quench.datasets import Problem, partial_problem, read_problems
-from quench.datasets.problem import problem_from_json
+from quench.datasets.problem import PLUS_BENCHMARK, problem_from_json
 from quench.errors import QuenchError
 from quench.runs.evaluate import ProblemKey, execute_pending
 from quench.execution.sanitize import program_for
+from quench.execution.plus import PlusPool
 from quench.runs.eta import StartReporting
 from quench.runs.samples import GenerateConfig, generate_samples, read_records, sample_key
 from quench.engine.types import Backend, SamplingParams
@@ -90,6 +91,7 @@ class RobustnessOutcome:
     run: RobustnessRun
     examples: list[Example]
     stats: dict[str, object] = field(default_factory=dict)
+    metrics_plus: RobustnessMetrics | None = None  # MBPP+: the same metrics on base and extra inputs
 
 
 def digest(text: str) -> str:
@@ -326,7 +328,9 @@ def run_robustness(
     samples = {sample_key(r): r for r in records}  # (prompt id, index); runs from before labels: the same
     jobs, program_of = execution_jobs(units, samples, config.n)
     progress.stage("execute", len(jobs))
-    results = execute_pending(jobs, ("program_id",), pool, out / RESULTS_FILE, progress.execution)
+    plus = any(p.benchmark == PLUS_BENCHMARK for p in problems)  # two verdicts per program (execution/plus.py)
+    results = execute_pending(jobs, ("program_id",), PlusPool(pool) if plus else pool, out / RESULTS_FILE,
+                              progress.execution)
     passed = {r["program_id"]: bool(r["passed"]) for r in results}
     detail = {r["program_id"]: f'{r["outcome"]}: {r.get("detail", "")}'.strip(": ") for r in results}
     run = collect_run(units, program_of, passed, config.n)
@@ -340,4 +344,6 @@ def run_robustness(
         "generated_tokens": sum(r.get("num_tokens", 0) for r in records),
         "seconds": add_elapsed(out, time.perf_counter() - started),
     }
-    return RobustnessOutcome(metrics, run, examples, stats)
+    metrics_plus = robustness_metrics(collect_run(units, program_of, {r["program_id"]: bool(r.get("passed_plus"))
+                                                                      for r in results}, config.n), config.ks) if plus else None
+    return RobustnessOutcome(metrics, run, examples, stats, metrics_plus)

@@ -3,6 +3,10 @@
 Each pass@k comes with its 95% interval, by a seeded bootstrap over problems (`quench.execution.
 intervals`: 2,000 resamples, seed 0; with n > 1 samples the problems are resampled, not the samples).
 
+MBPP+ samples (benchmark "mbpp+") get two verdicts: `passed` on MBPP's own inputs and
+`passed_plus` on those and EvalPlus's extra inputs (quench.execution.plus); their summary
+has `pass_plus_at_k` (pass+@k) beside `pass_at_k`, each with its interval.
+
 A sample is scored against the problem of its `task_id` and, for samples that `quench robustness`
 wrote, its `variant` ("nominal/full", "nominal/partial" or "transformation/seed"): the perturbed
 problem, with its own prompt, entry point and tests (docs/robustness.md).
@@ -19,10 +23,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from quench.datasets.problem import Problem
+from quench.datasets.problem import PLUS_BENCHMARK, Problem
 from quench.errors import QuenchError
 from quench.execution.intervals import BootstrapConfig, Interval, mean_intervals
 from quench.execution.passk import mean_pass_at_k, pass_at_k_per_problem
+from quench.execution.plus import PlusPool, PlusResult
 from quench.execution.sanitize import program_for
 from quench.runs.samples import JsonlAppender, read_records, resume_log
 
@@ -42,6 +47,9 @@ class Summary:
     isolation: str = ""  # how programs ran: bwrap, rlimits or unconfined ("" when not known)
     unsafe_unconfined: bool = False  # the user allowed unconfined programs (--unsafe-unconfined)
     intervals: dict[int, Interval] = field(default_factory=dict)  # k → 95% bootstrap interval of pass@k
+    pass_plus_at_k: dict[int, float] = field(default_factory=dict)  # MBPP+: pass+@k, base and extra inputs
+    plus_intervals: dict[int, Interval] = field(default_factory=dict)  # k → 95% interval of pass+@k
+    plus_overturned: int = 0  # MBPP+: samples that pass the base inputs and fail an extra one
 
     def to_json(self) -> dict:
         row = {
@@ -52,6 +60,10 @@ class Summary:
             "outcomes": self.outcomes,
             "skipped_lines": self.skipped,
         }
+        if self.pass_plus_at_k:
+            row["pass_plus_at_k"] = {f"pass+@{k}": v for k, v in self.pass_plus_at_k.items()}
+            row["pass_plus_at_k_intervals"] = {f"pass+@{k}": i.to_json() for k, i in self.plus_intervals.items()}
+            row["plus_overturned"] = self.plus_overturned
         if self.isolation:
             row["isolation"] = self.isolation
             row["unsafe_unconfined"] = self.unsafe_unconfined
@@ -82,13 +94,18 @@ def check_sample_tasks(samples: Sequence[dict], problems: Mapping[ProblemKey, Pr
 
 
 def result_record(fields: dict, result) -> dict:
-    return {
+    """One result line; an MBPP+ result (`PlusResult`) adds the verdict on base and extra inputs."""
+    record = {
         **fields,
         "outcome": str(result.outcome.value),
         "passed": bool(result.passed),
         "detail": result.detail[-500:],
         "seconds": round(result.seconds, 4),
     }
+    if isinstance(result, PlusResult):
+        record["outcome_plus"] = str(result.plus.outcome.value)
+        record["passed_plus"] = bool(result.plus.passed)
+    return record
 
 
 def execute_pending(
@@ -136,6 +153,8 @@ def execute_samples(
     for s in samples:
         program = program_for(problems[problem_key(s)], s["completion"], s.get("solution", ""))
         jobs.append(({**{f: s.get(f, "") for f in names}, "program_id": program_id(program)}, program))
+    if any(problems[problem_key(s)].benchmark == PLUS_BENCHMARK for s in samples):
+        pool = PlusPool(pool)
     return execute_pending(jobs, (*names, "program_id"), pool, path, on_result)
 
 
@@ -152,8 +171,21 @@ def score(results: Sequence[dict], ks: Sequence[int], skipped: int = 0) -> Summa
         outcomes[r["outcome"]] += 1
     counts = [(len(v), sum(v)) for v in per_problem.values()]
     means = mean_pass_at_k(counts, ks)
-    return Summary(len(per_problem), len(results), means, dict(sorted(outcomes.items())), skipped,
-                   intervals=pass_at_k_intervals(counts, list(means)))
+    summary = Summary(len(per_problem), len(results), means, dict(sorted(outcomes.items())), skipped,
+                      intervals=pass_at_k_intervals(counts, list(means)))
+    return with_plus(summary, results, ks) if results and all("passed_plus" in r for r in results) else summary
+
+
+def with_plus(summary: Summary, results: Sequence[dict], ks: Sequence[int]) -> Summary:
+    """`summary` with pass+@k (MBPP+'s base and extra inputs) and the base passes they overturn."""
+    per_problem: dict[ProblemKey, list[bool]] = defaultdict(list)
+    for r in results:
+        per_problem[problem_key(r)].append(bool(r["passed_plus"]))
+    counts = [(len(v), sum(v)) for v in per_problem.values()]
+    means = mean_pass_at_k(counts, ks)
+    overturned = sum(1 for r in results if r["passed"] and not r["passed_plus"])
+    return replace(summary, pass_plus_at_k=means, plus_intervals=pass_at_k_intervals(counts, list(means)),
+                   plus_overturned=overturned)
 
 
 def pass_at_k_intervals(

@@ -9,6 +9,8 @@ an error naming `file:line`, never silently dropped.
 
 from __future__ import annotations
 
+import itertools
+
 import json
 import logging
 import os
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
 from quench.datasets.problem import OnInvalid, Problem, iter_jsonl
-from quench.errors import InputFileError
+from quench.errors import InputFileError, QuenchError
 from quench.execution.sanitize import sanitize
 from quench.engine.types import Backend, GenerationRequest, GenerationResult, SamplingParams
 from quench.stopping.criteria import RuleHook, rules_for
@@ -105,7 +107,8 @@ def normalize_samples(path: Path, rows: list[tuple[int, dict]], on_invalid: OnIn
             on_invalid(InputFileError(str(path), number, error))
             continue
         row.setdefault("completion", "")  # evalplus: the whole program is in `solution`
-        row.setdefault("sample_index", len(samples))  # plain human-eval files have no index
+        if "sample_index" not in row:  # plain human-eval files have none: number each task's samples 0, 1, ...
+            row["sample_index"] = next(i for i in itertools.count() if (row["task_id"], row.get("variant", ""), i) not in seen)
         seen.add((row["task_id"], row.get("variant", ""), row["sample_index"]))
         samples.append(row)
     return samples
@@ -136,24 +139,49 @@ def resume_samples(path: Path) -> list[dict]:
 
 
 class JsonlAppender:
-    """Append records and flush each one, so a SIGKILL loses at most the line being written."""
+    """Append whole records: each batch in one write, cut back to the last whole record if it fails.
+
+    A SIGKILL loses at most the line being written (resume mends such a tail); a full disk
+    loses nothing on disk and ends in a QuenchError that names the file.
+    """
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = path.open("a", encoding="utf-8")
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.end = os.lseek(self.fd, 0, os.SEEK_END)  # just after the last whole record
+        self.failed = False
 
     def write(self, record: dict) -> None:
         self.write_many([record])
 
     def write_many(self, records: list[dict]) -> None:
         """One write call: after a kill, either all of these lines are on disk or only a torn tail."""
-        self.file.write("".join(json.dumps(r) + "\n" for r in records))
-        self.file.flush()
+        data = memoryview("".join(json.dumps(r) + "\n" for r in records).encode("utf-8"))
+        try:
+            while data:  # a short write (a full disk) raises on the next call
+                data = data[os.write(self.fd, data) :]
+        except OSError as err:
+            self.failed = True
+            self._cut_back()
+            raise QuenchError(f"{self.path}: cannot write a record ({err.strerror}); the records before it are "
+                              "kept: free some space and run the same command again to continue") from None
+        self.end = os.lseek(self.fd, 0, os.SEEK_END)
+
+    def _cut_back(self) -> None:
+        try:
+            os.ftruncate(self.fd, self.end)
+        except OSError:
+            pass
 
     def close(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
+        try:
+            os.fsync(self.fd)
+        except OSError as err:
+            if not self.failed:
+                raise QuenchError(f"{self.path}: cannot save the records ({err.strerror})") from None
+        finally:
+            os.close(self.fd)
 
 
 def missing_ranges(done: set[int], n: int) -> Iterator[tuple[int, int]]:
