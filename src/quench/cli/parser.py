@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import sys
@@ -55,6 +56,12 @@ def run_command(argv: list[str] | None, subcommands: Sequence[str]) -> int:
         return args.handler(args)
     except QuenchError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"error: {err.filename or 'a file'}: {err.strerror}; free some space and run the same command again "
+              "to continue", file=sys.stderr)
         return 2
     finally:
         release_run_dirs()
