@@ -206,16 +206,18 @@ static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)
     for (int i = 0; i < MB; i++)                                                                   \
         for (int s = 0; s < 2 * S; s++) acc[i][s] = _mm256_setzero_ps();                           \
     for (int p = 0; p < K / 2; p++) {                                                              \
-        for (int s = 0; s < S; s++) {                                                              \
+        for (int s = 0; s < S; s++) {  /* both halves widened first: each row's inputs broadcast once */ \
             const bf16* line = w + ((int64_t)s * K2 + p) * 32;                                     \
-            for (int half = 0; half < 2; half++) {                                                 \
-                __m256i v = _mm256_loadu_si256((const __m256i*)(line + 16 * half));                \
-                __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));                       \
-                __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));                       \
-                for (int i = 0; i < MB; i++) {                                                     \
-                    __m256 sum = _mm256_fmadd_ps(_mm256_broadcast_ss(xr[i] + 2 * p), even, acc[i][2 * s + half]); \
-                    acc[i][2 * s + half] = _mm256_fmadd_ps(_mm256_broadcast_ss(xr[i] + 2 * p + 1), odd, sum); \
-                }                                                                                  \
+            __m256i lo = _mm256_loadu_si256((const __m256i*)line);                                 \
+            __m256i hi = _mm256_loadu_si256((const __m256i*)(line + 16));                          \
+            __m256 even_lo = _mm256_castsi256_ps(_mm256_slli_epi32(lo, 16));                       \
+            __m256 odd_lo = _mm256_castsi256_ps(_mm256_and_si256(lo, high));                       \
+            __m256 even_hi = _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16));                       \
+            __m256 odd_hi = _mm256_castsi256_ps(_mm256_and_si256(hi, high));                       \
+            for (int i = 0; i < MB; i++) {                                                         \
+                __m256 xe = _mm256_broadcast_ss(xr[i] + 2 * p), xo = _mm256_broadcast_ss(xr[i] + 2 * p + 1); \
+                acc[i][2 * s] = _mm256_fmadd_ps(xo, odd_lo, _mm256_fmadd_ps(xe, even_lo, acc[i][2 * s])); \
+                acc[i][2 * s + 1] = _mm256_fmadd_ps(xo, odd_hi, _mm256_fmadd_ps(xe, even_hi, acc[i][2 * s + 1])); \
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
