@@ -13,9 +13,11 @@ from abc import abstractmethod
 from quench.datasets import Problem
 from quench.perturbations import tense
 from quench.perturbations.base import DOCSTRING, Perturbation, register
-from quench.perturbations.lexicon import lexicon
-from quench.perturbations.text import SPACE, WORD, Piece, docstring_text, join, match_case, segment
-from quench.perturbations.words import PROTECTED_VOCABULARY, STOPWORDS, butter_fingers, change_case, swap_characters
+from quench.perturbations.lexicon import Analysis, lexicon
+from quench.perturbations.text import FIXED, SPACE, WORD, Piece, docstring_text, join, match_case, segment
+from quench.perturbations.words import (
+    FUNCTION_WORDS, PROTECTED_VOCABULARY, STOPWORDS, butter_fingers, change_case, in_technical_terms, swap_characters,
+)
 
 QUOTES = ('"""', "'''")
 
@@ -38,11 +40,33 @@ class DocstringPerturbation(Perturbation):
         """The new editable text."""
 
 
+def technical_pieces(pieces: list[Piece]) -> set[int]:
+    """Indices of the word pieces inside a technical term (`floating point`, `prime number`, units);
+    a term lies within one run of words separated by spaces alone (a protected word, `list` where
+    the program names it, still counts as a word of the run)."""
+    inside: set[int] = set()
+    run: list[int] = []
+    for i, piece in enumerate([*pieces, Piece("", FIXED)]):
+        if piece.kind == WORD or (piece.kind == FIXED and piece.text.isalpha()):
+            run.append(i)
+        elif piece.kind != SPACE:
+            inside.update(run[k] for k in in_technical_terms([pieces[j].text.lower() for j in run])
+                          if pieces[run[k]].kind == WORD)
+            run = []
+    return inside
+
+
 class WordwiseDocstringPerturbation(DocstringPerturbation):
+    keeps_terms = False  # word-level edits (synonyms, inflections) leave technical terms whole
+
     def edit(self, pieces: list[Piece], rng: random.Random) -> str:
         out, previous = [], ""
-        for piece in pieces:
-            if piece.kind == WORD:
+        fixed = technical_pieces(pieces) if self.keeps_terms else set()
+        for i, piece in enumerate(pieces):
+            if piece.kind == WORD and i in fixed:
+                out.append(piece)
+                previous = piece.text.lower()
+            elif piece.kind == WORD:
                 out.append(Piece(self.edit_word(piece.text, previous, rng), WORD))
                 previous = piece.text.lower()
             else:
@@ -97,32 +121,66 @@ def eligible(word: str) -> bool:
     return len(lower) > 2 and lower not in STOPWORDS
 
 
+# Inflections that keep the meaning: a noun's number, a finite verb's person or tense. An
+# adjective's degree (`largest` -> `large`) and a participle used as an adjective (`missing`,
+# `closed`) change what the task asks for: left as they are.
+MEANING_NEUTRAL_TAGS = {"NN": ("NN", "NNS"), "NNS": ("NN", "NNS"), "VB": ("VB", "VBZ", "VBD"),
+                        "VBZ": ("VB", "VBZ", "VBD"), "VBD": ("VB", "VBZ", "VBD")}
+
+
 @register
 class EnglishInflectionalVariation(WordwiseDocstringPerturbation):
     name = "EnglishInflectionalVariation"
-    description = "nouns, verbs and adjectives replaced by a random inflection of the same lemma"
+    description = "nouns and finite verbs replaced by a random inflection of the same lemma (number, person, tense)"
+    keeps_terms = True
 
     def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
         if not eligible(word):
             return word
         reading = lexicon().analyse(word.lower(), previous)
-        if reading is None:
+        if reading is None or reading.tag not in MEANING_NEUTRAL_TAGS or word.lower() in PROTECTED_VOCABULARY:
             return word
-        return match_case(word, rng.choice(lexicon().inflections(reading.lemma, reading.pos)))
+        forms = [lexicon().inflect(reading.lemma, reading.pos, tag) for tag in MEANING_NEUTRAL_TAGS[reading.tag]]
+        return match_case(word, rng.choice([f for f in dict.fromkeys(forms) if f] or [word]))
+
+
+# A reading must outweigh every reading in another part of speech this many times over: `closed`
+# (verb or adjective) and `even` (adverb or adjective) have no one sense to pick a synonym from.
+DOMINANT_READING = 4
 
 
 def synonyms(word: str, previous: str) -> list[str]:
+    """Synonyms of the word's reading in context, same part of speech; none for a stop-listed word
+    or one whose part of speech is in doubt. Function words never come in as synonyms."""
     lower = word.lower()
     if not eligible(word) or lower in PROTECTED_VOCABULARY:
         return []
     reading = lexicon().analyse(lower, previous)
-    return [s for s in lexicon().synonyms_of(reading) if s != lower] if reading else []
+    if reading is None or any(a.pos != reading.pos and a.count * DOMINANT_READING > reading.count
+                              for a in lexicon().analyses(lower)):
+        return []
+    return [s for s in lexicon().synonyms_of(reading)
+            if s != lower and not FUNCTION_WORDS.intersection(s.split()) and s not in PROTECTED_VOCABULARY
+            and common(s, reading)]
+
+
+# A synonym must be a word in common use in that part of speech: WordNet's sense-tagged count at
+# least this share of the original's (`compute` -> `cipher`, `polynomial` -> `multinomial` are not).
+COMMON_SHARE = 0.1
+
+
+def common(synonym: str, reading: Analysis) -> bool:
+    if " " in synonym:
+        return False  # `patterned advance`, `bring forth`: multi-word synonyms read as a different phrase
+    counts = [a.count for a in lexicon().analyses(synonym) if a.pos == reading.pos]
+    return bool(counts) and max(counts) >= COMMON_SHARE * reading.count
 
 
 @register
 class SynonymSubstitution(WordwiseDocstringPerturbation):
     name = "SynonymSubstitution"
     description = "words replaced by a WordNet synonym (most frequent sense, inflected alike) with p=0.5"
+    keeps_terms = True
 
     def __init__(self, prob: float = 0.5) -> None:
         self.prob = prob
@@ -138,6 +196,7 @@ class SynonymSubstitution(WordwiseDocstringPerturbation):
 class SynonymInsertion(WordwiseDocstringPerturbation):
     name = "SynonymInsertion"
     description = "a WordNet synonym inserted after words with p=0.5"
+    keeps_terms = True
 
     def __init__(self, prob: float = 0.5) -> None:
         self.prob = prob

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from quench.datasets import Problem
-from quench.perturbations import languages
+from quench.perturbations import languages, meaning
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, Perturbation, apply_seeded, create, perturbation_class, tag
 from quench.perturbations.profile import QUENCH, Profile, resolve_profile
 from quench.perturbations.recode_format import file_name, nominal_partial_rows, recode_row, write_recode
@@ -42,6 +42,7 @@ class TransformStats:
     valid: int  # variants kept (unchanged ones count as valid)
     seconds: float  # time spent perturbing (validation excluded)
     refused: int = 0  # variants the transformation could not write: never kept, not valid
+    meaning_failed: int = 0  # changed variants whose wording failed the sentence-encoder meaning check
 
     @property
     def share_refused(self) -> float:
@@ -73,16 +74,18 @@ class PerturbationSet:
     profile: Profile = QUENCH
     not_applicable: dict[str, str] = field(default_factory=dict)  # transformation -> why it was not applied
     refusals: list[Rejection] = field(default_factory=list)  # variants their transformation could not write
+    meaning_check: dict[str, object] | None = None  # the encoder and threshold used; None: not scored
 
     def summary(self) -> dict[str, object]:
         return {
             "profile": self.profile.name,
             "validated": self.validated,
             "failed_check_kept": self.profile.keep_invalid,
+            "meaning_check": self.meaning_check,
             "validation_seconds": round(self.validation_seconds, 2),
             "transformations": {
                 name: {"category": s.category, "variants": s.variants, "changed": s.changed, "valid": s.valid,
-                       "refused": s.refused, "share_changed": round(s.share_changed, 4),
+                       "refused": s.refused, "meaning_failed": s.meaning_failed, "share_changed": round(s.share_changed, 4),
                        "share_valid": round(s.share_valid, 4), "share_refused": round(s.share_refused, 4),
                        "perturb_seconds": round(s.seconds, 3)}
                 for name, s in self.stats.items()
@@ -124,6 +127,7 @@ def perturb_problems(
     profile: Profile | str = QUENCH,
     on_transform: Callable[[str], None] | None = None,
     on_variants: Callable[[str, int], None] | None = None,
+    meaning_check: bool = True,
 ) -> PerturbationSet:
     """Apply each transformation with each seed; keep the variants that keep their meaning.
 
@@ -134,6 +138,8 @@ def perturb_problems(
     `on_transform`: told each transformation's name once its variants are made (progress).
     `on_variants`: told a transformation's name and a count of variants as they are made, of
     len(transforms) x seeds x len(problems) in all (progress within a transformation).
+    `meaning_check`: drop word-level docstring variants the sentence encoder scores below its
+    threshold (`quench.perturbations.meaning`; skipped where the encoder is not installed).
     """
     profile = resolve_profile(profile)
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
@@ -161,13 +167,15 @@ def perturb_problems(
                     for variants in produced[name].values() for original, variant in zip(baselines, variants)]
     start = time.perf_counter()
     if validate_variants:
-        verdicts = validate(triples, pool)
+        verdicts = validate(triples, pool, meaning_check)
     else:
         verdicts = [refused_verdict(v) or Verdict(True, is_changed(nominal(o, c), v)) for o, v, c in triples]
     result = collect(produced, seconds, verdicts, problems, profile.keep_invalid)
     result.profile = profile
     result.not_applicable = not_applicable
     result.validated = validate_variants
+    scored = validate_variants and meaning_check and meaning.available()
+    result.meaning_check = {"encoder": meaning.ENCODER, "threshold": meaning.THRESHOLD} if scored else None
     result.validation_seconds = time.perf_counter() - start if validate_variants else 0.0
     return result
 
@@ -180,7 +188,7 @@ def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, fl
     rejected: list[Rejection] = []
     refusals: list[Rejection] = []
     for name, by_seed in produced.items():
-        total = changed = valid = refused = 0
+        total = changed = valid = refused = failed_wording = 0
         for seed, problems_for_seed in by_seed.items():
             kept = []
             for variant in problems_for_seed:
@@ -188,6 +196,7 @@ def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, fl
                 total += 1
                 changed += verdict.changed
                 refused += verdict.refused
+                failed_wording += verdict.meaning
                 if verdict.valid or (keep_invalid and not verdict.refused):
                     kept.append(variant.with_changes(extra=variant.extra + (("changed", str(verdict.changed).lower()),)))
                 if verdict.valid:
@@ -197,7 +206,7 @@ def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, fl
                         Rejection(variant.task_id, name, seed, verdict.reason))
             variants[(name, seed)] = kept
         stats[name] = TransformStats(name, perturbation_class(name).category, total, changed, valid, seconds[name],
-                                     refused)
+                                     refused, failed_wording)
     return PerturbationSet(variants, stats, rejected, {p.task_id: p for p in problems}, refusals=refusals)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import random
 
 # Closed word classes. A tagger never calls these nouns, verbs, adjectives or adverbs, but WordNet
@@ -40,16 +41,31 @@ FUNCTION_WORDS = (DETERMINERS | PREPOSITIONS | PRONOUNS | CONJUNCTIONS | MODALS 
 STOPWORDS = FUNCTION_WORDS | frozenset("""
 then else again further once there here very just so too only own same other also e g eg ie etc
 """.split())
-# Task vocabulary whose WordNet synonyms change the task (`string` -> `twine`, `find` -> `happen`).
-PROTECTED_VOCABULARY = frozenset("""
-number numbers string strings list lists integer integers element elements array arrays return
-returns returned value values key keys character characters char chars digit digits sum index
-indices tuple tuples dictionary set sets function functions input output true false none find
-write check count length even odd prime positive negative zero float decimal binary vowel vowels
-letter letters maximum minimum max min sort sorted order word words line lines print item items
-given according occurrence occurrences ascending descending natural total common unique consecutive
-adjacent first last second product difference remove add upper lower case position matrix divisor
-""".split())
+
+
+def package_words(name: str) -> list[str]:
+    """The non-comment lines of a shipped word list (`data/<name>`), lower case."""
+    text = (importlib.resources.files("quench.perturbations") / "data" / name).read_text(encoding="utf-8")
+    return [line.strip().lower() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+# Task vocabulary and words whose first sense is not a program's: never replaced (data/stoplist.txt).
+PROTECTED_VOCABULARY = frozenset(word for line in package_words("stoplist.txt") for word in line.split())
+# Compounds, units and technical words, each a tuple of words (data/technical_terms.txt).
+TECHNICAL_TERMS = frozenset(tuple(line.split()) for line in package_words("technical_terms.txt"))
+LONGEST_TERM = max(len(term) for term in TECHNICAL_TERMS)
+
+
+def in_technical_terms(words: list[str]) -> set[int]:
+    """Positions of `words` (lower case, in a run of prose) that lie inside a technical term."""
+    inside: set[int] = set()
+    for start in range(len(words)):
+        for length in range(1, min(LONGEST_TERM, len(words) - start) + 1):
+            if tuple(words[start:start + length]) in TECHNICAL_TERMS:
+                inside.update(range(start, start + length))
+    return inside
+
+
 KEYBOARD_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 
 
