@@ -1,6 +1,7 @@
 """Building and binding the native kernels: warnings, the cache key, checked signatures, why a build is off."""
 
 import ctypes
+import os
 import logging
 import shutil
 import subprocess
@@ -11,7 +12,8 @@ import torch
 
 from quench.engine import native
 from quench.engine.native_build import (
-    CSRC, HEADER, UNITS, CheckedFunction, NativeBuildError, NativeLibrary, build, cache_key, cpu_identity, parse_header,
+    CSRC, HEADER, UNITS, CheckedFunction, NativeBuildError, NativeLibrary, build, cache_key, cached_library_problem,
+    cpu_identity, parse_header,
 )
 
 needs_library = pytest.mark.skipif(native._library() is None, reason=native.build_result().reason)
@@ -66,7 +68,7 @@ def test_a_library_built_against_another_header_is_refused_at_load():
     assert isinstance(library.argmax_f32, CheckedFunction)
 
 
-def test_the_cpu_key_reads_x86_flags_and_arm_features(tmp_path):
+def test_the_cpu_key_reads_x86_flags_and_arm_features(tmp_path, monkeypatch):
     x86 = tmp_path / "x86"
     x86.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx512f amx_tile\n")
     arm = tmp_path / "arm"
@@ -74,7 +76,10 @@ def test_the_cpu_key_reads_x86_flags_and_arm_features(tmp_path):
     assert cpu_identity(x86) == "flags\t\t: fpu sse2 avx512f amx_tile"
     assert cpu_identity(arm) == "Features\t: fp asimd sve2 bf16"
     header = parse_header(HEADER.read_text())
+    monkeypatch.setenv("QUENCH_NATIVE_MARCH", "native")  # a build tied to the CPU is cached per CPU
     assert cache_key("gcc", header, cpu_identity(x86)) != cache_key("gcc", header, cpu_identity(arm))
+    monkeypatch.setenv("QUENCH_NATIVE_MARCH", "x86-64-v2")  # a level's build is the same on every CPU of it
+    assert cache_key("gcc", header, cpu_identity(x86)) == cache_key("gcc", header, "flags: sse2 avx")
 
 
 def test_the_cache_key_follows_the_target_architecture(monkeypatch):
@@ -85,7 +90,9 @@ def test_the_cache_key_follows_the_target_architecture(monkeypatch):
     monkeypatch.setenv("QUENCH_NATIVE_MARCH", "x86-64-v2")
     assert cache_key("gcc", header, "flags: avx2") != native_key
     monkeypatch.setenv("QUENCH_NATIVE_WERROR", "1")  # -Werror is a flag too
-    assert len({native_key, cache_key("gcc", header, "flags: avx2"), cache_key("gcc", header, "flags: avx")}) == 3
+    werror_key = cache_key("gcc", header, "flags: avx2")
+    monkeypatch.setenv("QUENCH_NATIVE_MARCH", "native")  # and -march=native is keyed by the CPU as well
+    assert len({native_key, werror_key, cache_key("gcc", header, "flags: avx2"), cache_key("gcc", header, "flags: avx")}) == 4
 
 
 def test_on_macos_the_reason_is_the_os_not_a_missing_compiler(tmp_path):
@@ -141,3 +148,36 @@ def test_the_amx_units_compile_without_warnings(tmp_path):
         result = subprocess.run(command, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
     assert set(UNITS) == {path.stem for path in CSRC.glob("*.c")}  # every source is a unit the build compiles
+
+
+@needs_gcc_x86
+def test_a_planted_or_modified_cached_library_is_rebuilt_and_an_untrusted_cache_is_refused(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("CC", "gcc")
+    monkeypatch.setenv("QUENCH_NATIVE_MARCH", "x86-64-v2")  # the quickest build
+    monkeypatch.delenv("QUENCH_NATIVE_WERROR", raising=False)
+    first = build(tmp_path).library
+    assert first is not None and cached_library_problem(first.path) == ""
+    path, built = first.path, first.path.read_bytes()
+
+    def replace_library(content: bytes) -> None:  # a new file: the loaded library's pages stay as they are
+        (tmp_path / "new").write_bytes(content)
+        os.replace(tmp_path / "new", path)
+
+    for plant in (lambda: replace_library(built[:-1] + bytes([built[-1] ^ 1])),  # modified after the build
+                  lambda: (path.with_name(path.name + ".sha256").unlink(), replace_library(built))):  # planted
+        plant()
+        assert cached_library_problem(path) != ""
+        with caplog.at_level(logging.WARNING, logger="quench.engine.native_build"):
+            again = build(tmp_path).library
+        assert again is not None and "rebuilding the native kernels" in caplog.text
+        assert cached_library_problem(path) == "" and path.read_bytes() == built
+        caplog.clear()
+    tmp_path.chmod(0o777)  # a directory others may write to: nothing in it is loaded
+    result = build(tmp_path)
+    assert result.library is None and "writable by its group or by others" in result.reason
+    monkeypatch.setenv("QUENCH_NATIVE_WERROR", "1")
+    with pytest.raises(NativeBuildError, match="refusing the native kernel cache"):
+        build(tmp_path)
+    tmp_path.chmod(0o755)
+    os.chown(path, 65534, 65534)  # another user's file: refused, not loaded
+    assert "owned by uid 65534" in cached_library_problem(path)

@@ -25,6 +25,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -233,6 +234,11 @@ def build(cache_dir: Path, system: str | None = None) -> BuildResult:
     try:
         openmp = _ensure_built(compiler, header, target_path)
         return BuildResult(NativeLibrary(ctypes.CDLL(str(target_path)), header, target_path, openmp), "", chosen.name)
+    except UntrustedCacheError as error:
+        if strict():
+            raise NativeBuildError(str(error)) from error
+        log.error("%s; using PyTorch's kernels", error)
+        return BuildResult(None, str(error), chosen.name)
     except (OSError, subprocess.CalledProcessError) as error:
         message = error.stderr.strip()[-2000:] if isinstance(error, subprocess.CalledProcessError) else str(error)
         if strict():
@@ -250,13 +256,21 @@ def _first_error(error: Exception, message: str) -> str:
 
 
 def _ensure_built(compiler: str, header: Header, target: Path) -> bool:
-    """Compile and link into target unless it is cached: with OpenMP where the compiler has it. Returns
-    whether the library uses OpenMP (a marker file next to a cached library records it)."""
+    """Compile and link into target unless a trusted copy is cached (`cached_library_problem`): with OpenMP
+    where the compiler has it. Returns whether the library uses OpenMP (a marker file next to a cached library
+    records it). Raises UntrustedCacheError where the cache directory is not this user's alone."""
     marker = target.with_suffix(".serial")
+    directory_problem = untrusted_path_problem(target.parent) if target.parent.exists() else ""
+    if directory_problem:
+        raise UntrustedCacheError(f"refusing the native kernel cache: {directory_problem}")
     if target.exists():
-        return not marker.exists()
+        problem = cached_library_problem(target)
+        if not problem:
+            return not marker.exists()
+        log.warning("rebuilding the native kernels: %s", problem)
     try:
         _compile(compiler, header, target, openmp=True)
+        marker.unlink(missing_ok=True)
         return True
     except subprocess.CalledProcessError as error:  # a failure without OpenMP too is reported with its own message
         log.info("building the native kernels with OpenMP failed (%s); building them single-threaded", error.stderr[-300:])
@@ -264,6 +278,46 @@ def _ensure_built(compiler: str, header: Header, target: Path) -> bool:
     marker.touch()
     _compile(compiler, header, target, openmp=False)
     return False
+
+
+class UntrustedCacheError(OSError):
+    """A cached file quench would load code from is not this user's alone (owner or mode)."""
+
+
+def untrusted_path_problem(path: Path) -> str:
+    """Why `path` cannot be trusted to hold code this user built ("" when it can): it must be owned by this
+    user, not a symbolic link, and writable by nobody else."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if info.st_uid != os.geteuid():
+        return f"{path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by its group or by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return ""
+
+
+def _digest_path(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+def _file_digest(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def cached_library_problem(library: Path) -> str:
+    """Why a cached library must not be loaded ("" when it may): the library and its digest file must pass
+    `untrusted_path_problem`, and the library's sha256 must be the one recorded when it was built."""
+    digest = _digest_path(library)
+    if not digest.exists():
+        return f"{library} has no recorded digest ({digest.name}): not built by quench"
+    problem = untrusted_path_problem(library) or untrusted_path_problem(digest)
+    if problem:
+        return problem
+    if _file_digest(library) != digest.read_text().strip():
+        return f"{library} differs from the library quench built (sha256 mismatch)"
+    return ""
 
 
 def _compile(compiler: str, header: Header, target: Path, openmp: bool) -> None:
@@ -278,9 +332,16 @@ def _compile(compiler: str, header: Header, target: Path, openmp: bool) -> None:
             if done.stderr:  # warnings (errors under QUENCH_NATIVE_WERROR=1)
                 log.debug("compiling %s.c: %s", name, done.stderr)
             objects.append(str(obj))
-        partial = Path(tmp) / target.name
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # beside target: the rename is atomic
         link = ["-fopenmp"] if openmp else []
-        subprocess.run([compiler, "-shared", *objects, "-o", str(partial), *link, "-lm"], check=True,
-                       capture_output=True, text=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(partial), target)  # atomic within one file system; a racing build writes the same bytes
+        try:
+            subprocess.run([compiler, "-shared", *objects, "-o", str(partial), *link, "-lm"], check=True,
+                           capture_output=True, text=True)
+            os.chmod(partial, 0o755)
+            digest_partial = partial.with_name(partial.name + ".sha256")
+            digest_partial.write_text(_file_digest(partial) + "\n")
+            os.replace(digest_partial, _digest_path(target))
+            os.replace(partial, target)  # a racing build writes the same bytes and the same digest
+        finally:
+            partial.unlink(missing_ok=True)
