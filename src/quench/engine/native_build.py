@@ -25,12 +25,12 @@ import os
 import platform
 import re
 import shutil
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from quench import trusted_files
 from quench.engine.cpu_levels import Target, resolve_target
 
 log = logging.getLogger(__name__)
@@ -260,9 +260,9 @@ def _ensure_built(compiler: str, header: Header, target: Path) -> bool:
     where the compiler has it. Returns whether the library uses OpenMP (a marker file next to a cached library
     records it). Raises UntrustedCacheError where the cache directory is not this user's alone."""
     marker = target.with_suffix(".serial")
-    directory_problem = untrusted_path_problem(target.parent) if target.parent.exists() else ""
+    directory_problem = trusted_files.owner_problem(os.stat(target.parent)) if target.parent.is_dir() else None
     if directory_problem:
-        raise UntrustedCacheError(f"refusing the native kernel cache: {directory_problem}")
+        raise UntrustedCacheError(f"refusing the native kernel cache: {target.parent} {directory_problem}")
     if target.exists():
         problem = cached_library_problem(target)
         if not problem:
@@ -281,43 +281,12 @@ def _ensure_built(compiler: str, header: Header, target: Path) -> bool:
 
 
 class UntrustedCacheError(OSError):
-    """A cached file quench would load code from is not this user's alone (owner or mode)."""
-
-
-def untrusted_path_problem(path: Path) -> str:
-    """Why `path` cannot be trusted to hold code this user built ("" when it can): it must be owned by this
-    user, not a symbolic link, and writable by nobody else."""
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode):
-        return f"{path} is a symbolic link"
-    if info.st_uid != os.geteuid():
-        return f"{path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} is writable by its group or by others (mode {stat.S_IMODE(info.st_mode):o})"
-    return ""
-
-
-def _digest_path(library: Path) -> Path:
-    return library.with_name(library.name + ".sha256")
-
-
-def _file_digest(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+    """The kernel cache directory is not this user's alone (owner or mode): nothing in it is loaded."""
 
 
 def cached_library_problem(library: Path) -> str:
-    """Why a cached library must not be loaded ("" when it may): the library and its digest file must pass
-    `untrusted_path_problem`, and the library's sha256 must be the one recorded when it was built."""
-    digest = _digest_path(library)
-    if not digest.exists():
-        return f"{library} has no recorded digest ({digest.name}): not built by quench"
-    problem = untrusted_path_problem(library) or untrusted_path_problem(digest)
-    if problem:
-        return problem
-    if _file_digest(library) != digest.read_text().strip():
-        return f"{library} differs from the library quench built (sha256 mismatch)"
-    return ""
+    """Why a cached library must not be loaded ("" when it may): `trusted_files`' rules under its directory."""
+    return trusted_files.problem(library, library.parent) or ""
 
 
 def _compile(compiler: str, header: Header, target: Path, openmp: bool) -> None:
@@ -339,9 +308,7 @@ def _compile(compiler: str, header: Header, target: Path, openmp: bool) -> None:
             subprocess.run([compiler, "-shared", *objects, "-o", str(partial), *link, "-lm"], check=True,
                            capture_output=True, text=True)
             os.chmod(partial, 0o755)
-            digest_partial = partial.with_name(partial.name + ".sha256")
-            digest_partial.write_text(_file_digest(partial) + "\n")
-            os.replace(digest_partial, _digest_path(target))
+            trusted_files.record(partial, kept_as=target)
             os.replace(partial, target)  # a racing build writes the same bytes and the same digest
         finally:
             partial.unlink(missing_ok=True)
