@@ -85,17 +85,20 @@ def test_missing_variants_count_worst_case_over_valid_ones_and_nominal_when_none
     assert g.variants_changed == 2  # P2 under s1 is the nominal prompt
 
 
-def test_zero_over_zero_drop_is_zero_and_undefined_drop_is_none():
-    assert robust_drop(0.0, 0.0) == 0.0
+def test_a_drop_without_nominal_passes_is_withheld_with_its_reason():
+    assert robust_drop(0.0, 0.0) is None
     assert robust_drop(0.0, 0.5) is None
     assert robust_drop(0.5, 0.25) == pytest.approx(0.5)
-    # Nothing passes nominally nor perturbed: no drop.
+    # Nothing passes nominally nor perturbed: no drop to give (null, not 0.0).
     run = RobustnessRun(
         nominal_full={"P1": (F,), "P2": (F,)},
         variants=(variant("ChangeCharCase", 0, {"P1": (F,), "P2": (F,)}),),
     )
     g = only(robustness_metrics(run), "ChangeCharCase")
-    assert (g.pass_at_k[1], g.robust_pass[1], g.robust_drop[1], g.robust_relative[1]) == (0.0, 0.0, 0.0, 0.0)
+    assert (g.pass_at_k[1], g.robust_pass[1], g.robust_drop[1], g.robust_relative[1]) == (0.0, 0.0, None, 0.0)
+    written = g.to_json()
+    assert written["robust_drop"] == {"1": None}
+    assert written["robust_drop_withheld"] == {"1": "Pass@k is 0: no nominal pass to drop"}
     # Nothing passes nominally but P1 passes in both seeds: RP = 1/2, the drop is undefined.
     run = RobustnessRun(
         nominal_full={"P1": (F,), "P2": (F,)},
@@ -107,6 +110,7 @@ def test_zero_over_zero_drop_is_zero_and_undefined_drop_is_none():
     g = only(robustness_metrics(run), "ChangeCharCase")
     assert g.robust_pass[1] == pytest.approx(0.5)
     assert g.robust_drop[1] is None
+    assert g.to_json()["robust_drop_withheld"] == {"1": "Pass@k is 0 < RP@k: the drop is undefined"}
     assert g.robust_relative[1] == pytest.approx(0.5)  # P1 changed (fail → pass)
 
 

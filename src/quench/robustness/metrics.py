@@ -73,7 +73,7 @@ class GroupMetrics:
     variants_changed: int  # ... of which the prompt actually differs from the nominal one
     pass_at_k: dict[int, float]  # nominal Pass@k on the baseline problems
     robust_pass: dict[int, float]  # RP_s@k
-    robust_drop: dict[int, float | None]  # RD_s@k; None when Pass@k = 0 < RP_s@k (undefined)
+    robust_drop: dict[int, float | None]  # RD_s@k; None (withheld, reason in to_json) when Pass@k = 0
     robust_relative: dict[int, float]  # RR_s@k: pass@k of the samples changed in either direction
     relative_worse: dict[int, float]  # RR^[-]_s@k: pass nominally, fail under some variant
     relative_better: dict[int, float]  # RR^[+]_s@k: fail nominally, pass under some variant
@@ -93,7 +93,10 @@ class GroupMetrics:
             "variants_total": self.variants_total, "variants_valid": self.variants_valid,
             "variants_changed": self.variants_changed,
             "pass_at_k": by_k(self.pass_at_k), "robust_pass": by_k(self.robust_pass),
-            "robust_drop": by_k(self.robust_drop), "robust_relative": by_k(self.robust_relative),
+            "robust_drop": by_k(self.robust_drop),
+            "robust_drop_withheld": {str(k): drop_withheld(self.pass_at_k[k], self.robust_pass[k])
+                                     for k, v in self.robust_drop.items() if v is None},
+            "robust_relative": by_k(self.robust_relative),
             "relative_worse": by_k(self.relative_worse), "relative_better": by_k(self.relative_better),
             "intervals": intervals_to_json(self.intervals),
         }
@@ -197,10 +200,17 @@ def problem_counts(nominal: Sequence[bool], variants: Sequence[Sequence[bool]]) 
 
 
 def robust_drop(nominal: float, robust: float) -> float | None:
-    """RD = (Pass@k − RP@k) / Pass@k; 0/0 is 0 (nothing to lose), x/0 with RP > 0 is undefined (None)."""
+    """RD = (Pass@k − RP@k) / Pass@k; withheld (None) where Pass@k = 0: see `drop_withheld`."""
     if nominal == 0.0:
-        return 0.0 if robust == 0.0 else None
+        return None
     return (nominal - robust) / nominal
+
+
+def drop_withheld(nominal: float, robust: float) -> str | None:
+    """Why RD is withheld (written beside its `null` in metrics.json), or None where it is given."""
+    if nominal != 0.0:
+        return None
+    return "Pass@k is 0: no nominal pass to drop" if robust == 0.0 else "Pass@k is 0 < RP@k: the drop is undefined"
 
 
 def _check_variant(variant: VariantOutcomes, baseline: Outcomes, baseline_kind: str) -> None:
