@@ -31,5 +31,5 @@ def language_pool() -> Iterator[SandboxPool]:
         pytest.skip(reason)
     for language in LANGUAGES:
         prepare(language)
-    with SandboxPool(2, SandboxLimits(timeout_s=12.0), isolation="bwrap") as sandbox:
+    with SandboxPool(2, SandboxLimits(timeout_s=12.0, timeout_retries=0), isolation="bwrap") as sandbox:
         yield sandbox

@@ -150,7 +150,7 @@ def compile_program(program):
         return None, ("F", describe(exc))
 
 
-def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None):
+def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None, rlimits=None):
     """In the forked child: own session, private fds, fresh cwd, rlimits, then drop privileges.
 
     Kept short on purpose: every page the child writes is a copy-on-write fault (~5 us here).
@@ -169,7 +169,7 @@ def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None):
     os.chdir(workdir)
     if "random" in sys.modules:  # as after a fresh import, not the state every run would share
         sys.modules["random"].seed()
-    limit_and_drop(config["rlimits"], config["run_uid"])
+    limit_and_drop(rlimits or config["rlimits"], config["run_uid"])
     if config["mode"] == "rlimits":  # no pid namespace: at least die with the server
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
@@ -215,8 +215,15 @@ class ForkServer:
             rlimits = [limit for limit in self.config["rlimits"] if limit[0] != resource.RLIMIT_CPU]
             self.host = NodeHost(argv, {**os.environ, **spec["env"]}, null_fd, rlimits, config["run_uid"])
 
-    def run(self, program, announce):
-        """Run one program to its end or its deadline; return what happened (pool classifies it)."""
+    def run(self, program, announce, timeout_s=None):
+        """Run one program to its end or its deadline; return what happened (pool classifies it).
+
+        `timeout_s`: this program's wall-clock limit (a calibrated one), else the config's; its CPU
+        limit follows it as SandboxLimits.cpu_seconds does.
+        """
+        timeout_s = timeout_s or self.config["timeout_s"]
+        rlimits = [(limit, int(timeout_s) + 2, int(timeout_s) + 3) if limit == resource.RLIMIT_CPU else (limit, soft, hard)
+                   for limit, soft, hard in self.config["rlimits"]]
         start = time.monotonic()
         code, error = compile_program(program)
         if error is not None:
@@ -232,7 +239,7 @@ class ForkServer:
         pid = os.fork()
         if pid == 0:
             try:
-                setup_child(self.config, result_w, out_w, self.null_fd, self.workdir, host_fds)
+                setup_child(self.config, result_w, out_w, self.null_fd, self.workdir, host_fds, rlimits)
             except BaseException as exc:
                 try:
                     os.write(RESULT_FD, nonce + b"E" + f"sandbox setup: {exc!r}".encode()[:500])
@@ -244,7 +251,7 @@ class ForkServer:
         os.close(out_w)
         announce(pid)
         try:
-            status, stopped, record, output = self.supervise(pid, result_r, out_r, start)
+            status, stopped, record, output = self.supervise(pid, result_r, out_r, start, timeout_s)
         finally:
             seconds = time.monotonic() - start
             os.close(result_r)
@@ -253,11 +260,11 @@ class ForkServer:
         kind, detail = parse_record(record, nonce)
         tail = output.decode("utf-8", "replace").strip()[-DETAIL_CHARS:]
         report = {"record": kind, "detail": detail, "status": status, "stopped": stopped, "output": tail}
-        return {**report, "seconds": seconds}
+        return {**report, "seconds": seconds, "timeout_s": timeout_s}
 
-    def supervise(self, pid, result_r, out_r, start):
+    def supervise(self, pid, result_r, out_r, start, timeout_s):
         """Collect the record and an output tail until the child exits; kill it at the deadline."""
-        deadline = start + self.config["timeout_s"]
+        deadline = start + timeout_s
         pidfd = os.pidfd_open(pid)
         record, output, exited, stopped = bytearray(), bytearray(), False, None
         keep, next_count = self.config["output_bytes"], start + WATCH_INTERVAL_S
@@ -408,7 +415,7 @@ def main(argv):
     try:
         while (request := read_frame(proto_in)) is not None:
             try:
-                result = server.run(request["program"], announce)
+                result = server.run(request["program"], announce, request.get("timeout_s"))
             except Exception as exc:  # a harness failure must still answer, or the pool waits
                 result = {"record": "E", "detail": f"fork server: {exc!r}", "seconds": 0.0}
             write_frame(proto_out, result)

@@ -32,13 +32,15 @@ class ExecutionResult:
     outcome: Outcome
     detail: str = ""
     seconds: float = 0.0  # wall-clock time of the program's process
+    flaky_timeout: bool = False  # it timed out once, and re-run with the same limit it did not
 
     @property
     def passed(self) -> bool:
         return self.outcome is Outcome.passed
 
     def to_json(self) -> dict[str, object]:
-        return {"outcome": self.outcome.value, "detail": self.detail, "seconds": round(self.seconds, 4)}
+        record: dict[str, object] = {"outcome": self.outcome.value, "detail": self.detail, "seconds": round(self.seconds, 4)}
+        return {**record, "flaky_timeout": True} if self.flaky_timeout else record
 
 
 # What another language's launcher raises (quench.datasets.languages): the build failed, the run failed.
@@ -74,7 +76,8 @@ def classify(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionRe
             return ExecutionResult(outcome, message, seconds)
         return ExecutionResult(RECORD_KINDS[kind], detail, seconds)
     if report.get("stopped") == "timeout":
-        return ExecutionResult(Outcome.timeout, f"no result within {limits.timeout_s:g} s (wall clock)", seconds)
+        limit = float(report.get("timeout_s") or limits.timeout_s)  # type: ignore[arg-type]
+        return ExecutionResult(Outcome.timeout, f"no result within {limit:g} s (wall clock)", seconds)
     if report.get("stopped") == "processes":
         return ExecutionResult(Outcome.crashed, f"more than {limits.max_processes} processes (fork bomb?)", seconds)
     if not isinstance(report.get("status"), int):

@@ -18,9 +18,9 @@ import signal
 import struct
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from quench.errors import QuenchError
 from quench.execution.outcomes import ExecutionResult, Outcome, classify
@@ -77,11 +77,11 @@ class _Worker:
         assert self.process is not None and self.process.stdout is not None
         return self.process.stdout.fileno()
 
-    def send(self, program: str) -> bool:
-        """Write one request; False if the worker is gone."""
+    def send(self, program: str, timeout_s: float | None = None) -> bool:
+        """Write one request (`timeout_s`: its own wall-clock limit); False if the worker is gone."""
         if self.process is None or self.process.stdin is None:
             return False
-        data = _encode({"program": program})
+        data = _encode({"program": program, **({"timeout_s": timeout_s} if timeout_s else {})})
         try:
             self.process.stdin.write(data)
             self.process.stdin.flush()
@@ -167,6 +167,9 @@ class _Job:
     key: object
     started: float
     deadline: float
+    program: str = ""
+    timeout_s: float | None = None  # None: the pool's limit
+    retry: bool = False  # this run repeats one that timed out
 
 
 class SandboxPool:
@@ -262,45 +265,59 @@ class SandboxPool:
             held.release()
         self._uids = []
 
-    def run_many(self, programs: Sequence[str]) -> list[ExecutionResult]:
-        """Results in the order of `programs`."""
-        return in_order(self.imap(enumerate(programs)), len(programs))
+    def run_many(self, programs: Sequence[str], timeouts: Sequence[float] | None = None) -> list[ExecutionResult]:
+        """Results in the order of `programs`; `timeouts`: each program's own wall-clock limit."""
+        limits = dict(enumerate(timeouts)) if timeouts is not None else None
+        return in_order(self.imap(enumerate(programs), limits), len(programs))
 
-    def imap(self, items: Iterable[tuple[K, str]]) -> Iterator[tuple[K, ExecutionResult]]:
-        """Yield `(key, result)` as programs finish (unordered)."""
+    def imap(self, items: Iterable[tuple[K, str]], timeouts: Mapping[K, float] | None = None) -> Iterator[tuple[K, ExecutionResult]]:
+        """Yield `(key, result)` as programs finish (unordered); `timeouts` maps a key to its own limit.
+
+        A program that times out runs once more with the same limit (limits.timeout_retries): if it
+        then ends in time, that result stands, marked flaky_timeout.
+        """
         self.start()
         source = iter(items)
+        retries: list[_Job] = []
         idle = list(self._pool)
         busy: dict[_Worker, _Job] = {}
         try:
             while True:
-                while idle and (item := next(source, None)) is not None:
-                    key, program = item
+                while idle and (retries or (item := next(source, None)) is not None):
+                    job = retries.pop() if retries else self._job(item[0], item[1], timeouts)
                     worker = idle.pop()
-                    if self._dispatch(worker, program):
-                        busy[worker] = self._job(key)
+                    if self._dispatch(worker, job.program, job.timeout_s):
+                        busy[worker] = job
                     else:
                         idle.append(worker)
-                        yield key, ExecutionResult(Outcome.sandbox_error, "sandbox worker unavailable")
+                        yield job.key, ExecutionResult(Outcome.sandbox_error, "sandbox worker unavailable")  # type: ignore[misc]
                 if not busy:
                     return
                 for worker, result in self._collect(busy):
                     job = busy.pop(worker)
                     idle.append(worker)
+                    if result.outcome is Outcome.timeout and not job.retry and self.limits.timeout_retries:
+                        retries.append(self._job(job.key, job.program, None, job.timeout_s, retry=True))
+                        continue
+                    if job.retry and result.outcome is not Outcome.timeout:
+                        result = replace(result, flaky_timeout=True)
                     yield job.key, result  # type: ignore[misc]
         finally:
             for worker in busy:  # abandoned mid-program: never let it reach the next caller
                 self._restart(worker)
 
-    def _job(self, key: object) -> _Job:
+    def _job(self, key: object, program: str, timeouts: Mapping | None, timeout_s: float | None = None,
+             retry: bool = False) -> _Job:
+        if timeouts is not None:
+            timeout_s = timeouts.get(key)
         now = time.monotonic()
-        return _Job(key, now, now + self.limits.timeout_s + GRACE_S)
+        return _Job(key, now, now + (timeout_s or self.limits.timeout_s) + GRACE_S, program, timeout_s, retry)
 
-    def _dispatch(self, worker: _Worker, program: str) -> bool:
+    def _dispatch(self, worker: _Worker, program: str, timeout_s: float | None = None) -> bool:
         """Send a program, restarting the worker once if it had died while idle."""
-        if worker.send(program):
+        if worker.send(program, timeout_s):
             return True
-        return self._restart(worker) and worker.send(program)
+        return self._restart(worker) and worker.send(program, timeout_s)
 
     def _collect(self, busy: dict[_Worker, _Job]) -> list[tuple[_Worker, ExecutionResult]]:
         """Wait for at least one busy worker to answer, die or pass its deadline."""

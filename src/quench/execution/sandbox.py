@@ -85,10 +85,15 @@ class SandboxLimits:
     max_processes: int = 64
     output_bytes: int = 2048  # tail of stdout+stderr kept for a crash's detail; the rest is discarded
     scratch_mb: int = 256  # size of the tmpfs scratch space in "bwrap" mode
+    # A program that times out is run once more with the same limit before it is called a timeout:
+    # a busy machine must not turn a pass into a timeout (its result then says flaky_timeout).
+    timeout_retries: int = 1
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+        if self.timeout_retries not in (0, 1):
+            raise ValueError(f"timeout_retries must be 0 or 1, got {self.timeout_retries}")
         for name in ("memory_mb", "file_size_mb", "max_processes", "output_bytes", "scratch_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -102,6 +102,8 @@ def result_record(fields: dict, result) -> dict:
         "detail": result.detail[-500:],
         "seconds": round(result.seconds, 4),
     }
+    if getattr(result, "flaky_timeout", False):  # timed out once, ended in time when re-run
+        record["flaky_timeout"] = True
     if isinstance(result, PlusResult):
         record["outcome_plus"] = str(result.plus.outcome.value)
         record["passed_plus"] = bool(result.plus.passed)
@@ -169,9 +171,11 @@ def score(results: Sequence[dict], ks: Sequence[int], skipped: int = 0) -> Summa
     for r in results:
         per_problem[problem_key(r)].append(bool(r["passed"]))
         outcomes[r["outcome"]] += 1
+        outcomes["flaky_timeout"] += bool(r.get("flaky_timeout"))  # beside its outcome: "timeout" counts confirmed ones
+    counted = {name: count for name, count in sorted(outcomes.items()) if count}
     counts = [(len(v), sum(v)) for v in per_problem.values()]
     means = mean_pass_at_k(counts, ks)
-    summary = Summary(len(per_problem), len(results), means, dict(sorted(outcomes.items())), skipped,
+    summary = Summary(len(per_problem), len(results), means, counted, skipped,
                       intervals=pass_at_k_intervals(counts, list(means)))
     return with_plus(summary, results, ks) if results and all("passed_plus" in r for r in results) else summary
 

@@ -1,0 +1,120 @@
+"""Calibrated per-problem limits, the re-run of a timeout, and verdicts that a busy machine does not change."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import pytest
+from sandbox_helpers import open_pool, skip_reason
+
+from quench.datasets import Problem, load_humaneval
+from quench.execution import Outcome, SandboxLimits, SandboxPool
+from quench.execution.limits import FACTOR, calibrate, calibrated_timeout, limit_for
+
+LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=512)
+# A reference that takes a few hundred ms of CPU: its limit is k times that, above the base.
+SLOW = Problem("slow/0", "def work(n):\n", "    return sum(i * i for i in range(n))\n",
+               "def check(f):\n    assert f(3_000_000) == sum(i * i for i in range(3_000_000))\n", "work")
+FOREVER = "while True:\n    pass\n"
+
+
+class CountingPool:
+    """The real pool, counting the programs it is given."""
+
+    def __init__(self, pool: SandboxPool) -> None:
+        self.pool, self.programs = pool, 0
+
+    def run_many(self, programs: list[str], timeouts: list[float] | None = None) -> list:
+        self.programs += len(programs)
+        return self.pool.run_many(programs, timeouts)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[SandboxPool]:
+    mode = "bwrap" if skip_reason("bwrap") is None else "rlimits"
+    if skip_reason(mode):
+        pytest.skip(skip_reason(mode))
+    with open_pool(mode, workers=2, limits=LIMITS) as sandbox:
+        yield sandbox
+
+
+def test_the_limit_is_k_times_the_reference_and_never_below_the_base() -> None:
+    assert limit_for(0.01, 1.0) == 1.0
+    assert limit_for(0.5, 1.0) == 0.5 * FACTOR
+    assert limit_for(0.5, 1.0, factor=3.0) == 1.5
+    assert limit_for(None, 2.5) == 2.5  # a reference that did not pass: nothing to scale
+
+
+def test_each_reference_runs_once_and_its_limit_is_recorded(pool: SandboxPool) -> None:
+    counting = CountingPool(pool)
+    problems = [*load_humaneval()[:3], SLOW]
+    first = calibrate(problems, counting, base_s=0.5)
+    again = calibrate(problems, counting, base_s=0.5)
+    assert counting.programs == len(problems)  # the second call measured nothing
+    assert first == again
+    assert set(first.timeouts) == {p.task_id for p in problems}
+    assert all(first.timeouts[t] == limit_for(first.reference_seconds[t], 0.5) for t in first.timeouts)
+    assert first.timeouts["slow/0"] > 0.5 and first.to_json()["timeouts"] == first.timeouts
+    assert calibrated_timeout(SLOW, counting, base_s=0.5) == first.timeouts["slow/0"]
+    assert counting.programs == len(problems)
+
+
+def test_a_timeout_is_rerun_once_and_a_pass_the_second_time_is_flaky(pool: SandboxPool) -> None:
+    # Sleeps past its limit only when it starts before `until`: the first run does, the re-run does not.
+    until = time.time() + 0.6
+    flaky = f"import time\nif time.time() < {until}:\n    time.sleep(30)\n"
+    start = time.monotonic()
+    flaky_result, stuck = pool.run_many([flaky, FOREVER])
+    assert (flaky_result.outcome, flaky_result.flaky_timeout) == (Outcome.passed, True), flaky_result
+    assert flaky_result.to_json()["flaky_timeout"] is True
+    assert (stuck.outcome, stuck.flaky_timeout) == (Outcome.timeout, False), stuck
+    assert time.monotonic() - start >= 2 * LIMITS.timeout_s  # the stuck one ran twice
+    assert "flaky_timeout" not in stuck.to_json()
+
+
+def test_each_program_runs_under_its_own_limit(pool: SandboxPool) -> None:
+    sleeper = "import time\ntime.sleep(0.8)\n"
+    short, long = pool.run_many([sleeper, sleeper], timeouts=[0.3, 3.0])
+    assert short.outcome is Outcome.timeout and "0.3 s" in short.detail, short
+    assert long.outcome is Outcome.passed, long
+
+
+def burners(count: int, seconds: float) -> list[subprocess.Popen[bytes]]:
+    """CPU-bound processes, each ending by itself after `seconds` at the latest."""
+    loop = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(count)]
+
+
+def test_the_same_verdicts_on_a_quiet_machine_and_next_to_cpu_bound_processes(pool: SandboxPool) -> None:
+    humaneval = load_humaneval()[:12]
+    problems = [*humaneval, SLOW]
+    limits = calibrate(problems, pool, base_s=LIMITS.timeout_s).timeouts
+    programs, timeouts = [], []
+    for problem in problems:
+        for completion in (problem.canonical_solution, "    return None\n"):
+            programs.append(problem.program(completion))
+            timeouts.append(limits[problem.task_id])
+    programs.append(FOREVER)
+    timeouts.append(LIMITS.timeout_s)
+    quiet = [result.outcome for result in pool.run_many(programs, timeouts)]
+    load = burners(3, seconds=60)
+    try:
+        loaded = [result.outcome for result in pool.run_many(programs, timeouts)]
+    finally:
+        for process in load:
+            process.kill()
+            process.wait()
+    assert quiet == loaded
+    assert quiet[-1] is Outcome.timeout and quiet.count(Outcome.passed) == len(problems)
+
+
+def test_the_report_counts_confirmed_and_flaky_timeouts_apart() -> None:
+    from quench.runs.evaluate import score
+
+    records = [{"task_id": "t/0", "sample_index": i, "passed": passed, "outcome": outcome, **extra}
+               for i, (passed, outcome, extra) in enumerate([(True, "passed", {}), (True, "passed", {"flaky_timeout": True}),
+                                                             (False, "timeout", {}), (False, "failed", {})])]
+    assert score(records, [1]).outcomes == {"failed": 1, "flaky_timeout": 1, "passed": 2, "timeout": 1}
