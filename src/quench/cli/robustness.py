@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -134,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
                 "backend": args.backend, "isolation": pool.isolation, **outcome.stats}
     write_report(out, outcome.metrics, outcome.examples, run_info, run=outcome.run)
     print_table(outcome, out)
+    if outcome.metrics_plus is not None:  # MBPP+: the same metrics on base + extra inputs
+        write_plus(outcome, out)
     return 0
 
 
@@ -180,6 +183,17 @@ def clock(seconds: float) -> str:
     whole = int(round(seconds))
     hours, rest = divmod(whole, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def write_plus(outcome, out: Path) -> None:
+    """metrics_plus.json (the metrics on base + extra inputs) and plus.md (both test sets side by side)."""
+    from quench.robustness.plus_table import side_by_side
+
+    (out / "metrics_plus.json").write_text(json.dumps(outcome.metrics_plus.to_json(), indent=2) + "\n")
+    table = side_by_side(outcome.metrics, outcome.metrics_plus)
+    (out / "plus.md").write_text("# MBPP+: base inputs and base + extra inputs (%)\n\n" + "\n".join(table) + "\n")
+    print("MBPP+ (base | base + extra inputs, %):\n" + "\n".join(table))
+    print(f"MBPP+ tables: {out / 'plus.md'}, {out / 'metrics_plus.json'}")
 
 
 def print_table(outcome, out: Path) -> None:
