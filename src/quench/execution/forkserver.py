@@ -7,9 +7,9 @@ about a millisecond, where starting Python costs ~30.
 Frames on stdin/stdout: a 4-byte big-endian length, then UTF-8 JSON.
 
 Per program: a fresh working directory, a new session (process group), rlimits, and in the
-"rlimits" mode Landlock's rules (landlock.py) and a drop to the worker's uid; at the end the group is killed, every descendant
-that escaped the group is found (the server is a child subreaper, and in "bwrap" mode the pid
-namespace's init) and killed, and scratch files are wiped, so nothing a program leaves behind
+"rlimits" mode Landlock's rules (landlock.py) and a drop to the worker's uid; at the end the group is
+killed, every descendant that escaped the group is found (the server is a child subreaper, and in
+"bwrap" mode the pid namespace's init) and killed, and scratch files are wiped, so nothing a program leaves behind
 reaches the next one. Programs are compiled here, before the fork, and forked children touch as
 little memory as they can: copy-on-write faults are most of the cost of a run.
 
@@ -222,7 +222,8 @@ class ForkServer:
         limit follows it as SandboxLimits.cpu_seconds does.
         """
         timeout_s = timeout_s or self.config["timeout_s"]
-        rlimits = [(limit, int(timeout_s) + 2, int(timeout_s) + 3) if limit == resource.RLIMIT_CPU else (limit, soft, hard)
+        cpu = int(timeout_s) + 2  # as SandboxLimits.cpu_seconds
+        rlimits = [(limit, cpu, cpu + 1) if limit == resource.RLIMIT_CPU else (limit, soft, hard)
                    for limit, soft, hard in self.config["rlimits"]]
         start = time.monotonic()
         code, error = compile_program(program)

@@ -54,7 +54,7 @@ def calibrate(problems: Iterable[ReferenceProblem], pool: ProgramRunner, base_s:
     """Run the references not measured yet (in `pool`, together) and give every problem its limit."""
     programs = {problem.task_id: problem.reference_program() for problem in problems}
     keys = {task_id: hashlib.sha256(program.encode()).hexdigest() for task_id, program in programs.items()}
-    todo = sorted({keys[task_id]: program for task_id, program in programs.items() if keys[task_id] not in _measured}.items())
+    todo = sorted({keys[task]: program for task, program in programs.items() if keys[task] not in _measured}.items())
     results = pool.run_many([program for _, program in todo], [max(MEASURE_S, base_s)] * len(todo))
     for (key, _), result in zip(todo, results):
         _measured[key] = result.seconds if result.passed else None

@@ -270,7 +270,9 @@ class SandboxPool:
         limits = dict(enumerate(timeouts)) if timeouts is not None else None
         return in_order(self.imap(enumerate(programs), limits), len(programs))
 
-    def imap(self, items: Iterable[tuple[K, str]], timeouts: Mapping[K, float] | None = None) -> Iterator[tuple[K, ExecutionResult]]:
+    def imap(
+        self, items: Iterable[tuple[K, str]], timeouts: Mapping[K, float] | None = None
+    ) -> Iterator[tuple[K, ExecutionResult]]:
         """Yield `(key, result)` as programs finish (unordered); `timeouts` maps a key to its own limit.
 
         A program that times out runs once more with the same limit (limits.timeout_retries): if it
@@ -290,7 +292,8 @@ class SandboxPool:
                         busy[worker] = job
                     else:
                         idle.append(worker)
-                        yield job.key, ExecutionResult(Outcome.sandbox_error, "sandbox worker unavailable")  # type: ignore[misc]
+                        unavailable = ExecutionResult(Outcome.sandbox_error, "sandbox worker unavailable")
+                        yield job.key, unavailable  # type: ignore[misc]
                 if not busy:
                     return
                 for worker, result in self._collect(busy):
