@@ -109,7 +109,7 @@ def test_cli_writes_table_report_and_json(tmp_path, capsys):
     assert "all problems" in printed and "B better" in printed
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.json", "compare.png"}
     markdown = (out / "compare.md").read_text()
-    assert "| all problems | Pass@1 | 16.67 | 58.33 | +41.67 [" in markdown and "*B − A for each row" in markdown
+    assert "| all problems | Pass@1 | 16.7 | 58.3 | +41.7 [" in markdown and "*B − A for each row" in markdown
     assert main(["compare", str(a), str(b), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     (row,) = data["rows"]

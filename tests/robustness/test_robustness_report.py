@@ -127,14 +127,14 @@ def test_markdown_tables(report):
     out, _, _ = report
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert "| Category | Baseline | Transf. | Pass@1 | RP_s@1 | RD_s@1 | RR_s@1 |" in markdown
-    # Docstring: nominal T/0, T/1 pass; worst case over seeds loses T/0 → RP 33.33, RD 50.00;
-    # T/0 (pass → fail) and T/2 (fail → pass under seed 1) changed → RR 66.67; 6 of 6 variants valid.
+    # Docstring: nominal T/0, T/1 pass; worst case over seeds loses T/0 → RP 33.3, RD 50.0;
+    # T/0 (pass → fail) and T/2 (fail → pass under seed 1) changed → RR 66.7; 6 of 6 variants valid.
     # Three problems: every interval that can move spans [0, 100]; RD rests on 2 nominal passes (< 10).
-    assert ("| Docstring | full | 1 | 66.67 [0.0, 100.0] | 33.33 [0.0, 100.0] | too few nominal passes | "
-            "66.67 [0.0, 100.0] | 33.33 [0.0, 100.0] / 33.33 [0.0, 100.0] | 6/6 | 6 |") in markdown
+    assert ("| Docstring | full | 1 | 66.7 [0.0, 100.0] | 33.3 [0.0, 100.0] | too few nominal passes | "
+            "66.7 [0.0, 100.0] | 33.3 [0.0, 100.0] / 33.3 [0.0, 100.0] | 6/6 | 6 |") in markdown
     # new_lines: valid only for T/0 (1 of 3); it fails there: RP 0 in every resample.
-    assert ("| new_lines | Code format | 1 | 33.33 [0.0, 100.0] | 0.00 [0.0, 0.0] | too few nominal passes | "
-            "33.33 [0.0, 100.0] | 33.33 [0.0, 100.0] / 0.00 [0.0, 0.0] | 1/3 | 1 |") in markdown
+    assert ("| new_lines | Code format | 1 | 33.3 [0.0, 100.0] | 0.0 [0.0, 0.0] | too few nominal passes | "
+            "33.3 [0.0, 100.0] | 33.3 [0.0, 100.0] / 0.0 [0.0, 0.0] | 1/3 | 1 |") in markdown
     assert "![Figure 1](categories_pass.png)" in markdown
     assert "*Figure 2. Robust Drop@1" in markdown  # every figure has a caption
     assert "-    \"\"\"Return the sum of a and b" in markdown  # the prompt diff
@@ -155,9 +155,9 @@ def test_run_section_is_readable(report):
 def test_console_summary_uses_the_reports_percent_units(report):
     _, metrics, _ = report
     lines = console_summary(metrics, {"distinct_prompts": 9, "distinct_programs": 7, "seconds": 2.5})
-    assert lines[0] == "nominal Pass@1 (%, 95% interval): full prompt 66.67 [0.0, 100.0], partial prompt 33.33 [0.0, 100.0]"
-    assert lines[2].split() == ["docstring", "33.33", "[0.0,", "100.0]", "too", "few", "nominal", "passes",
-                                "66.67", "[0.0,", "100.0]"]
+    assert lines[0] == "nominal Pass@1 (%, 95% interval): full prompt 66.7 [0.0, 100.0], partial prompt 33.3 [0.0, 100.0]"
+    assert lines[2].split() == ["docstring", "33.3", "[0.0,", "100.0]", "too", "few", "nominal", "passes",
+                                "66.7", "[0.0,", "100.0]"]
     assert lines[-1] == "9 distinct prompts generated, 7 distinct programs run, 2.5 s"
 
 
@@ -166,7 +166,7 @@ def test_drop_shows_its_interval_with_enough_nominal_passes(tmp_path):
     write_report(tmp_path, metrics, [], RUN_INFO)
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     # Docstring RD = 50: resamples drawing only T/1 give 0, only T/0 give 100.
-    assert "| Docstring | full | 1 | 66.67 [0.0, 100.0] | 33.33 [0.0, 100.0] | 50.00 [0.0, 100.0] |" in markdown
+    assert "| Docstring | full | 1 | 66.7 [0.0, 100.0] | 33.3 [0.0, 100.0] | 50.0 [0.0, 100.0] |" in markdown
 
 
 def test_sampling_report_has_a_table_per_k_and_no_examples(tmp_path):

@@ -41,4 +41,5 @@ def test_evaluate_writes_and_prints_the_interval(tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     bounds = summary["pass_at_k_intervals"]["pass@1"]
     assert bounds["point"] == 0.5 and bounds["problems"] == 4 and bounds["low"] < 0.5 < bounds["high"]
-    assert f"pass@1 0.5000 [{bounds['low']:.4f}, {bounds['high']:.4f}]" in capsys.readouterr().out
+    # people read percent with one decimal; summary.json keeps the fractions
+    assert f"pass@1 50.0% [{100 * bounds['low']:.1f}%, {100 * bounds['high']:.1f}%]" in capsys.readouterr().out

@@ -11,6 +11,17 @@ import time
 from typing import Callable, Sequence
 
 
+def percent(share: float | None) -> str:
+    """A rate as a person reads it everywhere (console, report, compare): percent, one decimal.
+    Machine-readable files keep fractions, named by their field (`pass_at_1: 0.061`)."""
+    return "n/a" if share is None else f"{100.0 * share:.1f}%"
+
+
+def token_rate(tokens: float, seconds: float) -> str:
+    """The one spelling of a generation rate on every progress bar: `31 tok/s`."""
+    return f"{tokens / max(seconds, 1e-9):.0f} tok/s"
+
+
 def say(message: str) -> None:
     """A status line on stderr, printed above any open progress bar."""
     from tqdm import tqdm

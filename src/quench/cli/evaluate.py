@@ -11,7 +11,7 @@ from typing import Mapping
 
 from quench.datasets import Problem
 from quench.datasets.loading import MBPP_PLUS, MBXP
-from quench.cli import common, validate
+from quench.cli import common, console, validate
 from quench.errors import InputFileError, QuenchError
 from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
 from quench.runs.samples import read_samples
@@ -62,14 +62,15 @@ def execute_into(
 
 
 def format_scores(summary: Summary) -> str:
-    """`pass@1 0.0600 [0.0200, 0.1100]` per k: the point and its 95% interval; MBPP+ adds pass+@k."""
+    """`pass@1 6.0% [2.0%, 11.0%]` per k: the point and its 95% interval; MBPP+ adds pass+@k."""
     parts = []
     for name, values, intervals in (("pass", summary.pass_at_k, summary.intervals),
                                     ("pass+", summary.pass_plus_at_k, summary.plus_intervals)):
         for k, value in values.items():
             interval = intervals.get(k)
-            bounds = f" [{interval.low:.4f}, {interval.high:.4f}]" if interval and interval.low is not None else ""
-            parts.append(f"{name}@{k} {value:.4f}{bounds}")
+            bounds = (f" [{console.percent(interval.low)}, {console.percent(interval.high)}]"
+                      if interval and interval.low is not None else "")
+            parts.append(f"{name}@{k} {console.percent(value)}{bounds}")
     return "  ".join(parts)
 
 

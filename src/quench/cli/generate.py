@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from quench.datasets import Problem
-from quench.cli import common, validate
+from quench.cli import common, console, validate
 from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
 
 
@@ -68,7 +68,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
         nonlocal tokens
         tokens += record["num_tokens"]
         bar.update(1)
-        bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):.0f}")
+        bar.set_postfix_str(console.token_rate(tokens, time.perf_counter() - started))
 
     try:
         samples = generate_samples(

@@ -84,6 +84,6 @@ def run_with_budget(args: argparse.Namespace) -> int:
     results = read_results(out / "results.jsonl")
     rates = pass_first_and_all(samples, results)
     (out / "summary.json").write_text(json.dumps({**summary.to_json(), **rates}, indent=2) + "\n")
-    print(f"{len(problems)} problems, {args.time_budget:g} s each: Pass@First {rates['pass@first']:.4f}, "
-          f"Pass@All {rates['pass@all']:.4f}, {rates['mean_samples']:.1f} samples per problem")
+    print(f"{len(problems)} problems, {args.time_budget:g} s each: Pass@First {console.percent(rates['pass@first'])}, "
+          f"Pass@All {console.percent(rates['pass@all'])}, {rates['mean_samples']:.1f} samples per problem")
     return 0

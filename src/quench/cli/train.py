@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
         bar.total = step.total_steps
         bar.n = step.step
         shown = {k: f"{v:.3f}" for k, v in step.losses.items() if v or k in ("loss", "ce")}
-        bar.set_postfix(**shown, lr=f"{step.lr:.1e}", tok_s=f"{step.tokens / max(step.seconds, 1e-9):.0f}")
+        fields = [f"{k}={v}" for k, v in shown.items()] + [f"lr={step.lr:.1e}", console.token_rate(step.tokens, step.seconds)]
+        bar.set_postfix_str(", ".join(fields))
 
     try:
         result = train(config, loaded, problems, args.out, resume=args.resume, overwrite=args.overwrite,

@@ -204,7 +204,7 @@ def compare_runs(a: LoadedRun, b: LoadedRun, bootstrap: BootstrapConfig = Bootst
 
 
 def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100.0 * value:.2f}"
+    return "n/a" if value is None else f"{100.0 * value:.1f}"
 
 
 def difference_cell(interval: Interval) -> str:
@@ -213,7 +213,7 @@ def difference_cell(interval: Interval) -> str:
         return interval.note
     if interval.point is None:
         return "n/a"
-    text = f"{100.0 * interval.point:+.2f}"
+    text = f"{100.0 * interval.point:+.1f}"
     if interval.low is None or interval.high is None:
         return text
     return f"{text} [{100.0 * interval.low:+.1f}, {100.0 * interval.high:+.1f}]"

@@ -25,12 +25,12 @@ RUN_LABELS = {"n": "samples per prompt (n)", "seeds": "seeds per transformation 
 
 
 def pct(value: float | None) -> str:
-    """A metric in percent with two decimals, as ReCode's tables; `n/a` when undefined."""
-    return "n/a" if value is None else f"{100.0 * value:.2f}"
+    """A metric in percent with one decimal, quench's one unit for people; `n/a` when undefined."""
+    return "n/a" if value is None else f"{100.0 * value:.1f}"
 
 
 def with_interval(value: float | None, interval: Interval | None) -> str:
-    """`12.20 [7.32, 17.68]` in percent; the interval's note (e.g. too few nominal passes) replaces the number."""
+    """`12.2 [7.3, 17.7]` in percent; the interval's note (e.g. too few nominal passes) replaces the number."""
     if interval is None:
         return pct(value)
     if interval.note:
