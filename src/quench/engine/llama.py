@@ -120,7 +120,8 @@ class LlamaRunner:
         """The addresses `native.layers` reads (6 per layer), where the whole layer loop can run in C: bfloat16
         glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take.
 
-        Batch-invariant runners point it at the fixed-order packs (in bfloat16 the small GEMM's layout) and
+        Runners whose products are all fixed-order (batch-invariant ones, and bfloat16 on builds without the small
+        GEMM, e.g. AVX2) point it at the fixed-order packs (in bfloat16 the small GEMM's layout); invariant ones
         run every step through it, whatever its rows: the loop's GEMM sums each output in one order for any
         row count or thread count (AMX tiles for every product where the CPU has them, else the AVX512
         kernel), and its norms, RoPE, attention and SiLU treat each row on its own."""

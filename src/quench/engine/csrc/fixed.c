@@ -3,8 +3,9 @@
 
    fixed_gemm_f32: y (M, N) = x (M, K) W^T with W packed as (ceil(N/16), K, 16) (zeros past N). Every output
    is one float32 accumulator updated by a fused multiply-add per input in order k = 0 .. K-1, starting from
-   zero: the same sequence whatever the row block, the column group, the vector width (AVX512 or the scalar
-   fmaf fallback) or the thread that computes it. Threads split the columns only, never K.
+   zero: the same sequence whatever the row block, the column group, the vector width (AVX512, AVX2 + FMA as two
+   8-lane halves of each 16-column block, or the scalar fmaf fallback: the same bits on all three) or the thread
+   that computes it. Threads split the columns only, never K.
 
    fixed_gemm_bf16: the same product in bfloat16, W packed in pairs of k as (ceil(N/16), ceil(K/2), 16, 2)
    (zeros past N and past K), accumulated in float32 and rounded to bfloat16 once. Where the CPU has

@@ -8,7 +8,9 @@
    Cephes' expf (~1 ulp, as Sleef's that PyTorch uses): a result could differ from PyTorch's by one
    bfloat16 step where the float32 value sits within an ulp of a rounding boundary; none of 6.3M products
    did (the default model's width, inputs up to 3 sigma), and the C loop's logits, hidden states and caches
-   equal the Python loop's (tested). Compiled with -ffp-contract=off. */
+   equal the Python loop's (tested). Builds with AVX2 + FMA but without AVX512-BF16 run the same loop with every
+   product on fixed_gemm_bf16 (the packs have the same layout) and an 8-lane SiLU of the same bits (silu8_ps).
+   Compiled with -ffp-contract=off. */
 #include "x86.h"
 #include <math.h>
 #include <stdlib.h>
