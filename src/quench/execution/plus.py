@@ -19,6 +19,7 @@ no verdict of its own: its base verdict comes from a second, base-only run.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.resources
 import os
@@ -160,8 +161,16 @@ def sandbox_limits(limits: SandboxLimits, task_ids: Iterable[str]) -> SandboxLim
     return limits if longest <= limits.timeout_s else SandboxLimits(**{**limits.__dict__, "timeout_s": longest})
 
 
+@functools.cache
 def _harness_source() -> str:
     return (importlib.resources.files("quench.execution") / "plus_harness.py").read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=64)
+def _tests_blob(task_id: str, directory: Path) -> str:
+    """One task's blob, reused by its samples (a robustness run builds thousands of programs per task)."""
+    task = plus_task(task_id)
+    return tests_blob(task, oracle_for(task, directory))
 
 
 def tests_blob(task: PlusTask, oracle: Oracle) -> str:
@@ -181,8 +190,7 @@ def plus_program(problem: Problem, completion: str, stages: Sequence[str] = STAG
     The tests are the MBPP+ problem of `problem.task_id` whatever the prompt (a perturbed variant
     keeps its problem's inputs and expected outputs); the candidate is `problem.entry_point`.
     """
-    task = plus_task(problem.task_id)
-    blob = tests_blob(task, oracle_for(task))
+    blob = _tests_blob(problem.task_id, cache_dir())
     return (f"{problem.prompt}{completion}\n\n\n"
             f"__quench_plus__ = {{'__name__': '__quench_plus__'}}\n"
             f"exec({_harness_source()!r}, __quench_plus__)\n"
