@@ -21,7 +21,7 @@ import time
 import torch
 
 from quench.datasets import load_humaneval
-from quench.engine import native
+from quench.engine import native, quant
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.quant import QuantLinear
 from quench.engine.types import GenerationRequest, SamplingParams
@@ -47,6 +47,29 @@ def step_weight_bytes(runner) -> int:
     return total
 
 
+def kernel_rates(gguf_weights, repeats: int = 50) -> None:
+    """quant_gemm_f32 alone on the preset's own tensors, one thread: CPU seconds of this thread per call
+    (time.thread_time, so time the thread spends descheduled on a busy machine does not count)."""
+    tensors = gguf_weights.tensors
+    cases = {"layer 3 gate/up (Q4_1)": [tensors["model.layers.3.mlp.gate_proj.weight"], tensors["model.layers.3.mlp.up_proj.weight"]],
+             "layer 3 down (Q4_1)": [tensors["model.layers.3.mlp.down_proj.weight"]],
+             "head (Q8_0)": [tensors["lm_head.weight"]]}
+    torch.set_num_threads(1)
+    print("| product | rows | CPU us / call | GMAC/s |")
+    print("|---|---:|---:|---:|")
+    for name, weights in cases.items():
+        for rows in (1, 8):
+            x = torch.randn(rows, weights[0].in_features, generator=torch.Generator().manual_seed(0))
+            calls = max(3, repeats * 1536 // sum(w.out_features for w in weights))
+            quant.gemm(x, weights)
+            start = time.thread_time()
+            for _ in range(calls):
+                quant.gemm(x, weights)
+            seconds = (time.thread_time() - start) / calls
+            macs = rows * weights[0].in_features * sum(w.out_features for w in weights)
+            print(f"| {name} | {rows} | {seconds * 1e6:.0f} | {macs / seconds / 1e9:.1f} |")
+
+
 def backend(loaded, gguf_weights, weights: str, batch_size: int) -> QuenchBackend:
     model = loaded.model
     model.quench_gguf_weights = gguf_weights if weights == "gguf" else None
@@ -68,6 +91,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--kernels", action="store_true", help="only the products alone, in CPU time per call")
     args = parser.parse_args()
 
     loaded = load_model(weights="gguf")
@@ -75,6 +99,9 @@ def main() -> None:
     problems = load_humaneval()[: max(args.batch_sizes)]
     result = native.build_result()
     print(f"native build: {result.march}, quant level {result.library.quant_level()}; torch {torch.__version__}")
+    if args.kernels:
+        kernel_rates(gguf_weights)
+        return
     print("| weights | batch | threads | bytes / step | floor tok/s | decode tok/s | prefill + 1st token s | same tokens |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for threads in args.threads:
