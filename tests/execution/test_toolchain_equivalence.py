@@ -37,7 +37,8 @@ COMPARISON = Path(__file__).resolve().parents[2] / "benchmarks" / "mxeval_compar
 SEED = 41
 # Per language in the default suite: the plain C++ and Java builds cost about a second of CPU each.
 SAMPLE = {"javascript": 40, "go": 30, "cpp": 6, "java": 6}
-MUTATED_PROBLEMS = 1  # references whose mutants are checked in the default suite (all in the slow one)
+MUTATED_PROBLEMS = 1  # references whose mutants are checked in the default suite
+FULL_MUTATED_PROBLEMS = 10  # ... and in the slow one, beside every reference
 HEAD_BYTES = 280  # what the launcher keeps of a build's or run's error output
 PLAIN_TIMEOUT_S = 120
 SCRATCH_PATH = re.compile(r"(?:/[^\s/:'\"()]+)+/(?=(?:main\.(?:js|go|cpp)|Main\.java)\b)")
@@ -208,7 +209,7 @@ def mutants(language: str, sources: list[tuple[str, str]]) -> list[tuple[str, st
 def programs(language: str, full: bool) -> list[tuple[str, str]]:
     """The default suite's seeded sample, or every reference; mutants of the first references either way."""
     every = references(language)
-    mutated = mutants(language, every if full else every[:MUTATED_PROBLEMS])
+    mutated = mutants(language, every[:FULL_MUTATED_PROBLEMS if full else MUTATED_PROBLEMS])
     if full:
         return every + mutated
     return random.Random(SEED).sample(every, min(SAMPLE[language], len(every))) + mutated
