@@ -26,7 +26,7 @@ import torch
 
 from gguf_weights import backend, timed
 from quench.datasets import load_humaneval
-from quench.engine import native
+from quench.engine import native, quant
 from quench.engine.types import GenerationRequest
 from quench.models import encode_prompt, load_model
 from quench.models.presets import PRESETS, preset_gguf_parts
@@ -65,7 +65,7 @@ def main() -> None:
     if len(parts) != 1:
         parser.error(f"--preset {args.preset}: its GGUF comes in {len(parts)} parts; join them for llama.cpp first")
     loaded = load_model(args.preset, weights="gguf")
-    gguf_weights = loaded.model.quench_gguf_weights
+    gguf_weights = quant.gguf_weights_of(loaded.model)
     problems = load_humaneval()[: max(args.batch_sizes)]
     print(f"{parts[0].name}; quench native build {native.build_result().march}; torch {torch.__version__}")
     print("| batch | threads | decode tok/s quench / llama.cpp | ratio | prefill tok/s quench / llama.cpp | ratio |")

@@ -23,6 +23,7 @@ import torch
 from quench.datasets import load_humaneval
 from quench.engine import native, quant
 from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine import quant
 from quench.engine.quant import QuantLinear
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
@@ -95,7 +96,7 @@ def main() -> None:
     args = parser.parse_args()
 
     loaded = load_model(weights="gguf")
-    gguf_weights = loaded.model.quench_gguf_weights
+    gguf_weights = quant.gguf_weights_of(loaded.model)
     problems = load_humaneval()[: max(args.batch_sizes)]
     result = native.build_result()
     print(f"native build: {result.march}, quant level {result.library.quant_level()}; torch {torch.__version__}")

@@ -22,9 +22,10 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "trusted_files": {"errors"},  # the owner, mode and hash checks of what quench loads code from
     "threads": {"errors"},
+    "native_target": set(),  # the kernels' CPU level and compiler, read by the engine and by --dtype auto
     "datasets": {"errors"},
-    "models": {"errors"},
-    "engine": {"errors", "models", "trusted_files"},
+    "models": {"errors", "native_target"},
+    "engine": {"errors", "models", "trusted_files", "native_target"},
     "execution": {"errors", "datasets", "trusted_files"},
     "stopping": {"errors", "datasets", "engine", "execution"},
     "perturbations": {"errors", "datasets", "execution", "models"},
@@ -33,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "robustness": {"errors", "datasets", "engine", "execution", "perturbations", "runs"},
     "distributed": {"errors", "engine", "execution", "models", "runs"},
     "serve": {"errors", "engine", "models", "runs", "distributed"},  # distributed: --ray replicas
-    "cli": {"errors", "threads", "datasets", "models", "engine", "execution", "stopping", "perturbations", "runs",
+    "cli": {"errors", "threads", "native_target", "datasets", "models", "engine", "execution", "stopping", "perturbations", "runs",
             "training", "robustness", "distributed", "serve"},
 }
 ABOVE_THE_ENGINE = {"stopping", "execution", "robustness", "runs", "perturbations", "training", "cli"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quench.engine.cpu_levels import levels_of
+from quench.native_target import levels_of
 from quench.engine.native_build import CSRC, HEADER, OPENMP, UNITS, parse_header, target
 
 SELFTEST = Path(__file__).parent / "native_selftest.c"

@@ -232,7 +232,7 @@ def test_the_default_model_on_its_gguf_blocks_answers_humaneval_as_the_float32_p
     from quench.models import encode_prompt, load_model
 
     loaded = load_model(weights="gguf")
-    gguf_weights = loaded.model.quench_gguf_weights
+    gguf_weights = quant.gguf_weights_of(loaded.model)
     parameters = dict(loaded.model.named_parameters())
     assert len(gguf_weights.tensors) == 30 * 7 + 1
     for name, weight in gguf_weights.tensors.items():

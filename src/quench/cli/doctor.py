@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _best_level_name() -> str | None:
-    from quench.engine.cpu_levels import best_level
+    from quench.native_target import best_level
     from quench.engine.native_build import cpu_flags
 
     level = best_level(cpu_flags(), platform.machine())

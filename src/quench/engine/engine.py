@@ -55,7 +55,7 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
             kernels=config.kernels,
             batch_invariant=invariant,
         )
-        gguf_weights = getattr(model, "quench_gguf_weights", None)  # loaded with weights="gguf" (quench.engine.quant)
+        gguf_weights = quant.gguf_weights_of(model)  # loaded with weights="gguf"
         if gguf_weights is not None:
             quant.use_gguf_weights(runner, gguf_weights)
         return runner

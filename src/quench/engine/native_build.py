@@ -10,7 +10,7 @@ compiler rejects a definition that disagrees with it), the library reports the h
 was built against (checked at load), and every call goes through `CheckedFunction`, which raises on a
 wrong argument count, a wrong type or an int out of range instead of corrupting memory.
 
-Environment: QUENCH_NATIVE_MARCH picks the build target (`cpu_levels`): unset, this CPU's highest level
+Environment: QUENCH_NATIVE_MARCH picks the build target (`quench.native_target`): unset, this CPU's highest level
 (x86-64-v2, -v3, -v4, -v4-bf16, -v4-amx; armv8-a, armv8.2-a-dotprod, armv8.6-a-bf16); a level's name builds
 that level (refused where the CPU lacks it); any other value is passed as -march (e.g. "native"); QUENCH_NATIVE_WERROR=1 turns compiler warnings into errors and a
 failed build into an exception (CI); CC picks the compiler; QUENCH_CACHE the cache root.
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quench import trusted_files
-from quench.engine.cpu_levels import Target, resolve_target
+from quench.native_target import Target, cpu_flags, cpu_identity, current_target
+from quench.native_target import compiler as find_compiler
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +158,8 @@ class BuildResult:
 
 
 def target() -> Target:
-    """The build target: QUENCH_NATIVE_MARCH, else this CPU's highest level (`cpu_levels`)."""
-    return resolve_target(os.environ.get("QUENCH_NATIVE_MARCH"), cpu_flags(), platform.machine())
+    """The build target: QUENCH_NATIVE_MARCH, else this CPU's highest level (`quench.native_target`)."""
+    return current_target()
 
 
 def march() -> str:
@@ -175,29 +176,6 @@ def unit_flags(name: str) -> list[str]:
     level_flags = target().compiler_flags
     flags = [part for flag in UNITS[name] for part in (level_flags if flag == "-march" else (flag,))]
     return [*flags, *WARNINGS, *(["-Werror"] if strict() else [])]
-
-
-def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """What a -march=native build depends on: x86's `flags` line or ARM's `Features` line of /proc/cpuinfo,
-    else the processor name where /proc/cpuinfo is missing."""
-    try:
-        with open(cpuinfo, encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith(("flags", "Features")):
-                    return line.strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def cpu_flags() -> frozenset[str]:
-    """The instruction-set names of this CPU as /proc/cpuinfo spells them (empty where unknown)."""
-    identity = cpu_identity()
-    return frozenset(identity.split(":", 1)[1].split()) if ":" in identity else frozenset()
-
-
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
 
 
 def cache_key(compiler: str, header: Header, cpu: str) -> str:
@@ -218,7 +196,7 @@ def build(cache_dir: Path, system: str | None = None) -> BuildResult:
         reason = f"native kernels are built on Linux only (this is {'macOS' if system == 'Darwin' else system})"
         log.info("%s; using PyTorch's kernels", reason)
         return BuildResult(None, reason, march())
-    compiler = _compiler()
+    compiler = find_compiler()
     if compiler is None:
         reason = f"no C compiler (looked for $CC={os.environ.get('CC', 'cc')}, gcc, clang)"
         log.warning("%s; using PyTorch's kernels", reason)

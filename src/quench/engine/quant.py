@@ -177,6 +177,19 @@ def read_gguf_weights(path: Path, heads: int, kv_heads: int) -> GGUFWeights:
     return GGUFWeights(str(path), tensors)
 
 
+def gguf_weights_of(model) -> GGUFWeights | None:
+    """The GGUF blocks a model runs on: its `quench_gguf_weights` where set (None: its float32 parameters), else
+    those of the file `load_model(weights="gguf")` named (`quench_gguf_file`), read once and kept on the model."""
+    if hasattr(model, "quench_gguf_weights"):
+        return model.quench_gguf_weights
+    path = getattr(model, "quench_gguf_file", None)
+    if path is None:
+        return None
+    config = model.config.get_text_config()
+    model.quench_gguf_weights = read_gguf_weights(Path(path), config.num_attention_heads, config.num_key_value_heads)
+    return model.quench_gguf_weights
+
+
 def use_gguf_weights(runner, weights: GGUFWeights) -> int:
     """Point a float32 `LlamaRunner`'s projections and head at the GGUF's blocks where every part of a fused
     projection is quantized; returns the bytes a decode step now reads from them (each tensor once)."""

@@ -272,6 +272,7 @@ def sandboxed(command: list[str], limits: SandboxLimits, python: str, uid: int |
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise QuenchError("bubblewrap (bwrap) is no longer installed")
+    bwrap = os.path.realpath(bwrap)  # the launcher's staging may hide where a link to it lives (e.g. under /tmp)
     if uid is None:
         return bwrap_args(limits, python, bwrap) + command
     sources = [path for group in bind_sources(python) for path in group]

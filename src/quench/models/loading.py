@@ -53,11 +53,11 @@ def cache_root() -> Path:
 
 def cpu_supports_bf16() -> bool:
     """Whether bfloat16 is the CPU default (`--dtype auto`): where quench's fixed-order bfloat16 kernel is vectorised
-    in this build (`invariant.bfloat16_fastest`: AVX2 + FMA or AVX512), else where oneDNN runs it natively
+    in this build (`native_target.fixed_gemm_vectorised`: AVX2 + FMA or AVX512), else where oneDNN runs it natively
     (AVX512-BF16, AMX); elsewhere it is emulated and slower than float32."""
-    from quench.engine import invariant
+    from quench.native_target import fixed_gemm_vectorised
 
-    if invariant.bfloat16_fastest():
+    if fixed_gemm_vectorised():
         return True
     try:
         flags = Path("/proc/cpuinfo").read_text()
@@ -258,8 +258,8 @@ def load_model(
     weights: str = "dequantized",
 ) -> LoadedModel:
     """Load a causal LM for generation. Nothing is ever downloaded; `notify` hears what takes time.
-    weights="gguf": the model also carries the GGUF's quantized tensors as stored (`quench_gguf_weights`), which
-    quench's engine runs its projections and head on."""
+    weights="gguf": the model also carries the path of its GGUF (`quench_gguf_file`), whose quantized tensors as
+    stored quench's engine runs its projections and head on (`quench.engine.quant.gguf_weights_of`)."""
     check_model(name_or_path)
     check_dtype(dtype)
     check_weights(weights, dtype, name_or_path)
@@ -279,12 +279,9 @@ def load_model(
     except (OSError, ValueError) as err:
         raise QuenchError(f"{source}: cannot load model: {err}") from None
     model.to(device).eval()
-    if weights == "gguf":
-        from quench.engine.quant import read_gguf_weights
-
+    if weights == "gguf":  # the engine reads its blocks (quench.engine.quant.gguf_weights_of)
         parts = preset_gguf_parts(PRESETS[name_or_path]) if name_or_path in PRESETS else [Path(name_or_path).expanduser()]
-        config = model.config.get_text_config()
-        model.quench_gguf_weights = read_gguf_weights(gguf_file(parts), config.num_attention_heads, config.num_key_value_heads)
+        model.quench_gguf_file = str(gguf_file(parts))
     chosen = prompt_format or default_format
     if chosen == "chat" and not getattr(tokenizer, "chat_template", None):
         raise QuenchError(f"{name_or_path}: prompt format 'chat' needs a tokenizer with a chat template")

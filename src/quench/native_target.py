@@ -1,4 +1,7 @@
-"""CPU levels the native kernels are built for, and which one this CPU runs.
+"""What the native kernels are built for and with: CPU levels, this CPU's features, the C compiler.
+
+It sits at the top of the package (beside `errors`), so both the engine, which builds the kernels, and the
+model loader, whose `--dtype auto` follows what the kernels serve, can read it.
 
 Why one build per level, not function multiversioning: every kernel unit is written against the
 compiler's ISA macros (`__AVX2__`, `__AVX512BF16__`, `__AMX_TILE__`, `__ARM_NEON`, ...), so one set of
@@ -15,7 +18,11 @@ where the CPU lacks it) or any other `-march` value (e.g. `native`, built as giv
 
 from __future__ import annotations
 
+import os
+import platform
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 _V2 = frozenset({"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"})
 _V3 = _V2 | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
@@ -93,3 +100,51 @@ def resolve_target(requested: str | None, features: frozenset[str], machine: str
     if level is None:
         return Target("native", ("-march=native",), None)
     return Target(level.name, level.compiler_flags, level)
+
+
+# Levels whose build vectorises the fixed-order GEMM (AVX2 + FMA, AVX-512): bfloat16 weights widened in registers
+# read half of float32's bytes for the same float32 arithmetic (engine/csrc/fixed.c).
+FIXED_VECTOR_LEVELS = frozenset({"x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx"})
+
+
+def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """What a -march=native build depends on: x86's `flags` line or ARM's `Features` line of /proc/cpuinfo,
+    else the processor name where /proc/cpuinfo is missing."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return line.strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set names of this CPU as /proc/cpuinfo spells them (empty where unknown)."""
+    identity = cpu_identity()
+    return frozenset(identity.split(":", 1)[1].split()) if ":" in identity else frozenset()
+
+
+def compiler() -> str | None:
+    """The C compiler the kernels are built with: $CC, else gcc, else clang (None where there is none)."""
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+
+
+def current_target() -> Target:
+    """The build target: QUENCH_NATIVE_MARCH, else this CPU's highest level."""
+    return resolve_target(os.environ.get("QUENCH_NATIVE_MARCH"), cpu_flags(), platform.machine())
+
+
+def fixed_gemm_vectorised() -> bool:
+    """Whether the kernels this machine builds vectorise the fixed-order GEMM (a compiler, on Linux, at a level
+    of FIXED_VECTOR_LEVELS; a raw -march value counts where the CPU has AVX2 + FMA or AVX-512)."""
+    if platform.system() != "Linux" or compiler() is None:
+        return False
+    target = current_target()
+    if target.refused:
+        return False
+    if target.level is not None:
+        return target.level.name in FIXED_VECTOR_LEVELS
+    flags = cpu_flags()
+    return {"avx2", "fma"} <= flags or "avx512f" in flags
