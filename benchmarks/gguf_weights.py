@@ -20,24 +20,13 @@ import time
 
 import torch
 
+from generation import read_bandwidth_gbs
 from quench.datasets import load_humaneval
 from quench.engine import native, quant
 from quench.engine.engine import EngineConfig, QuenchBackend
-from quench.engine import quant
 from quench.engine.quant import QuantLinear
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
-
-
-def read_bandwidth_gbs(megabytes: int = 512) -> float:
-    """Read bandwidth at the current torch threads: best of 5 sums over a buffer far past the caches, GB/s."""
-    buffer = torch.ones(megabytes * 2**20 // 4)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        buffer.sum()
-        best = min(best, time.perf_counter() - start)
-    return buffer.numel() * 4 / best / 1e9
 
 
 def step_weight_bytes(runner) -> int:
