@@ -2,7 +2,7 @@
 VENV ?= .venv
 QUENCH = $(VENV)/bin/quench
 
-.PHONY: setup demo test test-fast
+.PHONY: setup demo test test-fast test-full
 
 setup: $(VENV)/.quench-installed
 
@@ -13,7 +13,10 @@ demo: setup
 	$(QUENCH) robustness --out runs/demo
 
 test: setup
-	$(VENV)/bin/python -m pytest -q -ra
+	$(VENV)/bin/python -m pytest -q -ra -m "not full"
+
+test-full: setup
+	$(VENV)/bin/python -m pytest -q -ra -m full
 
 test-fast: setup
-	$(VENV)/bin/python -m pytest -q -ra -m "not slow"
+	$(VENV)/bin/python -m pytest -q -ra -m "not slow and not full"

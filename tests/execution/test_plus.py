@@ -125,6 +125,6 @@ def test_sampled_references_pass_their_plus_inputs(cache: Path) -> None:
     references_pass(random.Random(0).sample(sorted(raw_records()), 40))
 
 
-@pytest.mark.slow
+@pytest.mark.full
 def test_every_reference_passes_its_plus_inputs(cache: Path) -> None:
     references_pass(sorted(raw_records()))

@@ -7,7 +7,7 @@ status and diagnostics that the plain toolchain gives it: `g++ main.cpp -o main`
 temporary directory with no cache at all. Programs: MBXP's canonical solutions (MBGP ships none:
 benchmarks/mxeval_compare.py's), and mutants of a few of them (duplicate and reordered includes and
 imports, unusual but valid headers, truncated programs, wrong answers). The default part runs a
-seeded sample; the full set is marked slow.
+seeded sample; the full set is marked `full` (`make test-full`).
 
 Runs in "bwrap" mode; a language whose toolchain this machine lacks is skipped.
 """
@@ -290,17 +290,17 @@ def test_javascript_in_the_host_as_under_plain_node(pool: SandboxPool) -> None:
     check("javascript", pool, full=False, words_only=True)
 
 
-@pytest.mark.slow
+@pytest.mark.full
 @pytest.mark.parametrize("language", ["cpp", "java", "go"])
 def test_every_reference_and_mutant_as_under_the_plain_toolchain(pool: SandboxPool, language: str) -> None:
     check(language, pool, full=True)
 
 
-@pytest.mark.slow
+@pytest.mark.full
 def test_every_javascript_reference_and_mutant_from_the_snapshot_as_under_plain_node(hostless_pool: SandboxPool) -> None:
     check("javascript", hostless_pool, full=True)
 
 
-@pytest.mark.slow
+@pytest.mark.full
 def test_every_javascript_reference_and_mutant_in_the_host_as_under_plain_node(pool: SandboxPool) -> None:
     check("javascript", pool, full=True, words_only=True)
