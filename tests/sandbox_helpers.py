@@ -43,6 +43,17 @@ def skip_reason(mode: str) -> str | None:
     return None
 
 
+def needs_language(language: str) -> None:
+    """Skip the calling test unless bubblewrap and `language`'s toolchain are here."""
+    from quench.execution.toolchains import has_toolchain
+
+    reason = skip_reason("bwrap")
+    if reason is not None:
+        pytest.skip(reason)
+    if not has_toolchain(language):
+        pytest.skip(f"no {language} toolchain here")
+
+
 def open_pool(mode: str, workers: int = 2, limits: SandboxLimits = FAST) -> SandboxPool:
     return SandboxPool(workers, limits, isolation=mode, python=mode_python(mode))
 

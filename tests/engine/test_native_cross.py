@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from quench.native_target import levels_of
-from quench.engine.native_build import CSRC, HEADER, OPENMP, UNITS, parse_header, target
+from quench.engine.native_build import CSRC, HEADER, OPENMP, UNITS, parse_header, target, unit_flags
 
 SELFTEST = Path(__file__).parent / "native_selftest.c"
 CROSS_CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64"
@@ -17,10 +17,9 @@ CROSS_CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64"
 
 def unit_command(compiler: str, name: str, level_flags: tuple[str, ...], out: Path, openmp: bool) -> list[str]:
     """One unit compiled as native_build compiles it, with the level's flags in place of -march."""
-    flags = [part for flag in UNITS[name] for part in (level_flags if flag == "-march" else (flag,))]
     digest = parse_header(HEADER.read_text()).digest
     extra = ["-fopenmp"] if openmp and name in OPENMP else []
-    return [compiler, "-c", *flags, "-Wall", "-Wextra", "-Werror", *extra, f"-I{CSRC}",
+    return [compiler, "-c", *unit_flags(name, level_flags), "-Werror", *extra, f"-I{CSRC}",
             f"-DQUENCH_NATIVE_HEADER_HASH={digest}", str(CSRC / f"{name}.c"), "-o", str(out)]
 
 

@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import skip_reason
+from sandbox_helpers import needs_language
 
 from quench.datasets import Problem, load_benchmark
 from quench.execution import Outcome, SandboxLimits, SandboxPool
-from quench.execution.toolchains import has_toolchain, prepare
+from quench.execution.toolchains import prepare
 
 LANGUAGE_BENCHMARKS = {"javascript": "mbjsp", "go": "mbgp", "cpp": "mbcpp", "java": "mbjp"}
 # MBGP has no reference solutions: MBGP/12's (as test_languages.py's).
@@ -113,11 +113,7 @@ KNOWN_ENDINGS = {"timeout": Outcome.timeout, "microtasks_forever.js": Outcome.ti
 
 
 def needs(language: str) -> None:
-    reason = skip_reason("bwrap")
-    if reason is not None:
-        pytest.skip(reason)
-    if not has_toolchain(language):
-        pytest.skip(f"no {language} toolchain here")
+    needs_language(language)
     prepare(language)
 
 

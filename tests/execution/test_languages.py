@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from sandbox_helpers import mode_python, pool_processes, skip_reason, wait_until_gone
+from sandbox_helpers import mode_python, needs_language, pool_processes, skip_reason, wait_until_gone
 
 from quench.datasets import LANGUAGES, Problem, load_benchmark
 from quench.execution import Outcome, SandboxLimits, SandboxPool
@@ -52,14 +52,6 @@ BROKEN = {
 }
 
 
-def needs(language: str) -> None:
-    reason = skip_reason("bwrap")
-    if reason is not None:
-        pytest.skip(reason)
-    if not has_toolchain(language):
-        pytest.skip(f"no {language} toolchain here")
-
-
 @pytest.fixture(scope="module")
 def pool(language_pool: SandboxPool) -> SandboxPool:
     return language_pool
@@ -75,7 +67,7 @@ def references(language: str, count: int = 2) -> list[tuple[Problem, str]]:
 
 @pytest.mark.parametrize("language", list(LANGUAGE_BENCHMARKS))
 def test_references_pass_wrong_answers_fail_and_compile_errors_are_their_own(pool: SandboxPool, language: str) -> None:
-    needs(language)
+    needs_language(language)
     cases = references(language)
     first = load_benchmark(LANGUAGE_BENCHMARKS[language])[0]
     programs = [p.program(solution) for p, solution in cases]
@@ -174,7 +166,7 @@ def outside() -> Iterator[Path]:
 @pytest.mark.parametrize("language", list(HOSTILE))
 def test_hostile_programs_are_contained(pool: SandboxPool, language: str, listener: socket.socket,
                                         outside: Path) -> None:
-    needs(language)
+    needs_language(language)
     cache = Path(toolchain_dir()) / "cpp" / "bits" / "stdc++.h.gch"
     before = cache.stat().st_mtime_ns if cache.exists() else None
     fill = {"{outside}": str(outside), "{cache}": str(cache), "{port}": str(listener.getsockname()[1])}
@@ -201,7 +193,7 @@ def test_hostile_programs_are_contained(pool: SandboxPool, language: str, listen
 
 
 def test_nothing_a_program_leaves_reaches_the_next(pool: SandboxPool) -> None:
-    needs("javascript")
+    needs_language("javascript")
     leave = 'require("fs").writeFileSync("/tmp/left-behind", "x");\n'
     find = 'const fs = require("fs");\nprocess.exit(fs.existsSync("/tmp/left-behind") ? 1 : 0);\n'
     for _ in range(2):  # both workers
@@ -216,7 +208,7 @@ def test_build_cache_is_read_only_and_outside_scratch() -> None:
 
 @pytest.mark.parametrize("language", list(LANGUAGE_BENCHMARKS))
 def test_a_chat_answer_with_the_reference_passes_once_sanitized(pool: SandboxPool, language: str) -> None:
-    needs(language)
+    needs_language(language)
     [(problem, solution)] = references(language, count=1)
     start = definition_start(problem.prompt, problem.entry_point)
     fence = LANGUAGES[language].fences[0]
@@ -242,7 +234,7 @@ def test_references_pass_without_namespaces_too() -> None:
 def test_a_javascript_syntax_error_at_run_time_is_a_failure_and_one_at_parse_time_a_compile_error(
         pool: SandboxPool) -> None:
     """Only a failed run that names a parse error is checked with `node --check`; the check decides."""
-    needs("javascript")
+    needs_language("javascript")
     programs = {
         "json": 'JSON.parse("{oops");\n',  # a SyntaxError thrown by running code
         "recursion": "function f(n) { return f(n + 1) + 1; }\nf(0);\n",  # a RangeError thrown by running code

@@ -171,9 +171,9 @@ def strict() -> bool:
     return os.environ.get("QUENCH_NATIVE_WERROR") == "1"
 
 
-def unit_flags(name: str) -> list[str]:
-    """Compiler flags of one unit (without OpenMP)."""
-    level_flags = target().compiler_flags
+def unit_flags(name: str, level_flags: tuple[str, ...] | None = None) -> list[str]:
+    """Compiler flags of one unit (without OpenMP); level_flags in place of -march (default: the build target's)."""
+    level_flags = target().compiler_flags if level_flags is None else level_flags
     flags = [part for flag in UNITS[name] for part in (level_flags if flag == "-march" else (flag,))]
     return [*flags, *WARNINGS, *(["-Werror"] if strict() else [])]
 

@@ -55,15 +55,9 @@ def cpu_supports_bf16() -> bool:
     """Whether bfloat16 is the CPU default (`--dtype auto`): where quench's fixed-order bfloat16 kernel is vectorised
     in this build (`native_target.fixed_gemm_vectorised`: AVX2 + FMA or AVX512), else where oneDNN runs it natively
     (AVX512-BF16, AMX); elsewhere it is emulated and slower than float32."""
-    from quench.native_target import fixed_gemm_vectorised
+    from quench.native_target import cpu_flags, fixed_gemm_vectorised
 
-    if fixed_gemm_vectorised():
-        return True
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(flag in flags for flag in ("avx512_bf16", "amx_bf16"))
+    return fixed_gemm_vectorised() or bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def check_dtype(dtype: str) -> None:
