@@ -47,22 +47,36 @@ def add_benchmark_args(parser: argparse.ArgumentParser, partial: bool = True) ->
         parser.add_argument("--partial", action="store_true", help="ReCode partial-code prompts")
 
 
-def add_model_args(parser: argparse.ArgumentParser) -> None:
+BACKEND_HELP = {"hf": "hf: Hugging Face generate", "quench": "quench: quench's engine (docs/engine.md)",
+                "openai": "openai: an OpenAI-compatible server at --base-url (docs/serving.md)"}
+
+
+def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = ("hf", "quench", "openai"),
+                   engines: bool = True) -> None:
+    """The model flags; `backends` and `engines` (several engine processes) are those the command accepts,
+    so that its help lists nothing it would refuse."""
     parser.add_argument("--model", default=DEFAULT_PRESET, help="preset, HF model directory, or .gguf file")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
     parser.add_argument("--weights", default="dequantized", choices=["dequantized", "gguf"],
                         help="GGUF models: dequantized (float32 weights, the default) or gguf (the projections and "
                              "head run on the file's blocks as stored, float32 activations; docs/engine.md)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
-    parser.add_argument("--backend", default="quench", choices=["hf", "quench", "openai"],
-                        help="hf: Hugging Face generate; quench: quench's engine (docs/engine.md); openai: an "
-                             "OpenAI-compatible server at --base-url (docs/serving.md)")
-    parser.add_argument("--batch-size", type=int, default=ENGINE_DEFAULTS.batch_size)
-    parser.add_argument("--engines", default="1", metavar="N|auto",
-                        help="generation processes on this machine, each with its own model and --threads/N torch "
-                             "threads (auto: one per thread); on a CPU several one-thread engines decode more "
-                             "than one engine with several threads (docs/engine.md, Engine processes)")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
+    parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"],
+                        help="default: the preset's, or what a quench checkpoint records, else completion")
+    if len(backends) > 1:
+        parser.add_argument("--backend", default="quench", choices=backends,
+                            help="; ".join(BACKEND_HELP[name] for name in backends))
+    else:
+        parser.set_defaults(backend=backends[0])
+    parser.add_argument("--batch-size", type=int, default=ENGINE_DEFAULTS.batch_size,
+                        help="rows decoded together (default %(default)s)")
+    if engines:
+        parser.add_argument("--engines", default="1", metavar="N|auto",
+                            help="generation processes on this machine, each with its own model and --threads/N torch "
+                                 "threads (auto: one per thread); on a CPU several one-thread engines decode more "
+                                 "than one engine with several threads (docs/engine.md, Engine processes)")
+    else:
+        parser.set_defaults(engines="1")
     engine = parser.add_argument_group("quench engine")
     engine.add_argument("--speculate", default=ENGINE_DEFAULTS.drafter, choices=DRAFTERS,
                         help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = prompt lookup where it matches, else the draft model")
@@ -94,21 +108,23 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                              "warning; --batch-invariant: an error where they cannot; --no-batch-invariant: off")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
-    remote.add_openai_args(parser)
+    if "openai" in backends:
+        remote.add_openai_args(parser)
 
 
 def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--samples", type=int, default=1, help="samples per problem")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default %(default)s: off)")
+    parser.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest tokens (default %(default)s: off)")
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="default %(default)s")
     parser.add_argument("--stop", action="append", default=None, help="a stop sequence (repeatable); default per benchmark")
-    parser.add_argument("--stop-rule", default="none", choices=STOP_RULES,
-                        help="function: stop an answer once its function is complete; loop: once it only repeats "
-                        "itself (its last 300 characters equal those one period earlier); function,loop: either "
-                        "(docs/stopping.md); the hf backend cuts the text after generation instead")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-rule", default="none", choices=STOP_RULES, metavar="RULE",
+                        help=f"one of {', '.join(STOP_RULES)} (default %(default)s). function: stop an answer once its "
+                        "function is complete; loop: once it only repeats itself (its last 300 characters equal those "
+                        "one period earlier); function,loop: either (docs/stopping.md); the hf backend cuts the text "
+                        "after generation instead")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default %(default)s)")
 
 
 def add_execution_args(parser: argparse.ArgumentParser) -> None:
@@ -149,13 +165,17 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
     return load_benchmark(args.benchmark, args.split, parse_tasks(args.tasks), args.limit, args.partial)
 
 
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "seed")  # each one's flag: --top-p, ...
+
+
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
     if args.samples < 1:
         raise QuenchError(f"--samples must be at least 1, got {args.samples}")
     try:
         return SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens, args.seed)
     except ValueError as err:
-        raise QuenchError(str(err)) from None
+        field = next((f for f in SAMPLING_FIELDS if str(err).startswith(f)), None)  # the flag, not the field
+        raise QuenchError(f"--{field.replace('_', '-')}{str(err)[len(field):]}" if field else str(err)) from None
 
 
 def stops_from_args(args: argparse.Namespace, prompt_format: str) -> tuple[str, ...]:

@@ -41,7 +41,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--lr", type=float, default=defaults.learning_rate)
     train.add_argument("--top-k", type=int, default=defaults.top_k, help="teacher log-probabilities kept per position")
     train.add_argument("--seed", type=int, default=defaults.seed)
-    train.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     train.set_defaults(handler=run)
 
 
@@ -93,17 +92,11 @@ class BarProgress:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    if args.threads is not None and args.threads < 1:
-        raise QuenchError(f"--threads must be at least 1, got {args.threads}")
     validate.check_model_args(args)
     out = args.out or Path("runs") / f"draft-{Path(args.model).name}"
     validate.check_out_dir(out)
-    import torch
-
     from quench.training.distill import distill
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     started = time.perf_counter()
     target = console.load_model(args.model, args.dtype)
     progress = BarProgress()

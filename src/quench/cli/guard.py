@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--limit", default=None,
                        help="first N problems of each split and benchmark: N, or per split, e.g. train:48,validation:16")
     build.add_argument("--max-new-tokens", type=int, default=300)
-    common.add_model_args(build)
+    common.add_model_args(build, backends=("hf", "quench"))  # labels need the model's hidden states here
     build.set_defaults(handler=run_build)
 
     train = verbs.add_parser("train", help="train a guard on a dataset from build-data")

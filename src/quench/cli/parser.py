@@ -23,12 +23,30 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {command + ': ' if command else ''}{message}\n")
 
 
+def add_global_args(parser: argparse.ArgumentParser, default=None) -> None:
+    """Options every command takes, before or after its name (`default`: SUPPRESS where a subcommand must not
+    reset what the top level parsed)."""
+    parser.add_argument("-v", "--verbose", action="store_true", default=default if default is not None else False,
+                        help="log at INFO level")
+    parser.add_argument("--threads", type=int, default=default, metavar="N",
+                        help="torch CPU threads (default: one per CPU not busy with other work when the command starts)")
+
+
+def subparsers_of(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser below `parser` (subcommands and their verbs), each once."""
+    found: dict[int, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                for sub in (child, *subparsers_of(child)):
+                    found.setdefault(id(sub), sub)
+    return list(found.values())
+
+
 def build_parser(subcommands: Sequence[str]) -> argparse.ArgumentParser:
     parser = Parser(prog="quench", description="Fast, robust evaluation of code LLMs.")
     parser.add_argument("--version", action="version", version=f"quench {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch CPU threads (default: one per CPU not busy with other work when the command starts)")
+    add_global_args(parser)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in subcommands:
         try:
@@ -38,6 +56,8 @@ def build_parser(subcommands: Sequence[str]) -> argparse.ArgumentParser:
                 raise
             continue
         module.register(subparsers)
+    for sub in subparsers_of(parser):
+        add_global_args(sub, default=argparse.SUPPRESS)  # `quench run --threads 1` as `quench --threads 1 run`
     return parser
 
 

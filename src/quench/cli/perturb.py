@@ -19,7 +19,8 @@ from quench.perturbations.profile import DEFAULT_PROFILE, PROFILES, resolve_prof
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("perturb", help="ReCode perturbations of a benchmark (docstring, function name, code)")
     parser.add_argument("--list", action="store_true", help="list the transformations and exit")
-    parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, or a HumanEval-format .jsonl file")
+    parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, MBXP's mbjsp (JavaScript), mbgp (Go), mbcpp (C++), "
+                                                                      "mbjp (Java), or a HumanEval-format .jsonl file")
     parser.add_argument("--split", default=None, help="MBPP split: test (default), validation, train, fewshot, all")
     parser.add_argument("--tasks", default=None, help="task ids or numbers, e.g. '0,3,10-12'")
     parser.add_argument("--limit", type=int, default=None, help="keep the first N problems")

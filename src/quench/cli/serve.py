@@ -11,7 +11,7 @@ from quench.errors import QuenchError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a model over the OpenAI HTTP API (docs/serving.md)")
-    common.add_model_args(parser)
+    common.add_model_args(parser, backends=("quench",), engines=False)  # one engine, quench's, per process
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine only)")
     server.add_argument("--port", type=int, default=8000)
