@@ -201,15 +201,18 @@ def slug(text: str) -> str:
 _held_locks: list = []  # run-directory locks, held until the process exits
 
 
-def lock_run_dir(out: Path) -> None:
-    """One process per run directory: a second one would write every sample twice."""
+def lock_run_dir(out: Path, hold: bool = True) -> None:
+    """One process per run directory: a second one would write every sample twice (`hold=False`: only check)."""
     handle = (out / ".lock").open("a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
         raise QuenchError(f"{out}: another quench process is writing this run directory") from None
-    _held_locks.append(handle)
+    if hold:
+        _held_locks.append(handle)
+    else:
+        handle.close()
 
 
 def release_run_dirs() -> None:
@@ -227,6 +230,23 @@ def changed_settings(previous: dict, config: dict) -> list[str]:
     return sorted(k for k in keys if previous.get(k) != config.get(k))
 
 
+def refuse_changed_settings(out: Path, changed: list[str]) -> None:
+    if changed:
+        raise QuenchError(f"{out}: holds a run with other settings ({', '.join(changed)}); "
+                          "use another --out, or --overwrite to start it again")
+
+
+def check_run_dir(out: Path, known: dict, overwrite: bool = False) -> None:
+    """Before the model loads: --out is neither another process's run nor a run whose settings differ in those
+    `known` without the model; `prepare_run_dir` checks them all, and locks, once the model is loaded."""
+    if (out / ".lock").is_file():
+        lock_run_dir(out, hold=False)
+    config_path = out / "config.json"
+    if config_path.is_file() and not overwrite:
+        changed = changed_settings(json.loads(config_path.read_text()), known)
+        refuse_changed_settings(out, [name for name in changed if name in known])
+
+
 def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
     """Create and lock the run directory, or check that a resumed run uses the same settings."""
     out.mkdir(parents=True, exist_ok=True)
@@ -234,12 +254,7 @@ def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
     config_path = out / "config.json"
     if config_path.exists() and not overwrite:
         previous = json.loads(config_path.read_text())
-        changed = changed_settings(previous, config)
-        if changed:
-            raise QuenchError(
-                f"{out}: holds a run with other settings ({', '.join(changed)}); "
-                "use another --out, or --overwrite to start it again"
-            )
+        refuse_changed_settings(out, changed_settings(previous, config))
         log.info("resuming the run in %s", out)
         if previous != config:  # an older run directory: record what it lacked
             config_path.write_text(json.dumps({**config, **previous}, indent=2, sort_keys=True) + "\n")

@@ -33,13 +33,18 @@ def default_out(args: argparse.Namespace) -> Path:
 
 def run_config(args: argparse.Namespace, problems: list[Problem], loaded, stops: tuple[str, ...]) -> dict:
     """The run's settings for config.json: `dtype` as asked (e.g. auto), `dtype_used` what the model loaded as."""
+    return {**settings_before_load(args, problems), "dtype_used": str(loaded.dtype).removeprefix("torch."),
+            "prompt_format": loaded.prompt_format, "stop": list(stops)}
+
+
+def settings_before_load(args: argparse.Namespace, problems: list[Problem]) -> dict:
+    """The run's settings the flags decide alone (the loaded model decides the dtype, prompt format and stops)."""
     return {
-        "model": args.model, "dtype": args.dtype, "dtype_used": str(loaded.dtype).removeprefix("torch."),
-        "prompt_format": loaded.prompt_format, "backend": args.backend,
+        "model": args.model, "dtype": args.dtype, "backend": args.backend,
         "benchmark": args.benchmark, "split": args.split, "partial": args.partial,
         "tasks": [p.task_id for p in problems], "n": args.samples, "temperature": args.temperature,
         "top_p": args.top_p, "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-        "stop": list(stops), **stopping_config(args),
+        **stopping_config(args),
         "unsafe_unconfined": getattr(args, "unsafe_unconfined", False),  # `run` executes; `generate` does not
     }
 
@@ -50,10 +55,11 @@ def stopping_config(args: argparse.Namespace) -> dict:
 
 
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
-    """Load the model, prepare the run directory, generate what is missing; print progress."""
+    """Check the run directory, load the model, prepare the run directory, generate what is missing; print progress."""
     from tqdm import tqdm
 
     sampling = common.sampling_from_args(args)
+    common.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
     loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written

@@ -13,8 +13,8 @@ from quench.errors import QuenchError
 from quench.cli.perturb import add_profile_arg
 from quench.perturbations.base import CATEGORIES, names, perturbation_class
 
-# The embedded default: a HumanEval subset and transformation set that finish in minutes on a 2-core
-# CPU with the default model (5.5 min measured, see docs/benchmarks.md).
+# The embedded default: a HumanEval subset and transformation set sized for a 2-core CPU with the default
+# model (its time: docs/benchmarks.md, "The default `quench robustness`").
 DEFAULT_TASKS = "0-19"
 DEFAULT_SEEDS = 5  # ReCode's s
 DEMO_SEEDS = 1  # s of the default subset, so that `quench robustness` alone finishes in minutes
@@ -70,7 +70,7 @@ def apply_default_subset(args: argparse.Namespace) -> None:
         args.seeds = DEMO_SEEDS if demo else DEFAULT_SEEDS
     if demo:
         console.say(f"note: no --tasks/--limit given: the default subset HumanEval/{DEFAULT_TASKS}, s = {args.seeds} "
-                   f"(about 20 minutes on 2 cores without bf16 hardware); pass --limit 164 --seeds {DEFAULT_SEEDS} for ReCode's full setting")
+                   f"(its time on 2 cores: docs/benchmarks.md); pass --limit 164 --seeds {DEFAULT_SEEDS} for ReCode's full setting")
 
 
 def default_out(args: argparse.Namespace) -> Path:

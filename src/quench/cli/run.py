@@ -7,7 +7,7 @@ import json
 
 from quench.cli import common, console, validate
 from quench.cli.evaluate import evaluate_into, print_summary
-from quench.cli.generate import add_output_args, default_out, generate_into, run_config
+from quench.cli.generate import add_output_args, default_out, generate_into, run_config, settings_before_load
 from quench.errors import QuenchError
 
 
@@ -67,6 +67,7 @@ def run_with_budget(args: argparse.Namespace) -> int:
     out = args.out or default_out(args).with_name(default_out(args).name + f"-budget{args.time_budget:g}")
     validate.check_out_dir(out)
     sampling = common.sampling_from_args(args)
+    common.check_run_dir(out, {**settings_before_load(args, problems), "time_budget": args.time_budget}, args.overwrite)
     loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format, args.weights)
     stops = common.stops_from_args(args, loaded.prompt_format)
     settings = {**run_config(args, problems, loaded, stops), "time_budget": args.time_budget}

@@ -38,13 +38,13 @@ class DraftingDefaults:
 
 
 def drafting_defaults(batch_size: int) -> DraftingDefaults:
-    """What `EngineConfig` fills in for the drafting fields a caller leaves `None`.
+    """What `EngineConfig` fills in for the drafting fields a caller leaves `None` (the paired rounds that
+    chose them: docs/draft.md, "Why these defaults").
 
-    draft_stop: a model draft ends where the product of its tokens' draft probabilities falls below
-    it; against a per-token cut at 0.4 it won every paired round (hybrid, int8 draft): batch 8 greedy
-    1.25/1.18/1.14x regular against 1.11/1.13/1.13x, batch 1 (0.15 against no rule) greedy
-    1.59/1.68/1.67x against 1.53/1.61/1.62x. Verifying a drafted token costs more above batch 1.
-    min_model_draft: at batch 1 a floor of 2 tokens per model draft gave 1.05-1.09x the speed of 1.
+    draft_stop: a model draft ends where the product of its tokens' draft probabilities falls below it; the
+    bar is higher above batch 1, where verifying a drafted token costs more.
+    min_model_draft: a floor of 2 tokens per model draft pays at batch 1, where a drafted token costs little
+    to verify, and loses above it.
     row_copy_lengths: per-row copy caps pay above batch 1, where every drafted token is verified.
     """
     if batch_size == 1:
@@ -64,16 +64,16 @@ class EngineConfig:
     draft_tokens: int = 7  # the fixed length, or where BASS starts (the paper uses 7)
     max_draft_tokens: int = 32  # BASS's upper bound
     ngram_max: int = 3  # prompt lookup: longest suffix n-gram tried
-    ngram_min: int = 2  # ... and the shortest (1-token matches: ~22% accepted vs ~39% from 2+ on HumanEval)
+    ngram_min: int = 2  # ... and the shortest: 1-token matches are accepted far less often (docs/engine.md)
     draft_loop_tokens: int = 8  # prompt lookup: a row whose output is in a repetition loop drafts this many tokens
-    # of the loop's continuation, whatever the draft length (0: off; at most MAX_LOOP_TOKENS). Lossless; at batch 4
-    # 0.82x the wall time of a ReCode subset, at batch 64 0.94x (docs/benchmarks.md)
+    # of the loop's continuation, whatever the draft length (0: off; at most MAX_LOOP_TOKENS). Lossless; it pays where
+    # a step is bound by reading the weights, small batches (docs/benchmarks.md, loop drafting)
     dtype: str = "auto"  # "auto" keeps the model's dtype; else the model is converted in place
     fast_path: bool = True  # hand-written forward for Llama-family models; False = generic HF path
     prepack: bool = True  # pre-pack weights for oneDNN (CPU, bf16/fp32) on the fast path
     native_attention: bool = True  # the C decode-attention kernel (native.py) where a C compiler exists
-    compile: bool = False  # torch.compile the fast path's PyTorch forward (no prepack, no native kernel;
-    # measured 1.6-1.8x slower than the default, after a ~2 minute compile — see docs/engine.md)
+    compile: bool = False  # torch.compile the fast path's PyTorch forward (no prepack, no native kernel), off
+    # because the default path runs faster and needs no compile time (docs/engine.md)
     max_len: int | None = None  # a fixed KV cache length per slot; None sizes the cache for each call
     # (longest prompt + max_new_tokens + drafts), which no config can know in advance
     # Cost-aware drafting: each drafted token costs a draft forward and verification work, so a model
@@ -87,8 +87,8 @@ class EngineConfig:
     draft_int8: bool = True  # the draft model's products of a few rows from int8 weight copies where the CPU
     # has AMX int8 (half the bytes; the target verifies, so output is unchanged; docs/draft.md)
     draft_max_rows: int = 8  # speculation pauses (regular steps) while more rows than this are live (0: never
-    # pauses). Past 8 rows a step's drafts cost more than they save (hybrid at batch 16: greedy 0.99x, sampling
-    # 0.72x regular; batch 8 1.27-1.31x); vLLM's speculative_disable_by_batch_size does the same.
+    # pauses). Past 8 rows a step's drafts cost more than they save (docs/engine.md, Pausing); vLLM's
+    # speculative_disable_by_batch_size does the same.
     share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
     # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
     batch_invariant: bool | None = None  # the target's every step through kernels whose per-row sums do not depend
