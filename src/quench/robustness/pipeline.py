@@ -99,9 +99,10 @@ def digest(text: str) -> str:
 
 
 def variants_from_release(perturbed_dir: Path, problems: Sequence[Problem]) -> dict[tuple[str, int], list[Problem]]:
-    """ReCode's released variants for the selected tasks."""
-    wanted = {p.task_id for p in problems}
-    groups = group_variants(v for v in read_recode(perturbed_dir) if v.task_id in wanted)
+    """ReCode's released variants for the selected tasks, run on those tasks' tests (MBPP+'s extra inputs included)."""
+    benchmark = {p.task_id: p.benchmark for p in problems}
+    groups = group_variants(v.with_changes(benchmark=benchmark[v.task_id])
+                            for v in read_recode(perturbed_dir) if v.task_id in benchmark)
     if not groups:
         raise QuenchError(f"{perturbed_dir}: no released variant of the selected tasks")
     return groups
@@ -158,7 +159,8 @@ def problems_by_variant(problems: Sequence[Problem], variants: dict[tuple[str, i
 
 def partial_baselines(problems: Sequence[Problem], config: RobustnessConfig) -> dict[str, Problem]:
     """The nominal partial-code prompt of each task: from the baseline file when there is one (the
-    release's own, or the one `quench perturb` wrote beside its variants), else the profile's split."""
+    release's own, or the one `quench perturb` wrote beside its variants), else the profile's split.
+    A baseline from a file runs its task's tests (the file's rows do not name a benchmark)."""
     path = config.nominal_partial
     if path is None and config.perturbed_dir is not None:
         path = next(iter(sorted(Path(config.perturbed_dir).rglob("*_partial.jsonl"))), None)
@@ -167,8 +169,8 @@ def partial_baselines(problems: Sequence[Problem], config: RobustnessConfig) -> 
         return {p.task_id: split(p) for p in problems}
     released = {p.task_id: p for p in read_problems(Path(path))}
     log.info("partial-code baseline: %s", path)
-    return {p.task_id: released[p.task_id].with_changes(prompt_kind="partial") if p.task_id in released else split(p)
-            for p in problems}
+    return {p.task_id: released[p.task_id].with_changes(prompt_kind="partial", benchmark=p.benchmark)
+            if p.task_id in released else split(p) for p in problems}
 
 
 def same_model_input(units: Sequence[Unit]) -> dict[str, int]:
