@@ -40,3 +40,18 @@ def test_a_kernel_the_cpu_serves_but_the_config_turns_off_says_so():
     if result.library is not None and result.library.amx_available():  # and the whole report, where AMX runs
         report = {k.name: k for k in kernel_report(result, native.KernelConfig(amx=False, screen=False))}
         assert "disabled by config (QUENCH_AMX=0" in report["AMX tiles (GEMM, attention)"].reason
+
+
+def test_the_fixed_order_and_gguf_lines_name_what_the_build_vectorises():
+    from quench.native_target import fixed_gemm_vectorised
+
+    result = native.build_result()
+    if result.library is None:
+        return
+    report = {k.name: k for k in kernel_report(result, native.KernelConfig())}
+    fixed = report["fixed-order GEMM (batch invariance)"]
+    assert fixed.active and (fixed.reason != "portable C loops") == fixed_gemm_vectorised()
+    layers = report["layer loop in C (bfloat16, head size 64)"]
+    assert layers.active == bool(result.library.layers_available())
+    assert "this CPU has no" not in layers.reason or not layers.active  # an active kernel never gives a reason for off
+    assert report["GGUF block products (Q4_0 to Q6_K, as stored)"].active

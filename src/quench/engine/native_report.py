@@ -30,7 +30,8 @@ def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset
     library = result.library
     names = ("attention (RoPE + KV write + attention)", "norm and argmax glue", "small bfloat16 GEMM (AVX512-BF16)",
              "layer loop in C (bfloat16, head size 64)", "AMX tiles (GEMM, attention)", "screened greedy head (AMX int8)",
-             "int8 draft weights (AMX int8)")
+             "int8 draft weights (AMX int8)", "fixed-order GEMM (batch invariance)",
+             "GGUF block products (Q4_0 to Q6_K, as stored)")
     if library is None:
         return [KernelStatus(name, False, result.reason) for name in names]
     features = cpu_flags() if features is None else features
@@ -44,11 +45,30 @@ def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset
         KernelStatus(names[0], True, "AVX512-BF16, head size 64" if bf16 else "generic C loops"),
         KernelStatus(names[1], True, "AVX512" if library.avx512_available() else "portable C loops"),
         KernelStatus(names[2], bf16, bf16_reason),
-        KernelStatus(names[3], bool(library.layers_available()), bf16_reason),
+        _layer_loop(names[3], bool(library.layers_available()), bf16, bf16_reason),
         _switched(names[4], amx, amx_reason, config.amx, "QUENCH_AMX=0 / KernelConfig.amx"),
         _switched(names[5], screen, screen_reason, config.screen, "QUENCH_SCREEN=0 / KernelConfig.screen"),
         KernelStatus(names[6], screen, screen_reason),
+        KernelStatus(names[7], True, _vector_isa(library.avx512_available(), library.fixed_vector_available())),
+        KernelStatus(names[8], True, _QUANT_ISA.get(int(library.quant_level()), "portable C loops")),
     ]
+
+
+_QUANT_ISA = {1: "AVX2 + FMA + F16C", 2: "AVX-512"}
+
+
+def _vector_isa(avx512: bool, vector: bool) -> str:
+    """What the fixed-order kernels run on: AVX-512, AVX2 + FMA, or the portable scalar loop (same order on each)."""
+    if not vector:
+        return "portable C loops"
+    return "AVX-512" if avx512 else "AVX2 + FMA"
+
+
+def _layer_loop(name: str, built: bool, small_gemm: bool, bf16_reason: str) -> KernelStatus:
+    """The C layer loop runs its products on the small bfloat16 GEMM (AVX512-BF16) or on the fixed-order GEMM."""
+    if not built:
+        return KernelStatus(name, False, bf16_reason or "not in this build (needs AVX2 + FMA or AVX512-BF16)")
+    return KernelStatus(name, True, "AVX512-BF16 products" if small_gemm else "fixed-order AVX2 + FMA products")
 
 
 def _switched(name: str, served: bool, reason: str, enabled: bool, switch: str) -> KernelStatus:
