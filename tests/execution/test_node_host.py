@@ -227,6 +227,13 @@ def test_a_program_that_runs_past_its_limit_leaves_the_host_serving(pool: Sandbo
     assert host_pids(pool) == before
 
 
+def test_a_program_whose_own_limit_outlasts_the_hosts_runs_to_its_end(pool: SandboxPool) -> None:
+    # The host stops a program at the pool's limit (3 s); a calibrated limit above it starts node.
+    busy = whole("const end = Date.now() + 3800;\nwhile (Date.now() < end) {}\n")
+    [result] = pool.run_many([busy], timeouts=[8.0])
+    assert result.outcome is Outcome.passed, result.detail
+
+
 def test_a_program_that_stops_or_kills_the_host_harms_no_other(pool: SandboxPool) -> None:
     # A Python program with the mark gets the host's pipes; it signals the host directly.
     for signal_name in ("SIGSTOP", "SIGKILL"):

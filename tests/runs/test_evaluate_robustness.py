@@ -14,6 +14,7 @@ from quench.engine.hf_backend import HFBackend
 from quench.execution import SandboxLimits, SandboxPool
 from quench.execution.sanitize import program_for
 from quench.robustness.pipeline import RobustnessConfig, build_units, digest, read_variants, run_robustness
+from quench.runs.calibration import TimeLimitRule
 
 TRANSFORMS = ("FuncRenameCamelCase", "tab_indent")
 
@@ -27,7 +28,8 @@ def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("robustness")
     tokenizer = char_tokenizer()
     encode = lambda text: tuple(tokenizer(text[-60:], add_special_tokens=False)["input_ids"])  # noqa: E731
-    config = RobustnessConfig(TRANSFORMS, seeds=1, sampling=SamplingParams(max_new_tokens=12), prompt_format="completion")
+    config = RobustnessConfig(TRANSFORMS, seeds=1, sampling=SamplingParams(max_new_tokens=12), prompt_format="completion",
+                              time_limits=TimeLimitRule(5.0))
     backend = HFBackend(tiny_llama(), tokenizer, batch_size=4)
     with SandboxPool(1, SandboxLimits(timeout_s=5)) as pool:
         outcome = run_robustness(load_humaneval()[:2], config, backend, encode, lambda t: t, pool, out)
@@ -40,6 +42,13 @@ def test_samples_keep_the_task_id_and_name_their_variant(run_dir):
     assert {r["task_id"] for r in rows} == {"HumanEval/0", "HumanEval/1"}
     assert {"nominal/full", "nominal/partial"} <= {r["variant"] for r in rows}
     assert len({r["prompt_id"] for r in rows}) == len(rows)  # each distinct prompt generated once
+
+
+def test_one_limit_per_task_is_recorded_for_all_its_variants(run_dir):
+    out, *_ = run_dir
+    calibration = json.loads((out / "config.json").read_text())["calibration"]
+    assert set(calibration["timeouts"]) == {"HumanEval/0", "HumanEval/1"}
+    assert calibration["base_s"] == 5.0 and all(limit >= 5.0 for limit in calibration["timeouts"].values())
 
 
 def test_evaluate_scores_each_sample_as_the_robustness_run_did(run_dir, tmp_path):

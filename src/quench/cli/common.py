@@ -17,10 +17,12 @@ from quench.datasets import Problem, language_of, load_benchmark, parse_tasks
 from quench.datasets.problem import PLUS_BENCHMARK
 from quench.errors import QuenchError
 from quench.execution import SandboxLimits, SandboxPool, choose_isolation
+from quench.execution.limits import FACTOR as LIMIT_FACTOR
 from quench.execution.toolchains import prepare as prepare_toolchain
 from quench.engine import SamplingParams
 from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, MAX_LOOP_TOKENS, ConfigError, EngineConfig, drafting_defaults
 from quench.runs.backends import BackendOptions, make_backend
+from quench.runs.calibration import CONFIG_KEY as CALIBRATION_KEY, TimeLimitRule
 from quench.runs.samples import STOP_RULES
 from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
@@ -129,7 +131,15 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
 
 def add_execution_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="T_base: the floor of each problem's wall-clock limit per program (default "
+                             "%(default)s); with --timeout-factor 0, every program's limit")
+    parser.add_argument("--timeout-factor", type=float, default=LIMIT_FACTOR, metavar="K",
+                        help="each problem's programs may take max(T_base, K x its reference solution's time, "
+                             "measured here once before the samples run) (default %(default)g, evalplus'); "
+                             "recorded in config.json and reused on resume; 0: the fixed --timeout for every program. "
+                             "A problem without a reference gets T_base; MBPP+ limits each input from its "
+                             "reference's time instead")
     parser.add_argument("--k", default=None,
                         help="pass@k values, each at most the samples per problem (default: those of 1,10,100 it allows)")
     add_unconfined_arg(parser)
@@ -222,11 +232,12 @@ def release_run_dirs() -> None:
 
 
 ADDED_SETTINGS = ("dtype_used",)  # recorded since a later version: absent from older run directories
+RUN_RECORDS = (CALIBRATION_KEY,)  # what the run itself writes into config.json: measured, not a setting
 
 
 def changed_settings(previous: dict, config: dict) -> list[str]:
     """The settings a resumed run would change; a setting older run directories lack is not one of them."""
-    keys = set(previous) | (set(config) - {k for k in ADDED_SETTINGS if k not in previous})
+    keys = (set(previous) | (set(config) - {k for k in ADDED_SETTINGS if k not in previous})) - set(RUN_RECORDS)
     return sorted(k for k in keys if previous.get(k) != config.get(k))
 
 
@@ -370,6 +381,11 @@ def backend_from_args(args: argparse.Namespace, loaded):
 
     spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options)
     return make_ray_backend(args.ray, spec, RayOptions(num_actors=args.ray_actors, cpus_per_actor=args.ray_cpus_per_actor))
+
+
+def time_limit_rule(args: argparse.Namespace) -> TimeLimitRule:
+    """--timeout and --timeout-factor: each problem's limit (runs/calibration.py)."""
+    return TimeLimitRule(args.timeout, args.timeout_factor)
 
 
 def plus_limits(limits: SandboxLimits, problems: Iterable[Problem], workers: int | None) -> SandboxLimits:

@@ -13,6 +13,7 @@ from quench.datasets import Problem
 from quench.datasets.loading import MBPP_PLUS, MBXP
 from quench.cli import common, console, validate
 from quench.errors import InputFileError, QuenchError
+from quench.runs.calibration import problem_limits
 from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
 from quench.runs.samples import read_samples
 
@@ -48,11 +49,15 @@ def execute_into(
 
     check_sample_tasks(samples, by_id, source)
     ks = common.parse_ks(args.k)
-    bar = tqdm(total=len(samples), desc="execute", unit="program", dynamic_ncols=True)
+    tasks = {str(s["task_id"]) for s in samples}
+    nominal = [problem for (task, variant), problem in by_id.items() if not variant and task in tasks]
     with common.pool_from_args(args, by_id.values()) as pool:
         common.say_isolation(pool.isolation)
+        limits = problem_limits(nominal, pool, common.time_limit_rule(args), out)
+        bar = tqdm(total=len(samples), desc="execute", unit="program", dynamic_ncols=True)
         try:
-            results = execute_samples(samples, by_id, pool, out / "results.jsonl", on_result=lambda r: bar.update(1))
+            results = execute_samples(samples, by_id, pool, out / "results.jsonl", on_result=lambda r: bar.update(1),
+                                      limits=limits)
         finally:
             bar.close()
     summary = replace(summarize(results, ks, skipped), isolation=pool.isolation,

@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     stops = common.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
                               loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule, profile=args.profile,
-                              nominal_partial=args.nominal_partial, order_seed=args.seed)
+                              nominal_partial=args.nominal_partial, order_seed=args.seed,
+                              time_limits=common.time_limit_rule(args))
     settings = {"model": args.model, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
                 "prompt_format": loaded.prompt_format,
                 "benchmark": args.benchmark, "split": args.split, "tasks": [p.task_id for p in problems],

@@ -156,6 +156,8 @@ def check_execution_args(args: argparse.Namespace) -> None:
     check_positive(args.workers, "--workers")
     if not args.timeout > 0:
         raise QuenchError(f"--timeout must be positive, got {args.timeout:g}")
+    if not getattr(args, "timeout_factor", 0.0) >= 0:  # quench perturb has no --timeout-factor
+        raise QuenchError(f"--timeout-factor must be 0 (a fixed --timeout) or positive, got {args.timeout_factor:g}")
     check_toolchain(getattr(args, "benchmark", ""))
 
 

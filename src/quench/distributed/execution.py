@@ -13,7 +13,7 @@ import math
 import os
 from collections import Counter
 from types import TracebackType
-from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
+from typing import Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -34,7 +34,7 @@ DEFAULT_CHUNK = 8  # programs per Ray call (see docs/ray.md for the measurement)
 # fit next to idle generation actors that hold every CPU. They are placed by the nodes' CPU counts
 # instead (`cpu_slots`), one sandbox worker per CPU.
 RESERVED_CPUS = 0
-Numbered = tuple[int, str]  # (driver-side item number, program)
+Numbered = tuple[int, str, float | None]  # (driver-side item number, program, its limit; None: the pool's)
 
 
 @ray.remote(max_restarts=0)
@@ -51,7 +51,8 @@ class ExecutionWorker:
         return {"node": node_id(), "pid": os.getpid(), "isolation": self.pool.isolation, "confined": self.pool.confined}
 
     def run(self, chunk: list[Numbered]) -> list[tuple[int, ExecutionResult]]:
-        return list(self.pool.imap(chunk))
+        timeouts = {number: timeout for number, _, timeout in chunk if timeout}
+        return list(self.pool.imap(((number, program) for number, program, _ in chunk), timeouts or None))
 
     def close(self) -> None:
         self.pool.close()
@@ -127,22 +128,27 @@ class RayPool:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def run_many(self, programs: Sequence[str]) -> list[ExecutionResult]:
-        """Results in the order of `programs`."""
-        return in_order(self.imap(enumerate(programs)), len(programs))
+    def run_many(self, programs: Sequence[str], timeouts: Sequence[float] | None = None) -> list[ExecutionResult]:
+        """Results in the order of `programs`; `timeouts`: each program's own wall-clock limit."""
+        limits = dict(enumerate(timeouts)) if timeouts is not None else None
+        return in_order(self.imap(enumerate(programs), limits), len(programs))
 
-    def imap(self, items: Iterable[tuple[K, str]]) -> Iterator[tuple[K, ExecutionResult]]:
-        """Yield `(key, result)` as chunks finish (unordered)."""
+    def imap(
+        self, items: Iterable[tuple[K, str]], timeouts: Mapping[K, float] | None = None
+    ) -> Iterator[tuple[K, ExecutionResult]]:
+        """Yield `(key, result)` as chunks finish (unordered); `timeouts` maps a key to its own limit."""
         self.start()
         keyed = list(items)
+        limits = timeouts or {}
         size = balanced_size(len(keyed), self.fleet.size, self.options.chunk_size or DEFAULT_CHUNK, self.options.inflight_per_actor)
-        chunks = batched(((number, program) for number, (_, program) in enumerate(keyed)), size)
-        per_program = self.limits.timeout_s + GRACE_S
+        chunks = batched(((number, program, limits.get(key)) for number, (key, program) in enumerate(keyed)), size)
         done: set[int] = set()
-        for _, results in dispatch(
-            self.fleet, chunks, lambda actor, chunk: actor.run.remote(chunk),
-            lambda chunk: 60.0 + per_program * math.ceil(len(chunk) / self._per_actor),
-        ):
+
+        def chunk_deadline(chunk: list[Numbered]) -> float:
+            longest = max((timeout or self.limits.timeout_s for _, _, timeout in chunk), default=self.limits.timeout_s)
+            return 60.0 + (longest + GRACE_S) * math.ceil(len(chunk) / self._per_actor)
+
+        for _, results in dispatch(self.fleet, chunks, lambda actor, chunk: actor.run.remote(chunk), chunk_deadline):
             for number, result in results:
                 if number in done:
                     self.stats.duplicates_dropped += 1

@@ -229,7 +229,9 @@ class ForkServer:
         code, error = compile_program(program)
         if error is not None:
             return {"record": error[0], "detail": error[1], "seconds": time.monotonic() - start}
-        host = self.host if self.host_mark and program.startswith(self.host_mark) else None
+        # The host stops a program at its own limit (the config's): one with a longer one starts node itself.
+        fits = timeout_s <= self.config["timeout_s"]
+        host = self.host if fits and self.host_mark and program.startswith(self.host_mark) else None
         host_fds = (host.requests, host.answers) if host is not None and host.ensure() else None
         os.mkdir(self.workdir, 0o700)
         if self.config["run_uid"] is not None:

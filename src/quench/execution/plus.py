@@ -30,7 +30,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from quench.datasets.mbppplus import PlusTask, plus_task
 from quench.datasets.problem import Problem
@@ -257,7 +257,8 @@ class PlusPool:
         self.pool = pool
         self.isolation = getattr(pool, "isolation", "")
 
-    def imap(self, items: Iterable[tuple[K, str]]) -> Iterator[tuple[K, PlusResult]]:
+    def imap(self, items: Iterable[tuple[K, str]], timeouts: Mapping[K, float] | None = None) -> Iterator[tuple[K, PlusResult]]:
+        """`timeouts`: a key's own wall-clock limit, for its run and its base-only rerun."""
         programs: dict[K, str] = {}
         killed: dict[K, ExecutionResult] = {}
 
@@ -266,12 +267,12 @@ class PlusPool:
                 programs[key] = program
                 yield key, program
 
-        for key, result in self.pool.imap(remember()):
+        for key, result in self.pool.imap(remember(), timeouts):
             if has_verdict(result):
                 programs.pop(key)
                 yield key, split_verdicts(result)
             else:
                 killed[key] = result
         reruns = ((key, base_only(programs[key])) for key in killed)
-        for key, base in self.pool.imap(reruns):
+        for key, base in self.pool.imap(reruns, timeouts):
             yield key, PlusResult(harness_result(base), killed[key])

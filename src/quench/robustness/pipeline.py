@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 from quench.datasets import Problem, partial_problem, read_problems
 from quench.datasets.problem import PLUS_BENCHMARK, problem_from_json
 from quench.errors import QuenchError
+from quench.runs.calibration import TimeLimitRule, problem_limits
 from quench.runs.evaluate import ProblemKey, execute_pending
 from quench.execution.sanitize import program_for
 from quench.execution.plus import PlusPool
@@ -58,6 +59,7 @@ class RobustnessConfig:
     stop_rule: str = "none"  # a text rule beyond stop sequences: "function", "loop" or both (STOP_RULES; docs/stopping.md)
     examples_per_category: int = 3
     order_seed: int | None = 0  # generation order: the distinct prompts shuffled with this seed (None: as built)
+    time_limits: TimeLimitRule | None = None  # each task's limit (runs/calibration.py); None: the pool's for every program
 
 
 @dataclass(frozen=True)
@@ -249,6 +251,19 @@ def execution_jobs(units: Sequence[Unit], samples: dict[tuple[str, int], dict], 
     return [({"program_id": pid}, program) for pid, program in jobs.items()], program_of
 
 
+def job_timeouts(problems: Sequence[Problem], units: Sequence[Unit], jobs: Sequence[tuple[dict, str]],
+                 program_of: dict[tuple[int, int], str], config: RobustnessConfig, pool, out: Path) -> list[float | None] | None:
+    """Each job's limit: its task's, calibrated on the nominal problem's reference and reused for every
+    variant. A perturbation changes the prompt, not the work the tests ask of a solution, so timing each
+    variant's reference would cost a run per (transformation, seed) to learn the same time, and its noise
+    could give one completion two limits under two variants: a drop that came from the clock."""
+    if config.time_limits is None:
+        return None
+    limits = problem_limits(problems, pool, config.time_limits, out)
+    task_of = {program_id: units[u].task_id for (u, _), program_id in program_of.items()}
+    return [limits.get(task_of[fields["program_id"]]) for fields, _ in jobs]
+
+
 def collect_run(units: Sequence[Unit], program_of: dict[tuple[int, int], str], passed: dict[str, bool], n: int) -> RobustnessRun:
     per_group: dict[tuple[str, str], dict[str, tuple[bool, ...]]] = {}
     for u, unit in enumerate(units):
@@ -330,9 +345,10 @@ def run_robustness(
     samples = {sample_key(r): r for r in records}  # (prompt id, index); runs from before labels: the same
     jobs, program_of = execution_jobs(units, samples, config.n)
     progress.stage("execute", len(jobs))
+    timeouts = job_timeouts(problems, units, jobs, program_of, config, pool, out)
     plus = any(p.benchmark == PLUS_BENCHMARK for p in problems)  # two verdicts per program (execution/plus.py)
     results = execute_pending(jobs, ("program_id",), PlusPool(pool) if plus else pool, out / RESULTS_FILE,
-                              progress.execution)
+                              progress.execution, timeouts)
     passed = {r["program_id"]: bool(r["passed"]) for r in results}
     detail = {r["program_id"]: f'{r["outcome"]}: {r.get("detail", "")}'.strip(": ") for r in results}
     run = collect_run(units, program_of, passed, config.n)

@@ -116,21 +116,26 @@ def execute_pending(
     pool,
     path: Path,
     on_result: Callable[[dict], None] | None = None,
+    timeouts: Sequence[float | None] | None = None,
 ) -> list[dict]:
     """Run each (fields, program) job whose key is not yet in `path`; append one record per result.
 
-    Returns one record per job: a record on disk that no job asks for (another input evaluated
-    into the same directory) stays in the file but is not counted.
+    `timeouts`: each job's own wall-clock limit (None, or a None in it: the pool's). Returns one
+    record per job: a record on disk that no job asks for (another input evaluated into the same
+    directory) stays in the file but is not counted.
     """
     def key(record: dict) -> tuple:
         return tuple(record.get(f) for f in key_fields)
 
     on_disk = {key(r): r for r in resume_log(path, ("outcome", "passed"))}
-    todo = [(fields, program) for fields, program in jobs if key(fields) not in on_disk]
+    pending = [j for j, (fields, _) in enumerate(jobs) if key(fields) not in on_disk]
+    todo = [jobs[j] for j in pending]
     log.info("%d results on disk, %d programs to execute", len(on_disk), len(todo))
+    items = ((i, program) for i, (_, program) in enumerate(todo))
+    limits = {i: timeouts[j] for i, j in enumerate(pending) if timeouts[j]} if timeouts is not None else None
     out = JsonlAppender(path)
     try:
-        for index, result in pool.imap((i, program) for i, (_, program) in enumerate(todo)):
+        for index, result in pool.imap(items, limits) if limits else pool.imap(items):
             record = result_record(todo[index][0], result)
             out.write(record)
             on_disk[key(record)] = record
@@ -147,9 +152,11 @@ def execute_samples(
     pool,
     path: Path,
     on_result: Callable[[dict], None] | None = None,
+    limits: Mapping[str, float] | None = None,
 ) -> list[dict]:
     """Run every sample not yet in `path`; an empty completion is recorded as the sample's failure.
-    A result is reused only for the same sample and the same program (`program_id`)."""
+    A result is reused only for the same sample and the same program (`program_id`). `limits`:
+    task_id -> its programs' wall-clock limit (quench.runs.calibration; a variant's is its task's)."""
     names = ("task_id", "variant", "sample_index") if any("variant" in s for s in samples) else ("task_id", "sample_index")
     jobs = []
     for s in samples:
@@ -157,7 +164,8 @@ def execute_samples(
         jobs.append(({**{f: s.get(f, "") for f in names}, "program_id": program_id(program)}, program))
     if any(problems[problem_key(s)].benchmark == PLUS_BENCHMARK for s in samples):
         pool = PlusPool(pool)
-    return execute_pending(jobs, (*names, "program_id"), pool, path, on_result)
+    timeouts = [limits.get(str(s["task_id"])) for s in samples] if limits else None
+    return execute_pending(jobs, (*names, "program_id"), pool, path, on_result, timeouts)
 
 
 def program_id(program: str) -> str:
