@@ -2,7 +2,8 @@
 
 Perturbation time (the 60 s budget) and validation time are measured separately; the two
 model-based transformations run on a small subset with the default model. Prints a markdown
-table of share changed / share valid per transformation (docs/perturbations.md quotes it).
+table of share changed / share valid per transformation, with the variants refused and those the
+sentence encoder scored below the meaning threshold (docs/perturbations.md quotes it).
 
     python benchmarks/perturb.py [--seeds 5] [--no-validate] [--model-subset 8] [--profile recode] [--json out.json]
 """
@@ -39,11 +40,14 @@ def main() -> int:
                               profile=args.profile)
     perturb_s = sum(s.seconds for s in result.stats.values())
     print(f"with validation: perturbation {perturb_s:.1f} s, validation {result.validation_seconds:.1f} s wall\n")
-    print("| transformation | category | changed | valid | valid of changed | perturb s |")
-    print("|---|---|---:|---:|---:|---:|")
+    check = result.meaning_check
+    print(f"wording check: {check['encoder']} cosine >= {check['threshold']}" if check else
+          "wording check: not run (pip install quench[meaning] for the sentence encoder)")
+    print("| transformation | category | changed | valid | valid of changed | refused | below threshold | perturb s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for s in result.stats.values():
         print(f"| {s.name} | {s.category} | {s.share_changed:.1%} | {s.share_valid:.1%} | "
-              f"{s.share_changed_valid:.1%} | {s.seconds:.2f} |")
+              f"{s.share_changed_valid:.1%} | {s.refused} | {s.meaning_failed} | {s.seconds:.2f} |")
     numbers = {"perturb_wall_seconds": wall, "perturb_cpu_seconds": cpu, "validation_seconds": result.validation_seconds,
                "summary": result.summary()}
 
