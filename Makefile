@@ -12,11 +12,15 @@ $(VENV)/.quench-installed: pyproject.toml constraints-cpu.txt scripts/setup.sh
 demo: setup
 	$(QUENCH) robustness --out runs/demo
 
+# Two pytest-xdist workers, each test file on one of them (tests/conftest.py): the suite's processes wait on
+# sandboxes, servers and subprocesses, so two workers use both cores of a 2-core machine.
+PYTEST = $(VENV)/bin/python -m pytest -q -ra -n 2
+
 test: setup
-	$(VENV)/bin/python -m pytest -q -ra -m "not full"
+	$(PYTEST) -m "not full"
 
 test-full: setup
-	$(VENV)/bin/python -m pytest -q -ra -m full
+	$(PYTEST) -m full
 
 test-fast: setup
-	$(VENV)/bin/python -m pytest -q -ra -m "not slow and not full"
+	$(PYTEST) -m "not slow and not full"
