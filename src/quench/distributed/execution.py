@@ -23,7 +23,7 @@ from quench.distributed.cluster import cpu_slots, node_id
 from quench.distributed.config import RayOptions
 from quench.distributed.dispatch import DispatchStats, Fleet, dispatch
 from quench.execution import ExecutionResult, Isolation, SandboxLimits, SandboxPool, choose_isolation
-from quench.execution.pool import GRACE_S, in_order
+from quench.execution.pool import GRACE_S, run_in_order
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +130,7 @@ class RayPool:
 
     def run_many(self, programs: Sequence[str], timeouts: Sequence[float] | None = None) -> list[ExecutionResult]:
         """Results in the order of `programs`; `timeouts`: each program's own wall-clock limit."""
-        limits = dict(enumerate(timeouts)) if timeouts is not None else None
-        return in_order(self.imap(enumerate(programs), limits), len(programs))
+        return run_in_order(self, programs, timeouts)
 
     def imap(
         self, items: Iterable[tuple[K, str]], timeouts: Mapping[K, float] | None = None

@@ -267,8 +267,7 @@ class SandboxPool:
 
     def run_many(self, programs: Sequence[str], timeouts: Sequence[float] | None = None) -> list[ExecutionResult]:
         """Results in the order of `programs`; `timeouts`: each program's own wall-clock limit."""
-        limits = dict(enumerate(timeouts)) if timeouts is not None else None
-        return in_order(self.imap(enumerate(programs), limits), len(programs))
+        return run_in_order(self, programs, timeouts)
 
     def imap(
         self, items: Iterable[tuple[K, str]], timeouts: Mapping[K, float] | None = None
@@ -386,6 +385,12 @@ def _encode(message: dict[str, object]) -> bytes:
 
 def _decode(data: bytes) -> dict[str, object]:
     return dict(json.loads(data))
+
+
+def run_in_order(pool, programs: Sequence[str], timeouts: Sequence[float] | None) -> list[ExecutionResult]:
+    """`run_many` of a pool whose `imap` yields `(key, result)` as programs finish: results in `programs`' order."""
+    limits = dict(enumerate(timeouts)) if timeouts is not None else None
+    return in_order(pool.imap(enumerate(programs), limits), len(programs))
 
 
 def in_order(pairs: Iterable[tuple[int, ExecutionResult]], count: int) -> list[ExecutionResult]:
