@@ -36,8 +36,8 @@ from quench.engine.types import GenerationRequest, SamplingParams
 from quench.execution import SandboxPool
 from quench.execution.sanitize import program_for, sanitize
 from quench.models import encode_prompt, load_model
-from quench.execution.intervals import BootstrapConfig, mean_intervals
 from quench.runs.backends import BackendOptions, make_backend
+from quench.stats.intervals import BootstrapConfig, mean_intervals
 from quench.stopping import default_stop_sequences
 from quench.stopping.dataset import label_answers
 from quench.stopping.loading import load_guard

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from quench.robustness.compare import difference_cell
-from quench.execution.intervals import BootstrapConfig, mean_intervals, paired_difference
 from quench.robustness.tables import with_interval
+from quench.stats.intervals import BootstrapConfig, mean_intervals, paired_difference
 from quench.runs.budget_run import pass_first_and_all
 
 MODES = {"regular": "none", "hybrid": "hybrid"}

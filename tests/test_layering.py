@@ -24,18 +24,19 @@ ALLOWED: dict[str, set[str]] = {
     "threads": {"errors"},
     "native_target": set(),  # the kernels' CPU level and compiler, read by the engine and by --dtype auto
     "datasets": {"errors"},
+    "stats": set(),  # pass@k and bootstrap intervals: numbers in, numbers out
     "models": {"errors", "native_target"},
     "engine": {"errors", "models", "trusted_files", "native_target"},
     "execution": {"errors", "datasets", "trusted_files"},
     "stopping": {"errors", "datasets", "engine", "execution"},
     "perturbations": {"errors", "datasets", "execution", "models"},
-    "runs": {"errors", "datasets", "engine", "execution", "models", "stopping"},
+    "runs": {"errors", "datasets", "engine", "execution", "models", "stopping", "stats"},
     "training": {"errors", "datasets", "engine", "models", "perturbations"},
-    "robustness": {"errors", "datasets", "engine", "execution", "perturbations", "runs"},
+    "robustness": {"errors", "datasets", "engine", "execution", "perturbations", "runs", "stats"},
     "distributed": {"errors", "engine", "execution", "models", "runs"},
     "serve": {"errors", "engine", "models", "runs", "distributed"},  # distributed: --ray replicas
     "cli": {"errors", "threads", "native_target", "datasets", "models", "engine", "execution", "stopping", "perturbations", "runs",
-            "training", "robustness", "distributed", "serve"},
+            "training", "robustness", "distributed", "serve", "stats"},
 }
 ABOVE_THE_ENGINE = {"stopping", "execution", "robustness", "runs", "perturbations", "training", "cli"}
 

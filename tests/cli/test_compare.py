@@ -11,7 +11,7 @@ import pytest
 from quench.cli.main import main
 from quench.robustness import RobustnessRun, VariantOutcomes, robustness_metrics, write_report
 from quench.robustness.compare import McNemar, compare_runs, load_run, mcnemar, verdict
-from quench.execution.intervals import BootstrapConfig, Interval
+from quench.stats.intervals import BootstrapConfig, Interval
 
 TASKS = [f"HumanEval/{i}" for i in range(60)]
 

@@ -18,7 +18,7 @@ from quench.robustness import (
     write_report,
 )
 from quench.robustness.html import highlight_pair
-from quench.execution.intervals import BootstrapConfig
+from quench.stats.intervals import BootstrapConfig
 from quench.robustness.report import console_summary, load_outcomes
 
 T, F = True, False

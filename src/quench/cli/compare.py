@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         raise QuenchError(f"--resamples must be at least 100, got {args.resamples}")
     check_out(args.out)
     from quench.robustness.compare import compare_runs, comparison_json, load_run, table_cells, write_comparison
-    from quench.execution.intervals import BootstrapConfig
+    from quench.stats.intervals import BootstrapConfig
 
     bootstrap = BootstrapConfig(resamples=args.resamples, seed=args.seed)
     run_a, run_b = load_run(args.run_a), load_run(args.run_b)

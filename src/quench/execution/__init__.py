@@ -1,7 +1,6 @@
-"""Running untrusted programs: sandboxed worker pool, typed outcomes, pass@k."""
+"""Running untrusted programs: sandboxed worker pool, typed outcomes."""
 
 from quench.execution.outcomes import ExecutionResult, Outcome
-from quench.execution.passk import mean_pass_at_k, pass_at_k
 from quench.execution.pool import SandboxPool
 from quench.execution.sandbox import Isolation, SandboxLimits, bwrap_works, choose_isolation
 
@@ -13,6 +12,4 @@ __all__ = [
     "SandboxPool",
     "bwrap_works",
     "choose_isolation",
-    "mean_pass_at_k",
-    "pass_at_k",
 ]

@@ -17,12 +17,12 @@ from typing import Sequence
 import numpy as np
 
 from quench.errors import QuenchError
-from quench.execution.intervals import BootstrapConfig, Interval, paired_difference, paired_drop_difference
 from quench.perturbations.base import CATEGORIES
 from quench.robustness.metrics import (
     ProblemCounts, RobustnessRun, outcomes_from_results, per_problem_values, problem_counts,
 )
 from quench.robustness.report import METRICS_FILE, OUTCOMES_FILE, load_outcomes
+from quench.stats.intervals import BootstrapConfig, Interval, paired_difference, paired_drop_difference
 
 RUN_RESULTS = "results.jsonl"  # `quench run`: one record per (task, sample) with `passed`
 RUN_SUMMARY = "summary.json"

@@ -21,9 +21,9 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from quench.errors import QuenchError
-from quench.execution.passk import mean_pass_at_k, pass_at_k_per_problem
 from quench.perturbations.base import CATEGORIES, CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME, RECODE_ORDER
-from quench.execution.intervals import BootstrapConfig, Interval, drop_interval, mean_intervals
+from quench.stats.intervals import BootstrapConfig, Interval, drop_interval, mean_intervals
+from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
 
 Outcomes = Mapping[str, tuple[bool, ...]]  # task_id → pass/fail of each sample index
 

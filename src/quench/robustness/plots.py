@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from quench.execution.intervals import Interval
 from quench.robustness.metrics import GroupMetrics, RobustnessMetrics
+from quench.stats.intervals import Interval
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

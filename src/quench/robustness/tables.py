@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from quench.execution.intervals import BootstrapConfig, Interval
 from quench.robustness.metrics import GroupMetrics
+from quench.stats.intervals import BootstrapConfig, Interval
 
 def method_note(bootstrap: BootstrapConfig) -> str:
     """The paragraph under the report's tables: units, the interval method, what each column counts."""

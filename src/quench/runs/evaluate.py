@@ -25,11 +25,11 @@ import numpy as np
 
 from quench.datasets.problem import PLUS_BENCHMARK, Problem
 from quench.errors import QuenchError
-from quench.execution.intervals import BootstrapConfig, Interval, mean_intervals
-from quench.execution.passk import mean_pass_at_k, pass_at_k_per_problem
 from quench.execution.plus import PlusPool, PlusResult
 from quench.execution.sanitize import program_for
 from quench.runs.samples import JsonlAppender, read_records, resume_log
+from quench.stats.intervals import BootstrapConfig, Interval, mean_intervals
+from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quench.execution import mean_pass_at_k, pass_at_k
+from quench.stats.passk import mean_pass_at_k, pass_at_k
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from quench.execution.intervals import (
+from quench.stats.intervals import (
     TOO_FEW_NOMINAL,
     BootstrapConfig,
     Interval,
