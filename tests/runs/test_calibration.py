@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import skip_reason
 
-from quench.cli import common
 from quench.cli.main import main
 from quench.execution.limits import limit_for
+from quench.runs import rundir
 
 BASE_S = 0.6  # --timeout: below what the slow problem's reference takes, so its limit is k times that
 REFERENCE_SLEEP_S = 0.5
@@ -97,12 +97,12 @@ def test_a_resumed_run_reads_the_reference_times_from_config_json(inputs, tmp_pa
 
 def test_a_recorded_calibration_is_not_a_changed_setting_on_resume(tmp_path):
     settings = {"benchmark": "humaneval", "n": 1}
-    common.prepare_run_dir(tmp_path, settings)
-    common.release_run_dirs()
+    rundir.prepare_run_dir(tmp_path, settings)
+    rundir.release_run_dirs()
     with_calibration = {**settings, "calibration": {"base_s": 10.0, "factor": 4.0, "timeouts": {}, "reference_seconds": {}}}
     (tmp_path / "config.json").write_text(json.dumps(with_calibration))
     try:
-        common.prepare_run_dir(tmp_path, settings)  # resumes: no "other settings" error
+        rundir.prepare_run_dir(tmp_path, settings)  # resumes: no "other settings" error
     finally:
-        common.release_run_dirs()
+        rundir.release_run_dirs()
     assert json.loads((tmp_path / "config.json").read_text()) == with_calibration

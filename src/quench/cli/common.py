@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import fcntl
-import json
-import logging
 import os
 import re
 from pathlib import Path
@@ -22,12 +19,10 @@ from quench.execution.toolchains import prepare as prepare_toolchain
 from quench.engine import SamplingParams
 from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, MAX_LOOP_TOKENS, ConfigError, EngineConfig, drafting_defaults
 from quench.runs.backends import BackendOptions, make_backend
-from quench.runs.calibration import CONFIG_KEY as CALIBRATION_KEY, TimeLimitRule
+from quench.runs.calibration import TimeLimitRule
 from quench.runs.samples import STOP_RULES
 from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
-
-log = logging.getLogger(__name__)
 
 ENGINE_DEFAULTS = EngineConfig()  # the flags' defaults are the engine's own
 ENGINE_FLAGS = {  # flag -> EngineConfig field
@@ -206,74 +201,6 @@ def parse_ks(spec: str) -> tuple[int, ...]:
 
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(text).name or text).strip("-")
-
-
-_held_locks: list = []  # run-directory locks, held until the process exits
-
-
-def lock_run_dir(out: Path, hold: bool = True) -> None:
-    """One process per run directory: a second one would write every sample twice (`hold=False`: only check)."""
-    handle = (out / ".lock").open("a")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise QuenchError(f"{out}: another quench process is writing this run directory") from None
-    if hold:
-        _held_locks.append(handle)
-    else:
-        handle.close()
-
-
-def release_run_dirs() -> None:
-    """Unlock the run directories this process holds (the command is over)."""
-    while _held_locks:
-        _held_locks.pop().close()
-
-
-ADDED_SETTINGS = ("dtype_used",)  # recorded since a later version: absent from older run directories
-RUN_RECORDS = (CALIBRATION_KEY,)  # what the run itself writes into config.json: measured, not a setting
-
-
-def changed_settings(previous: dict, config: dict) -> list[str]:
-    """The settings a resumed run would change; a setting older run directories lack is not one of them."""
-    keys = (set(previous) | (set(config) - {k for k in ADDED_SETTINGS if k not in previous})) - set(RUN_RECORDS)
-    return sorted(k for k in keys if previous.get(k) != config.get(k))
-
-
-def refuse_changed_settings(out: Path, changed: list[str]) -> None:
-    if changed:
-        raise QuenchError(f"{out}: holds a run with other settings ({', '.join(changed)}); "
-                          "use another --out, or --overwrite to start it again")
-
-
-def check_run_dir(out: Path, known: dict, overwrite: bool = False) -> None:
-    """Before the model loads: --out is neither another process's run nor a run whose settings differ in those
-    `known` without the model; `prepare_run_dir` checks them all, and locks, once the model is loaded."""
-    if (out / ".lock").is_file():
-        lock_run_dir(out, hold=False)
-    config_path = out / "config.json"
-    if config_path.is_file() and not overwrite:
-        changed = changed_settings(json.loads(config_path.read_text()), known)
-        refuse_changed_settings(out, [name for name in changed if name in known])
-
-
-def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
-    """Create and lock the run directory, or check that a resumed run uses the same settings."""
-    out.mkdir(parents=True, exist_ok=True)
-    lock_run_dir(out)
-    config_path = out / "config.json"
-    if config_path.exists() and not overwrite:
-        previous = json.loads(config_path.read_text())
-        refuse_changed_settings(out, changed_settings(previous, config))
-        log.info("resuming the run in %s", out)
-        if previous != config:  # an older run directory: record what it lacked
-            config_path.write_text(json.dumps({**config, **previous}, indent=2, sort_keys=True) + "\n")
-        return
-    if overwrite:
-        for name in ("samples.jsonl", "results.jsonl", "summary.json", "elapsed.json"):
-            (out / name).unlink(missing_ok=True)
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def add_ray_args(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from quench.datasets import Problem
 from quench.datasets.loading import MBPP_PLUS, MBXP
 from quench.cli import common, console, validate
 from quench.errors import InputFileError, QuenchError
+from quench.runs import rundir
 from quench.runs.calibration import problem_limits
 from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
 from quench.runs.samples import read_samples
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     validate.check_out_dir(out)
     check_output_dir(args.samples, out)
     out.mkdir(parents=True, exist_ok=True)
-    common.lock_run_dir(out)
+    rundir.lock_run_dir(out)
     report_skipped(skipped)
     print_summary(execute_into(samples, problems, out, args, str(args.samples), len(skipped)), out)
     return 0

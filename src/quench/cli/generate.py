@@ -8,6 +8,7 @@ from pathlib import Path
 
 from quench.datasets import Problem
 from quench.cli import common, console, validate
+from quench.runs import rundir
 from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
 
 
@@ -59,11 +60,11 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     from tqdm import tqdm
 
     sampling = common.sampling_from_args(args)
-    common.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
+    rundir.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
     loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
-    common.prepare_run_dir(out, run_config(args, problems, loaded, stops), args.overwrite)
+    rundir.prepare_run_dir(out, run_config(args, problems, loaded, stops), args.overwrite)
     config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
     samples_path = out / "samples.jsonl"
     already = len(resume_samples(samples_path))

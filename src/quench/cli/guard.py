@@ -11,6 +11,7 @@ from pathlib import Path
 from quench.datasets import Problem, load_benchmark
 from quench.cli import common, console, validate
 from quench.errors import QuenchError
+from quench.runs import rundir
 from quench.stopping.policy import GuardPolicy
 
 TRAIN_SPLITS = ("train", "validation")  # MBPP's; never "test", never HumanEval
@@ -142,7 +143,7 @@ def run_build(args: argparse.Namespace) -> int:
     loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format, args.weights)
     backend = common.backend_from_args(args, loaded)
     args.out.mkdir(parents=True, exist_ok=True)
-    common.lock_run_dir(args.out)
+    rundir.lock_run_dir(args.out)
     encode = lambda text: encode_prompt(loaded, text)  # noqa: E731
     wanted = {p.task_id for _, p in problems}
     already = sum(r["task_id"] in wanted for r in read_answers(args.out / ANSWERS))

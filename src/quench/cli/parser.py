@@ -68,7 +68,8 @@ def run_command(argv: list[str] | None, subcommands: Sequence[str]) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from quench.cli.common import check_sandbox, release_run_dirs
+    from quench.cli.common import check_sandbox
+    from quench.runs.rundir import release_run_dirs
 
     try:
         configure_threads(args.threads)  # --threads, else a default that holds on a busy machine

@@ -10,6 +10,7 @@ from pathlib import Path
 from quench.cli import common, console, validate
 from quench.cli.generate import add_output_args, stopping_config
 from quench.errors import QuenchError
+from quench.runs import rundir
 from quench.cli.perturb import add_profile_arg
 from quench.perturbations.base import CATEGORIES, names, perturbation_class
 
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 "unsafe_unconfined": args.unsafe_unconfined,
                 "not_applicable": "; ".join(f"{name}: {why}" for name, why in not_applicable.items())}
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
-    common.prepare_run_dir(out, settings, args.overwrite)
+    rundir.prepare_run_dir(out, settings, args.overwrite)
     bars = console.StageBars(own_eta=("generate",))
     with common.pool_from_args(args, problems) as pool:
         common.say_isolation(pool.isolation)

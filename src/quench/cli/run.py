@@ -9,6 +9,7 @@ from quench.cli import common, console, validate
 from quench.cli.evaluate import evaluate_into, print_summary
 from quench.cli.generate import add_output_args, default_out, generate_into, run_config, settings_before_load
 from quench.errors import QuenchError
+from quench.runs import rundir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,12 +68,12 @@ def run_with_budget(args: argparse.Namespace) -> int:
     out = args.out or default_out(args).with_name(default_out(args).name + f"-budget{args.time_budget:g}")
     validate.check_out_dir(out)
     sampling = common.sampling_from_args(args)
-    common.check_run_dir(out, {**settings_before_load(args, problems), "time_budget": args.time_budget}, args.overwrite)
+    rundir.check_run_dir(out, {**settings_before_load(args, problems), "time_budget": args.time_budget}, args.overwrite)
     loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format, args.weights)
     stops = common.stops_from_args(args, loaded.prompt_format)
     settings = {**run_config(args, problems, loaded, stops), "time_budget": args.time_budget}
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
-    common.prepare_run_dir(out, settings, args.overwrite)
+    rundir.prepare_run_dir(out, settings, args.overwrite)
     bar = tqdm(total=len(problems), desc="budget", unit="problem", dynamic_ncols=True)
     try:
         samples = generate_within_budget(problems, backend, lambda text: encode_prompt(loaded, text), sampling, stops,
