@@ -25,6 +25,7 @@ from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
 
 ENGINE_DEFAULTS = EngineConfig()  # the flags' defaults are the engine's own
+SAMPLING_DEFAULTS = SamplingParams()  # ... and the sampling flags' are SamplingParams'
 ENGINE_FLAGS = {  # flag -> EngineConfig field
     "--batch-size": "batch_size", "--speculate": "drafter", "--draft-length": "draft_length",
     "--draft-tokens": "draft_tokens", "--draft-confidence": "draft_confidence", "--draft-stop": "draft_stop",
@@ -111,22 +112,23 @@ def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = 
 
 def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--samples", type=int, default=1, help="samples per problem")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default %(default)s: off)")
-    parser.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest tokens (default %(default)s: off)")
-    parser.add_argument("--max-new-tokens", type=int, default=512, help="default %(default)s")
+    parser.add_argument("--temperature", type=float, default=SAMPLING_DEFAULTS.temperature, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=SAMPLING_DEFAULTS.top_p, help="nucleus sampling (default %(default)s: off)")
+    parser.add_argument("--top-k", type=int, default=SAMPLING_DEFAULTS.top_k,
+                        help="sample from the k likeliest tokens (default %(default)s: off)")
+    parser.add_argument("--max-new-tokens", type=int, default=SAMPLING_DEFAULTS.max_new_tokens, help="default %(default)s")
     parser.add_argument("--stop", action="append", default=None, help="a stop sequence (repeatable); default per benchmark")
     parser.add_argument("--stop-rule", default="none", choices=STOP_RULES, metavar="RULE",
                         help=f"one of {', '.join(STOP_RULES)} (default %(default)s). function: stop an answer once its "
                         "function is complete; loop: once it only repeats itself (its last 300 characters equal those "
                         "one period earlier); function,loop: either (docs/stopping.md); the hf backend cuts the text "
                         "after generation instead")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=SAMPLING_DEFAULTS.seed, help="sampling seed (default %(default)s)")
 
 
 def add_execution_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=float, default=SandboxLimits.timeout_s, metavar="SECONDS",
                         help="T_base: the floor of each problem's wall-clock limit per program (default "
                              "%(default)s); with --timeout-factor 0, every program's limit")
     parser.add_argument("--timeout-factor", type=float, default=LIMIT_FACTOR, metavar="K",

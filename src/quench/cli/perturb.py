@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=None, help="output directory (required unless --list)")
     parser.add_argument("--no-validate", action="store_true", help="skip the meaning check (keep every variant)")
     parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per validation program")
+    parser.add_argument("--timeout", type=float, default=SandboxLimits.timeout_s,
+                        help="seconds per validation program (default %(default)s)")
     add_unconfined_arg(parser)
     parser.set_defaults(handler=run)
 

@@ -18,6 +18,7 @@ from typing import Protocol, Sequence
 import torch
 
 from quench.engine import native
+from quench.engine.config import EngineConfig
 from quench.engine.kv_cache import KVCache
 from quench.engine.rows import Row
 from quench.engine.sampling import logits_to_probs, sample_rows
@@ -109,7 +110,8 @@ class NgramDrafter:
     the target will almost surely accept it. Verification keeps the output the target's own.
     """
 
-    def __init__(self, batch_size: int, max_n: int = 3, min_n: int = 1, loop_tokens: int = 0) -> None:
+    def __init__(self, batch_size: int, max_n: int = EngineConfig.ngram_max, min_n: int = EngineConfig.ngram_min,
+                 loop_tokens: int = 0) -> None:
         self.max_n = max_n
         self.min_n = min_n
         self.loop_tokens = loop_tokens

@@ -76,7 +76,9 @@ FIX_HINT = (
 class SandboxLimits:
     """Per-program limits; every program runs in its own process under all of them."""
 
-    timeout_s: float = 3.0  # wall clock; the whole process group is killed when it runs out
+    # Wall clock; the whole process group is killed when it runs out. The default is `--timeout`'s (T_base,
+    # evalplus' floor): a program a busy machine slows a few seconds is not a timeout.
+    timeout_s: float = 10.0
     memory_mb: int = 2048  # RLIMIT_AS (address space) of the program's processes
     file_size_mb: int = 16  # RLIMIT_FSIZE: largest file a program may write
     # Per program. RLIMIT_NPROC (x workers: it counts the uid's processes and threads) binds

@@ -30,6 +30,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from quench.engine.types import GenerationRequest, SamplingParams
+from quench.execution.sandbox import SandboxLimits
 
 SampleId = tuple[str, int]  # (request key, sample index)
 
@@ -168,7 +169,7 @@ class ExecutePace:
 
     seconds_per_program: float = 0.01  # wall seconds per program through the pool (measured on the meaning check)
     workers: int = 1  # sandbox workers: timeouts run side by side
-    timeout_s: float = 10.0  # a program that loops costs this much of one worker
+    timeout_s: float = SandboxLimits.timeout_s  # a program that loops costs this much of one worker
     timeout_rate: float = 0.01  # share of generated programs that time out (0.7% on recorded HumanEval runs)
 
     def seconds(self, programs: int) -> float:
