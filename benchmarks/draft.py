@@ -131,8 +131,8 @@ def make_backends(loaded, draft, batch_size: int, args) -> dict[str, QuenchBacke
         if backend.draft_runner is not None:
             backend.draft_runner = TimedRunner(backend.draft_runner)
         backend.drafters = []  # what each generate call drafted with (hybrid: copied vs modelled rows)
-        build = backend._drafter
-        backend._drafter = lambda max_len, build=build, seen=backend.drafters: seen.append(build(max_len)) or seen[-1]
+        build = backend.new_drafter
+        backend.new_drafter = lambda max_len, build=build, seen=backend.drafters: seen.append(build(max_len)) or seen[-1]
         backends[name] = backend
     return backends
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers import char_tokenizer, perturbed, tiny_llama
-from quench.engine.decode import DecodeLoop
+from quench.engine.decode import DecodeLoop, LoopParts
 from quench.engine.draft_length import FixedDraftLength
 from quench.engine.drafters import ModelDrafter
 from quench.engine.engine import EngineConfig, make_runner
@@ -29,12 +29,12 @@ def test_kept_kv_equals_a_fresh_prefill_after_rejections(fast_path, greedy, dtyp
     sampling = SamplingParams(temperature=0.0 if greedy else 0.05, max_new_tokens=30)  # tiny random models are near-uniform
     cache = runner.new_cache(3, 128)
     loop = DecodeLoop(
-        runner, cache, WorkQueue(reqs), StopRules(tokenizer, frozenset(), 30), sampling,
-        drafter=ModelDrafter(draft_runner, 3, 128), policy=FixedDraftLength(4),
+        LoopParts(runner, cache, drafter=ModelDrafter(draft_runner, 3, 128), policy=FixedDraftLength(4)),
+        WorkQueue(reqs), StopRules(tokenizer, frozenset(), 30), sampling,
     )
-    list(loop._admit())
+    list(loop.admit())
     for _ in range(4):
-        list(loop._step())
+        list(loop.step())
         for slot, row in enumerate(loop.slots):
             [(fresh, _)] = prefill(runner, [row.tokens[:-1]])  # everything but the pending last token
             for layer in range(cache.num_layers):
@@ -49,14 +49,15 @@ def test_finished_rows_are_refilled_at_once_so_the_batch_stays_full():
     tokenizer = char_tokenizer()
     runner = make_runner(tiny_llama(dtype=torch.float64), EngineConfig())
     reqs = [GenerationRequest("t/0", (5, 6, 7), n=7)]
-    loop = DecodeLoop(runner, runner.new_cache(3, 64), WorkQueue(reqs), StopRules(tokenizer, frozenset(), 3), SamplingParams())
+    loop = DecodeLoop(LoopParts(runner, runner.new_cache(3, 64)), WorkQueue(reqs), StopRules(tokenizer, frozenset(), 3),
+                      SamplingParams())
     occupancy = []
     results = []
-    results += loop._admit()
+    results += loop.admit()
     while any(loop.slots):
         occupancy.append(sum(row is not None for row in loop.slots))
-        results += loop._step()
-        results += loop._admit()
+        results += loop.step()
+        results += loop.admit()
     assert sorted(r.sample_index for r in results) == list(range(7))
     # 7 samples of 3 tokens (1 from the prefill + 2 steps) through 3 slots: 3 waves, the last one alone
     assert occupancy == [3, 3, 3, 3, 1, 1]

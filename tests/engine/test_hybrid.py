@@ -8,7 +8,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from helpers import DRAFT_EVERYTHING, char_tokenizer, perturbed, tiny_llama
 from quench.errors import QuenchError
-from quench.engine.decode import DecodeLoop
+from quench.engine.decode import DecodeLoop, LoopParts
 from quench.engine.draft_length import BassDraftLength, FixedDraftLength
 from quench.engine.drafters import CATCH_UP, HybridDrafter, ModelDrafter, NgramDrafter
 from quench.engine.engine import EngineConfig, QuenchBackend, make_runner
@@ -39,8 +39,8 @@ def hybrid_loop(model, draft, tokenizer, reqs, sampling, batch_size, policy, fas
     runner, draft_runner = make_runner(model, config), make_runner(draft, config)
     drafter = HybridDrafter(NgramDrafter(batch_size, 3, 2), ModelDrafter(draft_runner, batch_size, 256), batch_size,
                             row_copy_lengths=row_copy_lengths)
-    loop = DecodeLoop(runner, runner.new_cache(batch_size, 256), WorkQueue(reqs),
-                      StopRules(tokenizer, frozenset(), sampling.max_new_tokens), sampling, drafter=drafter, policy=policy)
+    loop = DecodeLoop(LoopParts(runner, runner.new_cache(batch_size, 256), drafter=drafter, policy=policy), WorkQueue(reqs),
+                      StopRules(tokenizer, frozenset(), sampling.max_new_tokens), sampling)
     return {(r.key, r.sample_index): r for r in loop.run()}, loop, drafter
 
 

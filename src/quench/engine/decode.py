@@ -1,7 +1,9 @@
 """The decode loop: draft, verify, commit, refill freed slots from the queue (continuous batching).
 
 Without a drafter every step is a regular decoding step (draft width 0). One loop serves both, so
-regular and speculative decoding share the stopping, refilling and bookkeeping code.
+regular and speculative decoding share the stopping, refilling and bookkeeping code. Batch runs
+(`QuenchBackend.generate`) and the server (`quench.engine.live`) build it from the same `LoopParts`;
+code that watches it (the server's streaming) attaches as a `LoopListener` (`quench.engine.observers`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 
@@ -17,7 +19,7 @@ from quench.engine import native
 from quench.engine.draft_length import DraftLengthPolicy
 from quench.engine.drafters import Draft, Drafter
 from quench.engine.kv_cache import KVCache, slot_length
-from quench.engine.observers import PAD, RowStopper
+from quench.engine.observers import PAD, LoopListener, RowStopper
 from quench.engine.rows import Row, StopRules
 from quench.engine.sampling import forbid_tokens, logits_to_probs, next_tokens, row_generator
 from quench.engine.scheduler import PrefixStore, Runner, WorkItem, WorkQueue
@@ -50,58 +52,97 @@ class LoopStats:
         return self.tokens / self.row_steps if self.row_steps else 0.0
 
 
+@dataclass(frozen=True)
+class LoopParts:
+    """What a decode loop runs on (`QuenchBackend.loop_parts` builds it for batch runs and the server alike)."""
+
+    runner: Runner
+    cache: KVCache
+    drafter: Drafter | None = None
+    policy: DraftLengthPolicy | None = None  # how many tokens to draft (None: no step drafts)
+    guard: RowStopper | None = None  # a stop observer over the slots (e.g. GenGuard): reads each fed token's hidden state
+    share_prefixes: bool = True
+    max_draft_rows: int | None = None  # steps with more live rows than this do not draft (None: all draft)
+    # None: the cache keeps its length. Else positions a row needs beyond its prompt and new tokens
+    # (drafts): the cache is fitted to the live rows at each admission (see _fit_cache).
+    fit_cache: int | None = None
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one step feeds: the slots holding a row, each one's pending token and the drafts after it (if any)."""
+
+    active: list[int]  # slots with a row, ascending (a list: it indexes tensors)
+    draft: Draft | None = None
+
+    @property
+    def width(self) -> int:
+        """Draft positions fed after each pending token (K; 0: a regular step)."""
+        return self.draft.width if self.draft is not None else 0
+
+    def draft_tokens(self) -> torch.Tensor:
+        """The active rows' drafts (A, K), PLACEHOLDER past a row's own."""
+        assert self.draft is not None
+        return self.draft.tokens[self.active, : self.width]
+
+
 class DecodeLoop:
-    """One `generate` call: a fixed number of slots kept full from the work queue."""
+    """A fixed number of slots kept full from the work queue: `admit`, then `step` and `admit` until no row is left."""
 
     def __init__(
         self,
-        runner: Runner,
-        cache: KVCache,
+        parts: LoopParts,
         queue: WorkQueue,
         stop: StopRules,
         sampling: SamplingParams,
-        drafter: Drafter | None = None,
-        policy: DraftLengthPolicy | None = None,
         deadline: float | None = None,
-        guard: RowStopper | None = None,
-        share_prefixes: bool = True,
-        max_draft_rows: int | None = None,
-        fit_cache: int | None = None,
+        listeners: Iterable[LoopListener] = (),
     ) -> None:
-        self.runner = runner
-        self.cache = cache
+        self.runner = parts.runner
+        self.cache = parts.cache
+        self.drafter = parts.drafter
+        self.policy = parts.policy
+        self.guard = parts.guard
+        self.max_draft_rows = parts.max_draft_rows
+        self.fit_cache = parts.fit_cache
         self.queue = queue
         self.stop = stop
         self.sampling = sampling
-        self.drafter = drafter
-        self.policy = policy
         self.deadline = deadline
-        self.max_draft_rows = max_draft_rows  # steps with more live rows than this do not draft (None: all draft)
-        self.guard = guard  # a stop observer over the slots (e.g. GenGuard): reads each fed token's hidden state
-        # None: the cache keeps its length. Else positions a row needs beyond its prompt and new tokens
-        # (drafts): the cache is fitted to the live rows at each admission (see _fit_cache).
-        self.fit_cache = fit_cache
-        self.prefixes = PrefixStore(runner, share=share_prefixes)
-        self.slots: list[Row | None] = [None] * cache.batch
+        self.listeners = list(listeners)
+        self.prefixes = PrefixStore(parts.runner, share=parts.share_prefixes)
+        self.slots: list[Row | None] = [None] * parts.cache.batch
         self.stats = LoopStats()
         self.started = time.perf_counter()
 
     def run(self) -> Iterator[GenerationResult]:
-        yield from self._admit()
-        while any(row is not None for row in self.slots):
+        while True:
+            yield from self.admit()
+            for listener in self.listeners:
+                listener.on_commit(self.slots)
+            if all(row is None for row in self.slots):
+                return
             if self.deadline is not None and time.perf_counter() >= self.deadline:
                 self.queue.closed = True  # unfinished rows are dropped: they did not make the budget
                 return
-            yield from self._step()
-            yield from self._admit()
+            yield from self.step()
+
+    def _append(self, slot: int, row: Row, token: int) -> str | None:
+        """Append `token` to the row in `slot` (listeners see it first); the finish reason if the row is done."""
+        for listener in self.listeners:
+            listener.on_token(slot, row, token)
+        return self.stop.append(row, token)
 
     def _finish(self, slot: int, reason: str) -> GenerationResult:
         row = self.slots[slot]
         assert row is not None
         self.slots[slot] = None
-        return self.stop.result(row, reason, self.started)
+        result = self.stop.result(row, reason, self.started)
+        for listener in self.listeners:
+            listener.on_finish(slot, row, result)
+        return result
 
-    def _admit(self) -> Iterator[GenerationResult]:
+    def admit(self) -> Iterator[GenerationResult]:
         """Fill every free slot from the queue; a sample's first token comes from its prompt's prefill."""
         while True:
             items: list[tuple[int, WorkItem]] = []
@@ -112,9 +153,9 @@ class DecodeLoop:
                 items.append((slot, item))
             if not items:
                 return
-            yield from self._start_rows(items)
+            yield from self.start_rows(items)
 
-    def _start_rows(self, items: Sequence[tuple[int, WorkItem]]) -> Iterator[GenerationResult]:
+    def start_rows(self, items: Sequence[tuple[int, WorkItem]]) -> Iterator[GenerationResult]:
         fresh = {item.request_index: item.request for _, item in items if item.request_index not in self.prefixes}
         cpu = time.process_time()
         self.prefixes.ensure([item for _, item in items])
@@ -146,7 +187,7 @@ class DecodeLoop:
             forbid_tokens(logits, [(0, len(rows))], self.stop.eos_ids)
         first = next_tokens(logits, self.sampling, [row.generator for row in rows], in_place=True)  # (R,)
         for (slot, _), row, token in zip(items, rows, first.tolist()):
-            reason = self.stop.append(row, token)
+            reason = self._append(slot, row, token)
             if reason is not None:
                 yield self._finish(slot, reason)
 
@@ -174,37 +215,37 @@ class DecodeLoop:
             return None
         return self.drafter.propose(self.slots, limits, self.sampling)
 
-    def _step(self) -> Iterator[GenerationResult]:
+    def step(self) -> Iterator[GenerationResult]:
+        """One target forward over every row: its pending token and drafts in, the verdict committed."""
         active = [b for b, row in enumerate(self.slots) if row is not None]
-        draft = self._draft(active)
-        width = draft.width if draft is not None else 0
+        plan = StepPlan(active, self._draft(active))
         last = torch.tensor([row.last if row is not None else 0 for row in self.slots])  # (B,)
         inputs = last[:, None]  # (B, 1 + width): pending token, then the drafts
         counts = torch.tensor([int(row is not None) for row in self.slots])  # (B,) real tokens per row
-        if width:
-            inputs = torch.cat([inputs, draft.tokens[:, :width].clamp(min=0)], dim=1)
-            counts = counts + (draft.tokens[:, :width] != PLACEHOLDER).sum(dim=1)
+        if plan.width:
+            drafts = plan.draft.tokens[:, : plan.width]  # (B, K)
+            inputs = torch.cat([inputs, drafts.clamp(min=0)], dim=1)
+            counts = counts + (drafts != PLACEHOLDER).sum(dim=1)
         start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
         keeps: list[int | None] = [None] * len(self.slots)
         no_eos = self._no_eos(active)  # (B,) leading positions of each row whose next token may not be EOS
         if self.guard is not None or (self.sampling.greedy and any(no_eos)):
-            verdict, keeps = self._verify_block(inputs, start, counts, draft, width, active, no_eos)
+            verdict, keeps = self._verify_block(inputs, start, counts, plan, no_eos)
         elif self.sampling.greedy:  # the target's tokens are all a greedy step needs: no float32 logits
             targets = self.runner.greedy_tokens(self.cache, inputs, start, counts=counts)  # (B, 1 + width)
-            verdict = self._verify_greedy(targets[active], draft, width, active)
+            verdict = self._verify_greedy(targets[active], plan)
         else:  # sampling: the real positions' logits only, row after row
             logits = self.runner.packed_logits(self.cache, inputs, start, counts=counts)  # (N, V)
             first = (torch.cumsum(counts, dim=0) - counts)[active]  # (A,) each active row's first position
             if any(no_eos):  # packed rows: each span clipped to its row's real positions
                 spans = [(f, f + min(no_eos[b], int(counts[b]))) for f, b in zip(first.tolist(), active)]
                 forbid_tokens(logits, spans, self.stop.eos_ids)
-            verdict = self._verify_sampled(logits, first, draft, width, active)
+            verdict = self._verify_sampled(logits, first, plan)
         self.stats.steps += 1
-        yield from self._commit(verdict, draft, width, active, keeps)
+        yield from self.commit(verdict, plan, keeps)
 
     def _verify_block(
-        self, inputs: torch.Tensor, start: torch.Tensor, counts: torch.Tensor, draft: Draft | None, width: int,
-        active: list[int], no_eos: list[int],
+        self, inputs: torch.Tensor, start: torch.Tensor, counts: torch.Tensor, plan: StepPlan, no_eos: list[int],
     ) -> tuple[Verdict, list[int | None]]:
         """A step from the padded (B, 1 + width) block's logits: the observer reads each fed position's
         hidden state, and greedy rows short of min_tokens need EOS masked before the argmax."""
@@ -213,12 +254,12 @@ class DecodeLoop:
             logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # hidden (B, 1 + width, D)
         else:
             logits = self.runner.forward(self.cache, inputs, start, counts=counts)  # (B, 1 + width, V)
-        for b in (b for b in active if no_eos[b]):
+        for b in (b for b in plan.active if no_eos[b]):
             forbid_tokens(logits[b], [(0, no_eos[b])], self.stop.eos_ids)
-        full = len(active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
-        verdict = self._verify(logits if full else logits[active], draft, width, active)
+        full = len(plan.active) == len(self.slots)  # then logits[active] would only copy (B, 1 + width, V) floats
+        verdict = self._verify(logits if full else logits[plan.active], plan)
         if self.guard is not None:
-            keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
+            keeps = self.guard.step(hidden, fed_tokens(inputs, verdict, plan.active))
         return verdict, keeps
 
     def _no_eos(self, active: list[int]) -> list[int]:
@@ -230,55 +271,43 @@ class DecodeLoop:
                 no_eos[b] = max(0, self.sampling.min_tokens - len(self.slots[b].generated))
         return no_eos
 
-    def _fed(self, inputs: torch.Tensor, verdict: Verdict, active: list[int]) -> torch.Tensor:
-        """The step's inputs (B, 1 + K) that are now part of their rows: the pending token and the
-        accepted drafts; PAD on rejected drafts and free slots (the guard skips those positions)."""
-        fed = torch.full_like(inputs, PAD)  # (B, 1 + K)
-        for j, b in enumerate(active):
-            n = 1 + int(verdict.num_accepted[j])
-            fed[b, :n] = inputs[b, :n]
-        return fed
-
-    def _verify(self, logits: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:
+    def _verify(self, logits: torch.Tensor, plan: StepPlan) -> Verdict:
         """logits (A, 1 + K, V) of the active rows -> their verdict."""
         if self.sampling.greedy:
-            return self._verify_greedy(native.argmax(logits), draft, width, active)
-        first = torch.arange(len(active)) * logits.shape[1]  # (A,)
-        return self._verify_sampled(logits.flatten(0, 1), first, draft, width, active)
+            return self._verify_greedy(native.argmax(logits), plan)
+        first = torch.arange(len(plan.active)) * logits.shape[1]  # (A,)
+        return self._verify_sampled(logits.flatten(0, 1), first, plan)
 
-    def _verify_sampled(
-        self, logits: torch.Tensor, first: torch.Tensor, draft: Draft | None, width: int, active: list[int]
-    ) -> Verdict:
+    def _verify_sampled(self, logits: torch.Tensor, first: torch.Tensor, plan: StepPlan) -> Verdict:
         """logits (N, V): the active rows' positions, active row j's pending token at first[j] and its
         drafts right after -> their verdict."""
+        active, draft = plan.active, plan.draft
         generators = [self.slots[b].generator for b in active]
-        if width == 0:
+        if plan.width == 0:
             tokens = next_tokens(logits, self.sampling, generators, in_place=True, rows=first)  # (A,)
             return Verdict(torch.zeros(len(active), dtype=torch.long), tokens[:, None])
         probs = logits_to_probs(logits, self.sampling, in_place=True)  # (N, V); the step's logits are spent
-        draft_probs = draft.probs[active, :width] if draft.probs is not None else None
+        draft_probs = draft.probs[active, : plan.width] if draft.probs is not None else None
         deterministic = draft.deterministic[active] if draft.deterministic is not None else None
-        return verify_sampling(draft.tokens[active, :width], draft_probs, probs, generators, first, deterministic,
-                               draft.columns)
+        return verify_sampling(plan.draft_tokens(), draft_probs, probs, generators, first, deterministic, draft.columns)
 
     @staticmethod
-    def _verify_greedy(targets: torch.Tensor, draft: Draft | None, width: int, active: list[int]) -> Verdict:
+    def _verify_greedy(targets: torch.Tensor, plan: StepPlan) -> Verdict:
         """targets (A, 1 + K): the target's argmax tokens of the active rows -> their verdict."""
-        if width == 0:
-            return Verdict(torch.zeros(len(active), dtype=torch.long), targets[:, :1])
-        return verify_greedy(draft.tokens[active, :width], targets)
+        if plan.width == 0:
+            return Verdict(torch.zeros(len(plan.active), dtype=torch.long), targets[:, :1])
+        return verify_greedy(plan.draft_tokens(), targets)
 
-    def _commit(
-        self, verdict: Verdict, draft: Draft | None, width: int, active: list[int], keeps: Sequence[int | None]
-    ) -> Iterator[GenerationResult]:
+    def commit(self, verdict: Verdict, plan: StepPlan, keeps: Sequence[int | None]) -> Iterator[GenerationResult]:
         """Append each row's accepted tokens (and bonus token); finish rows that a rule or the guard stops.
 
         keeps[b]: the guard stopped slot b keeping that many generated tokens. Its decision read only
         fed tokens (the pending one and accepted drafts), so the bonus token is never kept then; a
         text rule or EOS that fires inside the kept tokens still wins (it stops earlier).
         """
-        drafted = (draft.tokens[active, :width] != PLACEHOLDER).sum(dim=1) if width else torch.zeros(len(active))
-        if width and self.policy is not None:
+        active = plan.active
+        drafted = (plan.draft_tokens() != PLACEHOLDER).sum(dim=1) if plan.width else torch.zeros(len(active))
+        if plan.width and self.policy is not None:
             self.policy.update(verdict.num_accepted, drafted > 0)
         for j, b in enumerate(active):
             row = self.slots[b]
@@ -296,9 +325,19 @@ class DecodeLoop:
                 del row.tokens[row.prompt_len + keep :]
             reason = None
             for token in new_tokens:
-                reason = self.stop.append(row, token)
+                reason = self._append(b, row, token)
                 if reason is not None:
                     yield self._finish(b, reason)
                     break
             if reason is None and keep is not None:
                 yield self._finish(b, "guard")
+
+
+def fed_tokens(inputs: torch.Tensor, verdict: Verdict, active: Sequence[int]) -> torch.Tensor:
+    """The step's inputs (B, 1 + K) that are now part of their rows: the pending token and the
+    accepted drafts; PAD on rejected drafts and free slots (the guard skips those positions)."""
+    fed = torch.full_like(inputs, PAD)  # (B, 1 + K)
+    for j, b in enumerate(active):
+        n = 1 + int(verdict.num_accepted[j])
+        fed[b, :n] = inputs[b, :n]
+    return fed

@@ -10,8 +10,8 @@ import torch
 
 from quench.engine.config import ConfigError, EngineConfig
 from quench.errors import QuenchError
-from quench.engine.decode import DecodeLoop, LoopStats
-from quench.engine.draft_length import make_policy
+from quench.engine.decode import DecodeLoop, LoopParts, LoopStats
+from quench.engine.draft_length import DraftLengthPolicy, make_policy
 from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from quench.engine import invariant as invariant_kernels
 from quench.engine import quant
@@ -19,7 +19,7 @@ from quench.engine.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, slot_length
 from quench.engine.families import family_of
 from quench.engine.llama import LlamaRunner, on_fast_path
-from quench.engine.observers import StopObserver
+from quench.engine.observers import LoopListener, RowStopper, StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
 from quench.engine.scheduler import Runner, WorkItem, WorkQueue
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams, StopHook
@@ -164,6 +164,7 @@ class QuenchBackend:
         unbounded: bool = False,
         stop_hook: StopHook | None = None,
         on_start: Callable[[str, int], None] | None = None,
+        listeners: Iterable[LoopListener] = (),
     ) -> Iterator[GenerationResult]:
         """Yield each sample when it finishes (order not guaranteed).
 
@@ -172,30 +173,20 @@ class QuenchBackend:
         (only sensible with a deadline; see `quench.runs.budget`). stop_hook: for this call
         instead of the backend's own (e.g. a `quench.stopping.RuleHook` keyed by these requests).
         on_start: called with (request key, sample index) when a sample takes a slot, before its prefill.
+        listeners: told each token, step and finished sample (`quench.engine.observers.LoopListener`).
         """
         requests = list(requests)
         if not requests:
             return
         check_prompt_lengths(requests, self.position_limits)
-        max_len = self._max_len(requests, sampling)
-        fitted = self.config.max_len is None  # the loop sizes the cache to the rows it runs
-        cache = self._fitted_cache() if fitted else self._target_cache(max_len)
         loop = DecodeLoop(
-            self.runner,
-            cache,
+            self.loop_parts(self._max_len(requests, sampling), fitted=self.config.max_len is None),
             StartReportingQueue(requests, unbounded, on_start) if on_start else WorkQueue(requests, unbounded=unbounded),
             StopRules(self.tokenizer, self.eos_ids, sampling.max_new_tokens, stop_hook or self.stop_hook,
                       sampling.ignore_eos),
             sampling,
-            drafter=self._drafter(max_len),
-            policy=make_policy(self.config.draft_length, self.config.draft_tokens, self.config.max_draft_tokens)
-            if self.config.drafter != "none"
-            else None,
             deadline=deadline,
-            max_draft_rows=self.config.draft_max_rows or None,
-            guard=self.guard.start(self.tokenizer, self.config.batch_size) if self.guard is not None else None,
-            share_prefixes=self.config.share_prefixes,
-            fit_cache=self.config.row_headroom if fitted else None,
+            listeners=listeners,
         )
         self.last_stats = loop.stats
         begin = time.perf_counter()
@@ -211,19 +202,45 @@ class QuenchBackend:
             return self.config.max_len
         return slot_length(longest, sampling.max_new_tokens, self.config.row_headroom)
 
-    def _target_cache(self, max_len: int) -> KVCache:
+    def loop_parts(self, max_len: int, fitted: bool = False) -> LoopParts:
+        """What a decode loop runs on, for rows of at most `max_len` positions: the target and its cache, a fresh
+        drafter, draft-length policy and guard state. fitted: the loop sizes the cache to the rows it runs."""
+        return LoopParts(
+            self.runner,
+            self.fitted_cache() if fitted else self.target_cache(max_len),
+            drafter=self.new_drafter(max_len),
+            policy=self.draft_policy(),
+            guard=self.start_guard(),
+            share_prefixes=self.config.share_prefixes,
+            max_draft_rows=self.config.draft_max_rows or None,
+            fit_cache=self.config.row_headroom if fitted else None,
+        )
+
+    def target_cache(self, max_len: int) -> KVCache:
+        """The engine's cache, reallocated if it holds fewer than `max_len` positions per row."""
         if self._cache is None or self._cache.max_len < max_len:
             self._cache = None  # free the old buffers before allocating new ones
             self._cache = self.runner.new_cache(self.config.batch_size, max_len)
         return self._cache
 
-    def _fitted_cache(self) -> KVCache:
+    def fitted_cache(self) -> KVCache:
         """The engine's cache at whatever length it has (the decode loop fits it to its rows)."""
         if self._cache is None:
             self._cache = self.runner.new_cache(self.config.batch_size, 64)  # buffers come with the first rows
         return self._cache
 
-    def _drafter(self, max_len: int) -> Drafter | None:
+    def draft_policy(self) -> DraftLengthPolicy | None:
+        """A fresh draft-length policy (None without a drafter)."""
+        if self.config.drafter == "none":
+            return None
+        return make_policy(self.config.draft_length, self.config.draft_tokens, self.config.max_draft_tokens)
+
+    def start_guard(self) -> RowStopper | None:
+        """The guard's fresh state over the batch's slots (None without a guard)."""
+        return self.guard.start(self.tokenizer, self.config.batch_size) if self.guard is not None else None
+
+    def new_drafter(self, max_len: int) -> Drafter | None:
+        """A fresh drafter for rows of at most `max_len` positions (None without one)."""
         if self.config.drafter == "ngram":
             return NgramDrafter(self.config.batch_size, self.config.ngram_max, self.config.ngram_min,
                                 self.config.draft_loop_tokens)

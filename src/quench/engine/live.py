@@ -17,6 +17,9 @@ Every request shares one batch, whatever its settings:
   sample's tokens do not depend on what else is in the batch (with batch-invariant kernels, bit for bit);
 - log-probabilities (`quench.engine.logprobs`): the runner keeps a step's logits only when a row of
   that step asked for them (`RecordingRunner`), so other requests do not pay for them.
+
+`LiveLoop` is the decode loop with the server's admission and steps; what reaches the sinks (tokens,
+log-probabilities, finished samples) comes from `LiveSinks`, a listener on it (`quench.engine.observers.LoopListener`).
 """
 
 from __future__ import annotations
@@ -24,13 +27,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 import torch
 
-from quench.engine.decode import DecodeLoop
-from quench.engine.draft_length import make_policy
+from quench.engine.decode import DecodeLoop, LoopParts, StepPlan, fed_tokens
 from quench.engine.engine import QuenchBackend
 from quench.engine.holdback import GUARD_HOLDBACK, settled_text, tokens_before
 from quench.engine.kv_cache import round_up
@@ -88,11 +90,8 @@ class LiveStopRules(StopRules):
     def __init__(self, tokenizer, eos_ids: frozenset[int], max_new_tokens: int, queue: LiveQueue) -> None:
         super().__init__(tokenizer, eos_ids, max_new_tokens)
         self.queue = queue
-        self.on_token: Callable[[Row, int], None] | None = None  # sees each token before it is appended
 
     def append(self, row: Row, token: int) -> str | None:
-        if self.on_token is not None:
-            self.on_token(row, token)
         reason = super().append(row, token)
         entry = self.queue.entry(row.request_index)
         if reason is None and entry is not None and len(row.generated) >= entry.sampling.max_new_tokens:
@@ -123,32 +122,33 @@ class RecordingRunner(ScoringRunner):
 
 
 class LiveLoop(DecodeLoop):
-    """A decode loop over a `LiveQueue`: fair admission under a prefill budget, per-row sampling settings,
-    cancelled rows dropped and new tokens published every step (module docstring).
+    """A decode loop over a `LiveQueue`: cancelled rows dropped, fair admission under a prefill budget and
+    per-row sampling settings (module docstring); `LiveSinks` hands what it does to each request's sink.
 
-    Its runner is a `RecordingRunner` and its stop rules a `LiveStopRules`, through which each committed
-    token of a row that asked for log-probabilities is scored."""
+    Its runner is a `RecordingRunner`, so a step's logits are at hand when a row asked for log-probabilities."""
 
-    def __init__(self, *args, live: LiveQueue, prefill_budget: int = PREFILL_BUDGET, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, parts: LoopParts, live: LiveQueue, stop: LiveStopRules, prefill_budget: int = PREFILL_BUDGET
+    ) -> None:
+        # each step draws with its rows' own settings (`step`); the loop-wide one carries the context bound
+        super().__init__(replace(parts, runner=RecordingRunner(parts.runner)), live, stop,
+                         SamplingParams(max_new_tokens=stop.max_new_tokens))
         self.live = live
         self.prefill_budget = prefill_budget
-        self.max_len = self.stop.max_new_tokens  # the context bound: every step setting carries it
-        self.published: dict[tuple[int, int], int] = {}  # (request index, sample index) -> tokens published
-        self.pieces: dict[tuple[int, int], list[str]] = {}  # with a guard: each generated token's text
-        self.scores: dict[tuple[int, int], list[TokenLogprob]] = {}  # rows that asked: per sample, per token
+        self.max_len = stop.max_new_tokens  # the context bound: every step setting carries it
         self.step_start: dict[int, int] = {}  # slot -> its generated tokens before this step's
         self.settings: dict[int, SamplingParams] = {}  # request index -> how its rows draw
         self.scored: set[int] = set()  # request indices that asked for log-probabilities
         self.mixed_steps = 0  # steps whose rows drew with more than one setting
         self.prefixes = ScoredPrefixes(self.runner, share=self.prefixes.share)
-        self.stop.on_token = self._score  # type: ignore[attr-defined]
+        self.listeners.append(LiveSinks(self))
 
     # -- admission ---------------------------------------------------------------------------------
 
-    def _admit(self) -> Iterator[GenerationResult]:
-        """Fill free slots fairly, prefilling at most `prefill_budget` new prompt tokens (at least one
-        prompt); the first tokens are drawn per sampling setting."""
+    def admit(self) -> Iterator[GenerationResult]:
+        """Drop cancelled rows, then fill free slots fairly, prefilling at most `prefill_budget` new prompt
+        tokens (at least one prompt); the first tokens are drawn per sampling setting."""
+        self._drop_cancelled()
         free = [slot for slot, row in enumerate(self.slots) if row is None]
         items: list[tuple[int, WorkItem]] = []
         fresh: set[int] = set()  # requests whose prompt this admission prefills
@@ -175,18 +175,39 @@ class LiveLoop(DecodeLoop):
             by_setting[self.settings[item.request_index]].append((slot, item))
         for setting, group in by_setting.items():
             self.sampling = setting
-            yield from self._start_rows(group)
+            yield from self.start_rows(group)
+
+    def _drop_cancelled(self) -> None:
+        cancelled = set(self.live.cancelled())
+        if not cancelled:
+            return
+        for slot, row in enumerate(self.slots):
+            if row is not None and row.request_index in cancelled:
+                self.slots[slot] = None  # a free slot: the admission refills it
+        for index in cancelled:
+            self.prefixes.release(index)
+            self.forget(index)
+            if self.drafter is not None:
+                self.drafter.release(index)
+            self.live.remove(index)
+
+    def forget(self, request_index: int) -> None:
+        """Drop what the loop keeps about a request that has ended or was cancelled."""
+        self.settings.pop(request_index, None)
+        self.scored.discard(request_index)
+        if isinstance(self.prefixes, ScoredPrefixes):
+            self.prefixes.handed.pop(request_index, None)
 
     # -- steps -------------------------------------------------------------------------------------
 
-    def _step(self) -> Iterator[GenerationResult]:
+    def step(self) -> Iterator[GenerationResult]:
         active = [b for b, row in enumerate(self.slots) if row is not None]
         settings = {self.settings[self.slots[b].request_index] for b in active}
         self.runner.recording = any(self.slots[b].request_index in self.scored for b in active)  # type: ignore[attr-defined]
         self.step_start = {b: len(self.slots[b].generated) for b in active}
         if len(settings) == 1:
             self.sampling = settings.pop()  # every row draws alike: the loop's own step, speculation included
-            yield from super()._step()
+            yield from super().step()
         else:
             yield from self._mixed_step(active)
 
@@ -204,10 +225,10 @@ class LiveLoop(DecodeLoop):
         verdict = Verdict(torch.zeros(len(active), dtype=torch.long), self._draw(logits, active)[:, None])
         keeps: list[int | None] = [None] * len(self.slots)
         if self.guard is not None:
-            keeps = self.guard.step(hidden, self._fed(inputs, verdict, active))
+            keeps = self.guard.step(hidden, fed_tokens(inputs, verdict, active))
         self.stats.steps += 1
         self.mixed_steps += 1
-        yield from self._commit(verdict, None, 0, active, keeps)
+        yield from self.commit(verdict, StepPlan(active), keeps)
 
     def _draw(self, logits: torch.Tensor, active: Sequence[int]) -> torch.Tensor:
         """logits (A, V), row j of slot active[j] -> tokens (A,), each drawn with its request's setting."""
@@ -221,93 +242,68 @@ class LiveLoop(DecodeLoop):
             tokens[chosen] = next_tokens(logits, setting, generators, rows=chosen)
         return tokens
 
-    # -- log-probabilities ---------------------------------------------------------------------------
 
-    def _score(self, row: Row, token: int) -> None:
+class LiveSinks:
+    """The listener that serves a `LiveLoop`'s requests: each committed token's log-probability for rows that
+    asked, new tokens to the sinks after every step (a guarded row's only once the guard cannot take them
+    back), and each finished sample."""
+
+    def __init__(self, loop: LiveLoop) -> None:
+        self.loop = loop
+        self.published: dict[tuple[int, int], int] = {}  # (request index, sample index) -> tokens published
+        self.pieces: dict[tuple[int, int], list[str]] = {}  # with a guard: each generated token's text
+        self.scores: dict[tuple[int, int], list[TokenLogprob]] = {}  # rows that asked: per sample, per token
+
+    def on_token(self, slot: int, row: Row, token: int) -> None:
         """Keep the log-probability of `token`, about to be appended to `row` (see quench.engine.logprobs)."""
-        if row.request_index not in self.scored:
+        loop = self.loop
+        if row.request_index not in loop.scored:
             return
-        assert isinstance(self.prefixes, ScoredPrefixes)
-        entry = self.live.entry(row.request_index)
+        assert isinstance(loop.prefixes, ScoredPrefixes)
+        entry = loop.live.entry(row.request_index)
         top = (entry.top_logprobs or 0) if entry is not None else 0
         if not row.generated:  # the first token: from the prompt's logits
-            logits = self.prefixes.handed[row.request_index]
+            logits = loop.prefixes.handed[row.request_index]
         else:
-            slot = next(b for b, other in enumerate(self.slots) if other is row)
-            last = self.runner.last  # type: ignore[attr-defined]
-            logits = last.at(slot, len(row.generated) - self.step_start[slot])
+            last = loop.runner.last  # type: ignore[attr-defined]
+            logits = last.at(slot, len(row.generated) - loop.step_start[slot])
         self.scores.setdefault((row.request_index, row.sample_index), []).append(score_token(logits, token, top))
 
-    def _logprobs(self, key: tuple[int, int], start: int, end: int) -> tuple[TokenLogprob, ...] | None:
-        return tuple(self.scores.get(key, ())[start:end]) if key[0] in self.scored else None
-
-    # -- the loop ------------------------------------------------------------------------------------
-
-    def run(self) -> Iterator[GenerationResult]:
-        while True:
-            self._drop_cancelled()
-            yield from self._admit()
-            self._publish()
-            if all(row is None for row in self.slots):
-                return
-            yield from self._step()
-
-    def _drop_cancelled(self) -> None:
-        cancelled = set(self.live.cancelled())
-        if not cancelled:
-            return
-        for slot, row in enumerate(self.slots):
-            if row is not None and row.request_index in cancelled:
-                self.slots[slot] = None  # a free slot: the next `_admit` refills it
-        for index in cancelled:
-            self.prefixes.release(index)
-            self._forget(index)
-            if self.drafter is not None:
-                self.drafter.release(index)
-            self.live.remove(index)
-
-    def _publish(self) -> None:
-        for row in self.slots:
+    def on_commit(self, slots: Sequence[Row | None]) -> None:
+        for row in slots:
             if row is None:
                 continue
             key = (row.request_index, row.sample_index)
             sent = self.published.get(key, 0)
-            ready = len(row.generated) if self.guard is None else self._settled(key, row.generated)
-            entry = self.live.entry(row.request_index)
+            ready = len(row.generated) if self.loop.guard is None else self._settled(key, row.generated)
+            entry = self.loop.live.entry(row.request_index)
             if ready > sent and entry is not None and not entry.cancelled:
                 self.published[key] = ready
                 notify(entry, Tokens(row.sample_index, tuple(row.generated[sent:ready]), self._logprobs(key, sent, ready)))
 
-    def _settled(self, key: tuple[int, int], generated: list[int]) -> int:
-        """How many of a guarded row's tokens the guard can no longer take back (see GUARD_HOLDBACK)."""
-        pieces = self.pieces.setdefault(key, [])
-        pieces.extend(self.stop.decode([token]) for token in generated[len(pieces):])
-        return min(len(pieces) - GUARD_HOLDBACK, tokens_before(pieces, settled_text("".join(pieces))))
-
-    def _finish(self, slot: int, reason: str) -> GenerationResult:
-        """Finish the row as `DecodeLoop` does, and hand the sample to its request's sink."""
-        row = self.slots[slot]
-        assert row is not None
-        result = super()._finish(slot, reason)
+    def on_finish(self, slot: int, row: Row, result: GenerationResult) -> None:
+        """Hand the finished sample to its request's sink; the request ends with its last sample."""
         key = (row.request_index, row.sample_index)
         self.published.pop(key, None)
         self.pieces.pop(key, None)
         logprobs = self._logprobs(key, 0, len(result.token_ids))
         self.scores.pop(key, None)
-        entry = self.live.entry(row.request_index)
+        entry = self.loop.live.entry(row.request_index)
         if entry is not None and not entry.cancelled:
             entry.finished += 1
             if entry.finished >= entry.request.n:
-                self.live.remove(row.request_index)
-                self._forget(row.request_index)
+                self.loop.live.remove(row.request_index)
+                self.loop.forget(row.request_index)
             notify(entry, Finished(result, logprobs))
-        return result
 
-    def _forget(self, request_index: int) -> None:
-        self.settings.pop(request_index, None)
-        self.scored.discard(request_index)
-        if isinstance(self.prefixes, ScoredPrefixes):
-            self.prefixes.handed.pop(request_index, None)
+    def _settled(self, key: tuple[int, int], generated: list[int]) -> int:
+        """How many of a guarded row's tokens the guard can no longer take back (see GUARD_HOLDBACK)."""
+        pieces = self.pieces.setdefault(key, [])
+        pieces.extend(self.loop.stop.decode([token]) for token in generated[len(pieces):])
+        return min(len(pieces) - GUARD_HOLDBACK, tokens_before(pieces, settled_text("".join(pieces))))
+
+    def _logprobs(self, key: tuple[int, int], start: int, end: int) -> tuple[TokenLogprob, ...] | None:
+        return tuple(self.scores.get(key, ())[start:end]) if key[0] in self.loop.scored else None
 
 
 @dataclass
@@ -372,23 +368,12 @@ class LiveEngine:
 
 
     def _loop(self) -> LiveLoop:
-        backend, config = self.backend, self.backend.config
-        cache_len = round_up(self.max_len + config.row_headroom, 64)
-        guard = backend.guard.start(backend.tokenizer, config.batch_size) if backend.guard is not None else None
+        backend = self.backend
         return LiveLoop(
-            RecordingRunner(backend.runner),
-            backend._target_cache(cache_len),
+            backend.loop_parts(round_up(self.max_len + backend.config.row_headroom, 64)),
             self.queue,
             LiveStopRules(backend.tokenizer, backend.eos_ids, self.max_len, self.queue),
-            SamplingParams(max_new_tokens=self.max_len),  # each step takes its rows' own (LiveLoop._step)
-            drafter=backend._drafter(cache_len),
-            policy=make_policy(config.draft_length, config.draft_tokens, config.max_draft_tokens)
-            if config.drafter != "none" else None,
-            guard=guard,
-            share_prefixes=config.share_prefixes,
-            max_draft_rows=config.draft_max_rows or None,
-            live=self.queue,
-            prefill_budget=self.prefill_budget,
+            self.prefill_budget,
         )
 
     def _fail_running(self, loop: LiveLoop, message: str) -> None:

@@ -1,8 +1,12 @@
-"""Hidden-state observers: how a stopping model (e.g. GenGuard) plugs into the decode loop.
+"""How code outside the decode loop plugs into it: stop observers, which decide, and listeners, which watch.
 
-Each step the loop hands the observer the target's final-norm hidden states (what the LM head
-reads) at every position it fed, and the tokens fed there; the observer answers, per row, whether
-the row stops and how many of its generated tokens it keeps. The engine knows only this protocol.
+Stop observers (e.g. GenGuard): each step the loop hands the observer the target's final-norm hidden
+states (what the LM head reads) at every position it fed, and the tokens fed there; the observer
+answers, per row, whether the row stops and how many of its generated tokens it keeps.
+
+Listeners (e.g. the server's streaming, `quench.engine.live`) are told what the loop does and
+change nothing: each token as it is appended, each step once committed, each sample as it finishes.
+The engine knows only these protocols.
 """
 
 from __future__ import annotations
@@ -10,7 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
+
+    from quench.engine.rows import Row
+    from quench.engine.types import GenerationResult
 
 PAD = -1  # token id of a position that is not part of its row (a rejected draft, a free slot)
 
@@ -38,4 +47,24 @@ class StopObserver(Protocol):
 
     def start(self, tokenizer: Any, slots: int) -> RowStopper:
         """A fresh per-slot state for a batch of `slots` rows decoded with `tokenizer`."""
+        ...
+
+
+@runtime_checkable
+class LoopListener(Protocol):
+    """What `DecodeLoop(listeners=...)` tells, in order, from the loop's thread; a listener only reads."""
+
+    def on_token(self, slot: int, row: Row, token: int) -> None:
+        """`token` is about to be appended to `row` (in `slot`); the step's logits are still the runner's last.
+
+        A guard that stops a row may take back tokens shown here: the finished result is what stays.
+        """
+        ...
+
+    def on_commit(self, slots: Sequence[Row | None]) -> None:
+        """A step's tokens are appended and the freed slots refilled (their first tokens appended too)."""
+        ...
+
+    def on_finish(self, slot: int, row: Row, result: GenerationResult) -> None:
+        """`row` has left `slot`, finished as `result` (the value the loop yields next)."""
         ...
