@@ -118,10 +118,11 @@ def problems_for(args: argparse.Namespace, samples: list[dict]) -> dict[ProblemK
     problems = [p for p in every if p.task_id in wanted] or every
     if not any(s.get("variant") for s in samples):
         return problems_by_key(problems)
+    from quench.robustness.groups import is_nominal_label
     from quench.robustness.pipeline import VARIANTS_FILE, problems_by_variant, read_variants
 
     path = args.samples.parent / VARIANTS_FILE
-    perturbed = any(not str(s.get("variant", "nominal/")).startswith("nominal/") for s in samples)
+    perturbed = any("variant" in s and not is_nominal_label(str(s["variant"])) for s in samples)
     if perturbed and not path.is_file():
         raise QuenchError(f"{args.samples}: samples of perturbed variants need the run's {VARIANTS_FILE} beside them")
     variants = read_variants(path) if perturbed else {}

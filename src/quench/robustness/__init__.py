@@ -1,8 +1,8 @@
 """ReCode robustness: worst-case metrics (RP/RD/RR at k) over perturbed prompts, and the report."""
 
 from quench.robustness.examples import Example
+from quench.robustness.groups import BASELINE_OF_CATEGORY, GroupKey, baseline_of
 from quench.robustness.metrics import (
-    BASELINE_OF_CATEGORY,
     GroupMetrics,
     Outcomes,
     Regression,
@@ -18,12 +18,14 @@ from quench.robustness.report import load_examples, load_metrics, write_report
 __all__ = [
     "BASELINE_OF_CATEGORY",
     "Example",
+    "GroupKey",
     "GroupMetrics",
     "Outcomes",
     "Regression",
     "RobustnessMetrics",
     "RobustnessRun",
     "VariantOutcomes",
+    "baseline_of",
     "load_examples",
     "load_metrics",
     "outcomes_from_results",

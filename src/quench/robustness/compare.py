@@ -18,6 +18,7 @@ import numpy as np
 
 from quench.errors import QuenchError
 from quench.perturbations.base import CATEGORIES
+from quench.robustness.groups import FULL, PARTIAL
 from quench.robustness.metrics import (
     ProblemCounts, RobustnessRun, outcomes_from_results, per_problem_values, problem_counts,
 )
@@ -189,10 +190,10 @@ def compare_runs(a: LoadedRun, b: LoadedRun, bootstrap: BootstrapConfig = Bootst
     order = {c: i for i, c in enumerate(CATEGORIES)}
     categories = sorted({v.category for v in a.run.variants}, key=lambda c: (order.get(c, len(order)), c))
     for k in a.ks:
-        for kind, baseline in (("full", a.run.nominal_full), ("partial", a.run.nominal_partial)):
+        for kind, baseline in ((FULL, a.run.nominal_full), (PARTIAL, a.run.nominal_partial)):
             if baseline:
                 tasks = sorted(baseline)
-                swapped = [RobustnessRun(r.nominal_partial if kind == "partial" else r.nominal_full, ())
+                swapped = [RobustnessRun(r.nominal_partial if kind == PARTIAL else r.nominal_full, ())
                            for r in (a.run, b.run)]
                 rows += _rows_of_group(f"nominal ({kind} prompt)", _counts(swapped[0], None, tasks),
                                        _counts(swapped[1], None, tasks), k, ["Pass"], bootstrap)

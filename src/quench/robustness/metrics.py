@@ -3,7 +3,7 @@
 Glossary (docs/robustness.md has the formulas):
 - nominal: pass/fail of each sample index on the unperturbed prompt. Docstring and function-name
   variants are compared with the full prompt, code-syntax and code-format variants with the
-  partial-code prompt (ReCode's baselines).
+  partial-code prompt (ReCode's baselines; `groups.baseline_of`).
 - variant: one (transformation, seed) version of the benchmark. A task missing from a variant was
   invalid (the perturbation failed the meaning check) and is left out of the worst case; a task whose
   prompt the transformation did not change is present with the nominal results.
@@ -21,15 +21,12 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from quench.errors import QuenchError
-from quench.perturbations.base import CATEGORIES, CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME, RECODE_ORDER
+from quench.perturbations.base import CATEGORIES, RECODE_ORDER
+from quench.robustness.groups import FULL, PARTIAL, baseline_of
 from quench.stats.intervals import BootstrapConfig, Interval, drop_interval, mean_intervals
 from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
 
 Outcomes = Mapping[str, tuple[bool, ...]]  # task_id → pass/fail of each sample index
-
-FULL = "full"
-PARTIAL = "partial"
-BASELINE_OF_CATEGORY = {DOCSTRING: FULL, FUNCTION_NAME: FULL, CODE_SYNTAX: PARTIAL, CODE_FORMAT: PARTIAL}
 
 
 @dataclass(frozen=True)
@@ -52,9 +49,7 @@ class RobustnessRun:
     nominal_partial: Outcomes = field(default_factory=dict)  # needed only for code categories
 
     def baseline(self, category: str) -> Outcomes:
-        if category not in BASELINE_OF_CATEGORY:
-            raise QuenchError(f"unknown perturbation category {category!r}; choose from {', '.join(CATEGORIES)}")
-        return self.nominal_full if BASELINE_OF_CATEGORY[category] == FULL else self.nominal_partial
+        return self.nominal_full if baseline_of(category) == FULL else self.nominal_partial
 
 
 @dataclass(frozen=True)
@@ -256,7 +251,7 @@ def group_metrics(
     bootstrap: BootstrapConfig = BootstrapConfig(),
 ) -> GroupMetrics:
     """Worst case over every variant in `variants` (all of the same category) against its baseline."""
-    kind = BASELINE_OF_CATEGORY.get(category, FULL)
+    kind = baseline_of(category)
     baseline = run.baseline(category)
     if not baseline:
         raise QuenchError(f"{name}: no nominal {kind}-prompt results to compare its variants with")

@@ -15,7 +15,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from quench.datasets import Problem, partial_problem, read_problems
 from quench.datasets.problem import PLUS_BENCHMARK, problem_from_json
@@ -32,12 +32,11 @@ from quench.perturbations.pipeline import perturb_problems
 from quench.perturbations.profile import resolve_profile
 from quench.perturbations.recode_format import group_variants, read_recode
 from quench.robustness.examples import Example
+from quench.robustness.groups import PARTIAL, GroupKey
 from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes, regressions, robustness_metrics
 
 log = logging.getLogger(__name__)
 
-NOMINAL_FULL = ("nominal", "full")
-NOMINAL_PARTIAL = ("nominal", "partial")
 VARIANTS_FILE = "variants.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILE = "executions.jsonl"
@@ -67,12 +66,25 @@ class Unit:
     """One prompt to evaluate: a nominal baseline or a (transformation, seed) variant of a task."""
 
     problem: Problem
-    group: tuple[str, str]  # ("nominal", "full"|"partial") or (transformation, str(seed))
+    group: GroupKey
     prompt_id: str  # hash of the prompt: identical prompts are generated once
 
     @property
     def task_id(self) -> str:
         return self.problem.task_id
+
+
+@dataclass(frozen=True)
+class GeneratedSample:
+    """What the pipeline reads of a sample record (samples.jsonl keeps the whole record)."""
+
+    completion: str  # the code after the prompt, sanitized
+    solution: str = ""  # a whole program, where the answer restated the prompt (evalplus' field)
+    raw: str = ""  # the model's text as generated: the report's examples show it
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> GeneratedSample:
+        return cls(record["completion"], record.get("solution", ""), record.get("raw", ""))
 
 
 @dataclass
@@ -142,20 +154,24 @@ def read_variants(path: Path) -> dict[tuple[str, int], list[Problem]]:
     return group_variants(problem_from_json(row) for row in rows)
 
 
-def variant_key(group: tuple[str, str]) -> str:
-    """A sample's `variant` field: "nominal/full", "nominal/partial" or "transformation/seed"."""
-    return "/".join(group)
+def category_of(transformation: str) -> str:
+    return perturbation_class(transformation).category
+
+
+def variant_groups(variants: dict[tuple[str, int], list[Problem]]) -> dict[GroupKey, list[Problem]]:
+    """The variants keyed by their group (the perturbation step keys them by (transformation, seed))."""
+    return {GroupKey.variant(name, seed, category_of(name)): group for (name, seed), group in variants.items()}
 
 
 def problems_by_variant(problems: Sequence[Problem], variants: dict[tuple[str, int], list[Problem]]) -> dict[ProblemKey, Problem]:
     """Each (task id, variant key) of a robustness run mapped to the problem its prompt came from."""
     table: dict[ProblemKey, Problem] = {}
     for problem in problems:
-        table[(problem.task_id, variant_key(NOMINAL_FULL))] = problem
-        table[(problem.task_id, variant_key(NOMINAL_PARTIAL))] = partial_problem(problem)
-    for (name, seed), group in variants.items():
+        table[(problem.task_id, GroupKey.nominal().label())] = problem
+        table[(problem.task_id, GroupKey.partial().label())] = partial_problem(problem)
+    for key, group in variant_groups(variants).items():
         for variant in group:
-            table[(variant.task_id, variant_key((name, str(seed))))] = variant
+            table[(variant.task_id, key.label())] = variant
     return table
 
 
@@ -171,21 +187,20 @@ def partial_baselines(problems: Sequence[Problem], config: RobustnessConfig) -> 
         return {p.task_id: split(p) for p in problems}
     released = {p.task_id: p for p in read_problems(Path(path))}
     log.info("partial-code baseline: %s", path)
-    return {p.task_id: released[p.task_id].with_changes(prompt_kind="partial", benchmark=p.benchmark)
+    return {p.task_id: released[p.task_id].with_changes(prompt_kind=PARTIAL, benchmark=p.benchmark)
             if p.task_id in released else split(p) for p in problems}
 
 
 def same_model_input(units: Sequence[Unit]) -> dict[str, int]:
     """Per transformation, variants whose prompt differs from the nominal one but whose model input
     (the formatted prompt) does not: a prompt format that cancels the perturbation."""
-    nominal = {(unit.group[1], unit.task_id): unit for unit in units if unit.group[0] == "nominal"}
+    nominal = {(unit.group, unit.task_id): unit for unit in units if unit.group.is_nominal}
     counts: dict[str, int] = {}
     for unit in units:
-        if unit.group[0] == "nominal":
+        if unit.group.is_nominal:
             continue
-        name = unit.group[0]
-        category = perturbation_class(name).category
-        base = nominal[("partial" if category in ("code_syntax", "code_format") else "full", unit.task_id)]
+        name = unit.group.transformation
+        base = nominal[(unit.group.baseline, unit.task_id)]
         collapsed = unit.problem.prompt != base.problem.prompt and unit.prompt_id == base.prompt_id
         counts[name] = counts.get(name, 0) + collapsed
     return counts
@@ -195,15 +210,15 @@ def build_units(problems: Sequence[Problem], variants: dict[tuple[str, int], lis
                 partials: dict[str, Problem] | None = None) -> list[Unit]:
     units = []
 
-    def add(problem: Problem, group: tuple[str, str]) -> None:
+    def add(problem: Problem, group: GroupKey) -> None:
         units.append(Unit(problem, group, digest(format_prompt(problem.prompt))))
 
     for problem in problems:
-        add(problem, NOMINAL_FULL)
-        add(partials[problem.task_id] if partials else partial_problem(problem), NOMINAL_PARTIAL)
-    for (name, seed), group in sorted(variants.items()):
+        add(problem, GroupKey.nominal())
+        add(partials[problem.task_id] if partials else partial_problem(problem), GroupKey.partial())
+    for key, group in sorted(variant_groups(variants).items(), key=lambda item: item[0].order):
         for variant in group:
-            add(variant, (name, str(seed)))
+            add(variant, key)
     return units
 
 
@@ -232,19 +247,20 @@ def prompt_labels(units: Sequence[Unit]) -> dict[str, dict[str, str]]:
     prompt (nominal before variants), and the prompt id, so `quench evaluate` can score them."""
     labels: dict[str, dict[str, str]] = {}
     for unit in units:
-        labels.setdefault(unit.prompt_id, {"task_id": unit.task_id, "variant": variant_key(unit.group),
+        labels.setdefault(unit.prompt_id, {"task_id": unit.task_id, "variant": unit.group.label(),
                                            "prompt_id": unit.prompt_id})
     return labels
 
 
-def execution_jobs(units: Sequence[Unit], samples: dict[tuple[str, int], dict], n: int) -> tuple[list[tuple[dict, str]], dict[tuple[int, int], str]]:
+def execution_jobs(units: Sequence[Unit], samples: Mapping[tuple[str, int], GeneratedSample],
+                   n: int) -> tuple[list[tuple[dict, str]], dict[tuple[int, int], str]]:
     """Distinct programs to run, and which program each (unit, sample index) is."""
     jobs: dict[str, str] = {}
     program_of: dict[tuple[int, int], str] = {}
     for u, unit in enumerate(units):
         for index in range(n):
             sample = samples[(unit.prompt_id, index)]
-            program = program_for(unit.problem, sample["completion"], sample.get("solution", ""))
+            program = program_for(unit.problem, sample.completion, sample.solution)
             program_id = digest(program)
             jobs.setdefault(program_id, program)
             program_of[(u, index)] = program_id
@@ -265,41 +281,39 @@ def job_timeouts(problems: Sequence[Problem], units: Sequence[Unit], jobs: Seque
 
 
 def collect_run(units: Sequence[Unit], program_of: dict[tuple[int, int], str], passed: dict[str, bool], n: int) -> RobustnessRun:
-    per_group: dict[tuple[str, str], dict[str, tuple[bool, ...]]] = {}
+    per_group: dict[GroupKey, dict[str, tuple[bool, ...]]] = {}
     for u, unit in enumerate(units):
         per_group.setdefault(unit.group, {})[unit.task_id] = tuple(passed[program_of[(u, i)]] for i in range(n))
-    nominal_prompt = {(unit.group[1], unit.task_id): unit.prompt_id for unit in units if unit.group[0] == "nominal"}
+    nominal_prompt = {(unit.group, unit.task_id): unit.prompt_id for unit in units if unit.group.is_nominal}
     variants = []
-    for group, outcomes in sorted(per_group.items()):
-        if group[0] == "nominal":
+    for group, outcomes in sorted(per_group.items(), key=lambda item: item[0].order):
+        if group.is_nominal:
             continue
-        name, seed = group
-        category = perturbation_class(name).category
-        baseline = "partial" if category in ("code_syntax", "code_format") else "full"
         unchanged = frozenset(
             unit.task_id for unit in units
-            if unit.group == group and unit.prompt_id == nominal_prompt[(baseline, unit.task_id)]
+            if unit.group == group and unit.prompt_id == nominal_prompt[(group.baseline, unit.task_id)]
         )
-        variants.append(VariantOutcomes(name, category, int(seed), outcomes, unchanged))
-    return RobustnessRun(per_group.get(NOMINAL_FULL, {}), tuple(variants), per_group.get(NOMINAL_PARTIAL, {}))
+        variants.append(VariantOutcomes(group.transformation, category_of(group.transformation), group.seed,
+                                        outcomes, unchanged))
+    return RobustnessRun(per_group.get(GroupKey.nominal(), {}), tuple(variants), per_group.get(GroupKey.partial(), {}))
 
 
 def make_examples(
-    run: RobustnessRun, units: Sequence[Unit], samples: dict[tuple[str, int], dict],
-    details: dict[tuple[str, str, str, int], str], per_category: int,
+    run: RobustnessRun, units: Sequence[Unit], samples: Mapping[tuple[str, int], GeneratedSample],
+    details: dict[tuple[GroupKey, str, int], str], per_category: int,
 ) -> list[Example]:
     by_group = {(unit.group, unit.task_id): unit for unit in units}
     examples = []
     for case in regressions(run, per_category=per_category):
-        baseline = NOMINAL_PARTIAL if case.category in ("code_syntax", "code_format") else NOMINAL_FULL
-        nominal, variant = by_group[(baseline, case.task_id)], by_group[((case.transformation, str(case.seed)), case.task_id)]
+        group = GroupKey.variant(case.transformation, case.seed, case.category)
+        nominal, variant = by_group[(group.baseline, case.task_id)], by_group[(group, case.task_id)]
         examples.append(Example(
             task_id=case.task_id, transformation=case.transformation, category=case.category, seed=case.seed,
             nominal_prompt=nominal.problem.prompt, perturbed_prompt=variant.problem.prompt,
-            nominal_completion=samples[(nominal.prompt_id, case.sample)]["raw"],
-            perturbed_completion=samples[(variant.prompt_id, case.sample)]["raw"],
-            nominal_detail=details[(*baseline, case.task_id, case.sample)],
-            perturbed_detail=details[(*variant.group, case.task_id, case.sample)],
+            nominal_completion=samples[(nominal.prompt_id, case.sample)].raw,
+            perturbed_completion=samples[(variant.prompt_id, case.sample)].raw,
+            nominal_detail=details[(group.baseline, case.task_id, case.sample)],
+            perturbed_detail=details[(group, case.task_id, case.sample)],
             sample=case.sample,
         ))
     return examples
@@ -342,7 +356,8 @@ def run_robustness(
     reporting = StartReporting(backend, progress.planned, progress.started)
     records = generate_samples(generation_order(prompts, config.order_seed), reporting, encode, generate_config,
                                out / SAMPLES_FILE, progress.sample, labels=prompt_labels(units))
-    samples = {sample_key(r): r for r in records}  # (prompt id, index); runs from before labels: the same
+    # (prompt id, index); runs from before labels: the same
+    samples = {sample_key(r): GeneratedSample.from_record(r) for r in records}
     jobs, program_of = execution_jobs(units, samples, config.n)
     progress.stage("execute", len(jobs))
     timeouts = job_timeouts(problems, units, jobs, program_of, config, pool, out)
@@ -353,7 +368,7 @@ def run_robustness(
     detail = {r["program_id"]: f'{r["outcome"]}: {r.get("detail", "")}'.strip(": ") for r in results}
     run = collect_run(units, program_of, passed, config.n)
     metrics = robustness_metrics(run, config.ks)
-    details = {(*units[u].group, units[u].task_id, i): detail[pid] for (u, i), pid in program_of.items()}
+    details = {(units[u].group, units[u].task_id, i): detail[pid] for (u, i), pid in program_of.items()}
     examples = make_examples(run, units, samples, details, config.examples_per_category)
     stats = {
         "profile": config.profile, "same_model_input": same_model_input(units),

@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 
 from quench.errors import QuenchError
 from quench.robustness.examples import Example
+from quench.robustness.groups import FULL, PARTIAL
 from quench.robustness.html import render_html
 from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes
 from quench.robustness.plots import captions, category_label, report_plots
@@ -108,7 +109,7 @@ def nominal_cells(metrics: RobustnessMetrics, kind: str) -> list[str]:
 def console_summary(metrics: RobustnessMetrics, stats: Mapping[str, object]) -> list[str]:
     """The lines `quench robustness` prints: the report's first-k numbers, in the same percent units."""
     k = metrics.ks[0]
-    kinds = {"full": "full prompt", "partial": "partial prompt"}
+    kinds = {FULL: "full prompt", PARTIAL: "partial prompt"}
     nominal = ", ".join(f"{kinds.get(kind, kind)} {nominal_cells(metrics, kind)[0]}" for kind in metrics.nominal_pass)
     lines = [f"nominal Pass@{k} (%, 95% interval): {nominal}",
              f"{'category':<15}{'RP@' + str(k):<22}{'RD@' + str(k):<24}{'RR@' + str(k)}"]
