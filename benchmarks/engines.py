@@ -25,7 +25,7 @@ from quench.distributed.local import LocalEngines
 from quench.engine.config import EngineConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, format_prompt, load_model
-from quench.perturbations.base import names
+from quench.perturbations.catalog import names
 from quench.perturbations.pipeline import perturb_problems
 from quench.robustness.pipeline import build_units, unique_prompts
 from quench.runs.backends import BackendOptions, make_backend

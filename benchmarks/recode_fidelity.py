@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quench.datasets import Problem, load_humaneval
-from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, perturbation_class
+from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX
+from quench.perturbations.catalog import perturbation_class
 from quench.perturbations.pipeline import perturb_problems
 from quench.perturbations.profile import PROFILES
 

@@ -8,8 +8,9 @@ import re
 import pytest
 
 from quench.datasets import Problem, load_humaneval, load_mbpp
-from quench.perturbations.base import apply_seeded, create
-from quench.perturbations.recode_docstring import is_content_word, tokens_of
+from quench.perturbations.base import apply_seeded
+from quench.perturbations.catalog import create
+from quench.perturbations.recode.docstring import is_content_word, tokens_of
 from quench.perturbations.words import AUXILIARY_VERBS, FUNCTION_WORDS
 
 PROFILES = ("quench", "recode")

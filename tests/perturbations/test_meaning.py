@@ -10,8 +10,9 @@ import pytest
 
 from quench.datasets import Problem
 from quench.perturbations import meaning
-from quench.perturbations.base import apply_seeded, create
-from quench.perturbations.docstring import synonyms
+from quench.perturbations.base import apply_seeded
+from quench.perturbations.catalog import create
+from quench.perturbations.quench.docstring import synonyms
 from quench.perturbations.pipeline import perturb_problems
 from quench.perturbations.words import in_technical_terms
 

@@ -13,10 +13,11 @@ from quench.datasets import Problem, load_humaneval
 from quench.datasets.partial import recode_cut, recode_partial_problem
 from quench.errors import QuenchError
 from quench.perturbations import perturb_problems
-from quench.perturbations.base import create, seeded_rng
+from quench.perturbations.base import seeded_rng
+from quench.perturbations.catalog import create
 from quench.perturbations.profile import QUENCH, RECODE, resolve_profile
-from quench.perturbations.recode_code_format import doc2comments, new_lines, split_lines, tab_indent
-from quench.perturbations.recode_format import marked_program
+from quench.perturbations.recode.code_format import doc2comments, new_lines, split_lines, tab_indent
+from quench.perturbations.release import marked_program
 
 RELEASE = Path(__file__).parents[2] / ".." / "shared" / "data" / "recode-release"
 
@@ -101,7 +102,7 @@ def test_var_renamer_naive_renames_the_most_frequent_variable_signature_included
 
 
 def test_var_renamer_rn_draws_one_generator_over_the_problems_in_order() -> None:
-    from quench.perturbations.recode_code_syntax import random_name
+    from quench.perturbations.recode.code_syntax import random_name
 
     problems = [PROBLEM, PROBLEM.with_changes(task_id="t/9")]
     made = perturb_problems(problems, ["VarRenamerRN"], [2], validate_variants=False, profile="recode")

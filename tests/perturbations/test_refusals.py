@@ -9,10 +9,11 @@ import pytest
 
 from quench.datasets import Problem, load_mbpp
 from quench.datasets.partial import recode_partial_problem
-from quench.perturbations.base import apply_seeded, create, refusal
+from quench.perturbations.base import apply_seeded, refusal
+from quench.perturbations.catalog import create
 from quench.perturbations.pipeline import perturb_problems
-from quench.perturbations.recode_code_syntax import marker_statement
-from quench.perturbations.recode_render import MARKER, split_statements
+from quench.perturbations.recode.code_syntax import marker_statement
+from quench.perturbations.recode.render import MARKER, split_statements
 
 RECODE_SYNTAX = ("DeadCodeInserter", "DeadCodeInserterLast", "ForWhileTransformer", "OperandSwap",
                  "VarRenamerNaive", "VarRenamerRN")

@@ -11,7 +11,7 @@ import pytest
 from helpers import save_tiny_model
 from quench.cli.main import main
 from quench.datasets import load_benchmark
-from quench.perturbations.recode_format import read_recode
+from quench.perturbations.release import read_recode
 from quench.robustness.pipeline import RobustnessConfig, partial_baselines, variants_from_release
 
 TRANSFORMS = ("FuncRenameCamelCase", "tab_indent")  # a function-name and a code-format transformation

@@ -10,7 +10,7 @@ from quench.datasets import BENCHMARKS, load_benchmark, parse_tasks
 from quench.errors import QuenchError
 from quench.cli.common import add_unconfined_arg, plus_limits
 from quench.execution import SandboxLimits, SandboxPool
-from quench.perturbations import base
+from quench.perturbations import catalog
 from quench.perturbations.languages import split_applicable
 from quench.perturbations.pipeline import PerturbationSet, perturb_problems, write_set
 from quench.perturbations.profile import DEFAULT_PROFILE, PROFILES, resolve_profile
@@ -54,17 +54,17 @@ def split_list(spec: str | None) -> list[str] | None:
 def chosen_transforms(args: argparse.Namespace) -> list[str]:
     categories = split_list(args.categories)
     wanted = split_list(args.transforms)
-    available = base.names(categories)
+    available = catalog.names(categories)
     if wanted:
         for name in wanted:
-            base.perturbation_class(name)  # unknown names fail here with a clear message
+            catalog.perturbation_class(name)  # unknown names fail here with a clear message
         return [n for n in wanted if n in available] or wanted
-    return [n for n in available if args.with_models or not base.perturbation_class(n).model_based]
+    return [n for n in available if args.with_models or not catalog.perturbation_class(n).model_based]
 
 
 def print_list() -> None:
-    for name in base.names():
-        cls = base.perturbation_class(name)
+    for name in catalog.names():
+        cls = catalog.perturbation_class(name)
         model = " [model]" if cls.model_based else ""
         print(f"{name:33s} {cls.category:14s} {cls.description}{model}")
 
@@ -96,7 +96,7 @@ def print_stats(result: PerturbationSet) -> None:
 def load_model(name: str | None) -> object | None:
     if name is None:
         return None
-    from quench.perturbations.model_based import HFTextModel
+    from quench.perturbations.quench.model_based import HFTextModel
 
     return HFTextModel(console.load_model(name))
 
@@ -118,10 +118,10 @@ def run(args: argparse.Namespace) -> int:
     profile = resolve_profile(args.profile)
     problems = load_benchmark(args.benchmark, args.split, parse_tasks(args.tasks), args.limit)
     split_applicable(transforms, problems)  # none applying to the language is an error before any work
-    if args.model is not None and any(base.perturbation_class(t).model_based for t in transforms):
+    if args.model is not None and any(catalog.perturbation_class(t).model_based for t in transforms):
         validate.check_model_args(argparse.Namespace(model=args.model, dtype="auto"))
     validate.check_out_dir(args.out)
-    model = load_model(args.model) if any(base.perturbation_class(t).model_based for t in transforms) else None
+    model = load_model(args.model) if any(catalog.perturbation_class(t).model_based for t in transforms) else None
     bars = console.StageBars({"perturb": "variant"})
     bars.begin("perturb", len(transforms) * args.seeds * len(problems))
 

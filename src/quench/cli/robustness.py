@@ -12,7 +12,8 @@ from quench.cli.generate import add_output_args, stopping_config
 from quench.errors import QuenchError
 from quench.runs import rundir
 from quench.cli.perturb import add_profile_arg
-from quench.perturbations.base import CATEGORIES, names, perturbation_class
+from quench.perturbations.base import CATEGORIES
+from quench.perturbations.catalog import names, perturbation_class
 
 # The embedded default: a HumanEval subset and transformation set sized for a 2-core CPU with the default
 # model (its time: docs/benchmarks.md, "The default `quench robustness`").

@@ -92,7 +92,7 @@ def split_list(spec: str) -> tuple[str, ...]:
 
 
 def transforms_from_args(args: argparse.Namespace) -> tuple[str, ...]:
-    from quench.perturbations.base import names, perturbation_class
+    from quench.perturbations.catalog import names, perturbation_class
 
     if args.transforms:
         wanted = split_list(args.transforms)

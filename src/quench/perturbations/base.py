@@ -1,13 +1,12 @@
-"""The perturbation interface, its four categories, the registry, and seeded application."""
+"""The perturbation interface, its four categories, and seeded application (`catalog.py` names the classes)."""
 
 from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from typing import ClassVar, Iterable, TypeVar
+from typing import ClassVar
 
 from quench.datasets import Problem
-from quench.errors import QuenchError
 
 DOCSTRING = "docstring"
 FUNCTION_NAME = "function_name"
@@ -62,70 +61,6 @@ class Perturbation(ABC):
     def apply_sequence(self, problems: list[Problem], seed: int) -> list[Problem]:
         """Sequential transformations: every problem in order, drawing from one generator."""
         raise NotImplementedError(f"{self.name} is not sequential")
-
-
-P = TypeVar("P", bound=type[Perturbation])
-REGISTRY: dict[str, type[Perturbation]] = {}
-# Profile "recode": ReCode's own version of a transformation where it differs from quench's.
-RECODE_REGISTRY: dict[str, type[Perturbation]] = {}
-
-
-def register(cls: P) -> P:
-    if cls.name in REGISTRY:
-        raise ValueError(f"perturbation {cls.name!r} registered twice")
-    REGISTRY[cls.name] = cls
-    return cls
-
-
-def register_recode(cls: P) -> P:
-    if cls.name in RECODE_REGISTRY:
-        raise ValueError(f"recode perturbation {cls.name!r} registered twice")
-    RECODE_REGISTRY[cls.name] = cls
-    return cls
-
-
-def _load_all() -> None:
-    # Importing the modules fills the registries; done lazily to avoid import cycles.
-    from quench.perturbations import (  # noqa: F401
-        code_format, code_syntax, docstring, function_name, model_based, recode_code_format, recode_code_syntax,
-        recode_chars, recode_dead_code, recode_docstring, recode_inflection, recode_tense, renaming,
-    )
-
-
-def perturbation_class(name: str) -> type[Perturbation]:
-    _load_all()
-    if name not in REGISTRY:
-        raise QuenchError(f"unknown perturbation {name!r}; `quench perturb --list` shows them all")
-    return REGISTRY[name]
-
-
-def profile_class(name: str, profile: str = "quench") -> type[Perturbation]:
-    """The class that implements `name` in a profile ("recode" falls back to quench's where they agree)."""
-    cls = perturbation_class(name)
-    return RECODE_REGISTRY.get(name, cls) if profile == "recode" else cls
-
-
-def create(name: str, profile: str = "quench", **kwargs: object) -> Perturbation:
-    """An instance by ReCode name; model-based ones accept `model=` (see `model_based`)."""
-    return profile_class(name, profile)(**kwargs)
-
-
-def names(categories: Iterable[str] | None = None, include_model_based: bool = True) -> list[str]:
-    """Registered names in ReCode's order, filtered by category (ReCode aliases accepted)."""
-    _load_all()
-    wanted = None
-    if categories is not None:
-        wanted = set()
-        for category in categories:
-            if category not in CATEGORY_ALIASES:
-                raise QuenchError(f"unknown category {category!r}; choose from {', '.join(CATEGORIES)}")
-            wanted.add(CATEGORY_ALIASES[category])
-    order = {name: i for i, name in enumerate(RECODE_ORDER)}
-    return sorted(
-        (name for name, cls in REGISTRY.items()
-         if (wanted is None or cls.category in wanted) and (include_model_based or not cls.model_based)),
-        key=lambda name: (order.get(name, len(order)), name),
-    )
 
 
 def seeded_rng(name: str, task_id: str, seed: int) -> random.Random:

@@ -358,7 +358,7 @@ def adapt(perturbation: Perturbation, problems: Sequence[Problem]) -> Perturbati
 
 def inapplicable(transforms: Sequence[str], problems: Sequence[Problem]) -> dict[str, str]:
     """Transformation -> "not applicable to JavaScript: reason", for those that apply to no problem's language."""
-    from quench.perturbations.base import perturbation_class
+    from quench.perturbations.catalog import perturbation_class
 
     languages = sorted({p.language for p in problems})
     out = {}

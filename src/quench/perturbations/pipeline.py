@@ -17,9 +17,10 @@ from typing import Callable, Sequence
 
 from quench.datasets import Problem
 from quench.perturbations import languages, meaning
-from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, Perturbation, apply_seeded, create, perturbation_class, tag
+from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, Perturbation, apply_seeded, tag
+from quench.perturbations.catalog import create, perturbation_class
 from quench.perturbations.profile import QUENCH, Profile, resolve_profile
-from quench.perturbations.recode_format import file_name, nominal_partial_rows, recode_row, write_recode
+from quench.perturbations.release import file_name, nominal_partial_rows, recode_row, write_recode
 from quench.perturbations.validate import Runner, Verdict, is_changed, nominal, refused_verdict, validate
 
 log = logging.getLogger(__name__)

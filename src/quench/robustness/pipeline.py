@@ -27,10 +27,10 @@ from quench.execution.plus import PlusPool
 from quench.runs.eta import StartReporting
 from quench.runs.samples import GenerateConfig, generate_samples, read_records, sample_key
 from quench.engine.types import Backend, SamplingParams
-from quench.perturbations.base import perturbation_class
+from quench.perturbations.catalog import perturbation_class
 from quench.perturbations.pipeline import perturb_problems
 from quench.perturbations.profile import resolve_profile
-from quench.perturbations.recode_format import group_variants, read_recode
+from quench.perturbations.release import group_variants, read_recode
 from quench.robustness.examples import Example
 from quench.robustness.groups import PARTIAL, GroupKey
 from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes, regressions, robustness_metrics

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from quench.datasets import Problem, load_mbpp
 from quench.datasets.problem import problem_from_json
 from quench.errors import QuenchError
-from quench.perturbations.base import perturbation_class
+from quench.perturbations.catalog import perturbation_class
 from quench.perturbations.pipeline import perturb_problems
 from quench.perturbations.validate import nominal as nominal_of
 from quench.training.config import DataSettings, TrainConfig

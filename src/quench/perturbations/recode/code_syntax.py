@@ -11,7 +11,7 @@ lies in the hidden half of the body:
 - VarRenamerNaive: the identifier with most occurrences (not a function, class or called name,
   not imported, not a type name) renamed to `VAR_0` everywhere outside strings and comments.
 
-`recode_render.render` then writes the program back as ReCode did (black-formatted, cut at the
+`render.render` then writes the program back as ReCode did (black-formatted, cut at the
 marker). The tree comes from tree-sitter's Python grammar, as in ReCode.
 """
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from quench.datasets import Problem
 from quench.datasets.partial import recode_partial_problem
 from quench.errors import QuenchError
-from quench.perturbations.base import CODE_SYNTAX, CannotApply, Perturbation, register_recode
-from quench.perturbations.recode_code_format import RecodeStream, indent_unit
-from quench.perturbations.recode_format import marked_program
-from quench.perturbations.recode_render import MARKER, render, sep, split_statements
+from quench.perturbations.base import CODE_SYNTAX, CannotApply, Perturbation
+from quench.perturbations.marker import MARKER, marked_program
+from quench.perturbations.recode.code_format import RecodeStream, indent_unit
+from quench.perturbations.recode.render import render, sep, split_statements
 
 MIRRORED = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
 # Never renamed, and never edited in a docstring: NatGen's list, keywords `return` and `in` included.
@@ -272,21 +272,18 @@ class RecodeCodeSyntax(Perturbation):
         raise NotImplementedError
 
 
-@register_recode
 class RecodeForWhile(RecodeCodeSyntax):
     name = "ForWhileTransformer"
     description = "the first convertible `for` loop in tree order (hidden half included) as a `while` loop"
     function = staticmethod(for_to_while)
 
 
-@register_recode
 class RecodeOperandSwap(RecodeCodeSyntax):
     name = "OperandSwap"
     description = "the first single comparison in tree order (hidden half included) with its operands swapped"
     function = staticmethod(operand_swap)
 
 
-@register_recode
 class RecodeVarRenamerNaive(RecodeCodeSyntax):
     name = "VarRenamerNaive"
     description = "the most frequent variable (parameters included) renamed to VAR_0 everywhere"
@@ -295,7 +292,6 @@ class RecodeVarRenamerNaive(RecodeCodeSyntax):
         return rename_variable(code, root, "VAR_0")
 
 
-@register_recode
 class RecodeVarRenamerRN(RecodeStream, RecodeCodeSyntax):
     name = "VarRenamerRN"
     description = "the most frequent variable renamed to a random alpha-numeric name of its length everywhere"

@@ -14,8 +14,8 @@ import io
 import random
 import tokenize
 
-from quench.perturbations.base import CODE_FORMAT, register
-from quench.perturbations.code_syntax import Analysed, CodePerturbation
+from quench.perturbations.base import CODE_FORMAT
+from quench.perturbations.quench.code_syntax import Analysed, CodePerturbation
 from quench.perturbations.source import Edit, body_indent_unit, docstring_node
 
 
@@ -71,7 +71,6 @@ def statement_depths(text: str) -> dict[int, int] | None:
     return depths
 
 
-@register
 class TabIndent(CodePerturbation):
     """Statement lines are re-indented by block depth, so mixed widths (4 then 6 spaces) stay
     consistent; other lines (docstring, continuation, comments) have each unit replaced."""
@@ -121,7 +120,6 @@ def line_breaks(a: Analysed, start: int, end: int) -> list[tuple[int, int]]:
     return gaps
 
 
-@register
 class SplitLines(CodePerturbation):
     name = "split_lines"
     category = CODE_FORMAT
@@ -149,7 +147,6 @@ class SplitLines(CodePerturbation):
         return [Edit(gap[0], gap[1], f" \\\n{indent}")]
 
 
-@register
 class Doc2Comments(CodePerturbation):
     name = "doc2comments"
     category = CODE_FORMAT
@@ -193,7 +190,6 @@ def line_ends(a: Analysed) -> list[int]:
     return out
 
 
-@register
 class NewLines(CodePerturbation):
     blank_lines_only = True
     name = "new_lines"
@@ -211,7 +207,6 @@ class NewLines(CodePerturbation):
         return edits
 
 
-@register
 class NewLineAfterCode(CodePerturbation):
     blank_lines_only = True
     name = "new_line_aftercode"
@@ -223,7 +218,6 @@ class NewLineAfterCode(CodePerturbation):
         return [Edit(a.program.split, a.program.split, "\n")]
 
 
-@register
 class NewLineAfterDoc(CodePerturbation):
     blank_lines_only = True
     name = "new_line_afterdoc"

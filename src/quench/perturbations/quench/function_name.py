@@ -15,7 +15,7 @@ import re
 from abc import abstractmethod
 
 from quench.datasets import Problem
-from quench.perturbations.base import FUNCTION_NAME, Perturbation, register
+from quench.perturbations.base import FUNCTION_NAME, Perturbation
 from quench.perturbations.lexicon import lexicon
 from quench.perturbations.text import program_identifiers
 from quench.perturbations.source import parse
@@ -97,7 +97,6 @@ class CharacterNoise(FunctionNamePerturbation):
     def noise(self, name: str, rng: random.Random, prob: float) -> str: ...
 
 
-@register
 class FuncRenameCamelCase(FunctionNamePerturbation):
     name = "FuncRenameCamelCase"
     description = "snake_case name to camelCase and camelCase to snake_case"
@@ -112,7 +111,6 @@ class FuncRenameCamelCase(FunctionNamePerturbation):
         return "_".join(w.lower() for w in words)
 
 
-@register
 class FuncRenameButterFinger(CharacterNoise):
     name = "FuncRenameButterFinger"
     description = "keyboard typos in the function name (p=0.05, at least one)"
@@ -122,7 +120,6 @@ class FuncRenameButterFinger(CharacterNoise):
         return butter_fingers(name, rng, prob)
 
 
-@register
 class FuncRenameSwapChar(CharacterNoise):
     name = "FuncRenameSwapChar"
     description = "adjacent letters of the function name swapped (p=0.05, at least one)"
@@ -132,7 +129,6 @@ class FuncRenameSwapChar(CharacterNoise):
         return "_".join(swap_characters(part, rng, prob) for part in name.split("_"))
 
 
-@register
 class FuncRenameChangeChar(CharacterNoise):
     name = "FuncRenameChangeChar"
     description = "letters of the function name upper-cased (p=0.35, at least one)"
@@ -142,7 +138,6 @@ class FuncRenameChangeChar(CharacterNoise):
         return change_case(name, rng, prob)
 
 
-@register
 class FuncRenameInflectionalVariation(FunctionNamePerturbation):
     name = "FuncRenameInflectionalVariation"
     description = "words of the function name replaced by another inflection (sort_numbers -> sorted_number)"
@@ -157,7 +152,6 @@ class FuncRenameInflectionalVariation(FunctionNamePerturbation):
         return join_like(new, name)
 
 
-@register
 class FuncRenameSynonymSub(FunctionNamePerturbation):
     name = "FuncRenameSynonymSub"
     description = "words of the function name replaced by WordNet synonyms with p=0.5"

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from quench.datasets import Problem, load_humaneval
-from quench.perturbations.base import create, seeded_rng
-from quench.perturbations.recode_docstring import split_docstring, tokens_of, untokenize
+from quench.perturbations.base import seeded_rng
+from quench.perturbations.catalog import create
+from quench.perturbations.recode.docstring import split_docstring, tokens_of, untokenize
 
-RELEASE = Path(__file__).parents[2] / ".." / "shared" / "data" / "recode-release"
+RELEASE = Path(__file__).parents[3] / ".." / "shared" / "data" / "recode-release"
 PROMPT = ('def count_words(text: str) -> int:\n    """ Count the words of the given text, separated by\n'
           '    single spaces (non-empty words only).\n    >>> count_words("a b")\n    2\n    """\n')
 PROBLEM = Problem("t/0", PROMPT, "    return len(text.split())\n", "def check(c):\n    assert c('a b') == 2\n",
@@ -85,7 +86,7 @@ def test_synonyms_edit_as_much_as_the_release(name: str) -> None:
 
 
 def test_function_name_typos_follow_nl_augmenters_draws() -> None:
-    from quench.perturbations.recode_chars import butter_fingers, change_char_case, swap_characters
+    from quench.perturbations.recode.chars import butter_fingers, change_char_case, swap_characters
 
     # NL-Augmenter reseeds per text: the same seed gives the same edit whatever the task or order
     assert butter_fingers("has_close_elements", 0) == butter_fingers("has_close_elements", 0)
@@ -111,7 +112,7 @@ def test_single_quoted_docstrings_and_keywords_named_in_the_code_stay() -> None:
 
 
 def test_whitespace_draws_once_per_character_names_included() -> None:
-    from quench.perturbations.recode_chars import whitespace
+    from quench.perturbations.recode.chars import whitespace
 
     rng = random.Random(4)
     draws = [rng.random() for _ in "a b"]

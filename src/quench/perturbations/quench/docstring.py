@@ -11,9 +11,9 @@ import random
 from abc import abstractmethod
 
 from quench.datasets import Problem
-from quench.perturbations import tense
-from quench.perturbations.base import DOCSTRING, Perturbation, register
+from quench.perturbations.base import DOCSTRING, Perturbation
 from quench.perturbations.lexicon import Analysis, lexicon
+from quench.perturbations.quench import tense
 from quench.perturbations.text import FIXED, SPACE, WORD, Piece, docstring_text, join, match_case, segment
 from quench.perturbations.words import (
     FUNCTION_WORDS, PROTECTED_VOCABULARY, STOPWORDS, butter_fingers, change_case, in_technical_terms, swap_characters,
@@ -80,7 +80,6 @@ class WordwiseDocstringPerturbation(DocstringPerturbation):
         """The replacement for one editable word (`previous`: the word before it, lower case)."""
 
 
-@register
 class ButterFingersPerturbation(WordwiseDocstringPerturbation):
     name = "ButterFingersPerturbation"
     description = "keyboard typos: each letter becomes a neighbouring key with p=0.05"
@@ -92,7 +91,6 @@ class ButterFingersPerturbation(WordwiseDocstringPerturbation):
         return butter_fingers(word, rng, self.prob)
 
 
-@register
 class ChangeCharCase(WordwiseDocstringPerturbation):
     name = "ChangeCharCase"
     description = "each character upper-cased with p=0.35"
@@ -104,7 +102,6 @@ class ChangeCharCase(WordwiseDocstringPerturbation):
         return change_case(word, rng, self.prob)
 
 
-@register
 class SwapCharactersPerturbation(WordwiseDocstringPerturbation):
     name = "SwapCharactersPerturbation"
     description = "adjacent characters swapped with p=0.05"
@@ -128,7 +125,6 @@ MEANING_NEUTRAL_TAGS = {"NN": ("NN", "NNS"), "NNS": ("NN", "NNS"), "VB": ("VB", 
                         "VBZ": ("VB", "VBZ", "VBD"), "VBD": ("VB", "VBZ", "VBD")}
 
 
-@register
 class EnglishInflectionalVariation(WordwiseDocstringPerturbation):
     name = "EnglishInflectionalVariation"
     description = "nouns and finite verbs replaced by a random inflection of the same lemma (number, person, tense)"
@@ -176,7 +172,6 @@ def common(synonym: str, reading: Analysis) -> bool:
     return bool(counts) and max(counts) >= COMMON_SHARE * reading.count
 
 
-@register
 class SynonymSubstitution(WordwiseDocstringPerturbation):
     name = "SynonymSubstitution"
     description = "words replaced by a WordNet synonym (most frequent sense, inflected alike) with p=0.5"
@@ -192,7 +187,6 @@ class SynonymSubstitution(WordwiseDocstringPerturbation):
         return word
 
 
-@register
 class SynonymInsertion(WordwiseDocstringPerturbation):
     name = "SynonymInsertion"
     description = "a WordNet synonym inserted after words with p=0.5"
@@ -208,7 +202,6 @@ class SynonymInsertion(WordwiseDocstringPerturbation):
         return word
 
 
-@register
 class WhitespacePerturbation(DocstringPerturbation):
     name = "WhitespacePerturbation"
     description = "spaces between words removed with p=0.1, spaces added after letters with p=0.05"
@@ -234,7 +227,6 @@ class WhitespacePerturbation(DocstringPerturbation):
         return "".join(out)
 
 
-@register
 class TenseTransformationPast(DocstringPerturbation):
     name = "TenseTransformationPast"
     description = "present-tense verbs put in the past (is -> was, returns -> returned)"
@@ -244,7 +236,6 @@ class TenseTransformationPast(DocstringPerturbation):
         return tense.transform(pieces, "past")
 
 
-@register
 class TenseTransformationFuture(DocstringPerturbation):
     name = "TenseTransformationFuture"
     description = "present-tense verbs put in the future (is -> will be, returns -> will return)"

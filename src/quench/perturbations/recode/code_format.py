@@ -13,7 +13,7 @@ import random
 
 from quench.datasets import Problem
 from quench.datasets.partial import docstring_quote, recode_partial_problem
-from quench.perturbations.base import CODE_FORMAT, Perturbation, register_recode
+from quench.perturbations.base import CODE_FORMAT, Perturbation
 
 BLANKS = " \t"
 
@@ -231,42 +231,36 @@ class RecodeFormat(Perturbation):
         raise NotImplementedError
 
 
-@register_recode
 class RecodeTabIndent(RecodeFormat):
     name = "tab_indent"
     description = "each leading indentation unit replaced by a tab (or a tab by four spaces)"
     function = staticmethod(tab_indent)
 
 
-@register_recode
 class RecodeSplitLines(RecodeFormat):
     name = "split_lines"
     description = "the longest line after the docstring split with ` \\ ` before its middle word"
     function = staticmethod(split_lines)
 
 
-@register_recode
 class RecodeDoc2Comments(RecodeFormat):
     name = "doc2comments"
     description = "the docstring turned into `#` comments, whitespace-only lines as `#  `"
     function = staticmethod(doc2comments)
 
 
-@register_recode
 class RecodeNewLineAfterCode(RecodeFormat):
     name = "new_line_aftercode"
     description = "a newline appended to the prompt"
     function = staticmethod(new_line_aftercode)
 
 
-@register_recode
 class RecodeNewLineAfterDoc(RecodeFormat):
     name = "new_line_afterdoc"
     description = "a newline right after the docstring's closing quotes"
     function = staticmethod(new_line_afterdoc)
 
 
-@register_recode
 class RecodeNewLines(RecodeStream, RecodeFormat):
     name = "new_lines"
     description = "after each newline following the docstring, another with p=0.5"

@@ -14,8 +14,7 @@ import tokenize
 
 from quench.datasets.partial import docstring_quote
 from quench.perturbations.base import CannotApply
-
-MARKER = "# print('@@this is the line to split##')"
+from quench.perturbations.marker import MARKER
 
 
 def sep(code: str, entry_point: str) -> tuple[str, str, str]:

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from quench.datasets import Problem, load_humaneval
-from quench.perturbations.base import create, seeded_rng
-from quench.perturbations.recode_tense import joined
+from quench.perturbations.base import seeded_rng
+from quench.perturbations.catalog import create
+from quench.perturbations.recode.tense import joined
 
-RELEASE = Path(__file__).parents[2] / ".." / "shared" / "data" / "recode-release"
+RELEASE = Path(__file__).parents[3] / ".." / "shared" / "data" / "recode-release"
 HEAD = "def f(numbers: list, threshold: float) -> bool:\n    \"\"\" "
 PROMPT = (HEAD + "Check if in given list of numbers, are any two numbers closer to each other than\n"
           "    given threshold. It can be decomposed.\n    >>> f([1.0, 2.0], 0.5)\n    False\n    \"\"\"\n")
@@ -47,7 +48,7 @@ def test_punctuation_is_rejoined_and_names_stay() -> None:
 @pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
 @pytest.mark.parametrize("name", ["TenseTransformationPast", "TenseTransformationFuture"])
 def test_changed_share_and_edit_size_are_the_releases(name: str) -> None:
-    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
     from recode_fidelity import edited_words
 
     with gzip.open(RELEASE / "humaneval" / "full" / "nlaugmenter" / f"humaneval_{name}_s0.jsonl.gz", "rt") as f:

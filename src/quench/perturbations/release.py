@@ -17,33 +17,15 @@ from typing import Callable, Iterable
 from quench.datasets import Problem, partial_problem
 from quench.datasets.problem import iter_jsonl, problem_from_json
 from quench.errors import InputFileError, QuenchError
-from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, RECODE_CATEGORY, REGISTRY, _load_all
+from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, RECODE_CATEGORY
+from quench.perturbations.catalog import QUENCH
+from quench.perturbations.marker import MARKER, marked_program
 
-MARKER = "# print('@@this is the line to split##')"
 FILE_NAME = re.compile(r"^(?P<benchmark>[^_]+)_(?P<transform>.+)_s(?P<seed>\d+)\.jsonl$")
 
 
 def file_name(benchmark: str, transform: str, seed: int) -> str:
     return f"{benchmark}_{transform}_s{seed}.jsonl"
-
-
-def leading_blanks(line: str) -> str:
-    return line[:len(line) - len(line.lstrip(" \t"))]
-
-
-def marked_program(original: Problem, partial: Callable[[Problem], Problem] = partial_problem) -> str | None:
-    """ReCode's `partial`: the unperturbed program with the split marker, None without a split.
-
-    The marker takes the deeper of the indentation of the line before and the line after the cut.
-    """
-    split = partial(original)
-    if split.prompt == original.prompt and split.canonical_solution == original.canonical_solution:
-        return None
-    after = leading_blanks(split.canonical_solution)
-    head = split.prompt[:-1] if split.prompt.endswith("\n") else split.prompt
-    before = leading_blanks(head[head.rfind("\n") + 1:])
-    indent = after if len(before) < len(after) else before
-    return f"{split.prompt}{indent}{MARKER}\n{split.canonical_solution}"
 
 
 def recode_row(original: Problem, variant: Problem, category: str, changed: bool,
@@ -79,9 +61,8 @@ def write_recode(path: Path, rows: Iterable[dict[str, object]]) -> None:
 
 
 def category_of(transform: str, path: Path) -> str:
-    _load_all()
-    if transform in REGISTRY:
-        return REGISTRY[transform].category
+    if transform in QUENCH:
+        return QUENCH[transform].category
     by_dir = {v: k for k, v in RECODE_CATEGORY.items()}
     return by_dir.get(path.parent.name, "")
 

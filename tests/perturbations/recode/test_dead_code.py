@@ -12,9 +12,10 @@ import pytest
 
 from quench.datasets import Problem, load_humaneval
 from quench.datasets.partial import recode_partial_problem
-from quench.perturbations.base import create, seeded_rng
+from quench.perturbations.base import seeded_rng
+from quench.perturbations.catalog import create
 
-RELEASE = Path(__file__).parents[2] / ".." / "shared" / "data" / "recode-release"
+RELEASE = Path(__file__).parents[3] / ".." / "shared" / "data" / "recode-release"
 PROMPT = 'def f(x):\n    """Add one.\n\n    >>> f(1)\n    2\n    """\n'
 PROBLEM = Problem("t/0", PROMPT, "    y = x + 1\n\n    z = y\n    return z\n",
                   "def check(candidate):\n    assert candidate(1) == 2\n", "f")
@@ -54,7 +55,7 @@ def test_a_one_line_body_is_left_alone() -> None:
 
 @pytest.mark.skipif(not RELEASE.is_dir(), reason="ReCode's released sets are not present")
 def test_changed_share_and_edit_size_are_the_releases() -> None:
-    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
     from recode_fidelity import edited_words
 
     with gzip.open(RELEASE / "nominal" / "humaneval_partial.jsonl.gz", "rt", encoding="utf-8") as f:

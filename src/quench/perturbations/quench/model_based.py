@@ -16,10 +16,9 @@ import re
 import textwrap
 from typing import Any, Protocol, Sequence
 
-from quench.perturbations.base import register
-from quench.perturbations.code_syntax import Analysed, CodePerturbation
-from quench.perturbations.renaming import rename_choice
-from quench.perturbations.docstring import QUOTES, DocstringPerturbation
+from quench.perturbations.quench.code_syntax import Analysed, CodePerturbation
+from quench.perturbations.quench.renaming import rename_choice
+from quench.perturbations.quench.docstring import QUOTES, DocstringPerturbation
 from quench.perturbations.source import Edit, docstring_node
 from quench.perturbations.text import FIXED, Piece, join
 
@@ -138,7 +137,6 @@ def rewrap(paraphrase: str, original: str) -> str:
     return ("\n" + indent).join(wrapped)
 
 
-@register
 class BackTranslation(LazyModel, DocstringPerturbation):
     name = "BackTranslation"
     description = "docstring paraphrased by a local causal LM (ReCode: en->de->en translation)"
@@ -161,7 +159,6 @@ class BackTranslation(LazyModel, DocstringPerturbation):
         return rewrap(paraphrase, original)
 
 
-@register
 class VarRenamerCB(LazyModel, CodePerturbation):
     name = "VarRenamerCB"
     description = "the most frequent variable renamed to the name a local causal LM finds likeliest"

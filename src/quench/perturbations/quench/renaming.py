@@ -13,8 +13,7 @@ import random
 import re
 import string
 
-from quench.perturbations.base import register
-from quench.perturbations.code_syntax import Analysed, CodePerturbation
+from quench.perturbations.quench.code_syntax import Analysed, CodePerturbation
 from quench.perturbations.source import Edit, docstring_node
 
 # ReCode never renames these (type names and the like).
@@ -88,7 +87,6 @@ def rename_edits(a: Analysed, new_name: str) -> list[Edit]:
     return [Edit(start, end, new_name) for start, end in chosen[1]]
 
 
-@register
 class VarRenamerNaive(CodePerturbation):
     name = "VarRenamerNaive"
     description = "the most frequent variable renamed to VAR_0 (prompt and hidden rest alike)"
@@ -104,7 +102,6 @@ def random_name(length: int, rng: random.Random) -> str:
     return first + "".join(rng.choice(string.ascii_letters + string.digits * 6) for _ in range(length - 1))
 
 
-@register
 class VarRenamerRN(CodePerturbation):
     name = "VarRenamerRN"
     description = "the most frequent variable renamed to a random alpha-numeric name of the same length"

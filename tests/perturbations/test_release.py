@@ -10,7 +10,7 @@ import pytest
 from quench.datasets import Problem
 from quench.errors import QuenchError
 from quench.perturbations import group_variants, perturb_problems, read_recode, write_set
-from quench.perturbations.recode_format import MARKER, file_name
+from quench.perturbations.release import MARKER, file_name
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "recode-samples"
 

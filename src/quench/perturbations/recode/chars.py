@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
-
 from quench.datasets import Problem
-from quench.perturbations.base import DOCSTRING, FUNCTION_NAME, Perturbation, register_recode
-from quench.perturbations.recode_docstring import edit_prose
+from quench.perturbations.base import DOCSTRING, FUNCTION_NAME, Perturbation
+from quench.perturbations.recode.docstring import edit_prose
 
 KEYS = {
     "q": "qwasedzx", "w": "wqesadrfcx", "e": "ewrsfdqazxcvgt", "r": "retdgfwsxcvgt", "t": "tryfhgedcvbnju",
@@ -53,6 +51,8 @@ def change_char_case(text: str, seed: int, prob: float = 0.35) -> str:
 
 
 def swap_characters(text: str, seed: int, prob: float = 0.05) -> str:
+    import numpy as np  # here, not at the top: the catalog imports this module for every command's --help
+
     if len(text) < 2:
         return text
     state = np.random.RandomState((seed + sum(ord(c) for c in text)) % 2**32)
@@ -124,28 +124,24 @@ class RecodeSeededName(RecodeSeeded):
         return problem.with_changes(prompt=problem.prompt.replace(problem.entry_point, name), entry_point=name)
 
 
-@register_recode
 class RecodeButterFingers(RecodeSeededProse):
     name = "ButterFingersPerturbation"
     description = "NL-Augmenter's keyboard typos (p=0.05) on the docstring prose, its draws reproduced"
     edit = staticmethod(butter_fingers)
 
 
-@register_recode
 class RecodeChangeCharCase(RecodeSeededProse):
     name = "ChangeCharCase"
     description = "NL-Augmenter's case flips (p=0.35) on the docstring prose, its draws reproduced"
     edit = staticmethod(change_char_case)
 
 
-@register_recode
 class RecodeSwapCharacters(RecodeSeededProse):
     name = "SwapCharactersPerturbation"
     description = "NL-Augmenter's adjacent swaps (p=0.05) on the docstring prose, its draws reproduced"
     edit = staticmethod(swap_characters)
 
 
-@register_recode
 class RecodeWhitespace(RecodeSeededProse):
     name = "WhitespacePerturbation"
     description = ("NL-Augmenter's whitespace noise (a blank dropped p=0.1, a space added p=0.05) "
@@ -154,21 +150,18 @@ class RecodeWhitespace(RecodeSeededProse):
     edit = staticmethod(whitespace)
 
 
-@register_recode
 class RecodeFuncRenameButterFinger(RecodeSeededName):
     name = "FuncRenameButterFinger"
     description = "NL-Augmenter's keyboard typos (p=0.05) on the function name, replaced everywhere in the prompt"
     edit = staticmethod(butter_fingers)
 
 
-@register_recode
 class RecodeFuncRenameChangeChar(RecodeSeededName):
     name = "FuncRenameChangeChar"
     description = "NL-Augmenter's case flips (p=0.35) on the function name, replaced everywhere in the prompt"
     edit = staticmethod(change_char_case)
 
 
-@register_recode
 class RecodeFuncRenameSwapChar(RecodeSeededName):
     name = "FuncRenameSwapChar"
     description = "NL-Augmenter's adjacent swaps (p=0.05) on the function name, replaced everywhere in the prompt"

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import random
 
-from quench.perturbations.base import register_recode
-from quench.perturbations.recode_code_syntax import Edit, RecodeCodeSyntax, breadth_first, line_indent, text_of
+from quench.perturbations.recode.code_syntax import Edit, RecodeCodeSyntax, breadth_first, line_indent, text_of
 
 STATEMENT = "print('@@this is the line to split##')"
 
@@ -85,7 +84,6 @@ def insert_dead_code(code: bytes, root, rng: random.Random, last: bool) -> list[
     return [insertion(code, before, rng.choice(bodies), rng)]
 
 
-@register_recode
 class RecodeDeadCodeInserter(RecodeCodeSyntax):
     name = "DeadCodeInserter"
     description = "any statement (hidden half included) under a never-run block, before a random visible statement"
@@ -97,7 +95,6 @@ class RecodeDeadCodeInserter(RecodeCodeSyntax):
         return insert_dead_code(code, root, rng, self.last)
 
 
-@register_recode
 class RecodeDeadCodeInserterLast(RecodeDeadCodeInserter):
     name = "DeadCodeInserterLast"
     description = "any statement (hidden half included) under a never-run block, before the last visible statement"

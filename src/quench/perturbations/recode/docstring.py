@@ -18,10 +18,10 @@ import re
 from typing import Callable
 
 from quench.datasets import Problem
-from quench.perturbations.base import DOCSTRING, Perturbation, register_recode
+from quench.perturbations.base import DOCSTRING, Perturbation
 from quench.perturbations.lexicon import lexicon
-from quench.perturbations.recode_code_syntax import TYPE_VARS, parser, variable_names
-from quench.perturbations.recode_render import sep
+from quench.perturbations.recode.code_syntax import TYPE_VARS, parser, variable_names
+from quench.perturbations.recode.render import sep
 from quench.perturbations.words import AUXILIARY_VERBS, FUNCTION_WORDS
 
 MASK = "<|||>"
@@ -222,7 +222,6 @@ class RecodeWordwise(Perturbation):
         raise NotImplementedError
 
 
-@register_recode
 class RecodeSynonymSubstitution(RecodeWordwise):
     name = "SynonymSubstitution"
     description = "each content word replaced by a synonym or its lemma with p=0.5; the prose re-tokenized"
@@ -233,7 +232,6 @@ class RecodeSynonymSubstitution(RecodeWordwise):
         return [rng.choice(choices).replace("_", " ")] if choices and coin < self.prob else [word]
 
 
-@register_recode
 class RecodeSynonymInsertion(RecodeWordwise):
     name = "SynonymInsertion"
     description = "a synonym inserted after each content word (stop words excepted) with p=0.5; the prose re-tokenized"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from quench.datasets import Problem, load_humaneval
-from quench.perturbations.base import create
-from quench.perturbations.recode_inflection import inflect_text
+from quench.perturbations.catalog import create
+from quench.perturbations.recode.inflection import inflect_text
 
-RELEASE = Path(__file__).parents[2] / ".." / "shared" / "data" / "recode-release"
+RELEASE = Path(__file__).parents[3] / ".." / "shared" / "data" / "recode-release"
 PROMPT = ('def has_close_elements(numbers: list, threshold: float) -> bool:\n    """ Check if in given list of numbers,\n'
           '    are any two closer than threshold.\n    >>> has_close_elements([1.0, 2.0], 0.5)\n    False\n    """\n')
 PROBLEM = Problem("t/0", PROMPT, "    return False\n", "def check(c):\n    assert not c([1.0, 2.0], 0.5)\n",
@@ -55,7 +55,7 @@ def test_function_name_words_are_inflected_and_replaced_everywhere() -> None:
 @pytest.mark.parametrize("name,folder", [("EnglishInflectionalVariation", "nlaugmenter"),
                                          ("FuncRenameInflectionalVariation", "func_name")])
 def test_changed_share_and_edit_size_are_the_releases(name: str, folder: str) -> None:
-    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
     from recode_fidelity import edited_words
 
     problems = load_humaneval()

@@ -18,9 +18,8 @@ from __future__ import annotations
 import random
 import re
 
-from quench.perturbations.base import register_recode
 from quench.perturbations.lexicon import lexicon
-from quench.perturbations.recode_chars import RecodeSeededName, RecodeSeededProse
+from quench.perturbations.recode.chars import RecodeSeededName, RecodeSeededProse
 from quench.perturbations.text import match_case
 
 TOKEN = re.compile(r"[^\W_]+|\S")
@@ -81,14 +80,12 @@ def inflect_name(name: str, seed: int) -> str:
     return new if "_" in name else camel_case(new)
 
 
-@register_recode
 class RecodeEnglishInflectionalVariation(RecodeSeededProse):
     name = "EnglishInflectionalVariation"
     description = "every noun, verb and adjective of the prose as a seeded inflection; the prose on one line"
     edit = staticmethod(inflect_text)
 
 
-@register_recode
 class RecodeFuncRenameInflectionalVariation(RecodeSeededName):
     name = "FuncRenameInflectionalVariation"
     description = "each word of the function name as a seeded inflection, replaced everywhere in the prompt"

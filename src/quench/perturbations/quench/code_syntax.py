@@ -16,7 +16,7 @@ import random
 from abc import abstractmethod
 
 from quench.datasets import Problem
-from quench.perturbations.base import CODE_SYNTAX, CannotApply, Perturbation, register
+from quench.perturbations.base import CODE_SYNTAX, CannotApply, Perturbation
 from quench.perturbations.source import (
     Edit, PartialProgram, Source, as_partial, body_indent_unit, find_function,
     own_nodes, own_statements, parse, with_program,
@@ -155,7 +155,6 @@ def dead_block(body: str, indent: str, unit: str, a: Analysed, rng: random.Rando
     return f"{indent}{var} = 0\n{indent}{kind} {var} {condition} {var}:\n{inner}"
 
 
-@register
 class DeadCodeInserter(CodePerturbation):
     name = "DeadCodeInserter"
     description = "a visible statement, wrapped in a never-run loop or if, inserted before a random statement"
@@ -173,7 +172,6 @@ class DeadCodeInserter(CodePerturbation):
         return [Edit(line_start, line_start, text)]
 
 
-@register
 class DeadCodeInserterLast(DeadCodeInserter):
     name = "DeadCodeInserterLast"
     description = "dead code (as DeadCodeInserter) inserted before the last visible statement"
@@ -262,7 +260,6 @@ def for_to_while(loop: ast.For, a: Analysed) -> list[Edit] | None:
             Edit(after_body, after_body, f"\n{body_indent}{index} += 1")]
 
 
-@register
 class ForWhileTransformer(CodePerturbation):
     name = "ForWhileTransformer"
     description = "a visible `for` loop rewritten as the equivalent `while` loop"
@@ -291,7 +288,6 @@ def operand(a: Analysed, node: ast.expr) -> str:
         isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)) else text
 
 
-@register
 class OperandSwap(CodePerturbation):
     name = "OperandSwap"
     description = "the operands of a visible comparison swapped (a < b -> b > a)"

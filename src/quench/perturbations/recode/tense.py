@@ -17,9 +17,9 @@ import random
 import string
 
 from quench.datasets import Problem
-from quench.perturbations.base import DOCSTRING, Perturbation, register_recode
+from quench.perturbations.base import DOCSTRING, Perturbation
 from quench.perturbations.lexicon import lexicon
-from quench.perturbations.recode_docstring import MASK, edit_prose, tokens_of
+from quench.perturbations.recode.docstring import MASK, edit_prose, tokens_of
 
 BE = frozenset({"am", "is", "are", "was", "were", "be"})
 PLURAL_SUBJECTS = frozenset({"you", "we", "they"})
@@ -89,13 +89,11 @@ class RecodeTense(Perturbation):
         return joined(shift(tokens_of(text), self.to_past)).replace("< ||| >", MASK)
 
 
-@register_recode
 class RecodeTensePast(RecodeTense):
     name = "TenseTransformationPast"
     description = "every verb after the first word conjugated to the past (spaCy's reading approximated)"
 
 
-@register_recode
 class RecodeTenseFuture(RecodeTense):
     name = "TenseTransformationFuture"
     description = "`will` and the base form for every verb after the first word (spaCy's reading approximated)"
