@@ -1,6 +1,7 @@
 """The C decode-attention kernel against the PyTorch path of the same runner."""
 
 import ctypes
+import dataclasses
 
 import pytest
 import torch
@@ -28,7 +29,7 @@ def kernels(request):
 def test_native_kernel_matches_pytorch_attention_on_ragged_rows(dtype):
     model = tiny_llama(dtype=dtype)
     fast, reference = LlamaRunner(model), LlamaRunner(model, native_attention=False)
-    assert fast.native and not reference.native
+    assert fast.plan.native and not reference.plan.native
     prompt = torch.randint(3, 90, (3, 9))
     caches = [runner.new_cache(3, 64) for runner in (fast, reference)]
     for runner, cache in zip((fast, reference), caches):
@@ -49,7 +50,7 @@ def test_native_kernel_matches_pytorch_attention_on_ragged_rows(dtype):
 def test_runner_falls_back_to_pytorch_attention_without_the_kernel(monkeypatch):
     monkeypatch.setattr(native, "available", lambda dtype: False)
     runner = LlamaRunner(tiny_llama())
-    assert not runner.native
+    assert not runner.plan.native
     cache = runner.new_cache(1, 16)
     assert runner.forward(cache, torch.tensor([[5, 6]]), torch.zeros(1, dtype=torch.long)).shape == (1, 2, runner.vocab_size)
 
@@ -123,7 +124,7 @@ def test_bfloat16_decode_kernels_match_the_pytorch_path(kernels):
     """Head size 64 in bfloat16: the AVX512-BF16 attention (q.k with AMX tiles or without), the small GEMM
     and the C RMSNorm (where built) against PyTorch attention and oneDNN/PyTorch ops, on ragged rows."""
     fast, reference, caches = _prefilled_bf16_runners(prompt_len=30, cache_len=64, kernels=kernels)
-    assert fast.native_glue and not reference.native
+    assert fast.plan.glue and not reference.plan.native
     start, counts = torch.tensor([30, 21, 25]), torch.tensor([2, 1, 0])
     step = torch.randint(3, 90, (3, 2))
     got, hidden = fast.forward(caches[0], step, start, counts=counts, hidden=True)
@@ -165,13 +166,13 @@ def test_the_c_layer_loop_gives_the_python_loops_bits(kernels):
     states and cached keys/values equal the Python loop's over the same kernels (decode, verify, prefill)."""
     model = llama_head_dim_64(torch.bfloat16)
     runner = LlamaRunner(model, kernels=kernels)
-    table = runner._layer_table
-    assert table is not None
+    plan = runner.plan
+    assert plan.c_layers and runner._layer_table is not None
     prompt, step = torch.randint(3, 90, (3, 40)), torch.randint(3, 90, (3, 5))
     start, counts = torch.tensor([40, 33, 12]), torch.tensor([5, 1, 3])
     outputs = []
-    for use in (None, table):
-        runner._layer_table = use
+    for c_layers in (False, True):
+        runner.plan = dataclasses.replace(plan, c_layers=c_layers)
         cache = runner.new_cache(3, 64)
         prefilled = runner.forward(cache, prompt, torch.zeros(3, dtype=torch.long), logits_at=torch.tensor([39, 32, 11]))
         logits, hidden = runner.forward(cache, step, start, counts=counts, hidden=True)

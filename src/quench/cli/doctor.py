@@ -1,11 +1,24 @@
-"""`quench doctor`: which native kernels run on this machine, and why any is off."""
+"""`quench doctor`: which native kernels run on this machine, why any is off, and the forward plan of a model.
+
+The plan (`engine.forward_plan.ForwardPlan`) is resolved from the model's config, built on the meta device,
+not from a loaded model: every field depends on the config, the modules' shapes and biases and this CPU's
+library, never on the weights' values, and reading the weights would take most of doctor's time. It is the
+plan the engine's target runner gets under the default `EngineConfig` (and QUENCH_AMX / QUENCH_SCREEN).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import platform
-from dataclasses import asdict
+from dataclasses import asdict, fields
+from typing import TYPE_CHECKING
+
+from quench.errors import QuenchError
+from quench.models.presets import DEFAULT_PRESET
+
+if TYPE_CHECKING:
+    from quench.engine.forward_plan import ForwardPlan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "doctor", help="report which native kernels are active here and why any is off (builds them if needed)"
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument("--model", default=DEFAULT_PRESET,
+                        help="whose forward plan to print: a preset, a Hugging Face model directory or a .gguf file "
+                             "(default: %(default)s; its config only, no weights are loaded)")
     parser.set_defaults(handler=run)
 
 
@@ -39,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
         "error": result.reason or None,
         "config": asdict(config),
     }
+    plan, why = forward_plan(args.model)
     if args.json:
-        print(json.dumps({"build": build, "kernels": [asdict(kernel) for kernel in kernels]}))
+        report = {"build": build, "kernels": [asdict(kernel) for kernel in kernels]}
+        report["plan"] = {"model": args.model, "fields": asdict(plan) if plan is not None else None, "why": why}
+        print(json.dumps(report))
         return 0
     state = "built" if library is not None else "off"
     print(f"native kernels: {state} for level {chosen.name} ({' '.join(chosen.compiler_flags)}; {platform.machine()})")
@@ -56,7 +75,30 @@ def run(args: argparse.Namespace) -> int:
         state = "on " if kernel.active else "off"
         detail = f"  ({kernel.reason})" if kernel.reason else ""
         print(f"{state}  {kernel.name:<{width}}{detail}")
+    if plan is None:
+        print(f"forward plan of {args.model}: none ({why})")
+        return 0
+    print(f"forward plan of {args.model} (engine defaults; from its config, no weights loaded):")
+    width = max(len(field.name) for field in fields(plan))
+    for field in fields(plan):
+        print(f"  {field.name:<{width}}  {getattr(plan, field.name)}")
     return 0
+
+
+def forward_plan(model: str) -> tuple[ForwardPlan | None, str | None]:
+    """(the plan `LlamaRunner` resolves for `model` under the engine's defaults, None) or (None, why there is none)."""
+    from quench.engine.config import EngineConfig
+    from quench.engine.forward_plan import engine_plan
+    from quench.engine.llama import on_fast_path
+    from quench.models.loading import model_skeleton
+
+    try:
+        skeleton = model_skeleton(model)
+    except QuenchError as error:
+        return None, str(error)
+    if not on_fast_path(skeleton):
+        return None, f"{type(skeleton).__name__} runs on the generic Hugging Face path"
+    return engine_plan(skeleton, EngineConfig(), device="cpu"), None
 
 
 def _best_level_name() -> str | None:

@@ -9,35 +9,32 @@ family's `modeling_*.py` operation for operation.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from quench.engine import invariant, native
 from quench.engine.families import family_of, gelu_tanh_mul, norm_weight, offset_rms_norm, window_mask
+from quench.engine.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.linear import INT8_MAX_ROWS, Linear
 from quench.engine.llama_layers import LlamaLayer, build_layer, rope_table
 from quench.engine.native_config import KernelConfig
-from quench.engine.screen import ScreenedHead, screen_available, screen_head
+from quench.engine.screen import ScreenedHead, screen_head
 
+__all__ = ["NATIVE_MAX_NEW", "NATIVE_PREFILL_MAX", "LlamaRunner", "on_fast_path"]
 
-NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
-# bfloat16 with head size 64 (C glue, the AVX512 attention kernel): prompts up to this many tokens per row are
-# prefilled on the packed path too (its attention is O(S x keys) per row and kv head, scores in memory).
-NATIVE_PREFILL_MAX = 512
+# attend(index, layer, qkv (..., H + 2 Hkv, D)) -> attention output (..., H D): RoPE, the KV write and attention
+Attend = Callable[[int, LlamaLayer, torch.Tensor], torch.Tensor]
+# residual(x, delta, weight) -> (x + delta, weight * rms_norm(x + delta)): a branch joins the stream, normed for
+# what reads it next (delta None: nothing to add; weight None: no norm wanted)
+Residual = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
 
 
 def on_fast_path(model: torch.nn.Module) -> bool:
     """Whether the fast path can run this model exactly: a Llama, Qwen2 or Gemma 3 decoder (`families.py`)."""
     return family_of(model) is not None
-
-
-def _fixed_products(dtype: torch.dtype) -> bool:
-    """bfloat16 products where the CPU has no AVX512-BF16 (no small GEMM): the fixed-order kernel widens to
-    float32 and runs FMAs, 3-8x faster there than oneDNN's emulated bfloat16 at 8 to 1024 rows."""
-    library = native.build_result().library
-    return dtype == torch.bfloat16 and library is not None and not library.small_gemm_available()
 
 
 def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
@@ -61,13 +58,11 @@ class LlamaRunner:
         """int8: run products of a few rows from int8 copies of the weights (`Linear`), for draft models.
         kernels: AMX tiles and the screened head, where the CPU serves them (`EngineConfig.kernels`).
         batch_invariant: every step on the packed path with the invariant kernels (`invariant`; ValueError where
-        they cannot serve the model's dtype)."""
-        config = model.config
-        inner = model.model
-        family = family_of(model)
-        if family is None:
-            raise ValueError(f"the fast path does not run {type(model).__name__} models")
-        self.family = family
+        they cannot serve the model's dtype). Every switch is resolved once, into `self.plan`."""
+        self.plan: ForwardPlan = plan_forward(model, prepack, compile, native_attention, int8, kernels, batch_invariant)
+        plan = self.plan
+        config, inner = model.config, model.model
+        self.family = family_of(model)
         self.dtype = inner.embed_tokens.weight.dtype
         self.logits_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
         self.device = inner.embed_tokens.weight.device
@@ -79,59 +74,55 @@ class LlamaRunner:
         self.scale = inner.layers[0].self_attn.scaling
         self.vocab_size = model.lm_head.weight.shape[0]
         self.embed = inner.embed_tokens.weight.detach()
-        self.final_norm = norm_weight(inner.norm.weight, family)
+        self.final_norm = norm_weight(inner.norm.weight, self.family)
         # Gemma: embeddings times sqrt(hidden), the scale rounded to the model dtype first (as its embedding module)
-        self.embed_scale = torch.tensor(family.embed_scale).to(self.dtype) if family.embed_scale is not None else None
-        self.window = family.smallest_window
-        self.batch_invariant = batch_invariant
-        if batch_invariant and (not family.llama_like or self.window is not None):
-            raise ValueError(f"batch-invariant kernels serve Llama's layer without sliding windows, not {family.name}'s")
-        if batch_invariant and not (native_attention and self.device.type == "cpu" and invariant.available(self.dtype)):
-            raise ValueError(f"batch-invariant kernels serve float32 and bfloat16 on CPU with the native library, not {self.dtype}")
-        self.fixed = batch_invariant or (prepack and _fixed_products(self.dtype))  # every product on `invariant.gemm`
+        embed_scale = self.family.embed_scale
+        self.embed_scale = torch.tensor(embed_scale).to(self.dtype) if embed_scale is not None else None
         self.kernels = kernels
-        # the GEMMs and attention run AMX tiles; batch-invariant runners run every product on them, whatever its rows
-        self.amx = native.use_amx(kernels)
-        self.int8 = int8 and prepack and self.dtype == torch.bfloat16 and screen_available() and not batch_invariant
-        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, prepack, self.int8, self.amx, self.fixed)
+        linear_kernels = (plan.prepack, plan.int8, plan.amx, plan.fixed)  # `Linear`'s arguments after the bias
+        self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, *linear_kernels)
         # greedy steps read an int8 copy of the head first (quench.engine.screen); same tokens
         self.head_screen: ScreenedHead | None = (
-            screen_head(model.lm_head.weight.detach(), self.lm_head.small)
-            if kernels.screen and not self.int8 and not batch_invariant
-            else None
+            screen_head(model.lm_head.weight.detach(), self.lm_head.small) if plan.screen else None
         )
-        kernels = (prepack, self.int8, self.amx, self.fixed)
-        self.layers = [build_layer(layer, family, index, kernels) for index, layer in enumerate(inner.layers)]
+        self.layers = [build_layer(layer, self.family, index, linear_kernels) for index, layer in enumerate(inner.layers)]
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)
-        self.native = native_attention and self.device.type == "cpu" and native.available(self.dtype)
-        # bfloat16 decode steps run their element-wise glue (residuals, RMSNorm, SiLU) in C too; float32/64
-        # keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there). The C glue
-        # is Llama's layer: other families keep PyTorch's ops in bfloat16 too.
-        self.native_glue = self.native and self.dtype == torch.bfloat16 and family.llama_like
-        self._layer_table = self._native_layer_table()
-        self._int8_table = self._int8_layer_table() if self.int8 else None
+        self._layer_table = self._native_layer_table() if plan.c_layers else None
+        self._int8_table = self._int8_layer_table() if plan.c_layers and plan.int8 else None
         self._layer_shape = native.LayerShape(
             self.heads, self.kv_heads, self.layers[0].gate_up.out_features // 2, self.scale, self.eps
         )
-        self._forward = torch.compile(self._forward_impl, dynamic=True) if compile else self._forward_impl
+        self._forward = torch.compile(self._forward_impl, dynamic=True) if plan.compiled else self._forward_impl
 
-    def _native_layer_table(self) -> ctypes.Array | None:
-        """The addresses `native.layers` reads (6 per layer), where the whole layer loop can run in C: bfloat16
-        glue, head size 64, every projection packed for the small GEMM (no biases), widths the kernels take.
+    @property
+    def batch_invariant(self) -> bool:
+        return self.plan.batch_invariant
+
+    @property
+    def amx(self) -> bool:
+        return self.plan.amx
+
+    @property
+    def int8(self) -> bool:
+        return self.plan.int8
+
+    @property
+    def window(self) -> int | None:
+        return self.plan.window
+
+    def _native_layer_table(self) -> ctypes.Array:
+        """The addresses `native.layers` reads (6 per layer), where the plan runs the whole layer loop in C
+        (`ForwardPlan.c_layers`: bfloat16 glue, head size 64, every projection packed, no biases, no windows).
 
         Runners whose products are all fixed-order (batch-invariant ones, and bfloat16 on builds without the small
         GEMM, e.g. AVX2) point it at the fixed-order packs (in bfloat16 the small GEMM's layout); invariant ones
         run every step through it, whatever its rows: the loop's GEMM sums each output in one order for any
         row count or thread count (AMX tiles for every product where the CPU has them, else the AVX512
         kernel), and its norms, RoPE, attention and SiLU treat each row on its own."""
-        if self.window is not None:
-            return None
-        if not (self.native_glue and self.head_dim == 64 and native.layers_available()):
-            return None
-        packs = [linear.fixed if self.fixed else linear.small for linear in self._projections()]
-        if any(pack is None for pack in packs) or self.layers[0].gate_up.out_features % 32 or self.final_norm.numel() % 2:
-            return None
+        packs = [linear.fixed if self.plan.fixed else linear.small for linear in self._projections()]
+        if any(pack is None for pack in packs):
+            raise AssertionError("the forward plan runs the C layer loop over weights without its packs")
         addresses = []
         for index, layer in enumerate(self.layers):
             addresses += [layer.input_norm.data_ptr(), layer.post_norm.data_ptr()]
@@ -145,7 +136,7 @@ class LlamaRunner:
     def _int8_layer_table(self) -> ctypes.Array | None:
         """The int8 copies' addresses `native.layers` reads (12 per layer), where every projection has one."""
         linears = self._projections()
-        if self._layer_table is None or any(linear.int8 is None for linear in linears):
+        if any(linear.int8 is None for linear in linears):
             return None
         addresses = [
             tensor.data_ptr()
@@ -199,16 +190,8 @@ class LlamaRunner:
         return (logits, states) if hidden else logits
 
     def _packed(self, num_new: int, start: torch.Tensor | None = None) -> bool:
-        """Whether a step of num_new tokens per row from `start` (B,) runs the packed path (C attention over real
-        tokens only). With sliding windows, only while every fed position is below the smallest window (there
-        the window hides nothing); later steps mask each layer's window on the PyTorch path."""
-        if not self.native:
-            return False
-        if self.window is not None and (start is None or int(start.max()) + num_new > self.window):
-            return False
-        if self.batch_invariant:  # one path for every step: a prefill gives the same bits as decode steps
-            return True
-        return num_new <= NATIVE_MAX_NEW or (self.native_glue and self.head_dim == 64 and num_new <= NATIVE_PREFILL_MAX)
+        """Whether a step of num_new tokens per row from `start` (B,) runs the packed path (`ForwardPlan.packed`)."""
+        return self.plan.packed(num_new, None if start is None else int(start.max()) + num_new)
 
     def prefill_kernel(self, tokens: int) -> str | None:
         """Which kernels a prefill feed of `tokens` tokens per row runs, where that fixes every row's bits; None
@@ -221,14 +204,7 @@ class LlamaRunner:
         (`native.gemm_kernel`) decides the bits. PyTorch's attention and oneDNN choose their blocking by
         shape: None there. `PrefixStore` copies a prompt's beginning from another only where the other's
         prefill, the whole new prompt and its rest all give the same answer."""
-        if self.batch_invariant:
-            return "fixed"
-        if self.window is not None:
-            return None  # a prompt past the window takes the PyTorch path
-        kernel = native.gemm_kernel(tokens, self.amx)  # "onednn" past what the small GEMM (and the C layer loop) serves
-        if self._layer_table is None or self.int8 or not self._packed(tokens) or kernel == "onednn":
-            return None  # int8 copies (drafts): a short rest would take other kernels than the whole prompt
-        return kernel
+        return self.plan.prefill_kernel(tokens)
 
     @torch.inference_mode()
     def greedy_tokens(
@@ -285,19 +261,28 @@ class LlamaRunner:
         torch.cumsum(counts, dim=0, out=offsets[1:])  # (B + 1,) row b's tokens: offsets[b]:offsets[b + 1]
         start = start.to(torch.long).contiguous()
         x = self._embed(tokens[real])  # (N, Dm)
-        if self.native_glue:
-            return self._layers_glued(x, cache, start, offsets), real, offsets
-        width = self.heads + 2 * self.kv_heads
-        for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(self._rms_norm(x, layer.input_norm)).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
-            qkv = self._qk_norm(qkv, layer)
+        if self.plan.layers_in_c(x.shape[0]):  # every layer in one C call, x updated in place
+            caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
+            h = native.layers(
+                x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets,
+                self._int8_table, INT8_MAX_ROWS, amx=self.plan.amx, every_row=self.plan.batch_invariant,
+            )
+            return h, real, offsets
+        residual = self._glued_residual() if self.plan.glue else self._add_norm
+        _, h = self._layers(x, self._packed_attend(cache, start, offsets), residual, self.final_norm)
+        return h, real, offsets  # (N, Dm)
+
+    def _packed_attend(self, cache: KVCache, start: torch.Tensor, offsets: torch.Tensor) -> Attend:
+        """Attention on the packed path: RoPE, the KV write and attention over the real tokens in one C call."""
+
+        def attend(index: int, layer: LlamaLayer, qkv: torch.Tensor) -> torch.Tensor:
             cos, sin_signed = self.rope[layer.rope]
-            attn = native.rope_attend(
+            return native.rope_attend(
                 qkv, cache.keys[index], cache.values[index], cos, sin_signed, start, offsets, self.heads, self.scale,
-                amx=self.amx,
+                amx=self.plan.amx,
             )  # (N, H D)
-            x = self._mlp(x + self._branch_out(layer.o(attn), layer.attn_out_norm), layer)
-        return self._rms_norm(x, self.final_norm), real, offsets
+
+        return attend
 
     def _forward_packed(
         self,
@@ -327,29 +312,49 @@ class LlamaRunner:
             states[real] = h
         return out, states  # (B, S, V), (B, S, Dm) or None
 
-    def _layers_glued(self, x: torch.Tensor, cache: KVCache, start: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        """The decoder layers of a bfloat16 packed step with C glue: x (N, Dm), updated in place -> final-norm
-        hidden states (N, Dm). Each norm is fused with the residual sum before it. Where the table is built and
-        the step fits the small GEMM (any step, batch-invariant), the whole loop is one C call (`native.layers`)."""
-        if self._layer_table is not None and (self.batch_invariant or x.shape[0] <= native.small_gemm_rows(self.amx)):
-            caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
-            return native.layers(
-                x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets,
-                self._int8_table, INT8_MAX_ROWS, amx=self.amx, every_row=self.batch_invariant,
-            )
+    def _layers(
+        self, x: torch.Tensor, attend: Attend, residual: Residual, final_norm: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The decoder layers, in the one order every Python path runs them: x (..., Dm) embedded tokens ->
+        (x, h), the residual stream after the last layer and `final_norm` of it (None: not normed here).
+
+        Per layer: RMSNorm -> qkv (Gemma: q and k normed per head) -> RoPE, KV write and attention (`attend`)
+        -> o (Gemma: normed) -> residual add -> RMSNorm -> gate/up -> act -> down (Gemma: normed) -> residual add.
+        `residual` adds a branch to the stream and norms the sum for what reads it next: PyTorch's ops
+        (`_add_norm`), or the C glue that fuses both in place (`_glued_residual`). The C layer loop
+        (`native.layers`) runs the same order."""
         width = self.heads + 2 * self.kv_heads
-        h = native.add_rms_norm(x, None, self.layers[0].input_norm, self.eps, torch.empty_like(x))  # (N, Dm)
+        x, h = residual(x, None, self.layers[0].input_norm)
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(h).view(-1, width, self.head_dim)  # (N, H + 2 Hkv, D)
-            attn = native.rope_attend(
-                qkv, cache.keys[index], cache.values[index], self.cos, self.sin_signed, start, offsets, self.heads, self.scale,
-                amx=self.amx,
-            )  # (N, H D)
-            h = native.add_rms_norm(x, layer.o(attn), layer.post_norm, self.eps, h)
-            gate_up = layer.gate_up(h)  # (N, 2 I)
-            following = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.final_norm
-            h = native.add_rms_norm(x, layer.down(self._silu_mul(gate_up)), following, self.eps, h)
-        return h
+            qkv = layer.qkv(h)
+            qkv = self._qk_norm(qkv.view(*qkv.shape[:-1], width, self.head_dim), layer)  # (..., H + 2 Hkv, D)
+            attn = attend(index, layer, qkv)  # (..., H D)
+            x, h = residual(x, self._branch_out(layer.o(attn), layer.attn_out_norm), layer.post_norm)  # (..., Dm)
+            act = self._activation(layer.gate_up(h))  # (..., I)
+            following = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else final_norm
+            x, h = residual(x, self._branch_out(layer.down(act), layer.mlp_out_norm), following)
+        return x, h
+
+    def _add_norm(
+        self, x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`Residual` in PyTorch's ops (each family's norm): (x + delta, weight * rms_norm(x + delta))."""
+        x = x if delta is None else x + delta
+        return x, None if weight is None else self._rms_norm(x, weight)
+
+    def _glued_residual(self) -> Residual:
+        """`Residual` in C (bfloat16, Llama's norm): x += delta in place, the norm written into one buffer reused
+        by every layer."""
+        out: list[torch.Tensor] = []
+
+        def residual(
+            x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor | None
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not out:
+                out.append(torch.empty_like(x))
+            return x, native.add_rms_norm(x, delta, weight, self.eps, out[0])
+
+        return residual
 
     def _forward_impl(
         self,
@@ -359,7 +364,8 @@ class LlamaRunner:
         start: torch.Tensor,
         mask: torch.Tensor,
         logits_at: torch.Tensor | None,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The PyTorch path: every row padded to S tokens, attention masked -> logits and final-norm hidden states."""
         batch, num_new = tokens.shape
         window = mask.shape[-1]
         groups = self.heads // self.kv_heads
@@ -374,11 +380,8 @@ class LlamaRunner:
             .reshape(batch, 1, groups * num_new, window)
             for size in {layer.window for layer in self.layers}
         }  # sliding window (None: global) -> (B, 1, G S, Tk)
-        x = self._embed(tokens)  # (B, S, Dm)
-        for index, layer in enumerate(self.layers):
-            h = self._rms_norm(x, layer.input_norm)
-            qkv = layer.qkv(h).view(batch, num_new, self.heads + 2 * self.kv_heads, self.head_dim)
-            qkv = self._qk_norm(qkv, layer)
+
+        def attend(index: int, layer: LlamaLayer, qkv: torch.Tensor) -> torch.Tensor:
             cos, sin = rope[layer.rope]  # (B, S, 1, D) each
             qk = qkv[:, :, : self.heads + self.kv_heads]  # (B, S, H + Hkv, D)
             flipped = qk.unflatten(-1, (2, self.head_dim // 2)).flip(-2).flatten(-2)
@@ -392,11 +395,13 @@ class LlamaRunner:
                 q, keys[index][:, :, :window], values[index][:, :, :window], attn_mask=masks[layer.window], scale=self.scale
             )  # (B, Hkv, G S, D)
             attn = attn.view(batch, self.kv_heads, groups, num_new, self.head_dim).permute(0, 3, 1, 2, 4)
-            out = layer.o(attn.reshape(batch, num_new, self.heads * self.head_dim))  # (B, S, Dm)
-            x = self._mlp(x + self._branch_out(out, layer.attn_out_norm), layer)
+            return attn.reshape(batch, num_new, self.heads * self.head_dim)  # (B, S, H D)
+
+        final_norm = self.final_norm if logits_at is None else None  # at logits_at: the chosen rows only, below
+        x, h = self._layers(self._embed(tokens), attend, self._add_norm, final_norm)  # (B, S, Dm), (B, S, Dm) or None
         if logits_at is not None:
             x = x[torch.arange(batch, device=x.device), logits_at]  # (B, Dm)
-        h = self._rms_norm(x, self.final_norm)  # (B, S, Dm) or (B, Dm): the LM head's input
+            h = self._rms_norm(x, self.final_norm)  # the LM head's input
         return self.lm_head(h).to(self.logits_dtype), h
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -417,14 +422,13 @@ class LlamaRunner:
         """A branch's output before the residual add: normed where the family norms it (Gemma), else as is."""
         return out if weight is None else self._rms_norm(out, weight)
 
-    def _mlp(self, x: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
-        gate_up = layer.gate_up(self._rms_norm(x, layer.post_norm))  # (B, S, 2 I)
-        act = gelu_tanh_mul(gate_up) if self.family.activation == "gelu_tanh" else self._silu_mul(gate_up)  # (B, S, I)
-        return x + self._branch_out(layer.down(act), layer.mlp_out_norm)
+    def _activation(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """(..., 2 I) -> act(gate) * up (..., I): Gemma's tanh GELU, else SiLU."""
+        return gelu_tanh_mul(gate_up) if self.family.activation == "gelu_tanh" else self._silu_mul(gate_up)
 
     def _silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """(..., 2 I) -> silu(gate) * up (..., I); row by row in C on the batch-invariant path."""
-        if self.batch_invariant:
+        if self.plan.batch_invariant:
             return invariant.silu_mul(gate_up)
         inner = gate_up.shape[-1] // 2
         return F.silu(gate_up[..., :inner]) * gate_up[..., inner:]
@@ -432,7 +436,7 @@ class LlamaRunner:
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if self.family.offset_norm:
             return offset_rms_norm(x, weight, self.eps)
-        if self.batch_invariant and x.dtype == torch.float32:
+        if self.plan.batch_invariant and x.dtype == torch.float32:
             return invariant.rms_norm(x, weight, self.eps)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return weight * normed.to(x.dtype)

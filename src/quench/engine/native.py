@@ -140,10 +140,15 @@ def pack_small_gemm(weight: torch.Tensor) -> torch.Tensor | None:
     """W (N, K) bfloat16 -> (ceil(N/16), K/2, 16, 2) for `small_gemm`: each block of 16 output features one
     contiguous run (zero rows past N); None where the kernel cannot serve it."""
     out_features, in_features = weight.shape
-    library = _library() if weight.dtype == torch.bfloat16 and weight.device.type == "cpu" else None
-    if library is None or not library.small_gemm_available() or in_features % 2:
+    if not small_gemm_serves(weight.dtype, weight.device.type) or in_features % 2:
         return None
     return pack_pairs(weight)
+
+
+def small_gemm_serves(dtype: torch.dtype, device: str) -> bool:
+    """Whether `small_gemm` runs here for weights of this dtype on this device type (an even input width aside)."""
+    library = _library() if dtype == torch.bfloat16 and device == "cpu" else None
+    return library is not None and bool(library.small_gemm_available())
 
 
 def pack_pairs(weight: torch.Tensor) -> torch.Tensor:

@@ -122,9 +122,13 @@ def int8_weight(weight: torch.Tensor) -> Int8Weight | None:
 
 def _tiles_fit(weight: torch.Tensor) -> bool:
     """Whether the int8 tile kernels take W (N, K): bfloat16, K a multiple of 64, AMX int8 here, int32 offsets."""
-    rows, in_features = weight.shape
+    return tiles_fit(*weight.shape, weight.dtype)
+
+
+def tiles_fit(rows: int, in_features: int, dtype: torch.dtype) -> bool:
+    """`_tiles_fit` from a weight's shape and dtype alone (`forward_plan` reads no weights)."""
     return (
-        weight.dtype == torch.bfloat16
+        dtype == torch.bfloat16
         and in_features % TILE_K == 0
         and (rows + 15) // 16 * 8 * in_features < 2**31
         and screen_available()

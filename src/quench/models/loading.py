@@ -282,3 +282,27 @@ def load_model(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(model, tokenizer, name_or_path, chosen, torch_dtype, str(source))
+
+
+def model_skeleton(name_or_path: str = DEFAULT_PRESET, dtype: str = "auto", device: str = "cpu") -> Any:
+    """The model `load_model` would give, built on the meta device: its config, modules and dtype, no weight read
+    or allocated (`quench doctor` prints its forward plan). A GGUF the first load has not converted yet raises
+    QuenchError instead of converting it here."""
+    check_model(name_or_path)
+    check_dtype(dtype)
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(name_or_path).expanduser()
+    source = path
+    if name_or_path in PRESETS or path.is_file():
+        source = gguf_cache_dir(preset_gguf_parts(PRESETS[name_or_path]) if name_or_path in PRESETS else [path])
+        if not (source / "config.json").is_file():
+            raise QuenchError(f"{name_or_path}: not converted from its GGUF yet (the first run converts it once)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise QuenchError(f"{source}: cannot read the model's config: {err}") from None
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype, device))

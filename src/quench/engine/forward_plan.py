@@ -1,0 +1,184 @@
+"""The forward's plan: which path and kernels `LlamaRunner` runs, every switch resolved once.
+
+The runner's arguments (prepack, compile, native attention, int8 copies, the kernel config, batch invariance)
+interact with the model (family, dtype, head size, biases, sliding windows) and with what this CPU's native
+library serves. `plan_forward` resolves them into one frozen `ForwardPlan`; the runner builds its weights and
+picks each step's path from it, and `quench doctor` prints it.
+
+Glossary:
+- packed path: a step whose real tokens alone go through the products, RoPE, KV write and attention in C
+  (`native.rope_attend`); the PyTorch path pads each row and masks (`scaled_dot_product_attention`).
+- glue: on the packed path, each residual add fused with the RMSNorm after it (`native.add_rms_norm`).
+- C layer loop: every decoder layer of a packed step in one C call (`native.layers`).
+- fixed-order products: every matrix product on `invariant.gemm`, which sums each output in one order
+  whatever the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from quench.engine import invariant, native
+from quench.engine.config import EngineConfig
+from quench.engine.families import Family, family_of
+from quench.engine.native_config import KernelConfig
+from quench.engine.screen import screen_available, tiles_fit
+
+NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
+# bfloat16 with head size 64 (C glue, the AVX512 attention kernel): prompts up to this many tokens per row are
+# prefilled on the packed path too (its attention is O(S x keys) per row and kv head, scores in memory).
+NATIVE_PREFILL_MAX = 512
+C_LAYERS_HEAD_DIM = 64  # the head size the C layer loop and the long packed prefills serve
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """How a `LlamaRunner` runs its steps; built by `plan_forward`, never changed."""
+
+    family: str  # the config's model_type (`families.py`)
+    dtype: str  # the weights' and activations' dtype, e.g. "bfloat16"
+    prepack: bool  # weights pre-packed for oneDNN and quench's small GEMM
+    compiled: bool  # the PyTorch path runs under torch.compile
+    native: bool  # steps may take the packed path (C RoPE, KV write and attention)
+    packed_tokens: int | None  # the most tokens per row a packed step feeds (0: none; None: every step)
+    glue: bool  # packed steps fuse each residual add with the next RMSNorm in C (bfloat16, Llama's layer)
+    c_layers: bool  # packed steps the small GEMM serves run every layer in one C call (`native.layers`)
+    batch_invariant: bool  # every step packed on kernels whose per-row sums ignore the batch (`invariant`)
+    fixed: bool  # every product on the fixed-order GEMM (batch invariance, or bfloat16 without AVX512-BF16)
+    amx: bool  # the GEMMs and attention run AMX tiles (batch invariant: every product, whatever its rows)
+    int8: bool  # products of a few rows read int8 weight copies (draft models)
+    screen: bool  # greedy steps read the LM head's int8 screen first (`screen.py`)
+    window: int | None  # the smallest sliding window: packed steps only while every position is below it
+
+    def packed(self, num_new: int, end: int | None = None) -> bool:
+        """Whether a step feeding num_new tokens per row, the last row's positions ending before `end` (None:
+        unknown), runs the packed path. With a sliding window only while every fed position is below it (there
+        the window hides nothing); later steps mask each layer's window on the PyTorch path."""
+        if not self.native:
+            return False
+        if self.window is not None and (end is None or end > self.window):
+            return False
+        return self.packed_tokens is None or num_new <= self.packed_tokens
+
+    def layers_in_c(self, rows: int) -> bool:
+        """Whether a packed step of `rows` real tokens runs the C layer loop: where the small GEMM serves its
+        rows, or every step of a batch-invariant runner (the loop's fixed-order GEMM ignores the row count)."""
+        return self.c_layers and (self.batch_invariant or rows <= native.small_gemm_rows(self.amx))
+
+    def prefill_kernel(self, tokens: int) -> str | None:
+        """Which kernels a prefill feed of `tokens` tokens per row runs, where that fixes every row's bits; None
+        where nothing is promised (`LlamaRunner.prefill_kernel`)."""
+        if self.batch_invariant:
+            return "fixed"
+        if self.window is not None:
+            return None  # a prompt past the window takes the PyTorch path
+        kernel = native.gemm_kernel(tokens, self.amx)  # "onednn" past what the small GEMM (and the C layer loop) serves
+        if not self.c_layers or self.int8 or not self.packed(tokens) or kernel == "onednn":
+            return None  # int8 copies (drafts): a short rest would take other kernels than the whole prompt
+        return kernel
+
+
+def plan_forward(
+    model: torch.nn.Module,
+    prepack: bool = True,
+    compile: bool = False,
+    native_attention: bool = True,
+    int8: bool = False,
+    kernels: KernelConfig = KernelConfig(),
+    batch_invariant: bool = False,
+    device: str | None = None,
+) -> ForwardPlan:
+    """The plan of a runner over `model` built with these arguments (`LlamaRunner`'s), on this CPU's library.
+
+    Reads the model's config and modules, never its weights' values: a model built on the meta device
+    (`quench doctor`) gets the plan its loaded copy gets, given the device it would run on (`device`; None:
+    the embedding's). ValueError where the fast path or the batch-invariant kernels cannot serve the model."""
+    family = family_of(model)
+    if family is None:
+        raise ValueError(f"the fast path does not run {type(model).__name__} models")
+    config, dtype = model.config, model.model.embed_tokens.weight.dtype
+    device = device or model.model.embed_tokens.weight.device.type
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    window = family.smallest_window
+    if batch_invariant:
+        _check_invariance(family, dtype, device, native_attention)
+    use_native = native_attention and device == "cpu" and native.available(dtype)
+    # float32/64 keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there); the C
+    # glue is Llama's layer, so other families keep PyTorch's ops in bfloat16 too
+    glue = use_native and dtype == torch.bfloat16 and family.llama_like
+    fixed = batch_invariant or (prepack and _fixed_products(dtype))
+    int8 = int8 and prepack and dtype == torch.bfloat16 and screen_available() and not batch_invariant
+    small = prepack and not fixed and native.small_gemm_serves(dtype, device)  # `Linear` packs for the small GEMM
+    head, hidden = model.lm_head, config.hidden_size
+    screen = (kernels.screen and not int8 and not batch_invariant and small and head.bias is None and hidden % 2 == 0
+              and tiles_fit(head.weight.shape[0], hidden, dtype))
+    long_feeds = glue and head_dim == C_LAYERS_HEAD_DIM  # the C glue and attention serve long prefills too
+    packed_tokens = NATIVE_PREFILL_MAX if long_feeds else NATIVE_MAX_NEW
+    return ForwardPlan(
+        family=family.name, dtype=str(dtype).removeprefix("torch."), prepack=prepack, compiled=compile,
+        native=use_native, packed_tokens=(None if batch_invariant else packed_tokens) if use_native else 0, glue=glue,
+        c_layers=long_feeds and window is None and _layer_packs(model, fixed, small), batch_invariant=batch_invariant,
+        fixed=fixed, amx=native.use_amx(kernels), int8=int8, screen=screen, window=window,
+    )
+
+
+def engine_plan(model: torch.nn.Module, config: EngineConfig, device: str | None = None) -> ForwardPlan:
+    """The plan of the target runner `engine.make_runner` builds under `config`: compile turns prepacking and
+    the native kernels off, and batch invariance left None is on wherever its kernels serve the model."""
+
+    def plan(batch_invariant: bool) -> ForwardPlan:
+        return plan_forward(
+            model, prepack=config.prepack and not config.compile, compile=config.compile,
+            native_attention=config.native_attention and not config.compile, kernels=config.kernels,
+            batch_invariant=batch_invariant, device=device,
+        )
+
+    if config.batch_invariant is False:
+        return plan(False)
+    try:
+        return plan(True)
+    except ValueError:
+        if config.batch_invariant:
+            raise
+        return plan(False)
+
+
+def _fixed_products(dtype: torch.dtype) -> bool:
+    """bfloat16 products where the CPU has no AVX512-BF16 (no small GEMM): the fixed-order kernel widens to
+    float32 and runs FMAs, faster there than oneDNN's emulated bfloat16."""
+    library = native.build_result().library
+    return dtype == torch.bfloat16 and library is not None and not library.small_gemm_available()
+
+
+def _check_invariance(family: Family, dtype: torch.dtype, device: str, native_attention: bool) -> None:
+    """ValueError where the batch-invariant kernels cannot serve the model: Llama's layer without sliding windows,
+    float32 or bfloat16 on CPU with the native library."""
+    if not family.llama_like or family.smallest_window is not None:
+        raise ValueError(f"batch-invariant kernels serve Llama's layer without sliding windows, not {family.name}'s")
+    if not (native_attention and device == "cpu" and invariant.available(dtype)):
+        raise ValueError(f"batch-invariant kernels serve float32 and bfloat16 on CPU with the native library, not {dtype}")
+
+
+def _layer_packs(model: torch.nn.Module, fixed: bool, small: bool) -> bool:
+    """Whether the C layer loop (`native.layers`) is built here and takes every projection's pack: the fixed-order
+    ones (`fixed`), else the small GEMM's, which exist for projections without biases and with even input
+    widths; and widths its kernels take (gate/up a multiple of 32, an even hidden size)."""
+    config = model.config
+    hidden, inner = config.hidden_size, config.intermediate_size
+    inputs = (hidden, config.num_attention_heads * (getattr(config, "head_dim", None) or hidden // config.num_attention_heads), inner)
+    packs = fixed or (small and not _projection_biases(model) and all(width % 2 == 0 for width in inputs))
+    return native.layers_available() and packs and (2 * inner) % 32 == 0 and hidden % 2 == 0
+
+
+def _projection_biases(model: torch.nn.Module) -> bool:
+    """Whether any decoder layer's projection has a bias (Qwen2's q/k/v): the small GEMM's packs take none."""
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    return any(
+        getattr(block, name).bias is not None
+        for layer in model.model.layers
+        for block in (layer.self_attn, layer.mlp)
+        for name in projections
+        if hasattr(block, name)
+    )

@@ -1,0 +1,93 @@
+"""The forward plan: every switch of `LlamaRunner` resolved once, frozen, and printed by `quench doctor`."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from helpers import llama_head_dim_64, save_tiny_model, tiny_llama
+from quench.cli.main import main
+from quench.engine import native
+from quench.engine.config import EngineConfig
+from quench.engine.engine import make_runner
+from quench.engine.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
+from quench.engine.llama import LlamaRunner
+from quench.engine.native_config import KernelConfig
+from quench.models.loading import load_model
+
+needs_native = pytest.mark.skipif(not native.available(torch.float32), reason="no native kernels built here")
+
+PLAIN = ForwardPlan(
+    family="llama", dtype="float32", prepack=True, compiled=False, native=True, packed_tokens=NATIVE_MAX_NEW,
+    glue=False, c_layers=False, batch_invariant=False, fixed=False, amx=False, int8=False, screen=False, window=None,
+)
+
+
+def changed(a: ForwardPlan, b: ForwardPlan) -> set[str]:
+    return {field.name for field in dataclasses.fields(a) if getattr(a, field.name) != getattr(b, field.name)}
+
+
+def test_the_plan_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        LlamaRunner(tiny_llama()).plan.native = False
+
+
+def test_which_steps_take_the_packed_path():
+    assert PLAIN.packed(NATIVE_MAX_NEW) and not PLAIN.packed(NATIVE_MAX_NEW + 1)
+    assert not dataclasses.replace(PLAIN, native=False, packed_tokens=0).packed(1)
+    assert dataclasses.replace(PLAIN, packed_tokens=None).packed(10_000)  # batch invariant: every step
+    windowed = dataclasses.replace(PLAIN, window=10)
+    assert windowed.packed(4, end=10) and not windowed.packed(4, end=11) and not windowed.packed(4)  # end unknown
+
+
+def test_the_runner_reads_its_plan():
+    runner = LlamaRunner(tiny_llama())
+    assert runner.plan == dataclasses.replace(PLAIN, native=native.available(torch.float32),
+                                              packed_tokens=NATIVE_MAX_NEW if native.available(torch.float32) else 0)
+    assert [runner._packed(n, torch.tensor([0])) for n in (1, 16, 17)] == [runner.plan.packed(n, n) for n in (1, 16, 17)]
+    assert runner.prefill_kernel(8) == runner.plan.prefill_kernel(8)
+
+
+@needs_native
+def test_batch_invariance_off_changes_the_products_and_the_packed_steps_only():
+    model = tiny_llama()
+    on, off = plan_forward(model, batch_invariant=True), plan_forward(model, batch_invariant=False)
+    assert changed(on, off) == {"batch_invariant", "fixed", "packed_tokens"}
+    assert (on.packed_tokens, off.packed_tokens) == (None, NATIVE_MAX_NEW)
+
+
+@needs_native
+def test_without_the_native_kernels_no_step_is_packed(monkeypatch):
+    model = llama_head_dim_64(torch.bfloat16)
+    with_kernels = plan_forward(model)
+    assert with_kernels.glue and with_kernels.packed_tokens == NATIVE_PREFILL_MAX
+    assert with_kernels.c_layers == native.layers_available()
+    monkeypatch.setattr(native, "available", lambda dtype: False)
+    without = plan_forward(model)
+    assert changed(with_kernels, without) == {"native", "packed_tokens", "glue"} | ({"c_layers"} if with_kernels.c_layers else set())
+    assert without.packed_tokens == 0 and not without.packed(1)
+
+
+def test_the_kernel_switches_change_amx_and_the_screen_only():
+    model = llama_head_dim_64(torch.bfloat16)
+    default, off = plan_forward(model), plan_forward(model, kernels=KernelConfig.from_env({"QUENCH_AMX": "0", "QUENCH_SCREEN": "0"}))
+    assert changed(default, off) == {name for name in ("amx", "screen") if getattr(default, name)}
+    assert not off.amx and not off.screen
+
+
+def test_doctor_prints_the_plan_the_engines_runner_gets(tmp_path, capsys):
+    path = save_tiny_model(tmp_path / "tiny")
+    runner = make_runner(load_model(str(path)).model, EngineConfig())
+    assert main(["doctor", "--json", "--model", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["fields"] == dataclasses.asdict(runner.plan)
+    assert main(["doctor", "--model", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    printed = lines[-len(dataclasses.fields(ForwardPlan)) :]
+    assert [line.split() for line in printed] == [[name, str(value)] for name, value in dataclasses.asdict(runner.plan).items()]
+
+
+def test_doctor_says_why_a_model_has_no_plan(capsys):
+    assert main(["doctor", "--json", "--model", "/no/such/model"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["fields"] is None and "no such file" in plan["why"]
