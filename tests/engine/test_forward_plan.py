@@ -91,3 +91,17 @@ def test_doctor_says_why_a_model_has_no_plan(capsys):
     assert main(["doctor", "--json", "--model", "/no/such/model"]) == 0
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert plan["fields"] is None and "no such file" in plan["why"]
+
+
+@needs_native
+def test_projections_with_biases_keep_the_python_layer_loop():
+    """The C layer loop adds no biases: Qwen2 (q/k/v biases) in bfloat16 with head size 64 runs the Python loop,
+    whose logits follow Hugging Face's to bfloat16 rounding."""
+    from engine.test_qwen2 import tiny_qwen2
+
+    model = tiny_qwen2(torch.bfloat16, hidden=256)  # head size 64
+    runner = LlamaRunner(model)
+    assert runner.plan.glue and not runner.plan.c_layers
+    tokens = torch.randint(3, 90, (1, 8))
+    got = runner.forward(runner.new_cache(1, 32), tokens, torch.zeros(1, dtype=torch.long))
+    assert torch.allclose(got, model(tokens).logits.float(), atol=0.05)

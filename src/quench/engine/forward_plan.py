@@ -162,13 +162,14 @@ def _check_invariance(family: Family, dtype: torch.dtype, device: str, native_at
 
 
 def _layer_packs(model: torch.nn.Module, fixed: bool, small: bool) -> bool:
-    """Whether the C layer loop (`native.layers`) is built here and takes every projection's pack: the fixed-order
-    ones (`fixed`), else the small GEMM's, which exist for projections without biases and with even input
-    widths; and widths its kernels take (gate/up a multiple of 32, an even hidden size)."""
+    """Whether the C layer loop (`native.layers`) is built here and serves every projection: no biases (it adds
+    none: Qwen2's q/k/v keep the Python loop, whose `Linear` adds them), each packed for the fixed-order GEMM
+    (`fixed`) or the small GEMM (even input widths), and widths its kernels take (gate/up a multiple of 32, an
+    even hidden size)."""
     config = model.config
     hidden, inner = config.hidden_size, config.intermediate_size
     inputs = (hidden, config.num_attention_heads * (getattr(config, "head_dim", None) or hidden // config.num_attention_heads), inner)
-    packs = fixed or (small and not _projection_biases(model) and all(width % 2 == 0 for width in inputs))
+    packs = not _projection_biases(model) and (fixed or (small and all(width % 2 == 0 for width in inputs)))
     return native.layers_available() and packs and (2 * inner) % 32 == 0 and hidden % 2 == 0
 
 
