@@ -101,3 +101,15 @@ def test_serve_lists_no_backend_it_refuses():
     help_text = COMMANDS[("serve",)].format_help()
     for refused in ("--backend", "--base-url", "--concurrency", "--max-retries", "--engines"):
         assert refused not in help_text
+
+
+BENCHMARK_COMMANDS = [command for command, parser in sorted(COMMANDS.items())  # guard's commands take MBPP's splits only
+                      if "--benchmark" in parser._option_string_actions and command[0] != "guard"]
+
+
+@pytest.mark.parametrize("command", BENCHMARK_COMMANDS, ids=[" ".join(c) for c in BENCHMARK_COMMANDS])
+def test_the_benchmark_help_names_every_benchmark(command):
+    from quench.datasets.loading import BENCHMARKS
+
+    text = " ".join(COMMANDS[command]._option_string_actions["--benchmark"].help.split())
+    assert [name for name in BENCHMARKS if not re.search(rf"(^|[\s(]){re.escape(name)}([\s,)]|$)", text)] == []

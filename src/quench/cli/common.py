@@ -32,11 +32,13 @@ ENGINE_FLAGS = {  # flag -> EngineConfig field
     "--draft-max-rows": "draft_max_rows", "--batch-invariant": "batch_invariant", "--draft-loop-tokens": "draft_loop_tokens",
 }
 
+BENCHMARK_HELP = ("humaneval, mbpp, mbpp+ (MBPP with EvalPlus' extra tests), MBXP's mbjsp (JavaScript), mbgp (Go), "
+                  "mbcpp (C++), mbjp (Java), or a HumanEval-format .jsonl file")
+
 
 def add_benchmark_args(parser: argparse.ArgumentParser, partial: bool = True) -> None:
     parser.add_argument("--benchmark", default="humaneval",
-                        help="humaneval, mbpp, MBXP's mbjsp (JavaScript), mbgp (Go), mbcpp (C++), mbjp (Java), "
-                             "or a HumanEval-format .jsonl file")
+                        help=BENCHMARK_HELP)
     parser.add_argument("--split", default=None,
                         help="MBPP split (MBPP and MBXP, by task number): test (default), validation, train, fewshot, all")
     parser.add_argument("--tasks", default=None, help="task ids or numbers, e.g. '0,3,10-12'")

@@ -8,7 +8,7 @@ from pathlib import Path
 from quench.cli import console, validate
 from quench.datasets import BENCHMARKS, load_benchmark, parse_tasks
 from quench.errors import QuenchError
-from quench.cli.common import add_unconfined_arg, plus_limits
+from quench.cli.common import BENCHMARK_HELP, add_unconfined_arg, plus_limits
 from quench.execution import SandboxLimits, SandboxPool
 from quench.perturbations import catalog
 from quench.perturbations.languages import split_applicable
@@ -19,8 +19,7 @@ from quench.perturbations.profile import DEFAULT_PROFILE, PROFILES, resolve_prof
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("perturb", help="ReCode perturbations of a benchmark (docstring, function name, code)")
     parser.add_argument("--list", action="store_true", help="list the transformations and exit")
-    parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp, MBXP's mbjsp (JavaScript), mbgp (Go), mbcpp (C++), "
-                                                                      "mbjp (Java), or a HumanEval-format .jsonl file")
+    parser.add_argument("--benchmark", default="humaneval", help=BENCHMARK_HELP)
     parser.add_argument("--split", default=None, help="MBPP split: test (default), validation, train, fewshot, all")
     parser.add_argument("--tasks", default=None, help="task ids or numbers, e.g. '0,3,10-12'")
     parser.add_argument("--limit", type=int, default=None, help="keep the first N problems")
