@@ -102,9 +102,10 @@ def resolve_target(requested: str | None, features: frozenset[str], machine: str
     return Target(level.name, level.compiler_flags, level)
 
 
-# Levels whose build vectorises the fixed-order GEMM (AVX2 + FMA, AVX-512): bfloat16 weights widened in registers
-# read half of float32's bytes for the same float32 arithmetic (engine/csrc/fixed.c).
-FIXED_VECTOR_LEVELS = frozenset({"x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx"})
+# Levels whose build vectorises the fixed-order GEMM (AVX2 + FMA, AVX-512, NEON): bfloat16 weights widened in
+# registers read half of float32's bytes for the same float32 arithmetic (engine/csrc/fixed.c).
+FIXED_VECTOR_LEVELS = frozenset({"x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx",
+                                 "armv8-a", "armv8.2-a-dotprod", "armv8.6-a-bf16"})
 
 
 def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -138,7 +139,7 @@ def current_target() -> Target:
 
 def fixed_gemm_vectorised() -> bool:
     """Whether the kernels this machine builds vectorise the fixed-order GEMM (a compiler, on Linux, at a level
-    of FIXED_VECTOR_LEVELS; a raw -march value counts where the CPU has AVX2 + FMA or AVX-512)."""
+    of FIXED_VECTOR_LEVELS; a raw -march value counts where the CPU has AVX2 + FMA, AVX-512 or NEON)."""
     if platform.system() != "Linux" or compiler() is None:
         return False
     target = current_target()
@@ -147,4 +148,4 @@ def fixed_gemm_vectorised() -> bool:
     if target.level is not None:
         return target.level.name in FIXED_VECTOR_LEVELS
     flags = cpu_flags()
-    return {"avx2", "fma"} <= flags or "avx512f" in flags
+    return {"avx2", "fma"} <= flags or "avx512f" in flags or "asimd" in flags

@@ -1,7 +1,9 @@
 /* The kernels' correctness checks in C, for builds no Python of this machine can load (aarch64 under
-   qemu-user): each kernel against a scalar reference written here, and the batch-invariant kernels' rows
-   against the same rows computed alone. Prints one line per check and "N passed, N failed"; exits 1 on a
-   failure. Built with the library's units by tests/engine/test_native_cross.py. */
+   qemu-user): each kernel against a scalar reference written here (the fixed-order GEMMs and the GGUF block
+   products bit for bit against their documented fmaf order, on odd shapes and hostile values), and the
+   batch-invariant kernels' rows against the same rows computed alone. Prints the build's vector levels, one
+   line per check, a digest of each exact kernel's outputs (to compare architectures) and "N passed, N failed";
+   exits 1 on a failure. Built with the library's units by tests/engine/test_native_cross.py. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,47 +50,232 @@ static bf16* pack_pairs(const bf16* w, int N, int K) {
     return p;
 }
 
-static void check_fixed_gemm_f32(void) {
-    enum { M = 9, N = 45, K = 37 };
-    float *x = randoms(M * K), *w = randoms(N * K), *wp = pack_f32(w, N, K);
-    float y[M * N], alone[N];
-    int exact = 1, invariant = 1;
-    fixed_gemm_f32(x, wp, y, M, N, K, 1);
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            float acc = 0.0f;  /* the documented order: one fused multiply-add per k from zero */
-            for (int k = 0; k < K; k++) acc = fmaf(x[m * K + k], w[n * K + k], acc);
-            exact &= memcmp(&acc, &y[m * N + n], sizeof acc) == 0;
-        }
-    for (int m = 0; m < M; m++) {
-        fixed_gemm_f32(x + m * K, wp, alone, 1, N, K, 1);
-        invariant &= memcmp(alone, y + m * N, sizeof alone) == 0;
+/* A value of kind `mode`: 0 uniform in [-1, 1); 1 a wide range of exponents, with denormals and -0.0; 2 near
+   float32's largest (partial sums overflow or not with the order); 3 uniform with inf, -inf, nan, -0.0 and
+   denormals sprinkled in. */
+static float value_of(int mode) {
+    float u = uniform();
+    if (mode == 1) {
+        float r = uniform();
+        if (r < -0.9f) return u * 1e-39f;  /* denormal */
+        if (r > 0.95f) return -0.0f;
+        return ldexpf(u, (int)(uniform() * 40.0f));
     }
-    check(exact, "fixed_gemm_f32 equals the fused multiply-add sequence, bit for bit");
-    check(invariant, "fixed_gemm_f32 gives each row the bits it gets alone");
-    free(x); free(w); free(wp);
+    if (mode == 2) return u * 3e38f;
+    if (mode == 3) {
+        static const float specials[] = {INFINITY, -INFINITY, NAN, -0.0f, 1e-45f, -2e-40f};
+        float r = uniform();
+        if (r > 0.94f) return specials[(int)((r - 0.94f) * 100.0f) % 6];
+    }
+    return u;
 }
 
-static void check_fixed_gemm_bf16(void) {
-    enum { M = 7, N = 40, K = 72 };
-    bf16 x[M * K], w[N * K], y[M * N], alone[N];
-    for (int i = 0; i < M * K; i++) x[i] = store_bf16(uniform());
-    for (int i = 0; i < N * K; i++) w[i] = store_bf16(uniform());
-    bf16* wp = pack_pairs(w, N, K);
-    int status = fixed_gemm_bf16(x, wp, y, M, N, K, 1, 0), close = 1, invariant = 1;
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double acc = 0.0;
-            for (int k = 0; k < K; k++) acc += (double)load_bf16(x[m * K + k]) * load_bf16(w[n * K + k]);
-            close &= fabs(load_bf16(y[m * N + n]) - acc) <= 1e-2 * (1.0 + fabs(acc));
+/* Bit for bit, every NaN counted equal to every NaN: which NaN operand an FMA passes on is the instruction form's
+   choice (x86's 132/213/231 forms differ, as do x86 and ARM), not the summation order's. */
+static int same_float(float a, float b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0; }
+
+/* FNV-1a of a kernel's outputs (every NaN as one), printed per kernel so builds of two architectures can be
+   compared: the same inputs on every machine, so the same digest where the bits are the same. */
+enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT };
+static uint64_t digests[3] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
+static void fold(int which, float v) {
+    uint32_t bits = 0x7fc00000u;
+    if (!isnan(v)) memcpy(&bits, &v, 4);
+    digests[which] = (digests[which] ^ bits) * 0x100000001b3ull;
+}
+
+/* The shapes the fixed-order kernels are checked on: odd N (not a multiple of 16 or 4), K = 1, odd K, and M
+   past the 4-row block; N from one block to past two 6-block groups. */
+static const int SHAPES[][3] = {{1, 1, 1}, {1, 16, 1}, {2, 5, 1}, {3, 17, 2}, {4, 96, 3}, {5, 97, 33}, {9, 45, 37},
+                                {2, 113, 64}, {7, 200, 3}, {1, 7, 129}, {6, 33, 1}, {4, 100, 17}, {3, 211, 8}};
+enum { SHAPE_COUNT = sizeof SHAPES / sizeof SHAPES[0] };
+
+static void check_fixed_gemm_f32(void) {
+    for (int mode = 0; mode < 4; mode++) {
+        int exact = 1, invariant = 1, threaded = 1;
+        for (int shape = 0; shape < SHAPE_COUNT; shape++) {
+            int M = SHAPES[shape][0], N = SHAPES[shape][1], K = SHAPES[shape][2];
+            float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * N * K);
+            for (int i = 0; i < M * K; i++) x[i] = value_of(mode);
+            for (int i = 0; i < N * K; i++) w[i] = value_of(mode == 2 ? 0 : mode);  /* mode 2: large x, small w */
+            float *wp = pack_f32(w, N, K), *y = malloc(sizeof(float) * M * N), *again = malloc(sizeof(float) * M * N);
+            fixed_gemm_f32(x, wp, y, M, N, K, 1);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    float acc = 0.0f;  /* the documented order: one fused multiply-add per k from zero */
+                    for (int k = 0; k < K; k++) acc = fmaf(x[m * K + k], w[n * K + k], acc);
+                    if (exact && !same_float(acc, y[m * N + n]))
+                        printf("     mode %d M %d N %d K %d: y[%d][%d] = %a, fmaf order gives %a\n", mode, M, N, K, m, n,
+                               y[m * N + n], acc);
+                    exact &= same_float(acc, y[m * N + n]);
+                    fold(DIGEST_F32, y[m * N + n]);
+                }
+            for (int m = 0; m < M; m++) {
+                fixed_gemm_f32(x + m * K, wp, again, 1, N, K, 1);
+                invariant &= memcmp(again, y + m * N, sizeof(float) * N) == 0;
+            }
+            fixed_gemm_f32(x, wp, again, M, N, K, 3);
+            threaded &= memcmp(again, y, sizeof(float) * M * N) == 0;
+            free(x); free(w); free(wp); free(y); free(again);
         }
-    for (int m = 0; m < M; m++) {
-        status |= fixed_gemm_bf16(x + m * K, wp, alone, 1, N, K, 1, 0);
-        invariant &= memcmp(alone, y + m * N, sizeof alone) == 0;
+        char name[160];
+        snprintf(name, sizeof name, "fixed_gemm_f32 (values %d) equals the fused multiply-add sequence, bit for bit", mode);
+        check(exact, name);
+        snprintf(name, sizeof name, "fixed_gemm_f32 (values %d) gives each row its bits alone and on 3 threads", mode);
+        check(invariant && threaded, name);
     }
-    check(status == 0 && close, "fixed_gemm_bf16 is x W^T to bfloat16 precision");
-    check(invariant, "fixed_gemm_bf16 gives each row the bits it gets alone");
-    free(wp);
+}
+
+/* Builds with AVX512-BF16 (small_gemm_available) sum each pair by VDPBF16PS in the instruction's order: there the
+   check is closeness; every other build widens to float32 and must give the fmaf sequence's bits. */
+static void check_fixed_gemm_bf16(void) {
+    int widened = !small_gemm_available();
+    for (int mode = 0; mode < (widened ? 4 : 1); mode++) {
+        int exact = 1, invariant = 1, status = 0;
+        for (int shape = 0; shape < SHAPE_COUNT; shape++) {
+            int M = SHAPES[shape][0], N = SHAPES[shape][1], K = SHAPES[shape][2];
+            bf16 *x = malloc(sizeof(bf16) * M * K), *w = malloc(sizeof(bf16) * N * K);
+            bf16 *y = malloc(sizeof(bf16) * M * N), *alone = malloc(sizeof(bf16) * N);
+            for (int i = 0; i < M * K; i++) x[i] = store_bf16(value_of(mode));
+            for (int i = 0; i < N * K; i++) w[i] = store_bf16(value_of(mode == 2 ? 0 : mode));
+            bf16* wp = pack_pairs(w, N, K);
+            status |= fixed_gemm_bf16(x, wp, y, M, N, K, 1, 0);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    float acc = 0.0f;
+                    double wide = 0.0;
+                    for (int k = 0; k < K; k++) {
+                        acc = fmaf(load_bf16(x[m * K + k]), load_bf16(w[n * K + k]), acc);
+                        wide += (double)load_bf16(x[m * K + k]) * load_bf16(w[n * K + k]);
+                    }
+                    float got = load_bf16(y[m * N + n]);
+                    int ok = widened ? same_float(round_bf16(acc), got) : fabs(got - wide) <= 1e-2 * (1.0 + fabs(wide));
+                    if (exact && !ok)
+                        printf("     mode %d M %d N %d K %d: y[%d][%d] = %a, fmaf order gives %a\n", mode, M, N, K, m, n,
+                               got, round_bf16(acc));
+                    exact &= ok;
+                    fold(DIGEST_BF16, got);
+                }
+            for (int m = 0; m < M; m++) {
+                status |= fixed_gemm_bf16(x + m * K, wp, alone, 1, N, K, 1, 0);
+                invariant &= memcmp(alone, y + m * N, sizeof(bf16) * N) == 0;
+            }
+            free(x); free(w); free(wp); free(y); free(alone);
+        }
+        char name[160];
+        snprintf(name, sizeof name, "fixed_gemm_bf16 (values %d) %s", mode,
+                 widened ? "equals the widened fused multiply-add sequence, bit for bit" : "is x W^T to bfloat16 precision");
+        check(status == 0 && exact, name);
+        snprintf(name, sizeof name, "fixed_gemm_bf16 (values %d) gives each row the bits it gets alone", mode);
+        check(invariant, name);
+    }
+}
+
+/* ---- GGUF block products: quant.c's values and summation order, written out from its header comment. ---- */
+
+static float half(const uint8_t* p) {  /* IEEE half -> float, exact */
+    uint32_t h = (uint32_t)(p[0] | p[1] << 8), sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023;
+    float f;
+    if (exponent == 0) { f = ldexpf((float)mantissa, -24); return sign ? -f : f; }
+    uint32_t bits = sign | (exponent == 31 ? 0x7f800000u : (exponent + 112) << 23) | mantissa << 13;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Value j (< the block's values) of one block, with gguf dequantize's float32 operations. */
+static float block_value(int type, const uint8_t* b, int j) {
+    int l = j % 32, g = j / 32;
+    switch (type) {
+        case GGML_TYPE_Q4_0: return half(b) * (float)(((b[2 + l % 16] >> 4 * (l / 16)) & 15) - 8);
+        case GGML_TYPE_Q4_1: return half(b) * (float)((b[4 + l % 16] >> 4 * (l / 16)) & 15) + half(b + 2);
+        case GGML_TYPE_Q8_0: return (float)(int8_t)b[2 + l] * half(b);
+        case GGML_TYPE_Q6_K: {
+            int h = j / 128, k = (j / 32) % 4;
+            int q = ((b[64 * h + 32 * (k % 2) + l] >> 4 * (k / 2)) & 15) | ((b[128 + 32 * h + l] >> 2 * k) & 3) << 4;
+            return (half(b + 208) * (float)(int8_t)b[192 + j / 16]) * (float)(q - 32);
+        }
+        default: {  /* Q4_K, Q5_K: 6-bit (scale, min) pair g of the 12 bytes at b + 4 */
+            const uint8_t* s = b + 4;
+            int scale = g < 4 ? s[g] & 63 : (s[g + 4] & 15) | (s[g - 4] >> 6) << 4;
+            int min = g < 4 ? s[g + 4] & 63 : (s[g + 4] >> 4) | (s[g] >> 6) << 4;
+            int q = (b[(type == GGML_TYPE_Q4_K ? 16 : 48) + 32 * (g / 2) + l] >> 4 * (g & 1)) & 15;
+            if (type == GGML_TYPE_Q5_K) q |= ((b[16 + l] >> g) & 1) << 4;
+            return (half(b) * (float)scale) * (float)q - half(b + 2) * (float)min;
+        }
+    }
+}
+
+/* x . w in quant.c's order: 32 lanes (lane l: k = l mod 32, fmaf in increasing k from zero), then
+   s_j = (L[j] + L[8 + j]) + (L[16 + j] + L[24 + j]), then ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)). */
+static float block_dot(const float* x, const float* w, int K) {
+    float lanes[32] = {0}, s[8];
+    for (int k = 0; k < K; k++) lanes[k % 32] = fmaf(x[k], w[k], lanes[k % 32]);
+    for (int j = 0; j < 8; j++) s[j] = (lanes[j] + lanes[8 + j]) + (lanes[16 + j] + lanes[24 + j]);
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static uint8_t byte(void) { uniform(); return (uint8_t)(state >> 32); }
+
+/* Random block bytes; each f16 scale moderate and finite, or (hostile) random bits or a special half. */
+static void random_blocks(int type, uint8_t* data, int blocks, int hostile) {
+    static const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x03ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01};
+    int size = type == GGML_TYPE_Q4_0 ? 18 : type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q8_0 ? 34
+             : type == GGML_TYPE_Q4_K ? 144 : type == GGML_TYPE_Q5_K ? 176 : 210;
+    int at[2] = {type == GGML_TYPE_Q6_K ? 208 : 0, type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K ? 2 : -1};
+    for (int i = 0; i < blocks * size; i++) data[i] = byte();
+    for (int b = 0; b < blocks; b++)
+        for (int h = 0; h < 2 && at[h] >= 0; h++) {
+            uint16_t bits = (uint16_t)(0x1c00 + (int)((uniform() + 1.0f) * 0x0c00)) | (uniform() < 0 ? 0x8000 : 0);  /* 2^-8 .. 2^-2 */
+            if (hostile) bits = uniform() < 0 ? specials[(int)((uniform() + 1.0f) * 5.0f) % 10] : (uint16_t)(byte() | byte() << 8);
+            data[b * size + at[h]] = (uint8_t)bits;
+            data[b * size + at[h] + 1] = (uint8_t)(bits >> 8);
+        }
+}
+
+static void check_quant(void) {
+    static const int types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    static const char* names[] = {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"};
+    enum { M = 5, N = 21 };
+    for (int t = 0; t < 6; t++) {
+        int type = types[t], big = type >= GGML_TYPE_Q4_K, values = big ? 256 : 32;
+        int64_t size = quant_row_bytes(type, values);
+        int dequantized = 1, exact = 1, invariant = 1;
+        for (int mode = 0; mode < 3; mode++)  /* finite; hostile scales; hostile x (values of kind 1, 2 and 3) */
+            for (int blocks = 1; blocks <= (big ? 2 : 9); blocks += big ? 1 : 4) {
+                int K = blocks * values;
+                uint8_t* w = malloc((size_t)(N * blocks * size));
+                float *wf = malloc(sizeof(float) * N * K), *got = malloc(sizeof(float) * N * K);
+                float *x = malloc(sizeof(float) * M * K), y[M * N], alone[N];
+                random_blocks(type, w, N * blocks, mode == 1);
+                for (int i = 0; i < M * K; i++) x[i] = value_of(mode == 2 ? 1 + i % 3 : 0);
+                for (int n = 0; n < N; n++)
+                    for (int k = 0; k < K; k++) wf[n * K + k] = block_value(type, w + (n * blocks + k / values) * size, k % values);
+                dequantized &= dequantize_rows(w, got, N, K, type) == 0;
+                for (int i = 0; i < N * K; i++) dequantized &= same_float(got[i], wf[i]);
+                exact &= quant_gemm_f32(x, w, y, N, M, N, K, type, 1) == 0;
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) {
+                        float want = block_dot(x + m * K, wf + n * K, K);
+                        if (exact && !same_float(want, y[m * N + n]))
+                            printf("     %s mode %d K %d: y[%d][%d] = %a, the documented order gives %a\n", names[t], mode,
+                                   K, m, n, y[m * N + n], want);
+                        exact &= same_float(want, y[m * N + n]);
+                        fold(DIGEST_QUANT, y[m * N + n]);
+                    }
+                for (int m = 0; m < M; m++) {
+                    invariant &= quant_gemm_f32(x + m * K, w, alone, N, 1, N, K, type, 2) == 0;
+                    for (int n = 0; n < N; n++) invariant &= same_float(alone[n], y[m * N + n]);  /* NaN: see same_float */
+                }
+                free(w); free(wf); free(got); free(x);
+            }
+        char name[160];
+        snprintf(name, sizeof name, "dequantize_rows %s gives gguf's values, bit for bit", names[t]);
+        check(dequantized, name);
+        snprintf(name, sizeof name, "quant_gemm_f32 %s equals the documented lane order, bit for bit", names[t]);
+        check(exact, name);
+        snprintf(name, sizeof name, "quant_gemm_f32 %s gives each row the bits it gets alone on 2 threads", names[t]);
+        check(invariant, name);
+    }
 }
 
 static void check_argmax(void) {
@@ -178,12 +365,18 @@ static void check_rope(void) {
 }
 
 int main(void) {
+    printf("levels: fixed %d quant %d\n", fixed_vector_available(), quant_level());  /* 3: NEON */
     check_fixed_gemm_f32();
     check_fixed_gemm_bf16();
+    check_quant();
     check_argmax();
     check_norms();
     check_silu();
     check_rope();
+    printf("digest fixed_gemm_f32 %016llx\n", (unsigned long long)digests[DIGEST_F32]);
+    if (!small_gemm_available())  /* VDPBF16PS's own order otherwise */
+        printf("digest fixed_gemm_bf16 %016llx\n", (unsigned long long)digests[DIGEST_BF16]);
+    printf("digest quant_gemm_f32 %016llx\n", (unsigned long long)digests[DIGEST_QUANT]);
     printf("selftest: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

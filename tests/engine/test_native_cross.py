@@ -1,7 +1,9 @@
 """The kernels of every aarch64 level, cross-compiled with Debian's gcc-aarch64-linux-gnu and checked under
 qemu-user by the C self-test (tests/engine/native_selftest.c): correctness only, qemu says nothing of speed.
-The same self-test also runs natively at this machine's own level."""
+Every aarch64 level runs the NEON paths of the fixed-order GEMM and the GGUF block products, which the self-test
+compares bit for bit with their scalar order. The same self-test also runs natively at this machine's own level."""
 
+import platform
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,18 +39,36 @@ def build_selftest(compiler: str, level_flags: tuple[str, ...], tmp: Path, stati
     return binary
 
 
-def assert_selftest_passes(command: list[str]) -> None:
+def digests(report: str) -> dict[str, str]:
+    """The self-test's digest of each kernel's outputs (the same inputs on every machine)."""
+    return dict(line.split()[1:] for line in report.splitlines() if line.startswith("digest "))
+
+
+def assert_selftest_passes(command: list[str]) -> str:
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and " 0 failed" in done.stdout, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def x86_digests(tmp_path_factory) -> dict[str, str] | None:
+    """The self-test's digests at this machine's x86 level (None where there is no such build here)."""
+    if shutil.which("gcc") is None or platform.machine() != "x86_64" or target().refused != "":
+        return None
+    binary = build_selftest("gcc", target().compiler_flags, tmp_path_factory.mktemp("x86"), static=False)
+    return digests(assert_selftest_passes([str(binary)]))
 
 
 @pytest.mark.skipif(shutil.which(CROSS_CC) is None or shutil.which(QEMU) is None,
                     reason="needs gcc-aarch64-linux-gnu and qemu-user (scripts/setup.sh installs them)")
 @pytest.mark.parametrize("level", [level.name for level in levels_of("aarch64")])
-def test_each_aarch64_level_builds_without_warnings_and_passes_the_selftest_under_qemu(level, tmp_path):
+def test_each_aarch64_level_builds_without_warnings_and_passes_the_selftest_under_qemu(level, tmp_path, x86_digests):
     flags = next(item.compiler_flags for item in levels_of("aarch64") if item.name == level)
     binary = build_selftest(CROSS_CC, flags, tmp_path, static=True)
-    assert_selftest_passes([QEMU, "-cpu", "max", str(binary)])
+    report = assert_selftest_passes([QEMU, "-cpu", "max", str(binary)])
+    assert "levels: fixed 3 quant 3" in report  # the NEON paths ran, not the scalar loops they are checked against
+    if x86_digests is not None:  # the same outputs, bit for bit, as this machine's x86 build
+        assert {name: digests(report)[name] for name in x86_digests} == x86_digests
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None or target().refused != "", reason="needs gcc and a buildable level")

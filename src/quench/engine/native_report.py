@@ -49,19 +49,15 @@ def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset
         _switched(names[4], amx, amx_reason, config.amx, "QUENCH_AMX=0 / KernelConfig.amx"),
         _switched(names[5], screen, screen_reason, config.screen, "QUENCH_SCREEN=0 / KernelConfig.screen"),
         KernelStatus(names[6], screen, screen_reason),
-        KernelStatus(names[7], True, _vector_isa(library.avx512_available(), library.fixed_vector_available())),
+        KernelStatus(names[7], True, _FIXED_ISA.get(int(library.fixed_vector_available()), "portable C loops")),
         KernelStatus(names[8], True, _QUANT_ISA.get(int(library.quant_level()), "portable C loops")),
     ]
 
 
-_QUANT_ISA = {1: "AVX2 + FMA + F16C", 2: "AVX-512"}
-
-
-def _vector_isa(avx512: bool, vector: bool) -> str:
-    """What the fixed-order kernels run on: AVX-512, AVX2 + FMA, or the portable scalar loop (same order on each)."""
-    if not vector:
-        return "portable C loops"
-    return "AVX-512" if avx512 else "AVX2 + FMA"
+# What the fixed-order kernels and the block products run on, by the level the library reports (0: the portable
+# scalar loops; the same order, so the same bits, on each).
+_FIXED_ISA = {1: "AVX2 + FMA", 2: "AVX-512", 3: "NEON"}
+_QUANT_ISA = {1: "AVX2 + FMA + F16C", 2: "AVX-512", 3: "NEON"}
 
 
 def _layer_loop(name: str, built: bool, small_gemm: bool, bf16_reason: str) -> KernelStatus:

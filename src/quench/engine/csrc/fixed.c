@@ -4,14 +4,17 @@
    fixed_gemm_f32: y (M, N) = x (M, K) W^T with W packed as (ceil(N/16), K, 16) (zeros past N). Every output
    is one float32 accumulator updated by a fused multiply-add per input in order k = 0 .. K-1, starting from
    zero: the same sequence whatever the row block, the column group, the vector width (AVX512, AVX2 + FMA as two
-   8-lane halves of each 16-column block, or the scalar fmaf fallback: the same bits on all three) or the thread
-   that computes it. Threads split the columns only, never K.
+   8-lane halves of each 16-column block, NEON as four 4-lane quarters with FMLA, or the scalar fmaf fallback:
+   the same bits on all four) or the thread that computes it. Threads split the columns only, never K.
 
    fixed_gemm_bf16: the same product in bfloat16, W packed in pairs of k as (ceil(N/16), ceil(K/2), 16, 2)
    (zeros past N and past K), accumulated in float32 and rounded to bfloat16 once. Where the CPU has
    AVX512-BF16, each pair goes through one VDPBF16PS (its two exact products added in the instruction's
    order, denormals flushed): twice the fused multiply-adds per instruction. Elsewhere the inputs are
-   widened exactly to float32 and summed as fixed_gemm_f32 does. Either way the order is fixed per build, so
+   widened exactly to float32 and summed as fixed_gemm_f32 does. On ARM that holds with the bf16 extension
+   too: BFDOT and BFMMLA add a pair's products and the accumulator in their own order and rounding (not one
+   IEEE fused step per input, denormals flushed), which would change the bits, so the NEON path widens and
+   uses FMLA, the same bits as every build but VDPBF16PS's. Either way the order is fixed per build, so
    a row's bits never depend on the other rows; the two builds may differ from each other. With amx (CPUs
    with AMX tiles, K % 32 == 0) it is gemm_bf16_amx instead (csrc/gemm.c): each output is one float32 tile
    accumulator updated by one TDPBF16PS per 32 inputs in order k0 = 0, 32, ..; a row's tile row never meets
@@ -75,6 +78,34 @@ static void fixed_f32_##MB##_##S(const float* const* xr, const float* w, float (
         for (int s = 0; s < 2 * S; s++) _mm256_storeu_ps(out[i] + at + 8 * s, acc[i][s]);          \
 }
 FIXED8(1, 6) FIXED8(2, 3) FIXED8(4, 1) FIXED8(2, 1) FIXED8(1, 1)
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define FIXED_NEON 1
+/* NEON: a 16-wide block as four 4-wide quarters (columns 0-3, 4-7, 8-11, 12-15), one FMLA (vfmaq_f32, fused)
+   per output and k, as the AVX2 halves. MB rows x S blocks of W from w; block s's 16 sums for row i go to
+   out[i][at + 16 s ..]. MB x 4 S <= 24 of the 32 vector registers. */
+#define FIXED4(MB, S)                                                                              \
+static void fixed_f32_##MB##_##S(const float* const* xr, const float* w, float (*out)[16 * 6], int K, int at) { \
+    float32x4_t acc[MB][4 * S];                                                                    \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < 4 * S; s++) acc[i][s] = vdupq_n_f32(0.0f);                             \
+    for (int k = 0; k < K; k++) {                                                                  \
+        for (int s = 0; s < S; s++) {                                                              \
+            const float* line = w + ((int64_t)s * K + k) * 16;                                     \
+            float32x4_t q[4] = {vld1q_f32(line), vld1q_f32(line + 4), vld1q_f32(line + 8), vld1q_f32(line + 12)}; \
+            for (int i = 0; i < MB; i++) {                                                         \
+                float32x4_t xv = vdupq_n_f32(xr[i][k]);                                            \
+                for (int j = 0; j < 4; j++) acc[i][4 * s + j] = vfmaq_f32(acc[i][4 * s + j], xv, q[j]); \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < 4 * S; s++) vst1q_f32(out[i] + at + 4 * s, acc[i][s]);                 \
+}
+FIXED4(1, 6) FIXED4(2, 3) FIXED4(4, 1) FIXED4(2, 1) FIXED4(1, 1)
+#endif
+#if defined(FIXED_AVX2) || defined(FIXED_NEON)
+#define FIXED_SPLIT 1  /* a 16-column block in narrower vectors: the same kernel shapes and dispatch */
 #endif
 
 /* One group of nb <= 6 blocks of W (starting at block b0) for the rows m0 .. m0 + mb (mb <= 4). */
@@ -108,7 +139,7 @@ static void group_##SUF(const float* xf, const T* wp, T* y, int m0, int mb, int 
         }                                                                                          \
     }
 #define GROUP_BODY(T, SUF) GROUP_VECTOR(T, SUF)
-#elif defined(FIXED_AVX2)
+#elif defined(FIXED_SPLIT)
 /* Rows past mb repeat row m0 (computed, never stored); blocks by 6 (one row), 3 (two) or 1, the rest by 1. */
 #define GROUP_BODY(T, SUF)                                                                          \
     int rows = mb > 2 ? 4 : mb, span = rows == 1 ? 6 : rows == 2 ? 3 : 1;                          \
@@ -235,6 +266,43 @@ static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)
 }
 PAIRS8(1, 6) PAIRS8(2, 3) PAIRS8(4, 1) PAIRS8(2, 1) PAIRS8(1, 1)
 typedef float pair_row;
+#elif defined(FIXED_NEON)
+/* NEON: x rows widened to float32 (length K). A 64-byte line of W holds pair p of 16 columns as four quarters
+   of 4 columns; each 32-bit word's low half is k = 2p, its high half k = 2p + 1: a shift and a mask widen them
+   exactly (as the AVX2 path). The FMAs run in order k, as fixed_gemm_f32's. A quarter at a time, so MB x 4 S
+   accumulators, MB pairs of broadcast inputs and one widened pair fit the 32 vector registers. */
+#define PAIRS4(MB, S)                                                                              \
+static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)[16 * 6], int K, int at) { \
+    float32x4_t acc[MB][4 * S];                                                                    \
+    const uint32x4_t high = vdupq_n_u32(0xffff0000u);                                              \
+    int K2 = (K + 1) / 2;                                                                          \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < 4 * S; s++) acc[i][s] = vdupq_n_f32(0.0f);                             \
+    for (int p = 0; p < K / 2; p++) {                                                              \
+        float32x4_t xe[MB], xo[MB];                                                                \
+        for (int i = 0; i < MB; i++) { xe[i] = vdupq_n_f32(xr[i][2 * p]); xo[i] = vdupq_n_f32(xr[i][2 * p + 1]); } \
+        for (int s = 0; s < S; s++)                                                                \
+            for (int j = 0; j < 4; j++) {                                                          \
+                uint32x4_t v = vreinterpretq_u32_u16(vld1q_u16(w + ((int64_t)s * K2 + p) * 32 + 8 * j)); \
+                float32x4_t even = vreinterpretq_f32_u32(vshlq_n_u32(v, 16));                      \
+                float32x4_t odd = vreinterpretq_f32_u32(vandq_u32(v, high));                       \
+                for (int i = 0; i < MB; i++)                                                       \
+                    acc[i][4 * s + j] = vfmaq_f32(vfmaq_f32(acc[i][4 * s + j], xe[i], even), xo[i], odd); \
+            }                                                                                      \
+    }                                                                                              \
+    if (K % 2)  /* the last input alone: its pair's second member is W's zero pad, never added */   \
+        for (int s = 0; s < S; s++)                                                                \
+            for (int j = 0; j < 4; j++) {                                                          \
+                uint32x4_t v = vreinterpretq_u32_u16(vld1q_u16(w + ((int64_t)s * K2 + K / 2) * 32 + 8 * j)); \
+                float32x4_t even = vreinterpretq_f32_u32(vshlq_n_u32(v, 16));                      \
+                for (int i = 0; i < MB; i++)                                                       \
+                    acc[i][4 * s + j] = vfmaq_f32(acc[i][4 * s + j], vdupq_n_f32(xr[i][K - 1]), even); \
+            }                                                                                      \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < 4 * S; s++) vst1q_f32(out[i] + at + 4 * s, acc[i][s]);                 \
+}
+PAIRS4(1, 6) PAIRS4(2, 3) PAIRS4(4, 1) PAIRS4(2, 1) PAIRS4(1, 1)
+typedef float pair_row;
 #else
 typedef float pair_row;
 #endif
@@ -273,7 +341,7 @@ static void group_pairs(const pair_row* x, int stride, const bf16* wp, bf16* y, 
             for (int i = 0; i < rows; i++) memcpy(out[i] + 16 * s, part[i], 16 * sizeof(float));
         }
     }
-#elif defined(FIXED_AVX2)
+#elif defined(FIXED_SPLIT)
     /* Rows past mb repeat row m0 (computed, never stored); blocks by 6 (one row), 3 (two) or 1, the rest by 1. */
     int rows = mb > 2 ? 4 : mb, span = rows == 1 ? 6 : rows == 2 ? 3 : 1;
     for (int s = 0; s < nb;) {
@@ -301,8 +369,12 @@ static void group_pairs(const pair_row* x, int stride, const bf16* wp, bf16* y, 
 }
 
 int fixed_vector_available(void) {
-#if defined(__AVX512F__) || defined(FIXED_AVX2)
+#if defined(__AVX512F__)
+    return 2;
+#elif defined(FIXED_AVX2)
     return 1;
+#elif defined(FIXED_NEON)
+    return 3;
 #else
     return 0;
 #endif

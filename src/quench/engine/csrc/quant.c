@@ -24,7 +24,7 @@
    x[k] w[k] for k = l (mod 32) in increasing k by fused multiply-adds from zero, then lanes j, 8 + j, 16 + j,
    24 + j added as (L[j] + L[8 + j]) + (L[16 + j] + L[24 + j]) and those 8 as ((s0 + s4) + (s2 + s6)) +
    ((s1 + s5) + (s3 + s7)). So an output's bits depend on its x row and W row only: not on M, on the other
-   rows, on the threads (which split N), nor on the build (scalar, AVX2 + FMA + F16C, AVX-512). */
+   rows, on the threads (which split N), nor on the build (scalar, AVX2 + FMA + F16C, AVX-512, NEON). */
 #include "quench_native.h"
 
 #include <math.h>
@@ -32,6 +32,8 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define QUANT_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define QUANT_NEON 1
 #endif
 #if defined(QUANT_AVX2) && defined(__AVX512F__) && defined(__AVX512DQ__)
 #define QUANT_AVX512 1
@@ -65,6 +67,8 @@ int quant_level(void) {
     return 2;
 #elif defined(QUANT_AVX2)
     return 1;
+#elif defined(QUANT_NEON)
+    return 3;
 #else
     return 0;
 #endif
@@ -75,6 +79,10 @@ ALWAYS float half_to_float(const uint8_t* p) {
     uint16_t h = (uint16_t)(p[0] | p[1] << 8);
 #if defined(QUANT_AVX2)
     return _cvtsh_ss(h);
+#elif defined(QUANT_NEON)
+    __fp16 f;  /* FCVT: exact, as F16C (a signalling NaN comes back quiet) */
+    memcpy(&f, &h, 2);
+    return (float)f;
 #else
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
     if (exponent == 31) bits = sign | 0x7f800000u | mantissa << 13;
@@ -175,6 +183,8 @@ static inline float reduce8(__m256 s) {
     __m128 p = _mm_add_ps(u, _mm_movehl_ps(u, u));                                   /* (u0 + u2), (u1 + u3) */
     return _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps(p, p, 1)));
 }
+#elif defined(QUANT_NEON)
+#include "quant_neon.h"
 #else
 typedef struct { float v[32]; } group32;
 
@@ -275,6 +285,7 @@ int dequantize_rows(const uint8_t* w, float* out, int N, int K, int type) {
 /* One W row against mt <= ROW_TILE rows of x (xr[i]): out[i] = x_i . w, in the header comment's order. */
 #if defined(QUANT_AVX512)
 #define ROW_TILE 8
+#define TWO_BY_TWO 1
 /* Lanes 0-15 and 16-31 in two 16-wide accumulators: the same lanes and order as the AVX2 build's four. */
 ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_bytes, const float* const* xr, int K,
                     float* out) {
@@ -306,6 +317,7 @@ ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_by
 }
 #elif defined(QUANT_AVX2)
 #define ROW_TILE 2
+#define TWO_BY_TWO 1  /* two x rows may take two W rows side by side */
 ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_bytes, const float* const* xr, int K,
                     float* out) {
     block_format f = format_of(type);
@@ -331,6 +343,35 @@ ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_by
         for (int i = 0; i < mt; i++)
             out[r * ROW_TILE + i] = reduce8(_mm256_add_ps(_mm256_add_ps(acc[r][i][0], acc[r][i][1]),
                                                           _mm256_add_ps(acc[r][i][2], acc[r][i][3])));
+}
+#elif defined(QUANT_NEON)
+/* The AVX2 build's lanes and order, a vector per 4 lanes: 8 accumulators per (W row, x row), so two pairs at a
+   time (2 x 1 or 1 x 2: 16 of the 32 vector registers beside the expanded group's 8), never 2 x 2. */
+#define ROW_TILE 2
+#define TWO_BY_TWO 0
+ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_bytes, const float* const* xr, int K,
+                    float* out) {
+    block_format f = format_of(type);
+    float32x4_t acc[2][ROW_TILE][8];
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < mt; i++)
+            for (int j = 0; j < 8; j++) acc[r][i][j] = vdupq_n_f32(0.0f);
+    for (int k0 = 0; k0 < K; k0 += f.values) {
+        for (int r = 0; r < nr; r++) {
+            const uint8_t* b = row + r * row_bytes + (int64_t)(k0 / f.values) * f.bytes;
+            block_scales sc;
+            read_scales(type, b, &sc);
+            for (int g = 0; g < f.values / 32; g++) {
+                group32 w = expand(type, b, g, &sc);
+                int k = k0 + 32 * g;
+                for (int i = 0; i < mt; i++)
+                    for (int j = 0; j < 8; j++)
+                        acc[r][i][j] = vfmaq_f32(acc[r][i][j], vld1q_f32(xr[i] + k + 4 * j), w.v[j]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < mt; i++) out[r * ROW_TILE + i] = reduce32(acc[r][i]);
 }
 #else
 #define ROW_TILE 1
@@ -360,7 +401,7 @@ ALWAYS void row_dot(int type, int nr, int mt, const uint8_t* row, int64_t row_by
 ALWAYS void gemm_rows(int type, const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int n0, int n1, int K) {
     int64_t row_bytes = quant_row_bytes(type, K);
     const float* xr[ROW_TILE];
-    float out[4 * ROW_TILE];
+    float out[4 * ROW_TILE] = {0};  /* row_dot writes every entry read; zeroed for gcc's flow analysis */
     for (int m0 = 0; m0 < M; m0 += ROW_TILE) {
         int mt = M - m0 < ROW_TILE ? M - m0 : ROW_TILE;
         for (int i = 0; i < mt; i++) xr[i] = x + (int64_t)(m0 + i) * K;
@@ -378,7 +419,7 @@ ALWAYS void gemm_rows(int type, const float* x, const uint8_t* w, float* y, int6
 #endif
 #if ROW_TILE >= 2
                 case 2:
-                    if (n + 2 <= n1) { nr = 2; row_dot(type, 2, 2, row, row_bytes, xr, K, out); }
+                    if (n + 2 <= n1 && TWO_BY_TWO) { nr = 2; row_dot(type, 2, 2, row, row_bytes, xr, K, out); }
                     else row_dot(type, 1, 2, row, row_bytes, xr, K, out);
                     break;
                 default:

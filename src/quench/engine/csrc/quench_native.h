@@ -26,7 +26,8 @@ int small_gemm_available(void);
 int amx_available(void);
 int layers_available(void);
 int screen_available(void);
-int fixed_vector_available(void);  /* fixed.c's GEMMs vectorised (AVX512, or AVX2 + FMA), not the scalar loop */
+/* fixed.c's GEMMs vectorised, not the scalar loop: 3 NEON, 2 AVX-512, 1 AVX2 + FMA, 0 scalar (nonzero: vectorised). */
+int fixed_vector_available(void);
 
 /* rope.c: RoPE with PyTorch's roundings; rope64_bf16 (attend.c): the same for head size 64, vectorised. */
 void rope_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, int dim, float* out, bf16* store);
@@ -87,7 +88,7 @@ int w8_gemm_bf16(const bf16* x, int M, int K, const int8_t* wq, const float* wsc
 #define GGML_TYPE_Q4_K 12
 #define GGML_TYPE_Q5_K 13
 #define GGML_TYPE_Q6_K 14
-/* 2 AVX-512, 1 AVX2 + FMA + F16C, 0 scalar. */
+/* 3 NEON, 2 AVX-512, 1 AVX2 + FMA + F16C, 0 scalar. */
 int quant_level(void);
 /* Bytes of one row of K values of a type; -1 for an unknown type or K not a multiple of its block. */
 int64_t quant_row_bytes(int type, int K);
