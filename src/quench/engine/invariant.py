@@ -25,7 +25,7 @@ def available(dtype: torch.dtype) -> bool:
 
 def bfloat16_fastest() -> bool:
     """Whether bfloat16 weights are the fastest exact choice here: the fixed-order bfloat16 kernel is vectorised in
-    this build (VDPBF16PS with AVX512-BF16, else widened to float32 in registers: AVX512, AVX2 + FMA), so a step
+    this build (VDPBF16PS with AVX512-BF16, else widened to float32 in registers: AVX512, AVX2 + FMA, NEON), so a step
     reads half of float32's bytes for the same float32 arithmetic; the scalar loop (an x86-64-v2 build) is slower
     than oneDNN's float32."""
     library = native.build_result().library

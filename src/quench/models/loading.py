@@ -53,7 +53,7 @@ def cache_root() -> Path:
 
 def cpu_supports_bf16() -> bool:
     """Whether bfloat16 is the CPU default (`--dtype auto`): where quench's fixed-order bfloat16 kernel is vectorised
-    in this build (`native_target.fixed_gemm_vectorised`: AVX2 + FMA or AVX512), else where oneDNN runs it natively
+    in this build (`native_target.fixed_gemm_vectorised`: AVX2 + FMA, AVX512 or NEON), else where oneDNN runs it natively
     (AVX512-BF16, AMX); elsewhere it is emulated and slower than float32."""
     from quench.native_target import cpu_flags, fixed_gemm_vectorised
 
