@@ -31,7 +31,7 @@ import torch
 
 from quench.datasets import load_humaneval
 from quench.engine.engine import EngineConfig, QuenchBackend
-from quench.engine.native_config import KernelConfig
+from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.scheduler import PrefixStore
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model

@@ -64,7 +64,7 @@ from torch import nn
 from quench.datasets import load_benchmark
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.hf_backend import HFBackend
-from quench.engine.native_config import KernelConfig
+from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 from quench.models.loading import DTYPES

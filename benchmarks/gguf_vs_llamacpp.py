@@ -7,7 +7,7 @@ T new tokens) from the llama.cpp sources in the llama-cpp-python sdist, built wi
     cmake -S llama_cpp_python-*/vendor/llama.cpp -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
     cmake --build build -j2 --target llama-batched-bench
 
-quench: `load_model(weights="gguf")` (the GGUF's blocks executed by quench.engine.quant), greedy, EOS ignored,
+quench: `load_model(weights="gguf")` (the GGUF's blocks executed by quench.engine.kernels.quant), greedy, EOS ignored,
 B HumanEval prompts in the chat template; decode tokens/s is B (T - 1) new tokens over the wall time of a
 T-token call minus that of a 1-token call; prefill tokens/s is the prompts' tokens over that 1-token call.
 Each system gets the same threads; rounds alternate between them; the best of --repeats is kept.
@@ -26,7 +26,7 @@ import torch
 
 from gguf_weights import backend, timed
 from quench.datasets import load_humaneval
-from quench.engine import native, quant
+from quench.engine.kernels import native, quant
 from quench.engine.types import GenerationRequest
 from quench.models import encode_prompt, load_model
 from quench.models.presets import PRESETS, preset_gguf_parts

@@ -1,7 +1,7 @@
 """(Not gguf.py: a script of that name would shadow the gguf package it imports.)
 
 The default preset's GGUF run two ways in one process: its weights dequantized to float32 (today's path) and
-its blocks executed as stored (quench.engine.quant), at batch 1 and 8 and the given thread counts.
+its blocks executed as stored (quench.engine.kernels.quant), at batch 1 and 8 and the given thread counts.
 
 Decode tokens/s: B (T - 1) new tokens over the wall time of a T-token call minus that of a 1-token call (the
 prefill and the first token), EOS ignored, the first B HumanEval prompts in the chat template; the best of
@@ -22,9 +22,9 @@ import torch
 
 from generation import read_bandwidth_gbs
 from quench.datasets import load_humaneval
-from quench.engine import native, quant
+from quench.engine.kernels import native, quant
 from quench.engine.engine import EngineConfig, QuenchBackend
-from quench.engine.quant import QuantLinear
+from quench.engine.kernels.quant import QuantLinear
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
 

@@ -1,4 +1,4 @@
-"""The greedy head alone: screened in int8 (quench.engine.screen) against the whole bfloat16 head.
+"""The greedy head alone: screened in int8 (quench.engine.kernels.screen) against the whole bfloat16 head.
 
     python benchmarks/head.py                      # rows 1 .. 64, one thread
     python benchmarks/head.py --rows 8 16 --threads 2
@@ -19,8 +19,8 @@ import time
 import torch
 
 from quench.datasets import load_humaneval
-from quench.engine import native
-from quench.engine.screen import KERNEL_MAX_ROWS, screen_head
+from quench.engine.kernels import native
+from quench.engine.kernels.screen import KERNEL_MAX_ROWS, screen_head
 from quench.models import load_model
 from quench.models.prompts import encode_prompt
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import torch
 
-from quench.engine import native
-from quench.engine.llama import LlamaRunner
-from quench.engine.native_report import kernel_report
+from quench.engine.kernels import native
+from quench.engine.runners.llama import LlamaRunner
+from quench.engine.kernels.native_report import kernel_report
 from quench.models import load_model
 
 

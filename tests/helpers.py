@@ -10,7 +10,7 @@ from typing import Iterator
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from quench.engine.types import GenerationRequest
 
@@ -39,6 +39,27 @@ def tiny_llama(vocab_size: int = len(CHARS) + 3, seed: int = 0, dtype: torch.dty
         bos_token_id=1, eos_token_id=2, pad_token_id=0,
     )
     return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def tiny_qwen2(
+    dtype: torch.dtype = torch.float32, seed: int = 0, window: int | None = None, hidden: int = 32
+) -> Qwen2ForCausalLM:
+    """2 layers, GQA, 4 heads, random q/k/v biases (the init's zeros would hide a dropped bias); window: the
+    second layer attends over a sliding window of that many keys."""
+    torch.manual_seed(seed)
+    sliding = {"use_sliding_window": True, "sliding_window": window, "max_window_layers": 1} if window else {}
+    config = Qwen2Config(
+        vocab_size=len(CHARS) + 3, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, **sliding,
+    )
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                projection.bias.normal_(0.0, 0.5)
+                projection.weight.mul_(4)
+    return model.to(dtype).eval()
 
 
 def llama_head_dim_64(dtype: torch.dtype, vocab_size: int = 96) -> LlamaForCausalLM:

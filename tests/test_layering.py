@@ -153,3 +153,31 @@ def test_importing_the_engine_pulls_in_nothing_above_it():
     packages = {top_package(module) for module in loaded}
     assert packages <= {"engine"} | reachable("engine", ALLOWED), sorted(packages)
     assert not packages & ABOVE_THE_ENGINE
+
+
+ENGINE_ROOMS = ("kernels", "runners", "serving")  # engine/<room>/; the modules at engine/'s top are its decode core
+RUNNERS_READ_FROM_THE_CORE = {"config", "kv_cache"}  # leaf modules of the core: the configuration and the cache
+
+
+def engine_room(module: str) -> str | None:
+    """quench.engine.kernels.quant -> kernels; quench.engine.decode -> core:decode; outside the engine -> None."""
+    parts = module.split(".")
+    if parts[:2] != ["quench", "engine"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in ENGINE_ROOMS else f"core:{parts[2]}"
+
+
+def test_inside_the_engine_kernels_sit_below_runners_below_the_core_below_serving():
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted((SRC / "engine").rglob("*.py")):
+        parts = path.relative_to(SRC / "engine").parts
+        importer = parts[0] if len(parts) > 1 else "core"
+        for line, module in imported_modules(path):
+            target = engine_room(module)
+            if target is not None and target.split(":")[0] != importer:
+                edges.setdefault((importer, target), []).append(f"{path.name}:{line}")
+    refused = {edge: where for edge, where in edges.items()
+               if edge[0] == "kernels" or edge[1] == "serving"
+               or (edge[0] == "runners" and edge[1].split(":")[-1] not in RUNNERS_READ_FROM_THE_CORE | {"kernels"})}
+    assert not refused, f"imports against the engine's rooms: {refused}"
+    assert ("runners", "kernels") in edges and ("serving", "core:decode") in edges  # the scan sees real imports

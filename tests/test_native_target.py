@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from quench.native_target import BY_NAME, LEVELS, best_level, levels_of, resolve_target
-from quench.engine.native_build import build, cpu_flags
+from quench.engine.kernels.native_build import build, cpu_flags
 
 ZEN3 = frozenset("fpu sse2 ssse3 sse4_1 sse4_2 cx16 lahf_lm popcnt avx avx2 fma f16c bmi1 bmi2 abm movbe xsave aes".split())
 ZEN4 = ZEN3 | frozenset("avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 avx512_vnni avx512ifma".split())

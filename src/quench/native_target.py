@@ -103,7 +103,7 @@ def resolve_target(requested: str | None, features: frozenset[str], machine: str
 
 
 # Levels whose build vectorises the fixed-order GEMM (AVX2 + FMA, AVX-512, NEON): bfloat16 weights widened in
-# registers read half of float32's bytes for the same float32 arithmetic (engine/csrc/fixed.c).
+# registers read half of float32's bytes for the same float32 arithmetic (engine/kernels/csrc/fixed.c).
 FIXED_VECTOR_LEVELS = frozenset({"x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-amx",
                                  "armv8-a", "armv8.2-a-dotprod", "armv8.6-a-bf16"})
 

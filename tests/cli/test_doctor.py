@@ -3,9 +3,9 @@
 import json
 
 from quench.cli.main import main
-from quench.engine import native
-from quench.engine.native_build import BuildResult
-from quench.engine.native_report import KernelStatus, _switched, kernel_report
+from quench.engine.kernels import native
+from quench.engine.kernels.native_build import BuildResult
+from quench.engine.kernels.native_report import KernelStatus, _switched, kernel_report
 
 
 def test_doctor_lists_every_kernel_with_a_reason_for_each_one_off(capsys):

@@ -14,7 +14,7 @@ from quench.engine.drafters import CATCH_UP, HybridDrafter, ModelDrafter, NgramD
 from quench.engine.engine import EngineConfig, QuenchBackend, make_runner
 from quench.engine.rows import Row, StopRules
 from quench.engine.scheduler import WorkItem, WorkQueue
-from quench.engine.screen import screen_available
+from quench.engine.kernels.screen import screen_available
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.engine.verify import PLACEHOLDER, verify_sampling
 

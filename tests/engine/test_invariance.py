@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from helpers import CHARS, DRAFT_EVERYTHING, char_tokenizer, llama_head_dim_64, perturbed, tiny_llama, torch_threads
-from quench.engine import invariant, native
+from quench.engine.kernels import invariant, native
 from quench.engine.config import ConfigError
 from quench.engine.engine import EngineConfig, QuenchBackend
-from quench.engine.llama import LlamaRunner
+from quench.engine.runners.llama import LlamaRunner
 from quench.engine.types import GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from quench.engine import native
+from quench.engine.kernels import native
 from quench.engine.sampling import logits_to_probs, next_tokens, row_generator, sample_rows
 from quench.engine.types import SamplingParams
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from helpers import CHARS, char_tokenizer, llama_head_dim_64, tiny_llama
-from quench.engine import invariant, native
+from quench.engine.kernels import invariant, native
 from quench.engine.engine import EngineConfig, QuenchBackend
-from quench.engine.llama import LlamaRunner
+from quench.engine.runners.llama import LlamaRunner
 from quench.engine.scheduler import (
     MIN_SHARED_TOKENS, PartialPrefill, PrefixStore, WorkItem, common_length, prefill, prefill_after, splits_exactly,
 )

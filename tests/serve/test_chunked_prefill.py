@@ -1,4 +1,4 @@
-"""Chunked prefill in the live loop (quench.engine.live): a prompt longer than the prefill budget is fed a chunk
+"""Chunked prefill in the live loop (quench.engine.serving.live): a prompt longer than the prefill budget is fed a chunk
 per step while the running rows decode, and gives the tokens of a whole prefill."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from torch import nn
 
 from helpers import tiny_llama
 from live_server import tiny_backend
-from quench.engine import invariant
+from quench.engine.kernels import invariant
 from quench.engine.config import EngineConfig
 from quench.engine.engine import QuenchBackend
-from quench.engine.live import Finished, LiveEngine, LiveEvent, LiveLoop, Tokens
+from quench.engine.serving.live import Finished, LiveEngine, LiveEvent, LiveLoop, Tokens
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.stopping import GenGuard, GuardInfo, GuardPolicy
 

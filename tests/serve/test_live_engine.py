@@ -1,4 +1,4 @@
-"""The engine's live queue (quench.engine.live): continuous batching across requests, shared prefills,
+"""The engine's live queue (quench.engine.serving.live): continuous batching across requests, shared prefills,
 sampling groups, speculation, GenGuard and failures, driven directly and through the HTTP API."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from torch import nn
 
 from helpers import char_tokenizer, tiny_llama
 from live_server import MODEL, serving, tiny_backend
-from quench.engine import invariant
+from quench.engine.kernels import invariant
 from quench.engine.config import EngineConfig
 from quench.engine.engine import QuenchBackend
-from quench.engine.live import Failed, Finished, LiveEngine, LiveEvent, Tokens, settled_text, tokens_before
+from quench.engine.serving.live import Failed, Finished, LiveEngine, LiveEvent, Tokens, settled_text, tokens_before
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.stopping import GenGuard, GuardInfo, GuardPolicy
 

@@ -13,7 +13,7 @@ import torch
 from helpers import tiny_llama
 from live_server import MODEL, serving, tiny_backend
 from quench.engine.config import EngineConfig
-from quench.engine.live import Finished, LiveEngine, LiveEvent, Tokens
+from quench.engine.serving.live import Finished, LiveEngine, LiveEvent, Tokens
 from quench.engine.types import GenerationRequest, SamplingParams
 
 

@@ -18,7 +18,7 @@ from quench.errors import QuenchError
 from quench.models.presets import DEFAULT_PRESET
 
 if TYPE_CHECKING:
-    from quench.engine.forward_plan import ForwardPlan
+    from quench.engine.runners.forward_plan import ForwardPlan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quench.engine import native, native_build
-    from quench.engine.native_report import kernel_report
+    from quench.engine.kernels import native, native_build
+    from quench.engine.kernels.native_report import kernel_report
 
     try:
         result = native.build_result()
@@ -88,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
 def forward_plan(model: str) -> tuple[ForwardPlan | None, str | None]:
     """(the plan `LlamaRunner` resolves for `model` under the engine's defaults, None) or (None, why there is none)."""
     from quench.engine.config import EngineConfig
-    from quench.engine.forward_plan import engine_plan
-    from quench.engine.llama import on_fast_path
+    from quench.engine.runners.forward_plan import engine_plan
+    from quench.engine.runners.llama import on_fast_path
     from quench.models.loading import model_skeleton
 
     try:
@@ -103,7 +103,7 @@ def forward_plan(model: str) -> tuple[ForwardPlan | None, str | None]:
 
 def _best_level_name() -> str | None:
     from quench.native_target import best_level
-    from quench.engine.native_build import cpu_flags
+    from quench.engine.kernels.native_build import cpu_flags
 
     level = best_level(cpu_flags(), platform.machine())
     return level.name if level is not None else None

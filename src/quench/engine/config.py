@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from quench.engine.native_config import KernelConfig
+from quench.engine.kernels.native_config import KernelConfig
 from quench.errors import QuenchError
 
 DRAFTERS = ("none", "ngram", "draft", "hybrid")
@@ -92,7 +92,7 @@ class EngineConfig:
     share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
     # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
     batch_invariant: bool | None = None  # the target's every step through kernels whose per-row sums do not depend
-    # on the row count, the other rows or the threads (quench.engine.invariant; Llama fast path, float32/bfloat16):
+    # on the row count, the other rows or the threads (quench.engine.kernels.invariant; Llama fast path, float32/bfloat16):
     # greedy output is the same at every batch size, position and speculation setting (docs/engine.md). None (the
     # default): on wherever those kernels serve the model, else off with a warning; True: on, a ConfigError where
     # they cannot serve it; False: off (the fastest kernels whatever their order)

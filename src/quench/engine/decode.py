@@ -2,7 +2,7 @@
 
 Without a drafter every step is a regular decoding step (draft width 0). One loop serves both, so
 regular and speculative decoding share the stopping, refilling and bookkeeping code. Batch runs
-(`QuenchBackend.generate`) and the server (`quench.engine.live`) build it from the same `LoopParts`;
+(`QuenchBackend.generate`) and the server (`quench.engine.serving.live`) build it from the same `LoopParts`;
 code that watches it (the server's streaming) attaches as a `LoopListener` (`quench.engine.observers`).
 """
 
@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Sequence
 
 import torch
 
-from quench.engine import native
+from quench.engine.kernels import native
 from quench.engine.draft_length import DraftLengthPolicy
 from quench.engine.drafters import Draft, Drafter
 from quench.engine.kv_cache import KVCache, slot_length

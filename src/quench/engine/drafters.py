@@ -17,7 +17,7 @@ from typing import Protocol, Sequence
 
 import torch
 
-from quench.engine import native
+from quench.engine.kernels import native
 from quench.engine.config import EngineConfig
 from quench.engine.kv_cache import KVCache
 from quench.engine.rows import Row

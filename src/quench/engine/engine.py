@@ -13,12 +13,12 @@ from quench.errors import QuenchError
 from quench.engine.decode import DecodeLoop, LoopParts, LoopStats
 from quench.engine.draft_length import DraftLengthPolicy, make_policy
 from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
-from quench.engine import invariant as invariant_kernels
-from quench.engine import quant
-from quench.engine.hf_runner import HFRunner
+from quench.engine.kernels import invariant as invariant_kernels
+from quench.engine.kernels import quant
+from quench.engine.runners.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, slot_length
-from quench.engine.families import family_of
-from quench.engine.llama import LlamaRunner, on_fast_path
+from quench.engine.runners.families import family_of
+from quench.engine.runners.llama import LlamaRunner, on_fast_path
 from quench.engine.observers import LoopListener, RowStopper, StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
 from quench.engine.scheduler import Runner, WorkItem, WorkQueue

@@ -6,7 +6,7 @@ step's accepted drafts and its bonus token each read their own position of the s
 
 Greedy steps normally never build float logits (`Runner.greedy_tokens` may take the argmax from a
 screened head); `ScoringRunner` sends them through `forward` instead, so only loops whose rows ask
-for log-probabilities pay for them (`quench.engine.live` records a step's logits only when one of its rows asked).
+for log-probabilities pay for them (`quench.engine.serving.live` records a step's logits only when one of its rows asked).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from quench.engine import native
+from quench.engine.kernels import native
 from quench.engine.scheduler import PrefixStore
 
 MAX_TOP = 20  # alternatives per position, at most (the OpenAI API's limit)

@@ -4,7 +4,7 @@ Stop observers (e.g. GenGuard): each step the loop hands the observer the target
 states (what the LM head reads) at every position it fed, and the tokens fed there; the observer
 answers, per row, whether the row stops and how many of its generated tokens it keeps.
 
-Listeners (e.g. the server's streaming, `quench.engine.live`) are told what the loop does and
+Listeners (e.g. the server's streaming, `quench.engine.serving.live`) are told what the loop does and
 change nothing: each token as it is appended, each step once committed, each sample as it finishes.
 The engine knows only these protocols.
 """

@@ -11,7 +11,7 @@ from typing import Iterable
 
 import torch
 
-from quench.engine import native
+from quench.engine.kernels import native
 from quench.engine.types import SamplingParams
 
 

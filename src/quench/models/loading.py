@@ -29,7 +29,7 @@ PROMPT_FORMATS = ("chat", "completion")
 QUENCH_META = "quench.json"  # written into checkpoints by `quench train`: {"prompt_format": ...}
 DTYPES = ("auto", "bfloat16", "float16", "float32")  # torch is imported only when a model loads
 # dequantized: every weight from the float32 safetensors cache; gguf: the projections and head run on the GGUF's
-# blocks as stored (quench.engine.quant), float32 activations
+# blocks as stored (quench.engine.kernels.quant), float32 activations
 WEIGHTS = ("dequantized", "gguf")
 GGUF_MAGIC = b"GGUF"
 GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
@@ -253,7 +253,7 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM for generation. Nothing is ever downloaded; `notify` hears what takes time.
     weights="gguf": the model also carries the path of its GGUF (`quench_gguf_file`), whose quantized tensors as
-    stored quench's engine runs its projections and head on (`quench.engine.quant.gguf_weights_of`)."""
+    stored quench's engine runs its projections and head on (`quench.engine.kernels.quant.gguf_weights_of`)."""
     check_model(name_or_path)
     check_dtype(dtype)
     check_weights(weights, dtype, name_or_path)
@@ -273,7 +273,7 @@ def load_model(
     except (OSError, ValueError) as err:
         raise QuenchError(f"{source}: cannot load model: {err}") from None
     model.to(device).eval()
-    if weights == "gguf":  # the engine reads its blocks (quench.engine.quant.gguf_weights_of)
+    if weights == "gguf":  # the engine reads its blocks (quench.engine.kernels.quant.gguf_weights_of)
         parts = preset_gguf_parts(PRESETS[name_or_path]) if name_or_path in PRESETS else [Path(name_or_path).expanduser()]
         model.quench_gguf_file = str(gguf_file(parts))
     chosen = prompt_format or default_format

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from quench.engine.live import Finished, Tokens
+from quench.engine.serving.live import Finished, Tokens
 from quench.engine.logprobs import TokenLogprob
 from quench.serve import protocol
 from quench.serve.metrics import RequestRecord, gauges_of

@@ -153,7 +153,7 @@ class Metrics:
 
 
 def gauges_of(engine) -> EngineGauges:
-    """The gauges of a `quench.engine.live.LiveEngine` (read without stopping it: a moment's snapshot)."""
+    """The gauges of a `quench.engine.serving.live.LiveEngine` (read without stopping it: a moment's snapshot)."""
     running, waiting = engine.queue.counts()
     loop = engine.loop
     rows = [row for row in loop.slots if row is not None] if loop is not None else []

@@ -9,7 +9,7 @@ import socket
 import uvicorn
 
 from quench.engine.engine import position_limit
-from quench.engine.live import LiveEngine
+from quench.engine.serving.live import LiveEngine
 from quench.errors import QuenchError
 from quench.models.loading import LoadedModel
 from quench.runs.backends import BackendOptions, make_engine

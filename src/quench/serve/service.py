@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable, Sequence
 
-from quench.engine.live import PREFILL_BUDGET, EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull, Tokens
+from quench.engine.serving.live import PREFILL_BUDGET, EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull, Tokens
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.serve.metrics import Metrics, RequestRecord
 from quench.serve.protocol import APIError, ChatRequest, CompletionRequest, Message, SamplingFields
@@ -30,7 +30,7 @@ class ServeConfig:
     max_waiting: int = 256  # requests queued before the engine starts them; past that: 429
     shutdown_timeout: float = 30.0  # SIGTERM: seconds in-flight requests get to finish before they are cancelled
     max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies: 413 before they are read
-    prefill_budget: int = PREFILL_BUDGET  # prompt tokens prefilled per decode step (quench.engine.live)
+    prefill_budget: int = PREFILL_BUDGET  # prompt tokens prefilled per decode step (quench.engine.serving.live)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from quench.engine import native
+from quench.engine.kernels import native
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from quench.engine import native
-from quench.engine.native_build import (
+from quench.engine.kernels import native
+from quench.engine.kernels.native_build import (
     CSRC, HEADER, UNITS, CheckedFunction, NativeBuildError, NativeLibrary, build, cache_key, cached_library_problem,
     cpu_identity, parse_header,
 )
@@ -106,7 +106,7 @@ def test_a_failed_build_says_why_and_fails_loudly_when_asked(tmp_path, monkeypat
     monkeypatch.setenv("CC", "gcc")
     monkeypatch.setenv("QUENCH_NATIVE_MARCH", "no-such-cpu")
     monkeypatch.delenv("QUENCH_NATIVE_WERROR", raising=False)  # first the fallback, then the failure CI asks for
-    with caplog.at_level(logging.WARNING, logger="quench.engine.native_build"):
+    with caplog.at_level(logging.WARNING, logger="quench.engine.kernels.native_build"):
         result = build(tmp_path)
     assert result.library is None and "no-such-cpu" in result.reason
     assert "no-such-cpu" in caplog.text and "failed to build" in caplog.text  # the compiler's own message
@@ -167,7 +167,7 @@ def test_a_planted_or_modified_cached_library_is_rebuilt_and_an_untrusted_cache_
                   lambda: (path.with_name(path.name + ".sha256").unlink(), replace_library(built))):  # planted
         plant()
         assert cached_library_problem(path) != ""
-        with caplog.at_level(logging.WARNING, logger="quench.engine.native_build"):
+        with caplog.at_level(logging.WARNING, logger="quench.engine.kernels.native_build"):
             again = build(tmp_path).library
         assert again is not None and "rebuilding the native kernels" in caplog.text
         assert cached_library_problem(path) == "" and path.read_bytes() == built

@@ -3,7 +3,7 @@
    products bit for bit against their documented fmaf order, on odd shapes and hostile values), and the
    batch-invariant kernels' rows against the same rows computed alone. Prints the build's vector levels, one
    line per check, a digest of each exact kernel's outputs (to compare architectures) and "N passed, N failed";
-   exits 1 on a failure. Built with the library's units by tests/engine/test_native_cross.py. */
+   exits 1 on a failure. Built with the library's units by tests/engine/kernels/test_native_cross.py. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

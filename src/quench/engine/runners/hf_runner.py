@@ -16,8 +16,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from quench.engine import native
-from quench.engine.families import window_mask
+from quench.engine.kernels import native
+from quench.engine.runners.families import window_mask
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_rows
 
 MASKED_LAYER_TYPES = {"full_attention", "sliding_attention"}

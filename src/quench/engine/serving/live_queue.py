@@ -34,7 +34,7 @@ class LiveEntry:
     index: int  # the request index the decode loop sees (unique over the engine's life)
     request: GenerationRequest
     sampling: SamplingParams
-    sink: Callable  # quench.engine.live.Sink
+    sink: Callable  # quench.engine.serving.live.Sink
     top_logprobs: int | None = None  # None: no log-probabilities; else this many alternatives per token
     started: int = 0  # samples started
     finished: int = 0

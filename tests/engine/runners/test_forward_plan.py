@@ -6,14 +6,14 @@ import json
 import pytest
 import torch
 
-from helpers import llama_head_dim_64, save_tiny_model, tiny_llama
+from helpers import llama_head_dim_64, save_tiny_model, tiny_llama, tiny_qwen2
 from quench.cli.main import main
-from quench.engine import native
+from quench.engine.kernels import native
 from quench.engine.config import EngineConfig
 from quench.engine.engine import make_runner
-from quench.engine.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
-from quench.engine.llama import LlamaRunner
-from quench.engine.native_config import KernelConfig
+from quench.engine.runners.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
+from quench.engine.runners.llama import LlamaRunner
+from quench.engine.kernels.native_config import KernelConfig
 from quench.models.loading import load_model
 
 needs_native = pytest.mark.skipif(not native.available(torch.float32), reason="no native kernels built here")
@@ -97,7 +97,6 @@ def test_doctor_says_why_a_model_has_no_plan(capsys):
 def test_projections_with_biases_keep_the_python_layer_loop():
     """The C layer loop adds no biases: Qwen2 (q/k/v biases) in bfloat16 with head size 64 runs the Python loop,
     whose logits follow Hugging Face's to bfloat16 rounding."""
-    from engine.test_qwen2 import tiny_qwen2
 
     model = tiny_qwen2(torch.bfloat16, hidden=256)  # head size 64
     runner = LlamaRunner(model)

@@ -1,4 +1,4 @@
-"""Chunked prefill for the live loop (`quench.engine.live`): a prompt longer than what is left of a step's
+"""Chunked prefill for the live loop (`quench.engine.serving.live`): a prompt longer than what is left of a step's
 prefill budget is fed a chunk per step, while its samples hold their slots without decoding.
 
 A chunk runs only where the runner promises it the bits of a whole prefill (`splits_exactly`), so the

@@ -6,10 +6,10 @@ each finished sample (`Finished`) and, if the engine fails, once with `Failed`. 
 request's rows at the next step.
 
 Every request shares one batch, whatever its settings:
-- admission is fair between requests (`quench.engine.live_queue`), and each step prefills at most
+- admission is fair between requests (`quench.engine.serving.live_queue`), and each step prefills at most
   `prefill_budget` prompt tokens, so a burst of arrivals or one long prompt costs the running rows one
   bounded stall per step instead of every prefill at once: a prompt longer than what is left of the
-  budget is prefilled in chunks over the next steps (`quench.engine.chunked_prefill`) where the runner
+  budget is prefilled in chunks over the next steps (`quench.engine.serving.chunked_prefill`) where the runner
   promises the chunks the bits of a whole prefill, else whole (at least one prompt per step); its
   samples hold their slots meanwhile and draw their first tokens once it is in;
 - temperature, top-p and top-k are per row: a step whose rows all draw alike is the decode loop's own
@@ -35,12 +35,12 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from quench.engine.chunked_prefill import ChunkedPrefills
+from quench.engine.serving.chunked_prefill import ChunkedPrefills
 from quench.engine.decode import DecodeLoop, LoopParts, StepPlan, fed_tokens
 from quench.engine.engine import QuenchBackend
 from quench.engine.holdback import GUARD_HOLDBACK, settled_text, tokens_before
 from quench.engine.kv_cache import round_up
-from quench.engine.live_queue import EngineStopped, LiveEntry, LiveQueue, QueueFull
+from quench.engine.serving.live_queue import EngineStopped, LiveEntry, LiveQueue, QueueFull
 from quench.engine.logprobs import ScoredPrefixes, ScoringRunner, TokenLogprob, score_token
 from quench.engine.rows import Row, StopRules
 from quench.engine.sampling import next_tokens

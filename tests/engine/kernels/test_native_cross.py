@@ -1,5 +1,5 @@
 """The kernels of every aarch64 level, cross-compiled with Debian's gcc-aarch64-linux-gnu and checked under
-qemu-user by the C self-test (tests/engine/native_selftest.c): correctness only, qemu says nothing of speed.
+qemu-user by the C self-test (tests/engine/kernels/native_selftest.c): correctness only, qemu says nothing of speed.
 Every aarch64 level runs the NEON paths of the fixed-order GEMM and the GGUF block products, which the self-test
 compares bit for bit with their scalar order. The same self-test also runs natively at this machine's own level."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from quench.native_target import levels_of
-from quench.engine.native_build import CSRC, HEADER, OPENMP, UNITS, parse_header, target, unit_flags
+from quench.engine.kernels.native_build import CSRC, HEADER, OPENMP, UNITS, parse_header, target, unit_flags
 
 SELFTEST = Path(__file__).parent / "native_selftest.c"
 CROSS_CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64"

@@ -1,4 +1,4 @@
-"""GGUF weights executed as stored (quench.engine.quant, csrc/quant.c): the kernels' values are gguf's
+"""GGUF weights executed as stored (quench.engine.kernels.quant, csrc/quant.c): the kernels' values are gguf's
 `dequantize`'s bit for bit, their products match float64 and do not depend on the other rows, the threads or
 the build, and a model on them gives the float32 path's greedy tokens."""
 
@@ -15,9 +15,9 @@ import torch
 from gguf import GGMLQuantizationType, dequantize as gguf_dequantize, quantize as gguf_quantize
 from gguf.constants import GGML_QUANT_SIZES
 
-from quench.engine import native, quant
+from quench.engine.kernels import native, quant
 from quench.engine.engine import EngineConfig, make_runner
-from quench.engine.native_build import CSRC
+from quench.engine.kernels.native_build import CSRC
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.helpers import CHARS, char_requests, quench_greedy

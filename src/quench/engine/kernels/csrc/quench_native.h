@@ -1,7 +1,7 @@
 /* quench's native decode kernels: every function Python calls, and every one a unit calls in another.
 
    This header is the one description of the library's interface. Each unit includes it, so the compiler
-   rejects a definition that disagrees with its declaration here; `quench.engine.native_build` parses the
+   rejects a definition that disagrees with its declaration here; `quench.engine.kernels.native_build` parses the
    same declarations into ctypes signatures (argument count and types checked on every call) and the
    library reports this header's hash, which is checked when the library is loaded. A declaration is one
    statement `ret name(type name, ...);` with ret and each type among: void, int, int64_t, float and

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from quench.engine import invariant, native
-from quench.engine.screen import Int8Weight, int8_weight
+from quench.engine.kernels import invariant, native
+from quench.engine.kernels.screen import Int8Weight, int8_weight
 
 
 # Int8 weights (draft models) serve products of up to this many rows; more take the bfloat16 kernels, which are

@@ -1,5 +1,5 @@
 """The screened greedy head gives the tokens the whole bfloat16 head gives, and int8 weight copies give products
-close to the bfloat16 ones, each row on its own (quench.engine.screen)."""
+close to the bfloat16 ones, each row on its own (quench.engine.kernels.screen)."""
 
 import re
 
@@ -8,12 +8,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from helpers import llama_head_dim_64, torch_threads
-from quench.engine import native
-from quench.engine.linear import INT8_MAX_ROWS
-from quench.engine.llama import LlamaRunner
-from quench.engine.native import KernelConfig
-from quench.engine.native_build import HEADER
-from quench.engine.screen import KERNEL_MAX_ROWS, MAX_ROWS, VNNI_ROWS, int8_weight, screen_available, screen_head
+from quench.engine.kernels import native
+from quench.engine.kernels.linear import INT8_MAX_ROWS
+from quench.engine.runners.llama import LlamaRunner
+from quench.engine.kernels.native import KernelConfig
+from quench.engine.kernels.native_build import HEADER
+from quench.engine.kernels.screen import KERNEL_MAX_ROWS, MAX_ROWS, VNNI_ROWS, int8_weight, screen_available, screen_head
 
 needs_screen = pytest.mark.skipif(
     native.pack_small_gemm(torch.zeros(16, 2, dtype=torch.bfloat16)) is None or not screen_available(),

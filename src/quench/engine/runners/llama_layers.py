@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from quench.engine.families import Family, norm_weight, rope_frequencies
-from quench.engine.linear import Linear
+from quench.engine.runners.families import Family, norm_weight, rope_frequencies
+from quench.engine.kernels.linear import Linear
 
 # What a projection's `Linear` is built with: (prepack, int8, amx, fixed), as `Linear`'s arguments after the bias.
 LinearKernels = tuple[bool, bool, bool, bool]

@@ -13,7 +13,7 @@ class KernelConfig:
     """Kernel choices on top of what the CPU serves (off for side-by-side runs and comparisons)."""
 
     amx: bool = True  # AMX tiles for the GEMMs and attention where the CPU and OS allow them
-    screen: bool = True  # greedy heads screened in int8 first (quench.engine.screen) where the CPU allows
+    screen: bool = True  # greedy heads screened in int8 first (quench.engine.kernels.screen) where the CPU allows
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> KernelConfig:

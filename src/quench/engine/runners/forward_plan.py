@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from quench.engine import invariant, native
+from quench.engine.kernels import invariant, native
 from quench.engine.config import EngineConfig
-from quench.engine.families import Family, family_of
-from quench.engine.native_config import KernelConfig
-from quench.engine.screen import screen_available, tiles_fit
+from quench.engine.runners.families import Family, family_of
+from quench.engine.kernels.native_config import KernelConfig
+from quench.engine.kernels.screen import screen_available, tiles_fit
 
 NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills use PyTorch's flash attention
 # bfloat16 with head size 64 (C glue, the AVX512 attention kernel): prompts up to this many tokens per row are

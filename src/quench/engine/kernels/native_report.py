@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from quench.engine.native_build import BuildResult, cpu_flags
-from quench.engine.native_config import KernelConfig
+from quench.engine.kernels.native_build import BuildResult, cpu_flags
+from quench.engine.kernels.native_config import KernelConfig
 
 
 @dataclass(frozen=True)

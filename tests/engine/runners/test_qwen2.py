@@ -5,39 +5,15 @@ import random
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy, torch_threads
-from quench.engine import invariant
+from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy, tiny_qwen2, torch_threads
+from quench.engine.kernels import invariant
 from quench.engine.config import ConfigError
 from quench.engine.engine import EngineConfig, QuenchBackend
-from quench.engine.llama import LlamaRunner, on_fast_path
+from quench.engine.runners.llama import LlamaRunner, on_fast_path
 
 WINDOW = 10
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]
-
-
-def tiny_qwen2(
-    dtype: torch.dtype = torch.float32, seed: int = 0, window: int | None = None, hidden: int = 32
-) -> Qwen2ForCausalLM:
-    """2 layers, GQA, 4 heads, random q/k/v biases (the init's zeros would hide a dropped bias); window: the
-    second layer attends over a sliding window of that many keys."""
-    torch.manual_seed(seed)
-    sliding = {"use_sliding_window": True, "sliding_window": window, "max_window_layers": 1} if window else {}
-    config = Qwen2Config(
-        vocab_size=len(CHARS) + 3, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0, **sliding,
-    )
-    model = Qwen2ForCausalLM(config)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                projection.bias.normal_(0.0, 0.5)
-                projection.weight.mul_(4)
-    return model.to(dtype).eval()
-
-
 
 
 def test_qwen2_takes_the_fast_path():
@@ -66,12 +42,6 @@ def test_logits_match_hugging_face_on_prefill_and_ragged_continuation(dtype, tol
             s, n = int(start[b]), int(counts[b])
             assert torch.allclose(logits[b, :n].double(), reference[b, s : s + n], rtol=0, atol=tolerance), (step, b)
             done[b] = s + n
-
-
-
-
-
-
 
 
 @pytest.mark.parametrize("window", [None, WINDOW])

@@ -5,10 +5,10 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from helpers import llama_head_dim_64, tiny_llama
-from quench.engine import native
+from quench.engine.kernels import native
 from quench.engine.engine import EngineConfig, make_runner
-from quench.engine.llama import LlamaRunner, on_fast_path
-from quench.engine.native import KernelConfig
+from quench.engine.runners.llama import LlamaRunner, on_fast_path
+from quench.engine.kernels.native import KernelConfig
 
 
 def test_prefill_and_ragged_continuation_match_hugging_face_exactly_in_float64():

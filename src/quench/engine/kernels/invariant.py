@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from quench.engine import native
+from quench.engine.kernels import native
 
 _FLOATS = (torch.float32, torch.bfloat16)
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from helpers import llama_head_dim_64, tiny_llama, torch_threads
-from quench.engine import native
-from quench.engine import llama
-from quench.engine.llama import LlamaRunner
-from quench.engine.native import KernelConfig
+from quench.engine.kernels import native
+from quench.engine.runners import llama
+from quench.engine.runners.llama import LlamaRunner
+from quench.engine.kernels.native import KernelConfig
 from quench.engine.scheduler import prefill
 
 pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason=native.build_result().reason)

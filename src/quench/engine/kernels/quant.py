@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from quench.engine import native
+from quench.engine.kernels import native
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy
 from quench.engine.config import ConfigError
 from quench.engine.engine import EngineConfig, QuenchBackend
-from quench.engine.families import family_of
-from quench.engine.llama import LlamaRunner, on_fast_path
+from quench.engine.runners.families import family_of
+from quench.engine.runners.llama import LlamaRunner, on_fast_path
 
 WINDOW = 12  # sliding window of the tiny models' local layers: the tests run past it
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]

@@ -14,14 +14,14 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from quench.engine import invariant, native
-from quench.engine.families import family_of, gelu_tanh_mul, norm_weight, offset_rms_norm, window_mask
-from quench.engine.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
+from quench.engine.kernels import invariant, native
+from quench.engine.runners.families import family_of, gelu_tanh_mul, norm_weight, offset_rms_norm, window_mask
+from quench.engine.runners.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
-from quench.engine.linear import INT8_MAX_ROWS, Linear
-from quench.engine.llama_layers import LlamaLayer, build_layer, rope_table
-from quench.engine.native_config import KernelConfig
-from quench.engine.screen import ScreenedHead, screen_head
+from quench.engine.kernels.linear import INT8_MAX_ROWS, Linear
+from quench.engine.runners.llama_layers import LlamaLayer, build_layer, rope_table
+from quench.engine.kernels.native_config import KernelConfig
+from quench.engine.kernels.screen import ScreenedHead, screen_head
 
 __all__ = ["NATIVE_MAX_NEW", "NATIVE_PREFILL_MAX", "LlamaRunner", "on_fast_path"]
 
@@ -81,7 +81,7 @@ class LlamaRunner:
         self.kernels = kernels
         linear_kernels = (plan.prepack, plan.int8, plan.amx, plan.fixed)  # `Linear`'s arguments after the bias
         self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, *linear_kernels)
-        # greedy steps read an int8 copy of the head first (quench.engine.screen); same tokens
+        # greedy steps read an int8 copy of the head first (quench.engine.kernels.screen); same tokens
         self.head_screen: ScreenedHead | None = (
             screen_head(model.lm_head.weight.detach(), self.lm_head.small) if plan.screen else None
         )

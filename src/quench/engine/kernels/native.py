@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from quench.engine.native_build import BuildResult, NativeLibrary, build
-from quench.engine.native_config import KernelConfig  # noqa: F401  (re-exported: kernels and their choices)
+from quench.engine.kernels.native_build import BuildResult, NativeLibrary, build
+from quench.engine.kernels.native_config import KernelConfig  # noqa: F401  (re-exported: kernels and their choices)
 
 SMALL_GEMM_ROWS = 32  # measured per step of the default model (30 layers + head) against oneDNN:
 # 1 row 12.0 vs 19.6 ms, 8 rows 14.1 vs 21.4, 16 rows 23.0 vs 29.9, 32 rows 42.7 vs 49.8
