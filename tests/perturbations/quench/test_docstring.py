@@ -22,7 +22,7 @@ EXPECTED = {
         '    """ReturN tHe nuMBeR Of words iN `text_line` tHaT ARe lOnGeR thAn max_count.',
         '    It spLiTS tHe TexT oN "single spaces" aNd is caSE-sensitIve.'],
     "EnglishInflectionalVariation": [
-        ORIGINAL[0], '    It split the texts on "single spaces" and is case-sensitive.'],
+        ORIGINAL[0], '    It splits the texts on "single spaces" and is case-sensitive.'],
     "SwapCharactersPerturbation": [
         ORIGINAL[0], '    It splits the text on "single spaces" adn is case-sensitive.'],
     # `text` -> `textual matter`: a multi-word synonym reads as another phrase, so none is left

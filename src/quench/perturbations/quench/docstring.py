@@ -12,11 +12,12 @@ from abc import abstractmethod
 
 from quench.datasets import Problem
 from quench.perturbations.base import DOCSTRING, Perturbation
-from quench.perturbations.lexicon import Analysis, lexicon
+from quench.perturbations.lexicon import DETERMINERS, Analysis, lexicon
 from quench.perturbations.quench import tense
 from quench.perturbations.text import FIXED, SPACE, WORD, Piece, docstring_text, join, match_case, segment
 from quench.perturbations.words import (
-    FUNCTION_WORDS, PROTECTED_VOCABULARY, STOPWORDS, butter_fingers, change_case, in_technical_terms, swap_characters,
+    AUXILIARY_VERBS, DOMINANT_READING, FUNCTION_WORDS, NUMERALS, PREPOSITIONS, PROTECTED_VOCABULARY, STOPWORDS,
+    TECHNICAL_TERMS, butter_fingers, change_case, in_technical_terms, swap_characters,
 )
 
 QUOTES = ('"""', "'''")
@@ -118,9 +119,36 @@ def eligible(word: str) -> bool:
     return len(lower) > 2 and lower not in STOPWORDS
 
 
+def protected(lower: str, reading: Analysis) -> bool:
+    """A stop-listed word in any inflection (`sums`, `closing` as `sum`, `close`)."""
+    return lower in PROTECTED_VOCABULARY or reading.lemma in PROTECTED_VOCABULARY
+
+
+# After a determiner, a numeral, a preposition or an adjective the next word is no verb: `four beats`,
+# `musical notes`, `the number of triples`, `a supplied string`, `an underscore` (WordNet lists the
+# last three as verbs only). Not after `that`, as often a relative pronoun (`palindromes that fall`)
+# as a determiner, nor after `to`.
+NOUN_CONTEXT = (DETERMINERS - {"that"}) | NUMERALS | (PREPOSITIONS - {"to"})
+
+
+def readings_in_context(lower: str, previous: str) -> list[Analysis]:
+    """The plausible readings of a word after `previous`, the likeliest first."""
+    readings = lexicon().analyses(lower)
+    before = lexicon().analyses(previous) if previous else []
+    if previous in NOUN_CONTEXT or (before and before[0].pos == "ADJ"):
+        return [a for a in readings if a.pos != "VERB"]
+    chosen = lexicon().analyse(lower, previous)
+    return [chosen, *(a for a in readings if a != chosen)] if chosen else []
+
+
+def participle(reading: Analysis, lower: str) -> bool:
+    """`separated`, `considered`: a past form that is also the participle, most often used as one."""
+    return reading.tag == "VBD" and lexicon().inflect(reading.lemma, "VERB", "VBN") == lower
+
+
 # Inflections that keep the meaning: a noun's number, a finite verb's person or tense. An
 # adjective's degree (`largest` -> `large`) and a participle used as an adjective (`missing`,
-# `closed`) change what the task asks for: left as they are.
+# `closed`, `a supplied string`) change what the task asks for: left as they are.
 MEANING_NEUTRAL_TAGS = {"NN": ("NN", "NNS"), "NNS": ("NN", "NNS"), "VB": ("VB", "VBZ", "VBD"),
                         "VBZ": ("VB", "VBZ", "VBD"), "VBD": ("VB", "VBZ", "VBD")}
 
@@ -133,36 +161,50 @@ class EnglishInflectionalVariation(WordwiseDocstringPerturbation):
     def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
         if not eligible(word):
             return word
-        reading = lexicon().analyse(word.lower(), previous)
-        if reading is None or reading.tag not in MEANING_NEUTRAL_TAGS or word.lower() in PROTECTED_VOCABULARY:
+        lower = word.lower()
+        readings = readings_in_context(lower, previous)
+        if not readings or protected(lower, readings[0]):
             return word
-        forms = [lexicon().inflect(reading.lemma, reading.pos, tag) for tag in MEANING_NEUTRAL_TAGS[reading.tag]]
-        return match_case(word, rng.choice([f for f in dict.fromkeys(forms) if f] or [word]))
+        # A form right under every reading: `guesses` (noun or verb) -> `guess`, never `guessed`.
+        forms = [f for f in neutral_forms(readings[0], lower)
+                 if all(f in neutral_forms(a, lower) for a in readings[1:] if a.pos != readings[0].pos)]
+        return match_case(word, rng.choice(forms)) if forms else word
 
 
-# A reading must outweigh every reading in another part of speech this many times over: `closed`
-# (verb or adjective) and `even` (adverb or adjective) have no one sense to pick a synonym from.
-DOMINANT_READING = 4
+def neutral_forms(reading: Analysis, lower: str) -> list[str]:
+    """The forms a word may take under one reading; only itself where no inflection keeps the meaning."""
+    if reading.tag not in MEANING_NEUTRAL_TAGS or participle(reading, lower):
+        return [lower]
+    forms = (lexicon().inflect(reading.lemma, reading.pos, tag) for tag in MEANING_NEUTRAL_TAGS[reading.tag])
+    return list(dict.fromkeys(f for f in forms if f))
 
 
 def synonyms(word: str, previous: str) -> list[str]:
-    """Synonyms of the word's reading in context, same part of speech; none for a stop-listed word
-    or one whose part of speech is in doubt. Function words never come in as synonyms."""
+    """Synonyms of the word's reading in context, same part of speech and same sense; none for a
+    stop-listed word or one whose part of speech is in doubt. Function words and technical terms
+    (`pile` -> `heap`) never come in as synonyms."""
     lower = word.lower()
-    if not eligible(word) or lower in PROTECTED_VOCABULARY:
+    if not eligible(word):
         return []
-    reading = lexicon().analyse(lower, previous)
-    if reading is None or any(a.pos != reading.pos and a.count * DOMINANT_READING > reading.count
-                              for a in lexicon().analyses(lower)):
+    readings = readings_in_context(lower, previous)
+    if not readings or any(a.pos != readings[0].pos and a.count * DOMINANT_READING > readings[0].count
+                           for a in readings):
         return []
-    return [s for s in lexicon().synonyms_of(reading)
-            if s != lower and not FUNCTION_WORDS.intersection(s.split()) and s not in PROTECTED_VOCABULARY
-            and common(s, reading)]
+    reading = readings[0]
+    if protected(lower, reading):
+        return []
+    if participle(reading, lower) and previous in AUXILIARY_VERBS:
+        reading = Analysis(reading.lemma, reading.pos, "VBN", reading.count)  # `is considered` -> `is regarded`
+    lemmas = [s for s in lexicon().synonyms.get((reading.lemma, reading.pos), ())
+              if not FUNCTION_WORDS.intersection(s.split()) and s not in PROTECTED_VOCABULARY
+              and (s,) not in TECHNICAL_TERMS and common(s, reading) and same_sense(s, reading)]
+    forms = (lexicon().inflect(s, reading.pos, reading.tag) for s in lemmas)
+    return list(dict.fromkeys(f for f in forms if f and f != lower))
 
 
 # A synonym must be a word in common use in that part of speech: WordNet's sense-tagged count at
-# least this share of the original's (`compute` -> `cipher`, `polynomial` -> `multinomial` are not).
-COMMON_SHARE = 0.1
+# least this share of the original's (`compute` -> `cipher`, `ignore` -> `snub` are not).
+COMMON_SHARE = 0.25
 
 
 def common(synonym: str, reading: Analysis) -> bool:
@@ -170,6 +212,12 @@ def common(synonym: str, reading: Analysis) -> bool:
         return False  # `patterned advance`, `bring forth`: multi-word synonyms read as a different phrase
     counts = [a.count for a in lexicon().analyses(synonym) if a.pos == reading.pos]
     return bool(counts) and max(counts) >= COMMON_SHARE * reading.count
+
+
+def same_sense(synonym: str, reading: Analysis) -> bool:
+    """The synonym's own most frequent sense is the word's, so a reader takes it in that sense:
+    `example` -> `instance`, never `representative`; `meet` -> never `see`, `reverse` -> never `turn`."""
+    return reading.lemma in lexicon().synonyms.get((synonym, reading.pos), ())
 
 
 class SynonymSubstitution(WordwiseDocstringPerturbation):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from quench.perturbations.lexicon import lexicon
 from quench.perturbations.text import FIXED, SPACE, WORD, Piece, match_case
+from quench.perturbations.words import DOMINANT_READING, MODALS
 
 PAST = {"is": "was", "are": "were", "am": "was", "has": "had", "have": "had", "does": "did", "do": "did"}
 FUTURE = {"is": "will be", "are": "will be", "am": "will be", "was": "will be", "were": "will be",
@@ -33,6 +34,8 @@ def is_subject(previous: str, plural: bool) -> bool:
 def shift_verb(word: str, previous: str, when: str) -> str | None:
     """The shifted form of a present-tense verb, or None when `word` is not one here."""
     lower = word.lower()
+    if lower in MODALS:
+        return None  # `n can be written`, never `n will can be written` (WordNet's `can`: to tin)
     if lower in FUTURE or lower in PAST:
         if lower in NEEDS_SUBJECT and not (is_subject(previous, plural=lower in ("have", "do"))):
             return None
@@ -55,6 +58,8 @@ def plural_verb(lower: str, previous: str, when: str) -> str | None:
     readings = lexicon().analyses(lower)
     if not readings or readings[0].pos != "VERB" or readings[0].tag != "VB" or not is_subject(previous, plural=True):
         return None
+    if any(a.pos != "VERB" and a.count * DOMINANT_READING > readings[0].count for a in readings):
+        return None  # `elements present in another list`: an adjective as likely as the verb
     if when == "past":
         return lexicon().inflect(readings[0].lemma, "VERB", "VBD")
     return f"will {lower}"
