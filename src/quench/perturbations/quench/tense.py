@@ -31,7 +31,7 @@ def is_subject(previous: str, plural: bool) -> bool:
     return reading is not None and reading.pos == "NOUN" and reading.tag == ("NNS" if plural else "NN")
 
 
-def shift_verb(word: str, previous: str, when: str) -> str | None:
+def shift_verb(word: str, previous: str, when: str, following: str = "") -> str | None:
     """The shifted form of a present-tense verb, or None when `word` is not one here."""
     lower = word.lower()
     if lower in MODALS:
@@ -40,6 +40,8 @@ def shift_verb(word: str, previous: str, when: str) -> str | None:
         if lower in NEEDS_SUBJECT and not (is_subject(previous, plural=lower in ("have", "do"))):
             return None
         return (PAST if when == "past" else FUTURE).get(lower)
+    if following == "of" and any(a.pos == "NOUN" for a in lexicon().analyses(lower)):
+        return None  # `the string reverse of a prefix`: a noun before `of` (`consists of` has no noun reading)
     verb = next((a for a in lexicon().analyses(lower) if a.pos == "VERB" and a.tag == "VBZ"), None)
     if verb is None:
         return plural_verb(lower, previous, when)
@@ -86,9 +88,9 @@ def transform(pieces: list[Piece], when: str) -> str:
         if piece.kind != SPACE:
             skip_not = False
         if piece.kind == WORD:
-            shifted = shift_verb(piece.text, previous, when)
+            following = pieces[i + 2].text.lower() if i + 2 < len(pieces) and pieces[i + 1].kind == SPACE else ""
+            shifted = shift_verb(piece.text, previous, when, following)
             if shifted:
-                following = pieces[i + 2].text.lower() if i + 2 < len(pieces) and pieces[i + 1].kind == SPACE else ""
                 if when == "future" and following == "not":
                     shifted = NEGATED_FUTURE[piece.text.lower()]
                     skip_not = True
