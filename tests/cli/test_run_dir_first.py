@@ -56,3 +56,15 @@ def test_a_run_directory_another_process_writes_is_refused_before_the_model_load
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == f"error: {out}: another quench process is writing this run directory"
     assert not (out / "config.json").exists()
+
+
+def test_a_robustness_run_with_other_settings_is_refused_before_the_model_loads(tiny_model_dir, tmp_path,
+                                                                               no_model_load, capsys):
+    out = tmp_path / "robust"
+    out.mkdir()
+    (out / "config.json").write_text('{"seeds": 3, "transforms": ["tab_indent"]}\n')  # a run made with --seeds 3
+    argv_ = ["robustness", "--threads", "1", "--model", str(tiny_model_dir), "--tasks", "0", "--transforms",
+             "tab_indent", "--seeds", "2", "--max-new-tokens", "4", "--out", str(out)]
+    assert main(argv_) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"error: {out}: holds a run with other settings (") and "seeds" in last, last

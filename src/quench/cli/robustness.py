@@ -106,22 +106,16 @@ def run(args: argparse.Namespace) -> int:
     sampling = common.sampling_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
-    loaded = common.load_model_from_args(args)
+    known = settings_before_load(args, problems, transforms, not_applicable)
+    rundir.check_run_dir(out, known if args.dtype == "auto" else {**known, "dtype": args.dtype}, args.overwrite)
+    loaded = common.load_model_from_args(args)  # seconds: after the checks that need no model
     stops = common.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
                               loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule, profile=args.profile,
                               nominal_partial=args.nominal_partial, order_seed=args.seed,
                               time_limits=common.time_limit_rule(args))
-    settings = {"model": args.model, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
-                "prompt_format": loaded.prompt_format,
-                "benchmark": args.benchmark, "split": args.split, "tasks": [p.task_id for p in problems],
-                "transforms": list(transforms), "seeds": args.seeds, "n": args.samples,
-                "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-                "max_new_tokens": args.max_new_tokens, "seed": args.seed, "stop": list(stops),
-                "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None, **stopping_config(args),
-                "profile": args.profile, "nominal_partial": str(args.nominal_partial) if args.nominal_partial else None,
-                "unsafe_unconfined": args.unsafe_unconfined,
-                "not_applicable": "; ".join(f"{name}: {why}" for name, why in not_applicable.items())}
+    settings = {**known, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
+                "prompt_format": loaded.prompt_format, "stop": list(stops)}
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
     rundir.prepare_run_dir(out, settings, args.overwrite)
     bars = console.StageBars(own_eta=("generate",))
@@ -141,6 +135,19 @@ def run(args: argparse.Namespace) -> int:
     if outcome.metrics_plus is not None:  # MBPP+: the same metrics on base + extra inputs
         write_plus(outcome, out)
     return 0
+
+
+def settings_before_load(args: argparse.Namespace, problems, transforms: tuple[str, ...],
+                         not_applicable: dict[str, str]) -> dict:
+    """The run's settings the flags decide alone (the loaded model decides the dtype, prompt format and stops)."""
+    return {"model": args.model, "benchmark": args.benchmark, "split": args.split,
+            "tasks": [p.task_id for p in problems], "transforms": list(transforms), "seeds": args.seeds,
+            "n": args.samples, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+            "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+            "perturbed_dir": str(args.perturbed_dir) if args.perturbed_dir else None, **stopping_config(args),
+            "profile": args.profile, "nominal_partial": str(args.nominal_partial) if args.nominal_partial else None,
+            "unsafe_unconfined": args.unsafe_unconfined,
+            "not_applicable": "; ".join(f"{name}: {why}" for name, why in not_applicable.items())}
 
 
 def stage_progress(bars: console.StageBars, args: argparse.Namespace, workers: int):

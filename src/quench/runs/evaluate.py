@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-import numpy as np
 
 from quench.datasets.problem import PLUS_BENCHMARK, Problem
 from quench.errors import QuenchError
@@ -206,6 +205,8 @@ def pass_at_k_intervals(
     """k → the 95% interval of mean pass@k, problems resampled together for every k."""
     if not counts or not ks:
         return {}
+    import numpy as np  # here, not at import: the CLI's --help loads this module
+
     values = np.array([pass_at_k_per_problem(counts, k) for k in ks]).T  # (problems, len(ks))
     return dict(zip(ks, mean_intervals(values, config)))
 
