@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import find_cycle
 import quench
 
 SRC = Path(quench.__file__).parent
@@ -91,29 +92,6 @@ def package_edges() -> dict[tuple[str, str], list[str]]:
             if target and target != importer:
                 edges.setdefault((importer, target), []).append(f"{path.relative_to(SRC.parent)}:{line}")
     return edges
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """A cycle of the graph as a path that returns to its start, or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)):
-                return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (cycle := visit(node)):
-            return cycle
-    return None
 
 
 def test_the_allowed_graph_has_no_cycle_and_keeps_the_engine_below_the_run_pipeline():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import find_cycle
 import quench.perturbations
 from quench.errors import QuenchError
 from quench.perturbations import catalog
@@ -53,28 +54,6 @@ def imports_of(module: str) -> set[str]:
 
 def import_graph() -> dict[str, set[str]]:
     return {module: imports_of(module) - {module} for module in module_names()}
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)):
-                return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (cycle := visit(node)):
-            return cycle
-    return None
 
 
 def test_the_perturbation_modules_import_one_another_without_a_circle():
