@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -113,3 +115,13 @@ def test_the_benchmark_help_names_every_benchmark(command):
 
     text = " ".join(COMMANDS[command]._option_string_actions["--benchmark"].help.split())
     assert [name for name in BENCHMARKS if not re.search(rf"(^|[\s(]){re.escape(name)}([\s,)]|$)", text)] == []
+
+
+def test_building_every_commands_help_imports_neither_numpy_nor_torch():
+    """`quench X --help` stays fast: the parser is built without the heavy libraries (counted, not timed)."""
+    code = ("import sys\nfrom quench.cli.main import SUBCOMMANDS\nfrom quench.cli.parser import build_parser\n"
+            "build_parser(SUBCOMMANDS).format_help()\n"
+            "print(sorted(m for m in ('numpy', 'torch', 'transformers') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

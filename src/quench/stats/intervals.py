@@ -12,6 +12,8 @@ interval instead (`wilson_interval`).
 
 A resample is a row of counts (how often each problem was drawn), so the mean over 2,000 resamples is
 one matrix product: counts (B, N) @ values (N, M) / N.
+
+numpy is imported in the functions that use it: the CLI imports this module to build its `--help`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import Mapping
 
-import numpy as np
 
 TOO_FEW_NOMINAL = "too few nominal passes"
 
@@ -61,6 +62,7 @@ class Interval:
 @lru_cache(maxsize=16)
 def resample_counts(problems: int, resamples: int, seed: int) -> np.ndarray:
     """(B, N) integer counts: how often each of N problems is drawn in each of B resamples."""
+    import numpy as np
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(problems, np.full(problems, 1.0 / problems), size=resamples)  # (B, N)
     counts.flags.writeable = False
@@ -73,6 +75,7 @@ def resampled_means(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def _bounds(samples: np.ndarray, confidence: float) -> tuple[float | None, float | None]:
+    import numpy as np
     finite = samples[np.isfinite(samples)]
     if finite.size == 0:
         return None, None
@@ -83,6 +86,7 @@ def _bounds(samples: np.ndarray, confidence: float) -> tuple[float | None, float
 
 def mean_intervals(values: np.ndarray, config: BootstrapConfig) -> list[Interval]:
     """One interval per column of `values` (N problems, M metrics), all from the same resamples."""
+    import numpy as np
     values = np.asarray(values, dtype=float).reshape(len(values), -1)  # (N, M)
     problems = values.shape[0]
     if problems == 0:
@@ -95,6 +99,7 @@ def mean_intervals(values: np.ndarray, config: BootstrapConfig) -> list[Interval
 
 def drop_ratio(nominal: np.ndarray, robust: np.ndarray) -> np.ndarray:
     """RD = (Pass − RP) / Pass elementwise; 0/0 is 0, x/0 (x ≠ 0) is NaN (undefined)."""
+    import numpy as np
     nominal, robust = np.asarray(nominal, dtype=float), np.asarray(robust, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = (nominal - robust) / nominal
@@ -110,6 +115,7 @@ def drop_interval(
     `nominal_passing` is the number of problems with a nominal pass; below `min_nominal_passes` a
     drop rests on too few problems to mean anything and no interval is given.
     """
+    import numpy as np
     nominal, robust = np.asarray(nominal, dtype=float), np.asarray(robust, dtype=float)
     problems = len(nominal)
     if problems == 0:
@@ -125,6 +131,7 @@ def drop_interval(
 
 def paired_difference(values_a: np.ndarray, values_b: np.ndarray, config: BootstrapConfig) -> Interval:
     """Interval of mean(B) − mean(A) over the same problems, both runs resampled together."""
+    import numpy as np
     a, b = np.asarray(values_a, dtype=float), np.asarray(values_b, dtype=float)
     (interval,) = mean_intervals((b - a)[:, None], config)
     return interval
@@ -134,6 +141,7 @@ def paired_drop_difference(
     a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], passing: int, config: BootstrapConfig
 ) -> Interval:
     """Interval of RD(B) − RD(A): `a` and `b` are (nominal, robust) per-problem values, one resample for all."""
+    import numpy as np
     stacked = np.stack([a[0], a[1], b[0], b[1]], axis=1).astype(float)  # (N, 4)
     problems = stacked.shape[0]
     means = stacked.mean(axis=0)
