@@ -19,6 +19,7 @@ from quench.engine.runners.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, slot_length
 from quench.engine.runners.families import family_of
 from quench.engine.runners.llama import LlamaRunner, on_fast_path
+from quench.engine.runners.forward_plan import runner_switches
 from quench.engine.observers import LoopListener, RowStopper, StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
 from quench.engine.scheduler import Runner, WorkItem, WorkQueue
@@ -46,15 +47,7 @@ def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False
         log.warning("batch invariance off (greedy output may depend on the batch): it %s", refusal)
         invariant = False
     if config.fast_path and on_fast_path(model):
-        runner = LlamaRunner(
-            model,
-            prepack=config.prepack and not config.compile,
-            compile=config.compile,
-            native_attention=config.native_attention and not config.compile,
-            int8=int8,
-            kernels=config.kernels,
-            batch_invariant=invariant,
-        )
+        runner = LlamaRunner(model, **runner_switches(config), int8=int8, batch_invariant=invariant)
         gguf_weights = quant.gguf_weights_of(model)  # loaded with weights="gguf"
         if gguf_weights is not None:
             quant.use_gguf_weights(runner, gguf_weights)

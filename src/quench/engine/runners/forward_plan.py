@@ -124,16 +124,18 @@ def plan_forward(
     )
 
 
+def runner_switches(config: EngineConfig) -> dict:
+    """The switches `LlamaRunner` takes from an engine config: compile turns prepacking and the native kernels off."""
+    return {"prepack": config.prepack and not config.compile, "compile": config.compile,
+            "native_attention": config.native_attention and not config.compile, "kernels": config.kernels}
+
+
 def engine_plan(model: torch.nn.Module, config: EngineConfig, device: str | None = None) -> ForwardPlan:
-    """The plan of the target runner `engine.make_runner` builds under `config`: compile turns prepacking and
-    the native kernels off, and batch invariance left None is on wherever its kernels serve the model."""
+    """The plan of the target runner `engine.make_runner` builds under `config`; batch invariance left None is
+    on wherever its kernels serve the model."""
 
     def plan(batch_invariant: bool) -> ForwardPlan:
-        return plan_forward(
-            model, prepack=config.prepack and not config.compile, compile=config.compile,
-            native_attention=config.native_attention and not config.compile, kernels=config.kernels,
-            batch_invariant=batch_invariant, device=device,
-        )
+        return plan_forward(model, **runner_switches(config), batch_invariant=batch_invariant, device=device)
 
     if config.batch_invariant is False:
         return plan(False)
