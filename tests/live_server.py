@@ -12,7 +12,7 @@ from typing import Iterator
 from helpers import char_tokenizer, tiny_llama
 from quench.engine.config import EngineConfig
 from quench.engine.engine import QuenchBackend
-from quench.engine.serving.live import LiveEngine
+from quench.engine.serving.live import PREFILL_BUDGET, LiveEngine
 from quench.serve.server import make_server
 from quench.serve.service import ServeConfig, Service
 
@@ -42,9 +42,9 @@ def tiny_backend(config: EngineConfig = EngineConfig(batch_size=4)) -> QuenchBac
 
 @contextmanager
 def serving(backend: QuenchBackend, max_model_len: int = 512, max_waiting: int = 64,
-            start_engine: bool = True, model_name: str = MODEL) -> Iterator[Served]:
+            start_engine: bool = True, model_name: str = MODEL, prefill_budget: int = PREFILL_BUDGET) -> Iterator[Served]:
     """The app on 127.0.0.1 at a free port, in a thread; the engine thread started unless asked not to."""
-    engine = LiveEngine(backend, max_model_len, max_waiting)
+    engine = LiveEngine(backend, max_model_len, max_waiting, prefill_budget)
     if start_engine:
         engine.start()
     service = Service(engine, backend.tokenizer, ServeConfig(model_name, max_model_len, max_n=8, max_waiting=max_waiting,

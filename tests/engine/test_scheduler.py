@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from helpers import CHARS, char_tokenizer, llama_head_dim_64, tiny_llama
-from quench.engine.kernels import native
+from quench.engine.kernels import invariant, native
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.runners.llama import LlamaRunner
-from quench.engine.scheduler import MIN_SHARED_TOKENS, PrefixStore, WorkItem, common_length, prefill, prefill_after
+from quench.engine.scheduler import (
+    MIN_SHARED_TOKENS, PartialPrefill, PrefixStore, WorkItem, common_length, prefill, prefill_after, splits_exactly,
+)
 from quench.engine.types import GenerationRequest, SamplingParams
 
 needs_layer_loop = pytest.mark.skipif(not native.layers_available(), reason="no AVX512-BF16 layer loop here")
@@ -146,3 +148,29 @@ def test_a_prompt_prefilled_by_other_kernels_lends_nothing(monkeypatch):
     store.ensure(items([long_prompt, short_prompt]))
     assert store.shared_tokens == 0
     assert same_bits(store.get(1), prefill(runner, [short_prompt])[0])
+
+
+@pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
+@pytest.mark.parametrize("chunk", [1, 7, 16, 49, 50])
+def test_a_prompt_fed_in_chunks_gets_the_bits_of_a_whole_prefill(chunk):
+    runner = LlamaRunner(tiny_llama(), batch_invariant=True)
+    prompt = torch.randint(3, 90, (50,), generator=torch.Generator().manual_seed(chunk)).tolist()
+    assert splits_exactly(runner, len(prompt))
+    partial = PartialPrefill(runner, prompt)
+    while partial.rest:
+        partial.feed(chunk)
+    assert same_bits(partial.entry(), prefill(runner, [prompt])[0])
+    store = PrefixStore(runner)  # from a recent prompt's shared beginning, then in chunks
+    store.ensure(items([prompt[:30] + [5] * 10]))
+    borrowed = store.begin(prompt)
+    assert store.shared_tokens == 30 and borrowed.rest == 20
+    while borrowed.rest:
+        borrowed.feed(chunk)
+    assert same_bits(borrowed.entry(), prefill(runner, [prompt])[0])
+
+
+def test_a_prompt_is_not_split_where_the_runner_promises_nothing():
+    runner = LlamaRunner(tiny_llama(), batch_invariant=False)
+    assert runner.prefill_kernel(40) is None and not splits_exactly(runner, 40)
+    with pytest.raises(ValueError, match="still to feed"):
+        PartialPrefill(runner, [5, 6, 7]).entry()

@@ -24,8 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--max-body-bytes", type=int, default=None, metavar="BYTES",
                         help="larger request bodies are answered 413 before they are read (default: 4 MiB)")
     server.add_argument("--prefill-budget", type=int, default=None, metavar="TOKENS",
-                        help="prompt tokens prefilled per decode step, at most (one longer prompt still goes whole), "
-                             "so arrivals never stall the running rows for long (default: 512)")
+                        help="prompt tokens prefilled per decode step, at most, so arrivals never stall the running rows for "
+                             "long: a longer prompt goes in chunks over several steps where batch invariance "
+                             "keeps the bits, else whole (default: 512)")
     server.add_argument("--no-access-log", action="store_true",
                         help="no INFO line per request (id, tokens, time to first token, total time, finish reason)")
     server.add_argument("--max-n", type=int, default=64, help="samples per request, at most (default %(default)s)")

@@ -164,6 +164,8 @@ class DecodeLoop:
         self.stats.prefill_shared_tokens = self.prefixes.shared_tokens
         if self.fit_cache is not None:
             self._fit_cache([item.request for _, item in items])
+        if len({slot for slot, _ in items}) < len(items) or any(self.slots[slot] is not None for slot, _ in items):
+            raise RuntimeError(f"admission placed samples on taken slots: {[slot for slot, _ in items]}")
         logits = []
         for slot, item in items:
             prefix, prefix_logits = self.prefixes.get(item.request_index)

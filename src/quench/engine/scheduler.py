@@ -136,20 +136,41 @@ class PrefixStore:
         """
         todo = {item.request_index: item.request.prompt_ids for item in items if item.request_index not in self}
         for request_index, prompt in todo.items():
-            whole = self.runner.prefill_kernel(len(prompt)) if self.share else None  # None: neither borrows nor lends
-            shared, source = self._longest_shared(prompt, whole) if whole is not None else (0, None)
-            if source is None:
+            shared = self._shared_head(prompt)
+            if shared is None:
                 [entry] = prefill(self.runner, [prompt], self.bucket)
             else:
-                entry = prefill_after(self.runner, source.head(shared), prompt, self.bucket)
-                self.shared_tokens += shared
-            self._prefixes[request_index] = entry
-            if whole is not None:
-                key = tuple(prompt)
-                self._recent[key] = (entry[0], whole)
-                self._recent.move_to_end(key)
-                while len(self._recent) > RECENT_PROMPTS:
-                    self._recent.popitem(last=False)
+                entry = prefill_after(self.runner, shared, prompt, self.bucket)
+            self.store(request_index, prompt, entry)
+
+    def begin(self, prompt: Sequence[int]) -> PartialPrefill:
+        """A prefill of `prompt` to feed in chunks (chunked prefill), from the shared beginning `ensure` would
+        copy; `store` its result once every token is in."""
+        return PartialPrefill(self.runner, prompt, self._shared_head(prompt), self.bucket)
+
+    def store(self, request_index: int, prompt: Sequence[int], entry: tuple[Prefix, torch.Tensor]) -> None:
+        """Keep a prompt's prefill for its request's samples and, where the runner promises its bits, to lend."""
+        self._prefixes[request_index] = entry
+        whole = self._kernel(prompt)
+        if whole is not None:
+            key = tuple(prompt)
+            self._recent[key] = (entry[0], whole)
+            self._recent.move_to_end(key)
+            while len(self._recent) > RECENT_PROMPTS:
+                self._recent.popitem(last=False)
+
+    def _kernel(self, prompt: Sequence[int]) -> str | None:
+        """The kernels of the prompt's whole prefill where it may borrow and lend (None: neither)."""
+        return self.runner.prefill_kernel(len(prompt)) if self.share else None
+
+    def _shared_head(self, prompt: Sequence[int]) -> Prefix | None:
+        """The keys/values of the prompt's beginning that a recent prompt lends (None: it feeds every token)."""
+        whole = self._kernel(prompt)
+        shared, source = self._longest_shared(prompt, whole) if whole is not None else (0, None)
+        if source is None:
+            return None
+        self.shared_tokens += shared
+        return source.head(shared)
 
     def _longest_shared(self, prompt: Sequence[int], whole: str) -> tuple[int, Prefix | None]:
         """The most leading tokens of `prompt` whose keys/values a recent prompt holds and may lend, and its
@@ -182,6 +203,49 @@ def common_length(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def splits_exactly(runner: Runner, length: int) -> bool:
+    """Whether a prompt of `length` tokens fed in chunks of any size gets the bits of its whole prefill: the
+    runner promises a feed's bits (`Runner.prefill_kernel`) and a one-token feed runs the whole prompt's
+    kernels. Quench's kernels change with a feed's size only at thresholds (one up to so many rows, the
+    next beyond), so then every size between runs them too; a batch-invariant runner runs one for all."""
+    whole = runner.prefill_kernel(length)
+    return whole is not None and runner.prefill_kernel(1) == whole
+
+
+class PartialPrefill:
+    """A prompt prefilled a chunk at a time into a one-row cache of its own; `entry` once `rest` is 0."""
+
+    def __init__(self, runner: Runner, prompt: Sequence[int], shared: Prefix | None = None, bucket: int = 64) -> None:
+        self.runner = runner
+        self.prompt = list(prompt)
+        self.cache = runner.new_cache(1, round_up(len(prompt), bucket))
+        self.done = 0  # leading prompt tokens whose keys/values the cache holds
+        self.logits: torch.Tensor | None = None  # (V,) after the last token fed
+        if shared is not None:
+            self.cache.install(0, shared)
+            self.done = shared.length
+
+    @property
+    def rest(self) -> int:
+        """Prompt tokens still to feed."""
+        return len(self.prompt) - self.done
+
+    def feed(self, tokens: int) -> int:
+        """Feed the next `tokens` prompt tokens (fewer where fewer are left); how many went in."""
+        chunk = torch.tensor([self.prompt[self.done : self.done + tokens]], dtype=torch.long)  # (1, C)
+        at = torch.tensor([chunk.shape[1] - 1])
+        logits = self.runner.forward(self.cache, chunk, torch.tensor([self.done]), logits_at=at)  # (1, V)
+        self.done += chunk.shape[1]
+        self.logits = logits[0]
+        return chunk.shape[1]
+
+    def entry(self) -> tuple[Prefix, torch.Tensor]:
+        """(keys/values of the whole prompt, float32 logits (V,) of the token after it), as `prefill` gives."""
+        if self.rest or self.logits is None:
+            raise ValueError(f"{self.rest} prompt tokens are still to feed")
+        return self.cache.snapshot(0, len(self.prompt)), self.logits
 
 
 def prefill_after(runner: Runner, shared: Prefix, prompt: Sequence[int], bucket: int = 64) -> tuple[Prefix, torch.Tensor]:

@@ -7,8 +7,11 @@ request's rows at the next step.
 
 Every request shares one batch, whatever its settings:
 - admission is fair between requests (`quench.engine.serving.live_queue`), and each step prefills at most
-  `prefill_budget` tokens of new prompts (at least one prompt), so a burst of arrivals costs the
-  running rows one bounded stall per step instead of every prefill at once;
+  `prefill_budget` prompt tokens, so a burst of arrivals or one long prompt costs the running rows one
+  bounded stall per step instead of every prefill at once: a prompt longer than what is left of the
+  budget is prefilled in chunks over the next steps (`quench.engine.serving.chunked_prefill`) where the runner
+  promises the chunks the bits of a whole prefill, else whole (at least one prompt per step); its
+  samples hold their slots meanwhile and draw their first tokens once it is in;
 - temperature, top-p and top-k are per row: a step whose rows all draw alike is the decode loop's own
   step (speculation included); a step with several settings is a regular step whose logits each row
   reads with its own (`LiveLoop._mixed_step`); greedy rows take the argmax of the same logits;
@@ -32,6 +35,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from quench.engine.serving.chunked_prefill import ChunkedPrefills
 from quench.engine.decode import DecodeLoop, LoopParts, StepPlan, fed_tokens
 from quench.engine.engine import QuenchBackend
 from quench.engine.holdback import GUARD_HOLDBACK, settled_text, tokens_before
@@ -40,13 +44,13 @@ from quench.engine.serving.live_queue import EngineStopped, LiveEntry, LiveQueue
 from quench.engine.logprobs import ScoredPrefixes, ScoringRunner, TokenLogprob, score_token
 from quench.engine.rows import Row, StopRules
 from quench.engine.sampling import next_tokens
-from quench.engine.scheduler import WorkItem
+from quench.engine.scheduler import WorkItem, splits_exactly
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
 from quench.engine.verify import Verdict
 
 __all__ = ["EngineStopped", "Failed", "Finished", "LiveEngine", "LiveEvent", "QueueFull", "Tokens"]
 
-PREFILL_BUDGET = 512  # prompt tokens prefilled per step, at most (one longer prompt still goes whole)
+PREFILL_BUDGET = 512  # prompt tokens prefilled per step, at most (a longer prompt goes in chunks over several)
 
 log = logging.getLogger(__name__)
 
@@ -141,35 +145,52 @@ class LiveLoop(DecodeLoop):
         self.scored: set[int] = set()  # request indices that asked for log-probabilities
         self.mixed_steps = 0  # steps whose rows drew with more than one setting
         self.prefixes = ScoredPrefixes(self.runner, share=self.prefixes.share)
+        self.prefilling = ChunkedPrefills(self.prefixes, self.stats)  # prompts fed a chunk per step
         self.listeners.append(LiveSinks(self))
 
     # -- admission ---------------------------------------------------------------------------------
 
     def admit(self) -> Iterator[GenerationResult]:
-        """Drop cancelled rows, then fill free slots fairly, prefilling at most `prefill_budget` new prompt
-        tokens (at least one prompt); the first tokens are drawn per sampling setting."""
+        """Drop cancelled rows, then spend one prefill budget (`_admit_once`); while no row decodes there is
+        no stall to bound, so chunked prefills go on until a row runs or none is left."""
+        yield from self._admit_once()
+        while self.prefilling and all(row is None for row in self.slots):
+            yield from self._admit_once()
+
+    def _admit_once(self) -> Iterator[GenerationResult]:
+        """Feed the prompts under way their next chunks, then fill free slots fairly, prefilling at most
+        `prefill_budget` prompt tokens in all (at least one prompt); the first tokens are drawn per setting."""
         self._drop_cancelled()
-        free = [slot for slot, row in enumerate(self.slots) if row is None]
-        items: list[tuple[int, WorkItem]] = []
-        fresh: set[int] = set()  # requests whose prompt this admission prefills
-        spent = 0
-        while len(items) < len(free):
-            entry = self.live.next_entry(len(free) - len(items))
+        items, spent = self.prefilling.advance(self.prefill_budget)
+        taken = self.prefilling.held() | {slot for slot, _ in items}  # under way, or starting from a completed prompt
+        free = [slot for slot, row in enumerate(self.slots) if row is None and slot not in taken]
+        fresh: set[int] = set()  # requests whose prompt this admission prefills whole
+        while free:
+            entry = self.live.next_entry(len(free))
             if entry is None:
                 break
-            new_prompt = entry.index not in self.prefixes and entry.index not in fresh
-            if new_prompt and spent and spent + len(entry.request.prompt_ids) > self.prefill_budget:
+            length, room = len(entry.request.prompt_ids), self.prefill_budget - spent
+            prefilled = entry.index in self.prefixes or entry.index in fresh or entry.index in self.prefilling
+            chunked = not prefilled and length > room > 0 and splits_exactly(self.runner, length)
+            if not prefilled and not chunked and spent and length > room:
                 break  # the next step prefills it
             item = self.live.take(entry)
             if item is None:
                 continue
-            if new_prompt:
-                spent += len(entry.request.prompt_ids)
-                fresh.add(entry.index)
             self.settings[entry.index] = entry.row_sampling(self.max_len)
             if entry.top_logprobs is not None:
                 self.scored.add(entry.index)
-            items.append((free[len(items)], item))
+            placed = (free.pop(0), item)
+            if entry.index in self.prefilling:
+                self.prefilling.join(placed)
+            elif chunked:
+                ready, fed = self.prefilling.start(placed, room)
+                items, spent = items + ready, spent + fed
+            else:
+                if not prefilled:
+                    spent += length
+                    fresh.add(entry.index)
+                items.append(placed)
         by_setting: dict[SamplingParams, list[tuple[int, WorkItem]]] = defaultdict(list)
         for slot, item in items:
             by_setting[self.settings[item.request_index]].append((slot, item))
@@ -184,6 +205,7 @@ class LiveLoop(DecodeLoop):
         for slot, row in enumerate(self.slots):
             if row is not None and row.request_index in cancelled:
                 self.slots[slot] = None  # a free slot: the admission refills it
+        self.prefilling.drop(cancelled)  # the slots they held are free again
         for index in cancelled:
             self.prefixes.release(index)
             self.forget(index)
@@ -313,7 +335,7 @@ class LiveEngine:
     backend: QuenchBackend
     max_len: int  # prompt + generated tokens of one row, at most (the server's context length)
     max_waiting: int = 256
-    prefill_budget: int = PREFILL_BUDGET  # prompt tokens prefilled per step, at most (at least one prompt)
+    prefill_budget: int = PREFILL_BUDGET  # prompt tokens prefilled per step, at most (module docstring)
     queue: LiveQueue = field(init=False)
     loop: LiveLoop | None = field(default=None, init=False)  # the latest decode loop (its `stats`)
     _thread: threading.Thread | None = field(default=None, init=False)
@@ -378,8 +400,9 @@ class LiveEngine:
 
     def _fail_running(self, loop: LiveLoop, message: str) -> None:
         """Fail the requests of a loop that raised; requests still waiting get a fresh loop."""
-        running = {row.request_index for row in loop.slots if row is not None}
+        running = {row.request_index for row in loop.slots if row is not None} | set(loop.prefilling)
         loop.slots = [None] * len(loop.slots)  # the loop is dropped: no row of it runs any more
+        loop.prefilling.drop(running)
         for index in running:
             entry = self.queue.remove(index)
             if entry is not None and not entry.cancelled:
