@@ -263,3 +263,23 @@ def test_a_guarded_stream_adds_up_to_the_guarded_answer() -> None:
             assert parts[-1]["finish_reason"] == whole["finish_reason"]
             chunks += len(parts)
     assert chunks > 20  # text went out line by line, not only at the end
+
+
+def test_ignore_eos_runs_a_request_to_max_tokens_beside_one_that_stops_at_eos() -> None:
+    """vLLM's `ignore_eos` (its serving benchmark sends it): per request, in one batch."""
+    backend = tiny_backend()
+    prompt = "def add(a, b):\n"
+    [alone] = backend.generate([request(backend, prompt)], SamplingParams(max_new_tokens=12))
+    eos = alone.token_ids[3]
+    backend.eos_ids = frozenset({eos})  # greedy reaches this EOS after `before` tokens
+    before = alone.token_ids.index(eos)
+    with serving(backend) as served:
+        def complete(**extra) -> dict:
+            body = {"model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0, **extra}
+            response = httpx.post(f"{served.url}/completions", json=body, timeout=60)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        stops, runs = complete(), complete(ignore_eos=True)
+    assert stops["choices"][0]["finish_reason"] == "stop" and stops["usage"]["completion_tokens"] == before
+    assert runs["choices"][0]["finish_reason"] == "length" and runs["usage"]["completion_tokens"] == 12

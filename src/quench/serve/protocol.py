@@ -48,6 +48,7 @@ class SamplingFields(BaseModel):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)  # an extension (vLLM has it too); 0: off
+    ignore_eos: bool = False  # an extension (vLLM's): EOS ends nothing, the sample runs to max_tokens or a stop
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False

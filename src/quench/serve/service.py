@@ -156,7 +156,8 @@ class Service:
         # each row's generator is seeded from the key: one seed gives the same samples whatever the batch
         key = f"seed:{body.seed}" if body.seed is not None else f"request:{uuid.uuid4().hex}"
         request = GenerationRequest(key, prompt_ids, body.n, body.stop_sequences())
-        return Job(request, SamplingParams(body.temperature, body.top_p, body.top_k, wanted, seed=0), body.wanted_logprobs())
+        return Job(request, SamplingParams(body.temperature, body.top_p, body.top_k, wanted, seed=0,
+                                         ignore_eos=body.ignore_eos), body.wanted_logprobs())
 
     async def events(self, jobs: Sequence[Job], record: RequestRecord | None = None
                      ) -> AsyncIterator[tuple[int, LiveEvent]]:

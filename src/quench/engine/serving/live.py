@@ -89,15 +89,20 @@ def notify(entry: LiveEntry, event: LiveEvent) -> None:
 
 
 class LiveStopRules(StopRules):
-    """StopRules with each request's own `max_new_tokens` (the loop-wide one is the context bound)."""
+    """StopRules with each request's own `max_new_tokens` and `ignore_eos` (the loop-wide max_new_tokens is
+    the context bound)."""
 
     def __init__(self, tokenizer, eos_ids: frozenset[int], max_new_tokens: int, queue: LiveQueue) -> None:
         super().__init__(tokenizer, eos_ids, max_new_tokens)
         self.queue = queue
+        self.no_eos = StopRules(tokenizer, frozenset(), max_new_tokens)  # for rows whose request ignores EOS
 
     def append(self, row: Row, token: int) -> str | None:
-        reason = super().append(row, token)
         entry = self.queue.entry(row.request_index)
+        if entry is not None and entry.sampling.ignore_eos:
+            reason = self.no_eos.append(row, token)
+        else:
+            reason = super().append(row, token)
         if reason is None and entry is not None and len(row.generated) >= entry.sampling.max_new_tokens:
             return "length"
         return reason
