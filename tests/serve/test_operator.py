@@ -97,7 +97,7 @@ def test_metrics_parse_and_count_what_was_served(served: Served) -> None:
         assert httpx.post(f"{served.url}/completions", json={**GOOD, "stream": stream}, timeout=30).status_code == 200
     text = httpx.get(served.url.removesuffix("/v1") + "/metrics", timeout=10).text
     families = {family.name: family for family in text_string_to_metric_families(text)}
-    for name in ("quench_requests_running", "quench_requests_waiting", "quench_kv_cache_usage_ratio",
+    for name in ("quench_requests_running", "quench_requests_waiting", "quench_rows_waiting", "quench_kv_cache_usage_ratio",
                  "quench_generation_tokens", "quench_draft_tokens_accepted", "quench_time_to_first_token_seconds",
                  "quench_inter_token_latency_seconds"):
         assert name in families, name

@@ -52,9 +52,9 @@ BACKEND_HELP = {"hf": "hf: Hugging Face generate", "quench": "quench: quench's e
 
 
 def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = ("hf", "quench", "openai"),
-                   engines: bool = True) -> None:
+                   engines: bool = True, batch_size: int = ENGINE_DEFAULTS.batch_size) -> None:
     """The model flags; `backends` and `engines` (several engine processes) are those the command accepts,
-    so that its help lists nothing it would refuse."""
+    so that its help lists nothing it would refuse; `batch_size`: the command's default slots."""
     parser.add_argument("--model", default=DEFAULT_PRESET, help="preset, HF model directory, or .gguf file")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
     parser.add_argument("--weights", default="dequantized", choices=["dequantized", "gguf"],
@@ -68,7 +68,7 @@ def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = 
                             help="; ".join(BACKEND_HELP[name] for name in backends))
     else:
         parser.set_defaults(backend=backends[0])
-    parser.add_argument("--batch-size", type=int, default=ENGINE_DEFAULTS.batch_size,
+    parser.add_argument("--batch-size", type=int, default=batch_size,
                         help="rows decoded together (default %(default)s)")
     if engines:
         parser.add_argument("--engines", default="1", metavar="N|auto",

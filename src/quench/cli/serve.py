@@ -9,9 +9,16 @@ from quench.cli import common
 from quench.errors import QuenchError
 
 
+# Slots of the server's batch: concurrent clients beyond it wait in the queue. Decoding more rows per step
+# costs little more per token on a CPU (the weights are read once per step), and fair admission keeps a
+# request's n samples from taking them all (docs/serving.md, Scheduling).
+SERVE_BATCH_SIZE = 32
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a model over the OpenAI HTTP API (docs/serving.md)")
-    common.add_model_args(parser, backends=("quench",), engines=False)  # one engine, quench's, per process
+    common.add_model_args(parser, backends=("quench",), engines=False,  # one engine, quench's, per process
+                          batch_size=SERVE_BATCH_SIZE)
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine only)")
     server.add_argument("--port", type=int, default=8000)

@@ -217,18 +217,26 @@ class DecodeLoop:
             return None
         return self.drafter.propose(self.slots, limits, self.sampling)
 
+    def stepping(self) -> list[Row | None]:
+        """The slots whose rows this step runs (None: free, or a row that waits this step out with its
+        cache kept); every row here."""
+        return self.slots
+
     def step(self) -> Iterator[GenerationResult]:
-        """One target forward over every row: its pending token and drafts in, the verdict committed."""
-        active = [b for b, row in enumerate(self.slots) if row is not None]
-        plan = StepPlan(active, self._draft(active))
-        last = torch.tensor([row.last if row is not None else 0 for row in self.slots])  # (B,)
+        """One target forward over the stepping rows: their pending token and drafts in, the verdict committed.
+        Speculation pauses in a step where some row waits (the drafters follow every row)."""
+        rows = self.stepping()
+        active = [b for b, row in enumerate(rows) if row is not None]
+        everyone = len(active) == sum(row is not None for row in self.slots)
+        plan = StepPlan(active, self._draft(active) if everyone else None)
+        last = torch.tensor([row.last if row is not None else 0 for row in rows])  # (B,)
         inputs = last[:, None]  # (B, 1 + width): pending token, then the drafts
-        counts = torch.tensor([int(row is not None) for row in self.slots])  # (B,) real tokens per row
+        counts = torch.tensor([int(row is not None) for row in rows])  # (B,) real tokens per row
         if plan.width:
             drafts = plan.draft.tokens[:, : plan.width]  # (B, K)
             inputs = torch.cat([inputs, drafts.clamp(min=0)], dim=1)
             counts = counts + (drafts != PLACEHOLDER).sum(dim=1)
-        start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
+        start = torch.tensor([row.length if row is not None else 0 for row in rows])  # (B,)
         keeps: list[int | None] = [None] * len(self.slots)
         no_eos = self._no_eos(active)  # (B,) leading positions of each row whose next token may not be EOS
         if self.guard is not None or (self.sampling.greedy and any(no_eos)):

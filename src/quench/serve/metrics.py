@@ -87,6 +87,7 @@ class EngineGauges:
     requests_running: int
     requests_waiting: int
     rows_running: int
+    rows_waiting: int  # of rows_running, those that wait out steps for short requests
     slots: int
     kv_cache_usage: float  # positions of running rows / positions the cache holds
     drafted: int  # draft tokens proposed, over the engine's life
@@ -129,6 +130,8 @@ class Metrics:
         metric("requests_waiting", "gauge", "Requests with no row started yet.",
                [f"{p}_requests_waiting {gauges.requests_waiting}"])
         metric("rows_running", "gauge", "Batch slots holding a row.", [f"{p}_rows_running {gauges.rows_running}"])
+        metric("rows_waiting", "gauge", "Rows of long requests waiting out steps while short requests run.",
+               [f"{p}_rows_waiting {gauges.rows_waiting}"])
         metric("batch_slots", "gauge", "Batch slots of the engine.", [f"{p}_batch_slots {gauges.slots}"])
         metric("kv_cache_usage_ratio", "gauge", "Cache positions of running rows over the positions it holds.",
                [f"{p}_kv_cache_usage_ratio {gauges.kv_cache_usage!r}"])
@@ -160,5 +163,7 @@ def gauges_of(engine) -> EngineGauges:
     slots = engine.backend.config.batch_size
     capacity = slots * loop.cache.max_len if loop is not None else 0
     used = sum(row.length for row in rows)
+    paused = loop.waiting if loop is not None else set()  # replaced, never changed in place: a safe read
     drafted, accepted = engine.draft_totals()
-    return EngineGauges(running, waiting, len(rows), slots, used / capacity if capacity else 0.0, drafted, accepted)
+    return EngineGauges(running, waiting, len(rows), sum(row.request_index in paused for row in rows), slots,
+                        used / capacity if capacity else 0.0, drafted, accepted)

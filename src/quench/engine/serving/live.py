@@ -12,10 +12,13 @@ Every request shares one batch, whatever its settings:
   budget is prefilled in chunks over the next steps (`quench.engine.serving.chunked_prefill`) where the runner
   promises the chunks the bits of a whole prefill, else whole (at least one prompt per step); its
   samples hold their slots meanwhile and draw their first tokens once it is in;
+- short requests first: while a request with few tokens left (SHORT_REQUEST) runs beside long ones,
+  the long ones' rows wait out the step with their caches kept (at most MAX_WAIT_STEPS in a row), so a
+  small request is not slowed to the pace of a batch full of another's samples (`LiveLoop._short_first`);
 - temperature, top-p and top-k are per row: a step whose rows all draw alike is the decode loop's own
   step (speculation included); a step with several settings is a regular step whose logits each row
   reads with its own (`LiveLoop._mixed_step`); greedy rows take the argmax of the same logits;
-- `max_new_tokens` per request through `LiveStopRules`, the seed through the request key (each row's
+- `max_new_tokens` and `ignore_eos` per request through `LiveStopRules`, the seed through the request key (each row's
   generator is seeded from the key and the sample index, `quench.engine.sampling.row_generator`), so a
   sample's tokens do not depend on what else is in the batch (with batch-invariant kernels, bit for bit);
 - log-probabilities (`quench.engine.logprobs`): the runner keeps a step's logits only when a row of
@@ -51,6 +54,8 @@ from quench.engine.verify import Verdict
 __all__ = ["EngineStopped", "Failed", "Finished", "LiveEngine", "LiveEvent", "QueueFull", "Tokens"]
 
 PREFILL_BUDGET = 512  # prompt tokens prefilled per step, at most (a longer prompt goes in chunks over several)
+SHORT_REQUEST = 256  # tokens left to generate over all of a request's samples, at most, for it to go first
+MAX_WAIT_STEPS = 16  # a long request's rows wait at most this many steps in a row for short requests
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +154,8 @@ class LiveLoop(DecodeLoop):
         self.settings: dict[int, SamplingParams] = {}  # request index -> how its rows draw
         self.scored: set[int] = set()  # request indices that asked for log-probabilities
         self.mixed_steps = 0  # steps whose rows drew with more than one setting
+        self.waiting: set[int] = set()  # requests whose rows wait out this step (`_short_first`)
+        self.waited = 0  # steps in a row that long requests' rows have waited
         self.prefixes = ScoredPrefixes(self.runner, share=self.prefixes.share)
         self.prefilling = ChunkedPrefills(self.prefixes, self.stats)  # prompts fed a chunk per step
         self.listeners.append(LiveSinks(self))
@@ -227,8 +234,37 @@ class LiveLoop(DecodeLoop):
 
     # -- steps -------------------------------------------------------------------------------------
 
+    def stepping(self) -> list[Row | None]:
+        """The slots this step runs: rows of the requests in `waiting` wait (their caches kept)."""
+        if not self.waiting:
+            return self.slots
+        return [None if row is not None and row.request_index in self.waiting else row for row in self.slots]
+
+    def _short_first(self) -> set[int]:
+        """The requests whose rows wait this step: while a short request (at most SHORT_REQUEST tokens left over
+        its samples) has rows running, the long ones' rows wait, so a step costs the short one what its own rows
+        cost; at most MAX_WAIT_STEPS steps in a row, then the long rows take one step."""
+        left: dict[int, int] = defaultdict(int)  # request index -> tokens it may still generate
+        for row in self.slots:
+            if row is not None:
+                entry = self.live.entry(row.request_index)
+                most = entry.sampling.max_new_tokens if entry is not None else self.max_len
+                left[row.request_index] += max(0, most - len(row.generated))
+        for index in left:
+            entry = self.live.entry(index)
+            if entry is not None:
+                left[index] += (entry.request.n - entry.started) * entry.sampling.max_new_tokens
+        short = {index for index, tokens in left.items() if tokens <= SHORT_REQUEST}
+        if not short or len(short) == len(left) or self.waited >= MAX_WAIT_STEPS:
+            self.waited = 0
+            return set()
+        self.waited += 1
+        return set(left) - short
+
     def step(self) -> Iterator[GenerationResult]:
-        active = [b for b, row in enumerate(self.slots) if row is not None]
+        self.waiting = self._short_first()
+        rows = self.stepping()
+        active = [b for b, row in enumerate(rows) if row is not None]
         settings = {self.settings[self.slots[b].request_index] for b in active}
         self.runner.recording = any(self.slots[b].request_index in self.scored for b in active)  # type: ignore[attr-defined]
         self.step_start = {b: len(self.slots[b].generated) for b in active}
@@ -241,9 +277,10 @@ class LiveLoop(DecodeLoop):
     def _mixed_step(self, active: list[int]) -> Iterator[GenerationResult]:
         """A regular step (no drafts) over rows with several settings: one forward, then each row's token
         from its own setting's path on its own logits (as the same row would draw alone)."""
-        inputs = torch.tensor([[row.last if row is not None else 0] for row in self.slots])  # (B, 1)
-        counts = torch.tensor([int(row is not None) for row in self.slots])  # (B,)
-        start = torch.tensor([row.length if row is not None else 0 for row in self.slots])  # (B,)
+        rows = self.stepping()
+        inputs = torch.tensor([[row.last if row is not None else 0] for row in rows])  # (B, 1)
+        counts = torch.tensor([int(row is not None) for row in rows])  # (B,)
+        start = torch.tensor([row.length if row is not None else 0 for row in rows])  # (B,)
         if self.guard is not None:
             logits, hidden = self.runner.forward(self.cache, inputs, start, counts=counts, hidden=True)  # (B, 1, V)
             logits = logits[active, 0]  # (A, V)
