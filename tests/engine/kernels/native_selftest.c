@@ -340,7 +340,7 @@ static void check_silu(void) {
     float *gate_up = randoms(N * 2 * I), act[N * I];
     int close = 1;
     for (int i = 0; i < N * 2 * I; i++) gate_up[i] *= 6.0f;
-    silu_mul_f32(gate_up, act, N, I);
+    silu_mul_f32(gate_up, act, N, I, 2);
     for (int n = 0; n < N; n++)
         for (int i = 0; i < I; i++) {
             double g = gate_up[n * 2 * I + i], want = g / (1.0 + exp(-g)) * gate_up[n * 2 * I + I + i];

@@ -207,11 +207,12 @@ def test_amx_kernel_takes_multiples_of_32_inputs_and_declines_the_rest():
             assert not out.any()  # declined: nothing written
 
 
-def test_kernels_give_the_same_bits_on_one_thread_and_on_several(kernels):
-    """The GEMMs split W and attention splits (row, kv head) pairs over torch's threads (OpenMP): the work
-    each output gets is the same, so the bits are too, with an uneven split (3 threads) included. The runner
-    uses whichever kernels this CPU has (the generic attention and PyTorch's GEMMs where it lacks AVX512-BF16)."""
-    model = llama_head_dim_64(torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_kernels_give_the_same_bits_on_one_thread_and_on_several(kernels, dtype):
+    """The GEMMs split W, attention splits (row, kv head) pairs and silu_mul splits rows over torch's threads
+    (OpenMP): the work each output gets is the same, so the bits are too, with an uneven split (3 threads)
+    included. The runner uses whichever kernels this CPU has (the generic attention where it lacks AVX512-BF16)."""
+    model = llama_head_dim_64(dtype)
     runner = LlamaRunner(model, kernels=kernels)
     prompt = torch.randint(3, 90, (5, 30))
     start, counts = torch.tensor([30, 21, 25, 30, 12]), torch.tensor([3, 1, 0, 2, 3])

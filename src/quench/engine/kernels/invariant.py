@@ -83,5 +83,5 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     library = native.build_result().library
     assert library is not None and gate_up.dtype in _FLOATS
     function = library.silu_mul_f32 if gate_up.dtype == torch.float32 else library.silu_mul_rows_bf16
-    function(gate_up.data_ptr(), out.data_ptr(), rows, width // 2)
+    function(gate_up.data_ptr(), out.data_ptr(), rows, width // 2, torch.get_num_threads())
     return out

@@ -16,15 +16,23 @@
 #include <math.h>
 #include <stdlib.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#define SET_WORKER(w) ((w) = omp_get_thread_num())
+#else
+#define SET_WORKER(w) ((void)(w))
+#endif
+
 /* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
    its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
    cos, sin_signed (positions, D); out (N, H D). A query's softmax and weighted sum run over its own keys
    only, in loops whose bounds depend on its position alone: its bits are the same in a decode step, a
-   verification pass or a prefill, whatever other queries the call holds. */
+   verification pass or a prefill, whatever other queries the call holds. Threads split the (row, kv head)
+   pairs, each computed whole by one thread with buffers of its own: the bits do not depend on the threads. */
 #define ATTEND(T, SUFFIX, NAME, HD)                                                                \
 static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,                     \
                 const int64_t* start, const int64_t* offsets, T* out, int B, int H,                 \
-                int Hkv, int D_, int Tmax, float scale) {                                          \
+                int Hkv, int D_, int Tmax, float scale, int threads) {                             \
     const int D = HD;                                                                             \
     (void)D_;  /* the head size when HD is D_ itself; else HD's constant */                       \
     int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
@@ -33,64 +41,76 @@ static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,  
         if (n > most) most = n;                                                                   \
         if (n && start[b] + n > longest) longest = (int)(start[b] + n);                           \
     }                                                                                             \
-    float* q = malloc(sizeof(float) * (most * G + 1) * D);                                        \
-    float* scores = malloc(sizeof(float) * ((int64_t)most * G * longest + 1));                    \
-    float* acc = malloc(sizeof(float) * (most * G + 1) * D);                                      \
-    float* row = malloc(sizeof(float) * D);                                                       \
-    if (!q || !scores || !acc || !row) { free(q); free(scores); free(acc); free(row); return 1; } \
-    for (int b = 0; b < B; b++) {                                                                 \
-        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;          \
-        if (S == 0) continue;                                                                     \
-        for (int s = 0; s < S; s++) {                                                             \
+    if (threads < 1) threads = 1;                                                                 \
+    if (threads > B * Hkv) threads = B * Hkv > 0 ? B * Hkv : 1;                                   \
+    size_t q_size = (size_t)(most * G + 1) * D, scores_size = (size_t)most * G * longest + 1;      \
+    float* q_all = malloc(sizeof(float) * q_size * threads);                                      \
+    float* scores_all = malloc(sizeof(float) * scores_size * threads);                            \
+    float* acc_all = malloc(sizeof(float) * q_size * threads);                                    \
+    float* row_all = malloc(sizeof(float) * (size_t)D * threads);                                 \
+    if (!q_all || !scores_all || !acc_all || !row_all) {                                          \
+        free(q_all); free(scores_all); free(acc_all); free(row_all); return 1;                    \
+    }                                                                                             \
+    for (int b = 0; b < B; b++) {  /* the new tokens' keys (RoPE) and values into the caches */   \
+        for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++) {                            \
             int64_t pos = start[b] + s;                                                           \
             const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
             for (int j = 0; j < Hkv; j++) {                                                       \
                 int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                          \
-                rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row, kc + at); \
+                rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row_all, kc + at); \
                 memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(T) * D);                          \
             }                                                                                     \
         }                                                                                         \
-        for (int j = 0; j < Hkv; j++) {                                                           \
-            for (int s = 0; s < S; s++) {                                                         \
-                int64_t pos = start[b] + s;                                                       \
-                const T* tok = qkv + (offsets[b] + s) * width * D;                                \
-                for (int g = 0; g < G; g++)                                                       \
-                    rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,  \
-                                  q + (s * G + g) * D, 0);                                       \
-            }                                                                                     \
-            const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
-            const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                 \
-            for (int t = 0; t < keys; t++) {                                                      \
-                for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);      \
-                for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++) {          \
-                    float dot = 0.0f;                                                             \
-                    for (int d = 0; d < D; d++) dot += q[m * D + d] * row[d];                    \
-                    scores[(int64_t)m * keys + t] = dot * scale;                                  \
-                }                                                                                 \
-            }                                                                                     \
-            for (int m = 0; m < M; m++) {  /* only the query's own keys: its bits whatever follows */ \
-                int seen = (int)start[b] + m / G + 1;                                             \
-                float* sc = scores + (int64_t)m * keys, top = sc[0], total = 0.0f;               \
-                for (int t = 0; t < seen; t++) top = sc[t] > top ? sc[t] : top;                   \
-                for (int t = 0; t < seen; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }     \
-                for (int t = 0; t < seen; t++) sc[t] /= total;                                    \
-            }                                                                                     \
-            memset(acc, 0, sizeof(float) * M * D);                                                \
-            for (int t = 0; t < keys; t++) {                                                      \
-                for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);      \
-                for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++) {          \
-                    float p = scores[(int64_t)m * keys + t];                                      \
-                    for (int d = 0; d < D; d++) acc[m * D + d] += p * row[d];                     \
-                }                                                                                 \
-            }                                                                                     \
-            for (int s = 0; s < S; s++)                                                           \
-                for (int g = 0; g < G; g++) {                                                     \
-                    T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                      \
-                    for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);  \
-                }                                                                                 \
-        }                                                                                         \
     }                                                                                             \
-    free(q); free(scores); free(acc); free(row);                                                  \
+    _Pragma("omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)")        \
+    for (int pair = 0; pair < B * Hkv; pair++) {                                                  \
+        int b = pair / Hkv, j = pair % Hkv, worker = 0;                                           \
+        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;          \
+        if (S == 0) continue;                                                                     \
+        SET_WORKER(worker);                                                                       \
+        float* q = q_all + q_size * worker;                                                       \
+        float* scores = scores_all + scores_size * worker;                                        \
+        float* acc = acc_all + q_size * worker;                                                   \
+        float* row = row_all + (size_t)D * worker;                                                \
+        for (int s = 0; s < S; s++) {                                                             \
+            int64_t pos = start[b] + s;                                                           \
+            const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
+            for (int g = 0; g < G; g++)                                                           \
+                rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,      \
+                              q + (s * G + g) * D, 0);                                           \
+        }                                                                                         \
+        const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
+        const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
+        for (int t = 0; t < keys; t++) {                                                          \
+            for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);          \
+            for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++) {              \
+                float dot = 0.0f;                                                                 \
+                for (int d = 0; d < D; d++) dot += q[m * D + d] * row[d];                        \
+                scores[(int64_t)m * keys + t] = dot * scale;                                      \
+            }                                                                                     \
+        }                                                                                         \
+        for (int m = 0; m < M; m++) {  /* only the query's own keys: its bits whatever follows */ \
+            int seen = (int)start[b] + m / G + 1;                                                 \
+            float* sc = scores + (int64_t)m * keys, top = sc[0], total = 0.0f;                   \
+            for (int t = 0; t < seen; t++) top = sc[t] > top ? sc[t] : top;                       \
+            for (int t = 0; t < seen; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }         \
+            for (int t = 0; t < seen; t++) sc[t] /= total;                                        \
+        }                                                                                         \
+        memset(acc, 0, sizeof(float) * M * D);                                                    \
+        for (int t = 0; t < keys; t++) {                                                          \
+            for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);          \
+            for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++) {              \
+                float p = scores[(int64_t)m * keys + t];                                          \
+                for (int d = 0; d < D; d++) acc[m * D + d] += p * row[d];                         \
+            }                                                                                     \
+        }                                                                                         \
+        for (int s = 0; s < S; s++)                                                               \
+            for (int g = 0; g < G; g++) {                                                         \
+                T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                          \
+                for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);      \
+            }                                                                                     \
+    }                                                                                             \
+    free(q_all); free(scores_all); free(acc_all); free(row_all);                                  \
     return 0;                                                                                     \
 }
 /* A constant head size lets the compiler unroll and vectorize the inner loops fully. */
@@ -101,20 +121,17 @@ ATTEND(T, SUFFIX, attend256_##SUFFIX, 256)  /* Gemma 3 */                       
 ATTEND(T, SUFFIX, attend_any_##SUFFIX, D_)                                                        \
 static int rope_attend_generic_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed, \
                          const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
-                         int Hkv, int D, int Tmax, float scale) {                                   \
-    if (D == 64) return attend64_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
-    if (D == 128) return attend128_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
-    if (D == 256) return attend256_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
-    return attend_any_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale); \
+                         int Hkv, int D, int Tmax, float scale, int threads) {                      \
+    if (D == 64) return attend64_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads); \
+    if (D == 128) return attend128_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads); \
+    if (D == 256) return attend256_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads); \
+    return attend_any_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads); \
 }
 DISPATCH(bf16, bf16)
 DISPATCH(float, f32)
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define HAVE_AVX512_BF16 1
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 /* RoPE for head size 64, with rope_bf16's exact roundings (each product, then the sum, rounded to
    bfloat16 nearest-even) in four 16-wide vectors: explicit multiplies and adds, no FMA to contract. */
 void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* out, bf16* store) {
@@ -371,12 +388,12 @@ int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const
 #if HAVE_AVX512_BF16
     if (D == 64) return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale, threads, amx);
 #endif
-    (void)threads; (void)amx;  /* the generic kernel: one thread */
-    return rope_attend_generic_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
+    (void)amx;  /* the generic kernel: no AMX */
+    return rope_attend_generic_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads);
 }
 int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
                     const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
                     int amx) {
-    (void)threads; (void)amx;  /* float32: tests and tiny models, one thread */
-    return rope_attend_generic_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale);
+    (void)amx;  /* float32: the generic kernel */
+    return rope_attend_generic_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads);
 }

@@ -22,8 +22,8 @@
    either. TDPBF16PS sums a tile step in its own order: its bits differ from VDPBF16PS's (about 1 output in
    10,000 at K = 576), so a process uses one route or the other for every product.
 
-   rms_norm_f32 and silu_mul_*: one row at a time, scalar, in a fixed order (compiled without fast-math and
-   without FMA contraction, so no reassociated or vectorised reduction). */
+   rms_norm_f32 and silu_mul_*: one row at a time (silu_mul's rows split over threads), scalar, in a fixed
+   order (compiled without fast-math and without FMA contraction, so no reassociated or vectorised reduction). */
 #include "x86.h"
 
 #include <math.h>
@@ -423,7 +423,16 @@ void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm
 
 static inline float silu(float g) { return g / (1.0f + expf(-g)); }
 
-void silu_mul_f32(const float* gate_up, float* act, int N, int I) {
+/* Element by element: the threads split the rows (at least SILU_ROWS_PER_THREAD each), never an element's work. */
+#define SILU_ROWS_PER_THREAD 4
+static int silu_threads(int threads, int N) {
+    int most = N / SILU_ROWS_PER_THREAD;
+    return threads < most ? threads : most > 1 ? most : 1;
+}
+
+void silu_mul_f32(const float* gate_up, float* act, int N, int I, int threads) {
+    threads = silu_threads(threads, N);
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int n = 0; n < N; n++)
         for (int i = 0; i < I; i++) {
             const float* row = gate_up + (int64_t)n * 2 * I;
@@ -431,7 +440,9 @@ void silu_mul_f32(const float* gate_up, float* act, int N, int I) {
         }
 }
 
-void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I) {
+void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I, int threads) {
+    threads = silu_threads(threads, N);
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int n = 0; n < N; n++)
         for (int i = 0; i < I; i++) {
             const bf16* row = gate_up + (int64_t)n * 2 * I;

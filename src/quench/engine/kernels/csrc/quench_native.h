@@ -60,8 +60,8 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
 void fixed_gemm_f32(const float* x, const float* wp, float* y, int M, int N, int K, int threads);
 int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
 void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm, float eps);
-void silu_mul_f32(const float* gate_up, float* act, int N, int I);
-void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I);
+void silu_mul_f32(const float* gate_up, float* act, int N, int I, int threads);
+void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I, int threads);
 
 /* layers.c: SiLU x up, and every decoder layer of a packed step in one call. amx: 0 none, 1 AMX tiles where
    small_gemm_bf16 picks them (past AVX512_GEMM_ROWS rows) and in attention, AMX_EVERY_ROW every product on
