@@ -114,15 +114,20 @@ def main() -> None:
         finally:
             os.killpg(server.pid, 15)
             server.wait(60)
-    print("| clients (prompts) | output tok/s quench / vLLM | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 |")
-    print("|---|---|---|---|---|---|")
+    print("| clients (prompts) | output tok/s quench / vLLM | quench / vLLM | TTFT p50 | TTFT p99 | TTFT p99 quench / vLLM "
+          "| ITL p50 | ITL p99 |")
+    print("|---|---|---|---|---|---|---|---|")
     for clients, prompts in cells:
         q, v = results.get("quench", {}).get(clients, {}), results.get("vllm", {}).get(clients, {})
 
         def pair(key: str, digits: int = 0) -> str:
             return " / ".join(f"{r[key]:,.{digits}f}" if r.get(key) is not None else "-" for r in (q, v))
-        print(f"| {clients} ({prompts}) | {pair('output_throughput', 1)} | {pair('median_ttft_ms')} ms | "
-              f"{pair('p99_ttft_ms')} ms | {pair('median_itl_ms')} ms | {pair('p99_itl_ms')} ms |")
+
+        def ratio(key: str) -> str:
+            return f"{q[key] / v[key]:.2f}x" if q.get(key) and v.get(key) else "-"
+        print(f"| {clients} ({prompts}) | {pair('output_throughput', 1)} | {ratio('output_throughput')} | "
+              f"{pair('median_ttft_ms')} ms | {pair('p99_ttft_ms')} ms | {ratio('p99_ttft_ms')} | "
+              f"{pair('median_itl_ms')} ms | {pair('p99_itl_ms')} ms |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
