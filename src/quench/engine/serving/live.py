@@ -244,16 +244,16 @@ class LiveLoop(DecodeLoop):
         """The requests whose rows wait this step: while a short request (at most SHORT_REQUEST tokens left over
         its samples) has rows running, the long ones' rows wait, so a step costs the short one what its own rows
         cost; at most MAX_WAIT_STEPS steps in a row, then the long rows take one step."""
-        left: dict[int, int] = defaultdict(int)  # request index -> tokens it may still generate
+        rows_of: dict[int, list[Row]] = defaultdict(list)
         for row in self.slots:
             if row is not None:
-                entry = self.live.entry(row.request_index)
-                most = entry.sampling.max_new_tokens if entry is not None else self.max_len
-                left[row.request_index] += max(0, most - len(row.generated))
-        for index in left:
+                rows_of[row.request_index].append(row)
+        left: dict[int, int] = {}  # request index -> tokens it may still generate
+        for index, rows in rows_of.items():
             entry = self.live.entry(index)
-            if entry is not None:
-                left[index] += (entry.request.n - entry.started) * entry.sampling.max_new_tokens
+            most = entry.sampling.max_new_tokens if entry is not None else self.max_len
+            unstarted = entry.request.n - entry.started if entry is not None else 0
+            left[index] = sum(max(0, most - len(row.generated)) for row in rows) + unstarted * most
         short = {index for index, tokens in left.items() if tokens <= SHORT_REQUEST}
         if not short or len(short) == len(left) or self.waited >= MAX_WAIT_STEPS:
             self.waited = 0
