@@ -21,6 +21,7 @@ class Outcome(StrEnum):
     memory = "memory"  # MemoryError under the address-space limit
     crashed = "crashed"  # killed by a signal or exited early (sys.exit / os._exit before the end)
     syntax_error = "syntax_error"  # the program does not compile
+    non_value = "non_value"  # a returned value is not a builtin value type at some depth (a lying object)
     compile_error = "compile_error"  # a compiled language's build failed (g++, javac, go, node's parser)
     sandbox_error = "sandbox_error"  # the harness failed, not the program
 
