@@ -18,6 +18,8 @@ from quench.robustness import (
     write_report,
 )
 from quench.robustness.html import highlight_pair
+from quench.robustness.metrics import RobustnessMetrics
+from quench.stats.figures import rounded
 from quench.stats.intervals import BootstrapConfig
 from quench.robustness.report import console_summary, load_outcomes
 
@@ -114,12 +116,13 @@ def test_images_decode(report):
 
 def test_metrics_json_and_examples_round_trip(report):
     out, metrics, _ = report
-    assert load_metrics(out / "metrics.json") == (metrics, RUN_INFO)
+    # metrics.json holds the figures rounded to 6 decimals: the metrics as the file says them
+    assert load_metrics(out / "metrics.json") == (RobustnessMetrics.from_json(rounded(metrics.to_json())), RUN_INFO)
     assert json.loads((out / "metrics.json").read_text())["metrics"]["ks"] == [1]
     assert load_examples(out / "examples.jsonl") == EXAMPLES
     assert load_outcomes(out / "outcomes.json") == small_run()
     interval = json.loads((out / "metrics.json").read_text())["metrics"]["categories"][0]["intervals"]["1"]
-    assert interval["robust_pass"] == {"point": pytest.approx(1 / 3), "low": 0.0, "high": 1.0, "problems": 3}
+    assert interval["robust_pass"] == {"point": 0.333333, "low": 0.0, "high": 1.0, "problems": 3, "method": "bootstrap"}
     assert interval["robust_drop"]["note"] == "too few nominal passes"
 
 
@@ -130,11 +133,12 @@ def test_markdown_tables(report):
     # Docstring: nominal T/0, T/1 pass; worst case over seeds loses T/0 → RP 33.3, RD 50.0;
     # T/0 (pass → fail) and T/2 (fail → pass under seed 1) changed → RR 66.7; 6 of 6 variants valid.
     # Three problems: every interval that can move spans [0, 100]; RD rests on 2 nominal passes (< 10).
-    assert ("| Docstring | full | 1 | 66.7 [0.0, 100.0] | 33.3 [0.0, 100.0] | too few nominal passes | "
-            "66.7 [0.0, 100.0] | 33.3 [0.0, 100.0] / 33.3 [0.0, 100.0] | 6/6 | 6 |") in markdown
-    # new_lines: valid only for T/0 (1 of 3); it fails there: RP 0 in every resample.
-    assert ("| new_lines | Code format | 1 | 33.3 [0.0, 100.0] | 0.0 [0.0, 0.0] | too few nominal passes | "
-            "33.3 [0.0, 100.0] | 33.3 [0.0, 100.0] / 0.0 [0.0, 0.0] | 1/3 | 1 |") in markdown
+    assert ("| Docstring | full | 1 | 66.7% [0.0%, 100.0%] | 33.3% [0.0%, 100.0%] | too few nominal passes | "
+            "66.7% [0.0%, 100.0%] | 33.3% [0.0%, 100.0%] / 33.3% [0.0%, 100.0%] | 6/6 | 6 |") in markdown
+    # new_lines: valid only for T/0 (1 of 3); it fails there: RP 0 in every resample, so the bound is
+    # Clopper-Pearson's for 0 of 3 (70.8%), not a certain [0.0%, 0.0%].
+    assert ("| new_lines | Code format | 1 | 33.3% [0.0%, 100.0%] | 0.0% [0.0%, 70.8%] | too few nominal passes | "
+            "33.3% [0.0%, 100.0%] | 33.3% [0.0%, 100.0%] / 0.0% [0.0%, 70.8%] | 1/3 | 1 |") in markdown
     assert "![Figure 1](categories_pass.png)" in markdown
     assert "*Figure 2. Robust Drop@1" in markdown  # every figure has a caption
     assert "-    \"\"\"Return the sum of a and b" in markdown  # the prompt diff
@@ -155,9 +159,10 @@ def test_run_section_is_readable(report):
 def test_console_summary_uses_the_reports_percent_units(report):
     _, metrics, _ = report
     lines = console_summary(metrics, {"distinct_prompts": 9, "distinct_programs": 7, "seconds": 2.5})
-    assert lines[0] == "nominal Pass@1 (%, 95% interval): full prompt 66.7 [0.0, 100.0], partial prompt 33.3 [0.0, 100.0]"
-    assert lines[2].split() == ["docstring", "33.3", "[0.0,", "100.0]", "too", "few", "nominal", "passes",
-                                "66.7", "[0.0,", "100.0]"]
+    assert lines[0] == ("nominal Pass@1 (95% interval): full prompt 66.7% [0.0%, 100.0%], "
+                        "partial prompt 33.3% [0.0%, 100.0%]")
+    assert lines[2].split() == ["docstring", "33.3%", "[0.0%,", "100.0%]", "too", "few", "nominal", "passes",
+                                "66.7%", "[0.0%,", "100.0%]"]
     assert lines[-1] == "9 distinct prompts generated, 7 distinct programs run, 2.5 s"
 
 
@@ -166,7 +171,7 @@ def test_drop_shows_its_interval_with_enough_nominal_passes(tmp_path):
     write_report(tmp_path, metrics, [], RUN_INFO)
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     # Docstring RD = 50: resamples drawing only T/1 give 0, only T/0 give 100.
-    assert "| Docstring | full | 1 | 66.7 [0.0, 100.0] | 33.3 [0.0, 100.0] | 50.0 [0.0, 100.0] |" in markdown
+    assert "| Docstring | full | 1 | 66.7% [0.0%, 100.0%] | 33.3% [0.0%, 100.0%] | 50.0% [0.0%, 100.0%] |" in markdown
 
 
 def test_sampling_report_has_a_table_per_k_and_no_examples(tmp_path):
@@ -175,7 +180,7 @@ def test_sampling_report_has_a_table_per_k_and_no_examples(tmp_path):
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "## Categories (k=2)" in markdown and "## Transformations (k=2)" in markdown
     assert "No sample passed nominally and failed under a perturbation." in markdown
-    assert load_metrics(tmp_path / "metrics.json")[0] == metrics
+    assert load_metrics(tmp_path / "metrics.json")[0] == RobustnessMetrics.from_json(rounded(metrics.to_json()))
 
 
 def test_highlight_marks_changed_tokens_and_invisible_whitespace():

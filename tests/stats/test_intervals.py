@@ -60,12 +60,16 @@ def test_a_drop_interval_keeps_each_problems_nominal_and_perturbed_results_toget
     assert 0.0 < interval.low < 0.05 < interval.high < 0.11
 
 
-def test_identical_results_give_a_zero_width_drop_and_difference():
+def test_identical_results_bound_the_drop_and_difference_by_the_problems_they_rest_on():
+    # No problem changed: every resample gives 0, but 0 changes in 30 nominal passes (50 problems for
+    # the difference) bounds the drop by Clopper-Pearson's 0-of-N upper bound, not by a certain 0.
     nominal = np.array([1.0] * 30 + [0.0] * 20)
     interval = drop_interval(nominal, nominal, nominal_passing=30, config=BootstrapConfig())
-    assert (interval.point, interval.low, interval.high) == (0.0, 0.0, 0.0)
+    bound = 1 - 0.025 ** (1 / 30)
+    assert (interval.point, interval.low, interval.high, interval.method) == (0.0, -bound, bound, "exact")
     difference = paired_difference(nominal, nominal, BootstrapConfig())
-    assert (difference.point, difference.low, difference.high) == (0.0, 0.0, 0.0)
+    bound = 1 - 0.025 ** (1 / 50)
+    assert (difference.point, difference.low, difference.high) == (0.0, -bound, bound)
 
 
 def test_drop_with_too_few_nominal_passes_has_no_interval():
@@ -87,9 +91,14 @@ def test_resamples_are_seeded_and_draw_every_problem_count_once_per_resample():
     assert not (a == np.random.default_rng(4).multinomial(7, [1 / 7] * 7, size=50)).all()
 
 
-def test_mean_interval_of_a_constant_is_the_constant():
-    (interval,) = mean_intervals(np.ones((12, 1)), BootstrapConfig(resamples=100))
-    assert (interval.point, interval.low, interval.high, interval.problems) == (1.0, 1.0, 1.0, 12)
+def test_all_pass_or_all_fail_takes_the_exact_bound_not_a_zero_width_interval():
+    (every,) = mean_intervals(np.ones((12, 1)), BootstrapConfig(resamples=100))
+    assert (every.point, every.low, every.high, every.problems) == (1.0, pytest.approx(0.7354, abs=1e-4), 1.0, 12)
+    (none,) = mean_intervals(np.zeros((4, 1)), BootstrapConfig())
+    # Clopper-Pearson for 0 of 4: [0, 1 − 0.025^(1/4)] = [0, 0.602]
+    assert (none.point, none.low, none.high, none.method) == (0.0, 0.0, pytest.approx(0.6024, abs=1e-4), "exact")
+    (mixed,) = mean_intervals(np.array([[1.0], [0.0], [0.0], [0.0]]), BootstrapConfig())
+    assert mixed.method == "bootstrap" and mixed.low == 0.0 and mixed.high == 0.75
 
 
 def test_sampled_robust_relative_stays_a_proportion():
@@ -128,16 +137,19 @@ def test_intervals_survive_the_json_round_trip_and_old_files_still_load():
 
 def test_sampled_outcomes_resample_problems_not_samples():
     # One problem, 10 samples of which 4 pass: resampling the problem always gives pass@1 = 0.4, so the
-    # interval has no width; resampling samples would spread it from about 0.1 to 0.7.
+    # bootstrap has no width and Wilson's interval of 0.4 over one problem replaces it; resampling samples
+    # would have spread a bootstrap from about 0.1 to 0.7 and claimed ten trials.
     run = RobustnessRun(
         nominal_full={"P1": (True,) * 4 + (False,) * 6},
         variants=(VariantOutcomes("ButterFingersPerturbation", "docstring", 0, {"P1": (True,) * 3 + (False,) * 7}),),
     )
     metrics = robustness_metrics(run, ks=(1, 5), bootstrap=BootstrapConfig(resamples=300))
     interval = metrics.nominal_intervals["full"][1]
-    assert (interval.point, interval.low, interval.high, interval.problems) == (pytest.approx(0.4), 0.4, 0.4, 1)
+    assert (interval.point, interval.problems, interval.method) == (pytest.approx(0.4), 1, "wilson")
+    wilson = wilson_interval(0.4, 1)  # a share of 0.4 in one trial
+    assert (interval.low, interval.high) == (pytest.approx(wilson.low), pytest.approx(wilson.high))
     robust = metrics.transformations[0].interval("robust_pass", 5)
-    assert robust.low == robust.high == pytest.approx(robust.point)
+    assert robust.method == "wilson" and robust.low < robust.point < robust.high
 
 
 def test_wilson_interval_literal_values() -> None:

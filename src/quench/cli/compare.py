@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from quench.errors import QuenchError
+from quench.stats.figures import rounded
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         write_comparison(args.out, rows, args.run_a, args.run_b, bootstrap)
     if args.json:
-        print(json.dumps(comparison_json(rows, args.run_a, args.run_b, bootstrap), indent=2))
+        print(json.dumps(rounded(comparison_json(rows, args.run_a, args.run_b, bootstrap)), indent=2))
     else:
         print_rows([table_cells(row) for row in rows])
         if args.out is not None:

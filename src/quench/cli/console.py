@@ -10,11 +10,13 @@ import sys
 import time
 from typing import Callable, Sequence
 
+from quench.stats import figures
+
 
 def percent(share: float | None) -> str:
     """A rate as a person reads it everywhere (console, report, compare): percent, one decimal.
-    Machine-readable files keep fractions, named by their field (`pass_at_1: 0.061`)."""
-    return "n/a" if share is None else f"{100.0 * share:.1f}%"
+    Machine-readable files keep fractions, rounded (`quench.stats.figures`)."""
+    return figures.percent(share)
 
 
 def token_rate(tokens: float, seconds: float) -> str:

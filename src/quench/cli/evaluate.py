@@ -17,6 +17,7 @@ from quench.runs import rundir
 from quench.runs.calibration import problem_limits
 from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
 from quench.runs.samples import read_samples
+from quench.stats.figures import rounded
 
 OUTPUT_FILES = ("results.jsonl", "summary.json")
 
@@ -63,7 +64,7 @@ def execute_into(
             bar.close()
     summary = replace(summarize(results, ks, skipped), isolation=pool.isolation,
                       unsafe_unconfined=args.unsafe_unconfined)
-    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(rounded(summary.to_json()), indent=2) + "\n")
     return summary
 
 

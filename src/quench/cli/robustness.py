@@ -11,6 +11,7 @@ from quench.cli import common, console, validate
 from quench.cli.generate import add_output_args, stopping_config
 from quench.errors import QuenchError
 from quench.runs import rundir
+from quench.stats.figures import rounded
 from quench.cli.perturb import add_profile_arg
 from quench.perturbations.base import CATEGORIES
 from quench.perturbations.catalog import names, perturbation_class
@@ -199,7 +200,7 @@ def write_plus(outcome, out: Path) -> None:
     """metrics_plus.json (the metrics on base + extra inputs) and plus.md (both test sets side by side)."""
     from quench.robustness.plus_table import side_by_side
 
-    (out / "metrics_plus.json").write_text(json.dumps(outcome.metrics_plus.to_json(), indent=2) + "\n")
+    (out / "metrics_plus.json").write_text(json.dumps(rounded(outcome.metrics_plus.to_json()), indent=2) + "\n")
     table = side_by_side(outcome.metrics, outcome.metrics_plus)
     (out / "plus.md").write_text("# MBPP+: base inputs and base + extra inputs (%)\n\n" + "\n".join(table) + "\n")
     print("MBPP+ (base | base + extra inputs, %):\n" + "\n".join(table))

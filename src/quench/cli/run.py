@@ -10,6 +10,7 @@ from quench.cli.evaluate import evaluate_into, print_summary
 from quench.cli.generate import add_output_args, default_out, generate_into, run_config, settings_before_load
 from quench.errors import QuenchError
 from quench.runs import rundir
+from quench.stats.figures import rounded
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -85,7 +86,7 @@ def run_with_budget(args: argparse.Namespace) -> int:
     summary = evaluate_into(samples, problems, out, args, str(out / "samples.jsonl"))
     results = read_results(out / "results.jsonl")
     rates = pass_first_and_all(samples, results)
-    (out / "summary.json").write_text(json.dumps({**summary.to_json(), **rates}, indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(rounded({**summary.to_json(), **rates}), indent=2) + "\n")
     print(f"{len(problems)} problems, {args.time_budget:g} s each: Pass@First {console.percent(rates['pass@first'])}, "
           f"Pass@All {console.percent(rates['pass@all'])}, {rates['mean_samples']:.1f} samples per problem")
     return 0

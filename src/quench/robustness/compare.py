@@ -23,6 +23,7 @@ from quench.robustness.metrics import (
     ProblemCounts, RobustnessRun, outcomes_from_results, per_problem_values, problem_counts,
 )
 from quench.robustness.report import METRICS_FILE, OUTCOMES_FILE, load_outcomes
+from quench.stats.figures import rounded
 from quench.stats.intervals import BootstrapConfig, Interval, paired_difference, paired_drop_difference
 
 RUN_RESULTS = "results.jsonl"  # `quench run`: one record per (task, sample) with `passed`
@@ -281,7 +282,7 @@ def write_comparison(out: Path, rows: Sequence[CompareRow], a: Path, b: Path, bo
     files = {
         "compare.md": render_markdown(rows, a, b, bootstrap, "compare.png" if png else None),
         "compare.html": render_html(rows, a, b, bootstrap, png),
-        "compare.json": json.dumps(comparison_json(rows, a, b, bootstrap), indent=2) + "\n",
+        "compare.json": json.dumps(rounded(comparison_json(rows, a, b, bootstrap)), indent=2) + "\n",
     }
     written = []
     for name, text in files.items():

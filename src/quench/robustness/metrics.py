@@ -23,7 +23,7 @@ import numpy as np
 from quench.errors import QuenchError
 from quench.perturbations.base import CATEGORIES, RECODE_ORDER
 from quench.robustness.groups import FULL, PARTIAL, baseline_of
-from quench.stats.intervals import BootstrapConfig, Interval, drop_interval, mean_intervals
+from quench.stats.intervals import BootstrapConfig, Interval, canonical, drop_interval, mean_intervals
 from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
 
 Outcomes = Mapping[str, tuple[bool, ...]]  # task_id → pass/fail of each sample index
@@ -259,7 +259,8 @@ def group_metrics(
         _check_variant(variant, baseline, kind)
     counts = []
     without_variant = 0
-    for task_id, nominal in baseline.items():
+    for task_id in canonical({t: t for t in baseline}):  # the order problems are resampled in
+        nominal = baseline[task_id]
         valid = [v.outcomes[task_id] for v in variants if task_id in v.outcomes]
         without_variant += not valid
         counts.append(problem_counts(nominal, valid))
@@ -351,7 +352,7 @@ def robustness_metrics(
 
 def nominal_intervals(outcomes: Outcomes, ks: Sequence[int], bootstrap: BootstrapConfig) -> dict[int, Interval]:
     """Pass@k of one baseline with its interval, resampling its problems."""
-    counts = [(len(r), sum(r)) for r in outcomes.values()]
+    counts = [(len(r), sum(r)) for r in canonical(outcomes)]
     return {k: mean_intervals(np.array(pass_at_k_per_problem(counts, k))[:, None], bootstrap)[0] for k in ks}
 
 

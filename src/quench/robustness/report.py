@@ -14,6 +14,7 @@ from quench.robustness.groups import FULL, PARTIAL
 from quench.robustness.html import render_html
 from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes
 from quench.robustness.plots import captions, category_label, report_plots
+from quench.stats.figures import rounded
 from quench.robustness.tables import group_cells, metric_header, method_note, run_rows, with_interval
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def console_summary(metrics: RobustnessMetrics, stats: Mapping[str, object]) -> 
     k = metrics.ks[0]
     kinds = {FULL: "full prompt", PARTIAL: "partial prompt"}
     nominal = ", ".join(f"{kinds.get(kind, kind)} {nominal_cells(metrics, kind)[0]}" for kind in metrics.nominal_pass)
-    lines = [f"nominal Pass@{k} (%, 95% interval): {nominal}",
+    lines = [f"nominal Pass@{k} (95% interval): {nominal}",
              f"{'category':<15}{'RP@' + str(k):<22}{'RD@' + str(k):<24}{'RR@' + str(k)}"]
     for group in metrics.categories:
         cells = [with_interval(getattr(group, name)[k], group.interval(name, k))
@@ -160,7 +161,7 @@ def write_report(
         written[-1].write_bytes(png)
     payload = {"run_info": dict(run_info), "metrics": metrics.to_json()}
     contents = {
-        METRICS_FILE: json.dumps(payload, indent=2, default=str) + "\n",
+        METRICS_FILE: json.dumps(rounded(payload), indent=2, default=str) + "\n",
         EXAMPLES_FILE: "".join(json.dumps(e.to_json()) + "\n" for e in examples),
         MARKDOWN_FILE: render_markdown(metrics, examples, run_info, list(plots)),
         HTML_FILE: render_html(metrics, examples, run_info, plots),

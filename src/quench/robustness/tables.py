@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from quench.robustness.metrics import GroupMetrics
+from quench.stats.figures import percent, percent_interval
 from quench.stats.intervals import BootstrapConfig, Interval
 
 def method_note(bootstrap: BootstrapConfig) -> str:
@@ -24,20 +25,13 @@ def method_note(bootstrap: BootstrapConfig) -> str:
 RUN_LABELS = {"n": "samples per prompt (n)", "seeds": "seeds per transformation (s)", "seconds": "wall time (s)"}
 
 
-def pct(value: float | None) -> str:
-    """A metric in percent with one decimal, quench's one unit for people; `n/a` when undefined."""
-    return "n/a" if value is None else f"{100.0 * value:.1f}"
-
-
 def with_interval(value: float | None, interval: Interval | None) -> str:
-    """`12.2 [7.3, 17.7]` in percent; the interval's note (e.g. too few nominal passes) replaces the number."""
+    """`12.2% [7.3%, 17.7%]`; the interval's note (e.g. too few nominal passes) replaces the number."""
     if interval is None:
-        return pct(value)
+        return percent(value)
     if interval.note:
         return interval.note
-    if interval.low is None or interval.high is None:
-        return pct(value)
-    return f"{pct(value)} [{100.0 * interval.low:.1f}, {100.0 * interval.high:.1f}]"
+    return percent_interval(value, interval.low, interval.high)
 
 
 def metric_header(k: int, seeds_mark: str = "_s") -> list[str]:

@@ -27,7 +27,7 @@ from quench.errors import QuenchError
 from quench.execution.plus import PlusPool, PlusResult
 from quench.execution.sanitize import program_for
 from quench.runs.samples import JsonlAppender, read_records, resume_log
-from quench.stats.intervals import BootstrapConfig, Interval, mean_intervals
+from quench.stats.intervals import BootstrapConfig, Interval, canonical, mean_intervals
 from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def score(results: Sequence[dict], ks: Sequence[int], skipped: int = 0) -> Summa
         outcomes[r["outcome"]] += 1
         outcomes["flaky_timeout"] += bool(r.get("flaky_timeout"))  # beside its outcome: "timeout" counts confirmed ones
     counted = {name: count for name, count in sorted(outcomes.items()) if count}
-    counts = [(len(v), sum(v)) for v in per_problem.values()]
+    counts = [(len(v), sum(v)) for v in canonical(per_problem)]  # canonical: the interval ignores file order
     means = mean_pass_at_k(counts, ks)
     summary = Summary(len(per_problem), len(results), means, counted, skipped,
                       intervals=pass_at_k_intervals(counts, list(means)))
@@ -192,7 +192,7 @@ def with_plus(summary: Summary, results: Sequence[dict], ks: Sequence[int]) -> S
     per_problem: dict[ProblemKey, list[bool]] = defaultdict(list)
     for r in results:
         per_problem[problem_key(r)].append(bool(r["passed_plus"]))
-    counts = [(len(v), sum(v)) for v in per_problem.values()]
+    counts = [(len(v), sum(v)) for v in canonical(per_problem)]
     means = mean_pass_at_k(counts, ks)
     overturned = sum(1 for r in results if r["passed"] and not r["passed_plus"])
     return replace(summary, pass_plus_at_k=means, plus_intervals=pass_at_k_intervals(counts, list(means)),

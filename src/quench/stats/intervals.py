@@ -7,8 +7,16 @@ paired (RD = 1 − RP/Pass is computed per resample, not from two independent in
 samples the per-problem value is the unbiased pass@k of that problem's samples: problems are
 resampled, samples are not.
 
+Problems are taken in a canonical order (sorted by task id, then variant) before they are resampled,
+so the same results give the same interval whatever order their samples came in: a resample is a row
+of counts over that order, a function of (seed, number of problems) only.
+
+Where every problem has the same value the bootstrap has no width, which would claim a certainty the
+problems cannot give (0 of 4 is not [0, 0]); those intervals come from `small_counts` instead (exact
+Clopper-Pearson bounds for 0 of N and N of N) and say so in their `method`.
+
 A share of successes in independent trials (variants labelled by reading them) takes Wilson's score
-interval instead (`wilson_interval`).
+interval (`wilson_interval`).
 
 A resample is a row of counts (how often each problem was drawn), so the mean over 2,000 resamples is
 one matrix product: counts (B, N) @ values (N, M) / N.
@@ -18,11 +26,14 @@ numpy is imported in the functions that use it: the CLI imports this module to b
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
-from statistics import NormalDist
-from typing import Mapping
+from typing import Hashable, Mapping, TypeVar
+
+from quench.stats.small_counts import WILSON, share_bounds, signed_bounds, wilson_bounds
+
+BOOTSTRAP = "bootstrap"
+Value = TypeVar("Value")
 
 
 TOO_FEW_NOMINAL = "too few nominal passes"
@@ -45,6 +56,7 @@ class Interval:
     high: float | None
     problems: int  # the problems the metric averages over (the unit resampled)
     note: str | None = None  # why the value is not reported, e.g. "too few nominal passes"
+    method: str = BOOTSTRAP  # "bootstrap", or "exact"/"wilson" where every problem had the same value
 
     @property
     def reported(self) -> bool:
@@ -52,11 +64,23 @@ class Interval:
 
     def to_json(self) -> dict:
         data = {"point": self.point, "low": self.low, "high": self.high, "problems": self.problems}
+        if self.low is not None:
+            data["method"] = self.method
         return data | ({"note": self.note} if self.note else {})
 
     @classmethod
     def from_json(cls, data: Mapping) -> Interval:
-        return cls(data["point"], data["low"], data["high"], data["problems"], data.get("note"))
+        return cls(data["point"], data["low"], data["high"], data["problems"], data.get("note"),
+                   data.get("method", BOOTSTRAP))
+
+
+def canonical(values: Mapping[Hashable, Value]) -> list[Value]:
+    """The values of a per-problem mapping in the order problems are resampled: sorted by key."""
+    return [values[key] for key in sorted(values, key=_sort_key)]
+
+
+def _sort_key(key: Hashable) -> tuple:
+    return tuple(map(str, key)) if isinstance(key, tuple) else (str(key),)
 
 
 @lru_cache(maxsize=16)
@@ -84,8 +108,14 @@ def _bounds(samples: np.ndarray, confidence: float) -> tuple[float | None, float
     return float(low), float(high)
 
 
+def _same_everywhere(column: np.ndarray) -> bool:
+    """Every problem has the same value: the bootstrap would give a zero-width interval."""
+    return bool(column.size) and float(column.min()) == float(column.max())
+
+
 def mean_intervals(values: np.ndarray, config: BootstrapConfig) -> list[Interval]:
-    """One interval per column of `values` (N problems, M metrics), all from the same resamples."""
+    """One interval per column of `values` (N problems in canonical order, M metrics), all from the same
+    resamples; a column with one value on every problem takes `small_counts.share_bounds`."""
     import numpy as np
     values = np.asarray(values, dtype=float).reshape(len(values), -1)  # (N, M)
     problems = values.shape[0]
@@ -93,8 +123,27 @@ def mean_intervals(values: np.ndarray, config: BootstrapConfig) -> list[Interval
         return [Interval(None, None, None, 0) for _ in range(values.shape[1])]
     means = resampled_means(values, resample_counts(problems, config.resamples, config.seed))  # (B, M)
     points = values.mean(axis=0)
-    return [Interval(float(points[m]), *_bounds(means[:, m], config.confidence), problems)
-            for m in range(values.shape[1])]
+    intervals = []
+    for m in range(values.shape[1]):
+        point = float(points[m])
+        if _same_everywhere(values[:, m]):
+            low, high, rule = share_bounds(point, problems, config.confidence)
+            intervals.append(Interval(point, low, high, problems, method=rule))
+        else:
+            intervals.append(Interval(point, *_bounds(means[:, m], config.confidence), problems))
+    return intervals
+
+
+def _signed_interval(point: float | None, samples: np.ndarray, trials: int, problems: int,
+                     confidence: float) -> Interval:
+    """A drop or difference interval from its resampled values; where they all agree, `signed_bounds`
+    over `trials` (the problems the value is a share of) replaces the zero-width bootstrap."""
+    import numpy as np
+    finite = samples[np.isfinite(samples)]
+    if finite.size and float(finite.min()) == float(finite.max()) and trials > 0:
+        low, high, rule = signed_bounds(float(finite[0]), trials, confidence)
+        return Interval(point, low, high, problems, method=rule)
+    return Interval(point, *_bounds(samples, confidence), problems)
 
 
 def drop_ratio(nominal: np.ndarray, robust: np.ndarray) -> np.ndarray:
@@ -126,15 +175,19 @@ def drop_interval(
         return Interval(point_or_none, None, None, problems, TOO_FEW_NOMINAL)
     counts = resample_counts(problems, config.resamples, config.seed)
     means = resampled_means(np.stack([nominal, robust], axis=1), counts)  # (B, 2): the same draw for both
-    return Interval(point_or_none, *_bounds(drop_ratio(means[:, 0], means[:, 1]), config.confidence), problems)
+    return _signed_interval(point_or_none, drop_ratio(means[:, 0], means[:, 1]), nominal_passing, problems,
+                            config.confidence)
 
 
 def paired_difference(values_a: np.ndarray, values_b: np.ndarray, config: BootstrapConfig) -> Interval:
     """Interval of mean(B) − mean(A) over the same problems, both runs resampled together."""
     import numpy as np
-    a, b = np.asarray(values_a, dtype=float), np.asarray(values_b, dtype=float)
-    (interval,) = mean_intervals((b - a)[:, None], config)
-    return interval
+    differences = np.asarray(values_b, dtype=float) - np.asarray(values_a, dtype=float)  # (N,)
+    problems = len(differences)
+    if problems == 0:
+        return Interval(None, None, None, 0)
+    means = resampled_means(differences[:, None], resample_counts(problems, config.resamples, config.seed))[:, 0]
+    return _signed_interval(float(differences.mean()), means, problems, problems, config.confidence)
 
 
 def paired_drop_difference(
@@ -153,7 +206,7 @@ def paired_drop_difference(
         return Interval(point_or_none, None, None, problems, TOO_FEW_NOMINAL)
     resampled = resampled_means(stacked, resample_counts(problems, config.resamples, config.seed))  # (B, 4)
     differences = drop_ratio(resampled[:, 2], resampled[:, 3]) - drop_ratio(resampled[:, 0], resampled[:, 1])
-    return Interval(point_or_none, *_bounds(differences, config.confidence), problems)
+    return _signed_interval(point_or_none, differences, passing, problems, config.confidence)
 
 
 def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> Interval:
@@ -161,8 +214,5 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> In
     unlike a bootstrap it stays inside (0, 1) and keeps its coverage when the share is near 0 or 1."""
     if trials == 0:
         return Interval(None, None, None, 0)
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
     share = successes / trials
-    centre = (share + z * z / (2 * trials)) / (1 + z * z / trials)
-    half = z / (1 + z * z / trials) * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials))
-    return Interval(share, max(0.0, centre - half), min(1.0, centre + half), trials)
+    return Interval(share, *wilson_bounds(share, trials, confidence), trials, method=WILSON)
