@@ -7,8 +7,8 @@ forkserver.py, which use it.
 """
 
 import os
-import shutil
 import signal
+import stat
 import time
 
 HOST_SYNC_S = 5.0  # how long killing what a program left, or the host answering every request, may take
@@ -100,23 +100,71 @@ def reap_descendants(self_pid, spare=None, patience_s=5.0):
 
 
 def force_remove(path):
-    """Remove a file or tree even if a program made it unreadable."""
+    """Remove a file or a whole tree, however deep, unreadable or linked; no recursion, no link followed.
 
-    def fix(function, failed_path, exc_info):
-        for target in (os.path.dirname(failed_path), failed_path):
+    Only for trees no process is changing any more: it walks down by file descriptor and back up by "..".
+    """
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+            return
+    except FileNotFoundError:
+        return
+    parent, name = os.path.split(os.path.abspath(path))
+    top = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        remove_tree_at(top, name)
+    finally:
+        os.close(top)
+
+
+def remove_tree_at(top, name):
+    """Remove directory `name` of directory fd `top` and all beneath it, one level open at a time."""
+    names = [name]
+    current = open_writable(top, name)
+    try:
+        while names:
+            below = empty_but_directories(current)
+            if below is not None:
+                child = open_writable(current, below)
+                os.close(current)
+                current = child
+                names.append(below)
+                continue
+            parent = top if len(names) == 1 else os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=current)
+            os.close(current)
+            current = parent
+            os.rmdir(names.pop(), dir_fd=parent)
+    finally:
+        if current != top:
+            os.close(current)
+
+
+def empty_but_directories(directory):
+    """Unlink every entry of `directory` (an fd) but subdirectories; the name of one, or None if none is left."""
+    while True:
+        with os.scandir(directory) as entries:
+            listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+        if not listed:
+            return None
+        for name, is_directory in listed:
+            if is_directory:
+                return name
             try:
-                os.chmod(target, 0o700)
-            except OSError:
-                pass
-        if os.path.isdir(failed_path) and not os.path.islink(failed_path):
-            shutil.rmtree(failed_path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(failed_path)
-            except OSError:
+                os.unlink(name, dir_fd=directory)
+            except FileNotFoundError:
                 pass
 
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, onerror=fix)
-    elif os.path.lexists(path):
-        fix(None, path, None)
+
+def open_writable(directory, name):
+    """Open subdirectory `name` of fd `directory`, made ours to list and change first (a program may chmod 000 it)."""
+    os.chmod(name, 0o700, dir_fd=directory)
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=directory)
+
+
+def leftovers(directory, keep=()):
+    """What is left in `directory` but `keep` (full paths): a worker whose scratch is not empty is not healthy."""
+    try:
+        return [entry for entry in os.listdir(directory) if os.path.join(directory, entry) not in keep]
+    except FileNotFoundError:
+        return []

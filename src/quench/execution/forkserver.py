@@ -38,8 +38,9 @@ import sys
 import time
 
 from quench.execution.landlock import restrict_to, writable_only_beneath  # the script: landlock.py's text first
-from quench.execution.cleanup import (  # then cleanup.py's and node_host.py's
-    HOST_SYNC_S, force_remove, kill_group, kill_namespace, reap_descendants,
+from quench.execution.seccomp import install, prepare, program_filter  # then seccomp.py's,
+from quench.execution.cleanup import (  # cleanup.py's and node_host.py's
+    HOST_SYNC_S, force_remove, kill_group, kill_namespace, leftovers, reap_descendants,
 )
 from quench.execution.node_host import SANDBOX_EXIT, NodeHost, limit_and_drop, write_line
 
@@ -172,6 +173,7 @@ def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None, rlimit
     limit_and_drop(rlimits or config["rlimits"], config["run_uid"])
     if config["mode"] == "rlimits":  # no pid namespace: at least die with the server
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    install(config["seccomp"])  # last: no ptrace-class call, no IPC object, no other process's limits
 
 
 def child_rlimits(config):
@@ -194,10 +196,19 @@ class ForkServer:
         self.in_namespace = config["mode"] == "bwrap"
         self.base = "/tmp" if self.in_namespace else f"/tmp/quench-sandbox-{self.pid}-{os.urandom(4).hex()}"
         self.config["ruleset"] = None
+        filter_bytes = program_filter()
+        if filter_bytes is None:
+            raise OSError("no seccomp filter for this architecture: programs could reach other processes")
+        self.config["seccomp"] = prepare(filter_bytes)
         if not self.in_namespace:
             os.mkdir(self.base, 0o711)
         self.private_shm = config.get("private_shm", False)
-        if not self.in_namespace and config["run_uid"] is not None:  # "rlimits" (not unconfined)
+        if self.in_namespace:
+            # Writable only where it already is; what matters is the Landlock domain itself: the kernel
+            # refuses every ptrace-class access (/proc/<pid>/mem included) and signal to a process
+            # outside it, the JavaScript host's and the fork server's.
+            self.config["ruleset"] = writable_only_beneath(self.base, SHM)
+        elif config["run_uid"] is not None:  # "rlimits" (not unconfined)
             # Only the workdir in base is the program's; a private /dev/shm (POSIX semaphores) where there is one.
             self.config["ruleset"] = writable_only_beneath(self.base, SHM if self.private_shm else None)
             if self.config["ruleset"] is None:
@@ -207,7 +218,8 @@ class ForkServer:
         self.keep = set(config.get("keep", ()))  # read-only binds under /tmp (an interpreter there)
         os.environ["TMPDIR"] = os.environ["HOME"] = self.workdir
         self.poller = select.epoll()
-        spec = config.get("node_host") if self.in_namespace else None  # it needs the pid namespace to be spared in
+        # The host needs the pid namespace to be spared in, and Landlock to keep programs out of its memory.
+        spec = config.get("node_host") if self.in_namespace and self.config["ruleset"] is not None else None
         self.host_mark = spec["mark"] if spec else None
         self.host = None
         if spec:  # its time limit outlasts the server's deadline, so the server's timeout comes first
@@ -233,6 +245,8 @@ class ForkServer:
         fits = timeout_s <= self.config["timeout_s"]
         host = self.host if fits and self.host_mark and program.startswith(self.host_mark) else None
         host_fds = (host.requests, host.answers) if host is not None and host.ensure() else None
+        if os.path.lexists(self.workdir):  # never the case after a clean_up that succeeded
+            force_remove(self.workdir)
         os.mkdir(self.workdir, 0o700)
         if self.config["run_uid"] is not None:
             os.chown(self.workdir, self.config["run_uid"], self.config["run_uid"])
@@ -259,10 +273,12 @@ class ForkServer:
             seconds = time.monotonic() - start
             os.close(result_r)
             os.close(out_r)
-            self.clean_up(pid, synced=host_fds is not None)
+            unhealthy = self.clean_up(pid, synced=host_fds is not None)
         kind, detail = parse_record(record, nonce)
         tail = output.decode("utf-8", "replace").strip()[-DETAIL_CHARS:]
         report = {"record": kind, "detail": detail, "status": status, "stopped": stopped, "output": tail}
+        if unhealthy is not None:  # the verdict stands; this worker must not run another program
+            report["unhealthy"] = unhealthy
         return {**report, "seconds": seconds, "timeout_s": timeout_s}
 
     def supervise(self, pid, result_r, out_r, start, timeout_s):
@@ -317,6 +333,17 @@ class ForkServer:
         return self.host.pid if self.host is not None else None
 
     def clean_up(self, pid, synced=False):
+        """Kill what the program left and remove its files; why this worker is not clean after it, or None."""
+        try:
+            self.kill_and_remove(pid, synced)
+        except Exception as exc:  # noqa: BLE001 - any failure means a worker that must be replaced
+            return f"cleanup failed: {exc!r}"[:300]
+        left = leftovers("/tmp", self.keep) + leftovers(SHM) if self.in_namespace else leftovers(self.base)
+        if self.private_shm:
+            left += leftovers(SHM)
+        return f"left after cleanup: {sorted(left)[:5]}" if left else None
+
+    def kill_and_remove(self, pid, synced):
         kill_group(pid)
         if self.in_namespace:
             kill_namespace(self.spared())
@@ -356,11 +383,15 @@ class ForkServer:
         host.forget()
 
     def close(self):
-        if self.host is not None:
-            self.host.stop()
-        reap_descendants(self.pid)
-        if not self.in_namespace:
-            force_remove(self.base)
+        """Stop the host, reap every child, remove the scratch directory; never raises."""
+        try:
+            if self.host is not None:
+                self.host.stop()
+            reap_descendants(self.pid)
+            if not self.in_namespace:
+                force_remove(self.base)
+        except Exception:  # noqa: BLE001 - the pool removes the scratch directory of a server that could not
+            pass
 
 
 def private_shm(size_mb):
@@ -419,9 +450,12 @@ def main(argv):
         while (request := read_frame(proto_in)) is not None:
             try:
                 result = server.run(request["program"], announce, request.get("timeout_s"))
-            except Exception as exc:  # a harness failure must still answer, or the pool waits
-                result = {"record": "E", "detail": f"fork server: {exc!r}", "seconds": 0.0}
+            except Exception as exc:  # a harness failure must still answer, then the pool replaces us
+                detail = f"fork server: {exc!r}"
+                result = {"record": "E", "detail": detail, "seconds": 0.0, "unhealthy": detail[:300]}
             write_frame(proto_out, result)
+            if "unhealthy" in result:
+                break
     finally:
         server.close()
 

@@ -4,7 +4,10 @@ Each worker is one long-lived sandbox (see sandbox.py) around a small fork serve
 forkserver.py) that forks one child per program, so the ~30 ms Python start-up is paid once per
 worker instead of once per program. Workers are started with subprocess, never by forking the
 caller, so the pool works from a process that has torch loaded. A worker that dies or stops
-answering is killed as a whole and restarted; the program it was running gets an outcome.
+answering is killed as a whole and restarted; the program it was running gets an outcome. A worker
+that reports itself unclean after a program (its cleanup failed, or left files) is replaced before
+it runs another, and a program whose run failed in the harness (`sandbox_error`) runs once more in
+a fresh worker.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import json
 import logging
 import os
 import selectors
-import shutil
 import signal
 import struct
 import subprocess
@@ -23,6 +25,7 @@ from types import TracebackType
 from typing import Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from quench.errors import QuenchError
+from quench.execution.cleanup import force_remove
 from quench.execution.outcomes import ExecutionResult, Outcome, classify
 from quench.execution.sandbox import (
     WORKER_ENV,
@@ -51,11 +54,13 @@ class _Worker:
         self.buffer = bytearray()
         self.program_group: int | None = None  # "rlimits" mode: the running program's group
         self.ready: dict[str, object] = {}
+        self.unhealthy: str | None = None  # why the worker must be replaced before its next program
 
     def start(self) -> None:
         self.buffer.clear()
         self.program_group = None
         self.ready = {}
+        self.unhealthy = None
         self.process = subprocess.Popen(
             self.command,
             stdin=subprocess.PIPE,
@@ -104,6 +109,8 @@ class _Worker:
             del self.buffer[: 4 + size]
         for frame in frames:  # "started" names the running program's group ("rlimits" mode only)
             self.program_group = int(frame["started"]) if "started" in frame else None  # type: ignore[call-overload]
+            if "unhealthy" in frame:
+                self.unhealthy = str(frame.pop("unhealthy"))
         return [frame for frame in frames if "started" not in frame]
 
     def read_until(self, deadline: float) -> list[dict[str, object]] | None:
@@ -141,7 +148,10 @@ class _Worker:
         self.process = None
         scratch = self.ready.get("scratch")  # "rlimits": a killed server cannot remove its own
         if isinstance(scratch, str) and scratch.startswith(SCRATCH_PREFIX):
-            shutil.rmtree(scratch, ignore_errors=True)
+            try:
+                force_remove(scratch)
+            except OSError as err:
+                log.error("could not remove a sandbox worker's scratch directory %s: %s", scratch, err)
 
     def request_exit(self) -> None:
         """Close the request pipe: an idle fork server reaps its children and exits."""
@@ -170,6 +180,7 @@ class _Job:
     program: str = ""
     timeout_s: float | None = None  # None: the pool's limit
     retry: bool = False  # this run repeats one that timed out
+    rerun: bool = False  # this run repeats one that failed in the harness (sandbox_error)
 
 
 class SandboxPool:
@@ -248,11 +259,14 @@ class SandboxPool:
         log.info("sandbox pool: %d workers, isolation %s", len(workers), self.isolation)
 
     def close(self) -> None:
-        """Stop every worker; no process of the pool is left afterwards."""
+        """Stop every worker; no process of the pool is left afterwards. Never raises (failures are logged)."""
         for worker in self._pool:
             worker.request_exit()
         for worker in self._pool:
-            worker.stop()
+            try:
+                worker.stop()
+            except Exception as err:  # noqa: BLE001 - closing must not fail the caller's run
+                log.error("could not stop a sandbox worker cleanly: %s", err)
         self._pool = []
         self._release_uids()
 
@@ -297,7 +311,16 @@ class SandboxPool:
                     return
                 for worker, result in self._collect(busy):
                     job = busy.pop(worker)
+                    # A harness failure is the worker's, not the program's: a fresh worker runs it again.
+                    rerun = result.outcome is Outcome.sandbox_error and not job.rerun
+                    if worker.unhealthy is not None or rerun:
+                        log.warning("replacing a sandbox worker: %s", worker.unhealthy or result.detail)
+                        self._restart(worker)
                     idle.append(worker)
+                    if rerun:
+                        again = self._job(job.key, job.program, None, job.timeout_s, retry=job.retry)
+                        retries.append(replace(again, rerun=True))
+                        continue
                     if result.outcome is Outcome.timeout and not job.retry and self.limits.timeout_retries:
                         retries.append(self._job(job.key, job.program, None, job.timeout_s, retry=True))
                         continue
