@@ -72,7 +72,9 @@ class Summary:
 
 
 def read_results(path: Path) -> list[dict]:
-    return read_records(path, ("task_id", "sample_index", "outcome", "passed"))
+    """One record per sample: a sample re-executed on resume (it had a sandbox_error) keeps its last."""
+    records = read_records(path, ("task_id", "sample_index", "outcome", "passed"))
+    return list({(r["task_id"], r.get("variant", ""), r["sample_index"]): r for r in records}.values())
 
 
 def problem_key(sample: dict) -> ProblemKey:
@@ -126,7 +128,8 @@ def execute_pending(
     def key(record: dict) -> tuple:
         return tuple(record.get(f) for f in key_fields)
 
-    on_disk = {key(r): r for r in resume_log(path, ("outcome", "passed"))}
+    # A sandbox_error is the harness's failure, not the program's verdict: a resumed run executes it again.
+    on_disk = {key(r): r for r in resume_log(path, ("outcome", "passed")) if r["outcome"] != "sandbox_error"}
     pending = [j for j, (fields, _) in enumerate(jobs) if key(fields) not in on_disk]
     todo = [jobs[j] for j in pending]
     log.info("%d results on disk, %d programs to execute", len(on_disk), len(todo))
