@@ -37,7 +37,7 @@ def test_robustness_reports_base_and_plus_metrics(cache, tmp_path: Path, capsys:
     assert main(["--threads", "1", "robustness", "--model", str(model), "--benchmark", "mbpp+", "--limit", "2",
                  "--transforms", ",".join(TRANSFORMS), "--seeds", "1", "--max-new-tokens", "4", "--batch-size", "1",
                  "--workers", "1", "--out", str(out)]) == 0
-    assert "MBPP+ (base | base + extra inputs" in capsys.readouterr().out
+    assert "MBPP+: base inputs and base + extra inputs (95% intervals):" in capsys.readouterr().out
     base, plus = (json.loads((out / name).read_text()) for name in ("metrics.json", "metrics_plus.json"))
     base = base["metrics"]
     for metrics in (base, plus):
@@ -45,7 +45,10 @@ def test_robustness_reports_base_and_plus_metrics(cache, tmp_path: Path, capsys:
         assert metrics["nominal_problems"]["full"] == 2
     table = (out / "plus.md").read_text()
     assert "| group | Pass@1 base | Pass@1 plus |" in table
-    assert all(f"| {name} |" in table for name in TRANSFORMS)
+    assert all(f"| {name} | " in table for name in TRANSFORMS)
+    assert "% [" in table.split("| group |")[1]  # every figure with its interval
+    assert "## MBPP+: base inputs and base + extra inputs (k=1)" in (out / "report.md").read_text()
+    assert "<h2>MBPP+: base inputs and base + extra inputs (k=1)</h2>" in (out / "report.html").read_text()
     executions = lines(out / "executions.jsonl")
     assert executions and all({"passed", "outcome", "passed_plus", "outcome_plus"} <= set(r) for r in executions)
     assert all(r["passed"] or not r["passed_plus"] for r in executions)  # plus includes base

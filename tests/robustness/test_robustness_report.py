@@ -189,3 +189,21 @@ def test_highlight_marks_changed_tokens_and_invisible_whitespace():
     assert highlight_pair("    x", "\tx") == (
         "<del>    </del>x", '<ins><span class="mark">→</span>\t</ins>x')
     assert highlight_pair("<a>", "<b>") == ("&lt;<del>a</del>&gt;", "&lt;<ins>b</ins>&gt;")
+
+
+def test_mbpp_plus_figures_appear_in_both_reports_with_intervals(tmp_path):
+    base = robustness_metrics(small_run())
+    plus_run = small_run()
+    plus = robustness_metrics(RobustnessRun({**plus_run.nominal_full, "T/1": (F,)}, plus_run.variants,
+                                            plus_run.nominal_partial))
+    write_report(tmp_path, base, [], RUN_INFO, metrics_plus=plus)
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "## MBPP+: base inputs and base + extra inputs (k=1)" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| docstring |"))
+    # Pass@1 on base inputs 2 of 3, on base + extra 1 of 3: each with its interval
+    assert row.startswith("| docstring | 66.7% [0.0%, 100.0%] | 33.3% [0.0%, 100.0%] |")
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "<h2>MBPP+: base inputs and base + extra inputs (k=1)</h2>" in html
+    assert "<td>docstring</td><td class=\"num\">66.7% [0.0%, 100.0%]</td><td class=\"num\">33.3% [0.0%, 100.0%]</td>" in html
+    write_report(tmp_path / "humaneval", base, [], RUN_INFO)
+    assert "MBPP+" not in (tmp_path / "humaneval" / "report.md").read_text(encoding="utf-8")

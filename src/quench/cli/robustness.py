@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             bars.end(complete=False)
     run_info = {**settings, "tasks": f"{len(problems)} problems: {problems[0].task_id} … {problems[-1].task_id}",
                 "backend": args.backend, "isolation": pool.isolation, **outcome.stats}
-    write_report(out, outcome.metrics, outcome.examples, run_info, run=outcome.run)
+    write_report(out, outcome.metrics, outcome.examples, run_info, run=outcome.run, metrics_plus=outcome.metrics_plus)
     print_table(outcome, out)
     if outcome.metrics_plus is not None:  # MBPP+: the same metrics on base + extra inputs
         write_plus(outcome, out)
@@ -198,12 +198,12 @@ def clock(seconds: float) -> str:
 
 def write_plus(outcome, out: Path) -> None:
     """metrics_plus.json (the metrics on base + extra inputs) and plus.md (both test sets side by side)."""
-    from quench.robustness.plus_table import side_by_side
+    from quench.robustness.plus_table import TITLE, side_by_side
 
     (out / "metrics_plus.json").write_text(json.dumps(rounded(outcome.metrics_plus.to_json()), indent=2) + "\n")
     table = side_by_side(outcome.metrics, outcome.metrics_plus)
-    (out / "plus.md").write_text("# MBPP+: base inputs and base + extra inputs (%)\n\n" + "\n".join(table) + "\n")
-    print("MBPP+ (base | base + extra inputs, %):\n" + "\n".join(table))
+    (out / "plus.md").write_text(f"# {TITLE} (95% intervals)\n\n" + "\n".join(table) + "\n")
+    print(f"{TITLE} (95% intervals):\n" + "\n".join(table))
     print(f"MBPP+ tables: {out / 'plus.md'}, {out / 'metrics_plus.json'}")
 
 

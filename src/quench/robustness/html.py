@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 from quench.robustness.examples import Example
 from quench.robustness.metrics import RobustnessMetrics
 from quench.robustness.plots import captions, category_label
+from quench.robustness.plus_table import TITLE, plus_header, plus_rows
 from quench.robustness.tables import group_cells, metric_header, method_note, run_rows, with_interval
 
 # Single whitespace characters are tokens of their own, so an added blank line or a tab shows exactly.
@@ -138,13 +139,20 @@ def render_html(
     examples: Sequence[Example],
     run_info: Mapping[str, object],
     plots: Mapping[str, bytes],
+    metrics_plus: RobustnessMetrics | None = None,
 ) -> str:
-    """The whole report as one HTML string; `plots` maps a file name to its PNG bytes."""
+    """The whole report as one HTML string; `plots` maps a file name to its PNG bytes; `metrics_plus`
+    (MBPP+) adds the base and base + extra inputs side by side."""
     title = "Robustness report"
     subject = " on ".join(str(run_info[key]) for key in ("model", "benchmark") if key in run_info)
     parts = [f"<h1>{title}</h1>", f'<p class="subtitle">{escape(subject)}</p>' if subject else "",
              "<h2>Run</h2>", _info(run_info)]
     parts += _metrics_sections(metrics)
+    if metrics_plus is not None:
+        parts += [f"<h2>{escape(TITLE)} (k={k})</h2>"
+                  + _table([escape(h) for h in plus_header(k)],
+                           [[escape(c) for c in row] for row in plus_rows(metrics, metrics_plus, k)], 1)
+                  for k in metrics.ks]
     parts.append(f'<p class="note">{escape(method_note(metrics.bootstrap))}</p>')
     if plots:
         caption = captions(metrics.ks[0])

@@ -14,6 +14,7 @@ from quench.robustness.groups import FULL, PARTIAL
 from quench.robustness.html import render_html
 from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes
 from quench.robustness.plots import captions, category_label, report_plots
+from quench.robustness.plus_table import TITLE, plus_header, plus_rows
 from quench.stats.figures import rounded
 from quench.robustness.tables import group_cells, metric_header, method_note, run_rows, with_interval
 
@@ -57,9 +58,11 @@ def _example_markdown(example: Example) -> list[str]:
 
 
 def render_markdown(
-    metrics: RobustnessMetrics, examples: Sequence[Example], run_info: Mapping[str, object], plot_names: Sequence[str]
+    metrics: RobustnessMetrics, examples: Sequence[Example], run_info: Mapping[str, object], plot_names: Sequence[str],
+    metrics_plus: RobustnessMetrics | None = None,
 ) -> str:
-    """The report as Markdown: run info, nominal, category and transformation tables, figures, examples."""
+    """The report as Markdown: run info, nominal, category and transformation tables, MBPP+'s base and
+    extra inputs side by side (with `metrics_plus`), figures, examples."""
     lines = ["# Robustness report", "", "## Run", ""]
     lines += _md_table(["Setting", "Value"], [list(row) for row in run_rows(run_info)], 2)
     lines += ["## Nominal", ""]
@@ -83,6 +86,10 @@ def render_markdown(
             [[g.name, category_label(g.category), len(g.seeds)] + group_cells(g, k) for g in metrics.transformations],
             2,
         )
+    if metrics_plus is not None:
+        for k in metrics.ks:
+            lines += [f"## {TITLE} (k={k})", ""]
+            lines += _md_table(plus_header(k), plus_rows(metrics, metrics_plus, k), 1)
     lines += [method_note(metrics.bootstrap), ""]
     if plot_names:
         caption = captions(metrics.ks[0])
@@ -149,9 +156,10 @@ def load_outcomes(path: Path | str) -> RobustnessRun:
 
 def write_report(
     out_dir: Path | str, metrics: RobustnessMetrics, examples: Sequence[Example], run_info: Mapping[str, object],
-    run: RobustnessRun | None = None,
+    run: RobustnessRun | None = None, metrics_plus: RobustnessMetrics | None = None,
 ) -> list[Path]:
-    """Write every report file into `out_dir` (created if needed), and the run's outcomes when given."""
+    """Write every report file into `out_dir` (created if needed), and the run's outcomes when given;
+    `metrics_plus` (MBPP+: the metrics on base + extra inputs) adds its table beside the base one."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = report_plots(metrics, metrics.ks[0])
@@ -163,8 +171,8 @@ def write_report(
     contents = {
         METRICS_FILE: json.dumps(rounded(payload), indent=2, default=str) + "\n",
         EXAMPLES_FILE: "".join(json.dumps(e.to_json()) + "\n" for e in examples),
-        MARKDOWN_FILE: render_markdown(metrics, examples, run_info, list(plots)),
-        HTML_FILE: render_html(metrics, examples, run_info, plots),
+        MARKDOWN_FILE: render_markdown(metrics, examples, run_info, list(plots), metrics_plus),
+        HTML_FILE: render_html(metrics, examples, run_info, plots, metrics_plus),
     }
     if run is not None:
         contents[OUTCOMES_FILE] = json.dumps(run_to_json(run)) + "\n"
