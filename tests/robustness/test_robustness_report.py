@@ -162,7 +162,7 @@ def test_console_summary_uses_the_reports_percent_units(report):
     assert lines[0] == ("nominal Pass@1 (95% interval): full prompt 66.7% [0.0%, 100.0%], "
                         "partial prompt 33.3% [0.0%, 100.0%]")
     assert lines[2].split() == ["docstring", "33.3%", "[0.0%,", "100.0%]", "too", "few", "nominal", "passes",
-                                "66.7%", "[0.0%,", "100.0%]"]
+                                "66.7%", "[0.0%,", "100.0%]", "3", "of", "3", "(few)"]
     assert lines[-1] == "9 distinct prompts generated, 7 distinct programs run, 2.5 s"
 
 
@@ -207,3 +207,32 @@ def test_mbpp_plus_figures_appear_in_both_reports_with_intervals(tmp_path):
     assert "<td>docstring</td><td class=\"num\">66.7% [0.0%, 100.0%]</td><td class=\"num\">33.3% [0.0%, 100.0%]</td>" in html
     write_report(tmp_path / "humaneval", base, [], RUN_INFO)
     assert "MBPP+" not in (tmp_path / "humaneval" / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_row_resting_on_few_changed_problems_says_so_everywhere(tmp_path):
+    # 30 problems: SynonymSubstitution changes the prompt of 4, ButterFingers of 25; the docstring
+    # category changes 25 (the union), so only SynonymSubstitution is flagged.
+    tasks = [f"T/{i:02d}" for i in range(30)]
+    nominal = {t: (i % 2 == 0,) for i, t in enumerate(tasks)}
+    run = RobustnessRun(nominal_full=nominal, variants=(
+        VariantOutcomes("SynonymSubstitution", "docstring", 0, nominal, frozenset(tasks[4:])),
+        VariantOutcomes("ButterFingersPerturbation", "docstring", 0, nominal, frozenset(tasks[25:])),
+    ))
+    metrics = robustness_metrics(run)
+    by_name = {g.name: g for g in metrics.transformations}
+    assert (by_name["SynonymSubstitution"].problems_changed, by_name["SynonymSubstitution"].few_changed) == (4, True)
+    assert (by_name["ButterFingersPerturbation"].problems_changed, metrics.categories[0].few_changed) == (25, False)
+    write_report(tmp_path, metrics, [], RUN_INFO)
+    rows = json.loads((tmp_path / "metrics.json").read_text())["metrics"]["transformations"]
+    flagged = {row["name"]: (row["problems_changed"], row["few_changed"], row["min_changed_problems"]) for row in rows}
+    assert flagged == {"SynonymSubstitution": (4, True, 20), "ButterFingersPerturbation": (25, False, 20)}
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert next(line for line in markdown.splitlines() if line.startswith("| SynonymSubstitution |")).endswith(
+        "| 4 of 30 (few) |")
+    assert next(line for line in markdown.splitlines() if line.startswith("| ButterFingersPerturbation |")).endswith(
+        "| 25 of 30 |")
+    assert "4 of 30 (few)" in (tmp_path / "report.html").read_text(encoding="utf-8")
+    lines = console_summary(metrics, {})
+    assert lines[2].endswith("25 of 30")
+    assert lines[3] == ("(few): fewer than 20 problems changed, the figures describe those alone; "
+                        "transformations: SynonymSubstitution 4 of 30")

@@ -28,6 +28,10 @@ from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
 
 Outcomes = Mapping[str, tuple[bool, ...]]  # task_id → pass/fail of each sample index
 
+# A row whose transformations changed the prompt of fewer problems than this is flagged: its RP, RD
+# and RR describe those few problems (the rest keep their nominal result), whatever the row's size.
+MIN_CHANGED_PROBLEMS = 20
+
 
 @dataclass(frozen=True)
 class VariantOutcomes:
@@ -73,9 +77,15 @@ class GroupMetrics:
     relative_worse: dict[int, float]  # RR^[-]_s@k: pass nominally, fail under some variant
     relative_better: dict[int, float]  # RR^[+]_s@k: fail nominally, pass under some variant
     intervals: dict[int, dict[str, Interval]] = field(default_factory=dict)  # k → metric field name → interval
+    problems_changed: int | None = None  # problems with a valid variant whose prompt differs (None: an older file)
 
     def interval(self, metric: str, k: int) -> Interval | None:
         return self.intervals.get(k, {}).get(metric)
+
+    @property
+    def few_changed(self) -> bool:
+        """The row rests on fewer than MIN_CHANGED_PROBLEMS problems whose prompt its variants changed."""
+        return self.problems_changed is not None and self.problems_changed < MIN_CHANGED_PROBLEMS
 
     def to_json(self) -> dict:
         def by_k(values: Mapping[int, float | None]) -> dict[str, float | None]:
@@ -87,6 +97,8 @@ class GroupMetrics:
             "problems": self.problems, "problems_without_variant": self.problems_without_variant,
             "variants_total": self.variants_total, "variants_valid": self.variants_valid,
             "variants_changed": self.variants_changed,
+            "problems_changed": self.problems_changed, "few_changed": self.few_changed,
+            "min_changed_problems": MIN_CHANGED_PROBLEMS,
             "pass_at_k": by_k(self.pass_at_k), "robust_pass": by_k(self.robust_pass),
             "robust_drop": by_k(self.robust_drop),
             "robust_drop_withheld": {str(k): drop_withheld(self.pass_at_k[k], self.robust_pass[k])
@@ -111,6 +123,7 @@ class GroupMetrics:
             robust_drop=by_k(data["robust_drop"]), robust_relative=by_k(data["robust_relative"]),
             relative_worse=by_k(data["relative_worse"]), relative_better=by_k(data["relative_better"]),
             intervals=intervals_from_json(data.get("intervals", {})),
+            problems_changed=data.get("problems_changed"),
         )
 
 
@@ -258,11 +271,12 @@ def group_metrics(
     for variant in variants:
         _check_variant(variant, baseline, kind)
     counts = []
-    without_variant = 0
+    without_variant = changed_problems = 0
     for task_id in canonical({t: t for t in baseline}):  # the order problems are resampled in
         nominal = baseline[task_id]
         valid = [v.outcomes[task_id] for v in variants if task_id in v.outcomes]
         without_variant += not valid
+        changed_problems += any(task_id in v.outcomes and task_id not in v.unchanged for v in variants)
         counts.append(problem_counts(nominal, valid))
     nominal_pass = mean_pass_at_k([(c.n, c.nominal) for c in counts], ks)
     robust_pass = mean_pass_at_k([(c.n, c.robust) for c in counts], ks)
@@ -290,6 +304,7 @@ def group_metrics(
         relative_worse=worse,
         relative_better=better,
         intervals=group_intervals(counts, tuple(nominal_pass), bootstrap),
+        problems_changed=changed_problems,
     )
 
 

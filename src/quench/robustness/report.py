@@ -12,11 +12,11 @@ from quench.errors import QuenchError
 from quench.robustness.examples import Example
 from quench.robustness.groups import FULL, PARTIAL
 from quench.robustness.html import render_html
-from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes
+from quench.robustness.metrics import MIN_CHANGED_PROBLEMS, RobustnessMetrics, RobustnessRun, VariantOutcomes
 from quench.robustness.plots import captions, category_label, report_plots
 from quench.robustness.plus_table import TITLE, plus_header, plus_rows
 from quench.stats.figures import rounded
-from quench.robustness.tables import group_cells, metric_header, method_note, run_rows, with_interval
+from quench.robustness.tables import changed_problems, group_cells, metric_header, method_note, run_rows, with_interval
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +120,16 @@ def console_summary(metrics: RobustnessMetrics, stats: Mapping[str, object]) -> 
     kinds = {FULL: "full prompt", PARTIAL: "partial prompt"}
     nominal = ", ".join(f"{kinds.get(kind, kind)} {nominal_cells(metrics, kind)[0]}" for kind in metrics.nominal_pass)
     lines = [f"nominal Pass@{k} (95% interval): {nominal}",
-             f"{'category':<15}{'RP@' + str(k):<22}{'RD@' + str(k):<24}{'RR@' + str(k)}"]
+             f"{'category':<15}{'RP@' + str(k):<24}{'RD@' + str(k):<24}{'RR@' + str(k):<24}problems changed"]
     for group in metrics.categories:
         cells = [with_interval(getattr(group, name)[k], group.interval(name, k))
                  for name in ("robust_pass", "robust_drop", "robust_relative")]
-        lines.append(f"{group.name:<15}{cells[0]:<22}{cells[1]:<24}{cells[2]}")
+        lines.append(f"{group.name:<15}{cells[0]:<24}{cells[1]:<24}{cells[2]:<24}{changed_problems(group)}")
+    few = [g for g in metrics.transformations if g.few_changed]
+    if few or any(g.few_changed for g in metrics.categories):
+        lines.append(f"(few): fewer than {MIN_CHANGED_PROBLEMS} problems changed, the figures describe those alone"
+                     + ("; transformations: " + ", ".join(f"{g.name} {changed_problems(g)}".removesuffix(" (few)")
+                                                          for g in few) if few else ""))
     lines.append(f"{stats.get('distinct_prompts', '?')} distinct prompts generated, "
                  f"{stats.get('distinct_programs', '?')} distinct programs run, {stats.get('seconds', '?')} s")
     return lines

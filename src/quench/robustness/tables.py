@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from quench.robustness.metrics import GroupMetrics
+from quench.robustness.metrics import MIN_CHANGED_PROBLEMS, GroupMetrics
 from quench.stats.figures import percent, percent_interval
 from quench.stats.intervals import BootstrapConfig, Interval
 
@@ -13,12 +13,14 @@ def method_note(bootstrap: BootstrapConfig) -> str:
     return (
         f"Percentages, each with its {100 * bootstrap.confidence:g}% interval [low, high]: a bootstrap over "
         f"problems ({bootstrap.resamples:,} resamples, seed {bootstrap.seed}), nominal and perturbed results of "
-        "a problem resampled together. Worst case over the seeds of a transformation, over every "
+        "a problem resampled together; where every problem has the same value, the exact Clopper-Pearson "
+        "bound for 0 (or all) of them instead of a zero-width interval. Worst case over the seeds of a transformation, over every "
         "transformation × seed of a category. RR: samples whose result changed under some variant; RR⁻ / RR⁺: "
         f"pass → fail / fail → pass. RD needs at least {bootstrap.min_nominal_passes} problems passing "
         "nominally (\"too few nominal passes\" otherwise). Valid variants passed the meaning check; a problem "
         "with none keeps its nominal result. Changed: valid variants whose prompt differs from the nominal "
-        "one. Definitions: docs/robustness.md."
+        "one. Problems changed: problems with such a variant; \"(few)\" marks a row resting on fewer than "
+        f"{MIN_CHANGED_PROBLEMS}, whose RP, RD and RR describe those problems alone. Definitions: docs/robustness.md."
     )
 
 # run_info keys shown under a clearer name in the report's "Run" section
@@ -36,7 +38,7 @@ def with_interval(value: float | None, interval: Interval | None) -> str:
 
 def metric_header(k: int, seeds_mark: str = "_s") -> list[str]:
     return [f"Pass@{k}", f"RP{seeds_mark}@{k}", f"RD{seeds_mark}@{k}", f"RR{seeds_mark}@{k}", "RR⁻ / RR⁺",
-            "Valid variants", "Changed"]
+            "Valid variants", "Changed", "Problems changed"]
 
 
 def group_cells(group: GroupMetrics, k: int) -> list[str]:
@@ -47,8 +49,15 @@ def group_cells(group: GroupMetrics, k: int) -> list[str]:
     return [
         cell("pass_at_k"), cell("robust_pass"), cell("robust_drop"), cell("robust_relative"),
         f"{cell('relative_worse')} / {cell('relative_better')}",
-        f"{group.variants_valid}/{group.variants_total}", str(group.variants_changed),
+        f"{group.variants_valid}/{group.variants_total}", str(group.variants_changed), changed_problems(group),
     ]
+
+
+def changed_problems(group: GroupMetrics) -> str:
+    """`4 of 100 (few)`: the problems whose prompt the row's variants changed, flagged below the threshold."""
+    if group.problems_changed is None:
+        return "n/a"
+    return f"{group.problems_changed} of {group.problems}" + (" (few)" if group.few_changed else "")
 
 
 def _readable(key: str, value: object) -> str:
