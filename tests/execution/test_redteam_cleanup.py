@@ -1,0 +1,143 @@
+"""Red team against cleanup: what a program builds in its scratch space is removed, and no verdict is lost to it.
+
+Deep trees, unreadable and unwritable directories, symlinks (to a directory outside, in a loop)
+and 10^5 files, each in a one-worker pool per mode; the programs after it must get the verdicts
+they get alone, the worker must survive, and closing the pool must leave nothing and raise nothing.
+A worker sabotaged from outside (its scratch made undeletable) is replaced, and the program that
+met it runs again in a fresh one.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from sandbox_helpers import MODES, open_pool, skip_reason
+
+from quench.execution import Outcome, SandboxLimits, SandboxPool
+from quench.execution.cleanup import force_remove
+
+CHECK = "def check(candidate):\n    assert candidate(2) == 4\n"
+RIGHT = "def square(x):\n    return x * x\n"
+WRONG = "def square(x):\n    return x + 1\n"
+LIMITS = SandboxLimits(timeout_s=8.0, memory_mb=512, timeout_retries=0)
+# Where a program may build: its working directory, and in "bwrap" mode the whole /tmp and /dev/shm.
+PLACES = """
+def writable(place):
+    probe = os.path.join(place, f'.probe-{os.getpid()}')
+    try:
+        os.mkdir(probe)
+    except OSError:
+        return False
+    os.rmdir(probe)
+    return True
+places = [os.getcwd()] + [place for place in ('/tmp', '/dev/shm') if writable(place)]
+"""
+DEEP = PLACES + """
+for place in places:
+    os.chdir(place)
+    os.mkdir('deep')
+    os.chdir('deep')
+    for level in range(3000):
+        os.mkdir('d')
+        os.chdir('d')
+        if level % 700 == 0:
+            open('f', 'w').write('x')
+            os.symlink('/usr', 'to_usr')
+            os.symlink('.', 'loop')
+    os.chmod('.', 0)
+"""
+LOCKED = PLACES + """
+for place in places:
+    os.makedirs(os.path.join(place, 'locked/inner/innermost'))
+    open(os.path.join(place, 'locked/inner/innermost/f'), 'w').write('x')
+    os.chmod(os.path.join(place, 'locked/inner/innermost'), 0o000)
+    os.chmod(os.path.join(place, 'locked/inner'), 0o100)
+    os.chmod(os.path.join(place, 'locked'), 0o500)
+    os.symlink('/', os.path.join(place, 'root_link'))
+    os.symlink(os.path.join(place, 'self_a'), os.path.join(place, 'self_b'))
+    os.symlink(os.path.join(place, 'self_b'), os.path.join(place, 'self_a'))
+"""
+MANY = """
+import os
+os.mkdir('many')
+for name in range(100_000):
+    os.close(os.open(f'many/{name}', os.O_CREAT | os.O_WRONLY, 0o600))
+"""
+PROBE = PLACES + """
+for place in places:
+    left = [entry for entry in os.listdir(place) if os.path.join(place, entry) != os.getcwd()]
+    assert left == [], (place, left)
+"""
+
+
+def program(body: str, solution: str = RIGHT) -> str:
+    return f"{solution}\nimport os\n{textwrap.dedent(body)}\n{CHECK}\ncheck(square)\n"
+
+
+@pytest.fixture(scope="module", params=MODES)
+def single(request: pytest.FixtureRequest) -> Iterator[SandboxPool]:
+    reason = skip_reason(request.param)
+    if reason is not None:
+        pytest.skip(reason)
+    with open_pool(request.param, workers=1, limits=LIMITS) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("builder", [DEEP, LOCKED, MANY], ids=["3000 deep", "locked and linked", "10^5 files"])
+def test_what_a_program_builds_is_removed(single: SandboxPool, builder: str) -> None:
+    before = set(single.worker_pids())
+    results = single.run_many([program(builder, WRONG), program(PROBE), program(""), program("", WRONG)])
+    assert results[0].outcome in (Outcome.failed, Outcome.timeout), results[0].detail  # a slow disk: part of them
+    assert [r.outcome for r in results[1:]] == [Outcome.passed, Outcome.passed, Outcome.failed], \
+        [r.detail for r in results]
+    assert set(single.worker_pids()) == before  # cleaned, not replaced
+
+
+def test_closing_after_a_deep_tree_leaves_nothing_and_raises_nothing() -> None:
+    for mode in MODES:
+        if skip_reason(mode) is not None:
+            continue
+        before = set(glob.glob("/tmp/quench-sandbox-*"))
+        pool = open_pool(mode, workers=1, limits=LIMITS)
+        with pool:
+            [result] = pool.run_many([program(DEEP)])
+            assert result.outcome is Outcome.passed, result.detail
+        pool.close()  # a second close is harmless too
+        assert set(glob.glob("/tmp/quench-sandbox-*")) - before == set()
+
+
+def test_a_sabotaged_worker_is_replaced_and_its_program_runs_again(tmp_path: Path) -> None:
+    """In "rlimits" mode the scratch directory is the host's: root makes its next work dir undeletable."""
+    if skip_reason("rlimits") is not None:
+        pytest.skip(skip_reason("rlimits"))
+    if shutil.which("chattr") is None or not can_make_immutable(tmp_path):
+        pytest.skip("no chattr +i on this file system")
+    with open_pool("rlimits", workers=1, limits=LIMITS) as pool:
+        pool.start()
+        scratch = str(pool._pool[0].ready["scratch"])
+        work = os.path.join(scratch, "work")
+        os.mkdir(work)
+        subprocess.run(["chattr", "+i", work], check=True)
+        try:
+            results = pool.run_many([program(""), program("", WRONG)])
+        finally:
+            subprocess.run(["chattr", "-i", work], check=True)
+            force_remove(scratch)
+        assert [r.outcome for r in results] == [Outcome.passed, Outcome.failed], [r.detail for r in results]
+        assert pool._pool[0].ready["scratch"] != scratch  # a fresh worker ran it
+
+
+def can_make_immutable(directory: Path) -> bool:
+    probe = directory / "immutable"
+    probe.mkdir()
+    done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, check=False).returncode == 0
+    if done:
+        subprocess.run(["chattr", "-i", str(probe)], check=True)
+    return done
