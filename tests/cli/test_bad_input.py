@@ -69,7 +69,7 @@ CASES = [
     Case("unknown transformation", ("robustness", "--transforms", "Nope", "--out", "{out}"), "unknown perturbation 'Nope'"),
     Case("unknown category", ("robustness", "--categories", "nope", "--out", "{out}"), "unknown category 'nope'"),
     Case("unknown MBPP split", ("run", "--benchmark", "mbpp", "--split", "dev", "--out", "{out}"), "unknown MBPP split 'dev'"),
-    Case("robustness has no --partial", ("robustness", "--partial", "--out", "{out}"), "unrecognized arguments: --partial"),
+    Case("robustness has no --partial", ("robustness", "--partial", "--out", "{out}"), "unrecognized argument: --partial"),
     # --out that cannot be a run directory
     Case("out under a file", ("run", "--out", "{in}/file.txt/run"), "file.txt is not a directory",
          files={"file.txt": b"keep me\n"}),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import importlib
 import logging
+import re
 import sys
 from typing import Sequence
 
@@ -15,12 +17,56 @@ from quench.threads import configure_threads
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors in quench's one-line form: `error: …` as the last line, exit code 2."""
+    """argparse, with its errors in quench's one-line form: one `error: …` line, exit code 2, no usage dump;
+    an unknown option names the command's nearest one."""
 
     def error(self, message: str):
         command = self.prog.removeprefix("quench").strip()  # "run", "guard train", or "" at the top
-        self.print_usage(sys.stderr)
-        self.exit(2, f"error: {command + ': ' if command else ''}{message}\n")
+        message = nearest_choice(message)
+        pointer = "" if "did you mean" in message else f"; see {self.prog} --help"
+        self.exit(2, f"error: {command + ': ' if command else ''}{message}{pointer}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = command_parser(self, parsed)
+            command.error(unrecognized(extras, command))
+        return parsed
+
+
+INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+def nearest_choice(message: str) -> str:
+    """argparse's invalid-choice message, ending with the nearest choice where one is close."""
+    match = INVALID_CHOICE.search(message)
+    if match is None:
+        return message
+    choices = re.findall(r"'([^']*)'", match[2])
+    nearest = difflib.get_close_matches(match[1], choices, n=1, cutoff=0.6)
+    return message + (f"; did you mean {nearest[0]}?" if nearest else "")
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    return [option for action in parser._actions for option in action.option_strings]
+
+
+def unrecognized(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """`unrecognized argument: --max-tokens; did you mean --max-new-tokens?`: the first unknown option
+    with the nearest one `parser` takes, or the extra arguments as argparse names them."""
+    unknown = next((extra for extra in extras if extra.startswith("-")), None)
+    if unknown is None:
+        return f"unrecognized arguments: {' '.join(extras)}"
+    name = unknown.partition("=")[0]
+    nearest = difflib.get_close_matches(name, option_strings(parser), n=1, cutoff=0.6)
+    return f"unrecognized argument: {name}" + (f"; did you mean {nearest[0]}?" if nearest else "")
+
+
+def command_parser(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `parsed` runs: the deepest one whose defaults name its handler."""
+    handler = getattr(parsed, "handler", None)
+    owners = [sub for sub in subparsers_of(parser) if handler is not None and sub._defaults.get("handler") is handler]
+    return max(owners, key=lambda sub: len(sub.prog.split()), default=parser)
 
 
 def add_global_args(parser: argparse.ArgumentParser, default=None) -> None:
