@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quench.cli import common
+from quench.cli import common, validate
 from quench.errors import QuenchError
 
 
@@ -60,6 +60,8 @@ def check_args(args: argparse.Namespace) -> None:
                         ("--max-body-bytes", args.max_body_bytes), ("--prefill-budget", args.prefill_budget)):
         if value is not None and value < 1:
             raise QuenchError(f"{flag} must be at least 1, got {value}")
+    if args.ray is None:
+        validate.check_device(args.device)
     if args.shutdown_timeout < 0:
         raise QuenchError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
     if str(args.engines) != "1":
@@ -75,11 +77,11 @@ def check_args(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
+    check_args(args)  # before the imports below: they load torch
     from quench.models import load_model
     from quench.serve.server import build_service, check_address, context_length, make_server
     from quench.serve.service import MAX_BODY_BYTES, PREFILL_BUDGET, ServeConfig
 
-    check_args(args)
     options = common.backend_options_from_args(args)
     check_address(args.host, args.port)
     if not args.no_access_log:

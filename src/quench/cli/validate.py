@@ -2,7 +2,8 @@
 no write to --out until the whole command line is known to be usable.
 
 Each check raises QuenchError naming the flag or path that is wrong; the entry point turns it into
-`error: …` and exit code 2. Nothing here imports torch.
+`error: …` and exit code 2. Nothing here imports torch: `check_device` reads the installed build's
+version record, and imports torch only on a CUDA build, to ask whether the GPU is there.
 """
 
 from __future__ import annotations
@@ -121,12 +122,54 @@ def probe_writable(existing: Path, out: Path, flag: str) -> None:
     os.rmdir(probe)
 
 
+DEVICE = re.compile(r"(cpu|cuda)(?::(\d+))?")
+
+
+def torch_build() -> dict[str, str | None]:
+    """`__version__` and `cuda` of the installed torch, read from its torch/version.py without importing
+    torch (seconds on a busy machine): `cuda` is None on a CPU-only build."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise QuenchError("torch is not installed: run `make setup`")
+    record = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    values: dict[str, str | None] = {}
+    for node in ast.parse(record.read_text(encoding="utf-8")).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+            values[target.id] = node.value.value
+    return values
+
+
+def check_device(device: str) -> None:
+    """--device names a device this machine has: cpu, or cuda[:i] where torch sees that GPU."""
+    match = DEVICE.fullmatch(device)
+    if match is None:
+        raise QuenchError(f"--device {device!r}: not a device quench runs models on (cpu, cuda, cuda:1, ...)")
+    if match[1] == "cpu":
+        return
+    build = torch_build()
+    if build.get("cuda") is None:
+        raise QuenchError(f"--device {device}: the installed torch ({build.get('__version__', '?')}) is a CPU-only "
+                          "build; use --device cpu, or install a CUDA build of torch")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise QuenchError(f"--device {device}: torch sees no CUDA device on this machine; use --device cpu")
+    if match[2] is not None and int(match[2]) >= torch.cuda.device_count():
+        raise QuenchError(f"--device {device}: torch sees {torch.cuda.device_count()} CUDA device(s), numbered from 0")
+
+
 def check_model_args(args: argparse.Namespace) -> None:
-    """--model, --dtype, --draft, --guard and --prompt-format, without loading anything."""
+    """--model, --dtype, --device, --draft, --guard and --prompt-format, without loading anything."""
     from quench.models.loading import check_dtype, check_model, check_weights
 
     check_model(args.model)
     check_dtype(args.dtype)
+    if not getattr(args, "ray", None):  # with --ray the model loads on the cluster's machines
+        check_device(getattr(args, "device", "cpu"))
     weights = getattr(args, "weights", "dequantized")
     check_weights(weights, args.dtype, args.model)
     if weights == "gguf" and (getattr(args, "backend", "quench") != "quench" or str(getattr(args, "engines", "1")) != "1"):
