@@ -1,8 +1,10 @@
-"""MBPP+ execution: EvalPlus's comparison, two verdicts per program, and the references pass their own inputs."""
+"""MBPP+ execution in real sandboxes: two verdicts per program, EvalPlus's rules end to end, the
+references pass their own inputs, and samples that lie or reach for the judge fail."""
 
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -11,12 +13,12 @@ import pytest
 from quench.datasets import load_benchmark
 from quench.datasets.mbppplus import plus_task, raw_records
 from quench.execution import Outcome, SandboxLimits, SandboxPool
-from quench.execution.plus import (FACTOR, MIN_LIMIT_S, PlusPool, oracle_for, prepare_oracles, sandbox_limits,
-                                   time_limits)
-from quench.execution.plus_harness import matches
+from quench.execution.plus import (FACTOR, MIN_LIMIT_S, PlusPool, oracle_for, plus_program, prepare_oracles,
+                                   sandbox_limits, time_limits)
 from quench.execution.sanitize import program_for
 
-WRONG_ORDER = "  return tuple(sorted(set(test_tup1) & set(test_tup2)))\n"  # Mbpp/2: MBPP's asserts pass, plus does not
+WRONG_ORDER = "  return tuple(sorted(set(test_tup1) & set(test_tup2)))\n"  # Mbpp/2: a set-compared task
+WRONG = "  return tuple(sorted(set(test_tup1) | set(test_tup2)))\n"
 
 
 @pytest.fixture(scope="module")
@@ -41,31 +43,9 @@ def run(pool: SandboxPool, pairs: list[tuple[str, str]]):
     return [results[i] for i in range(len(pairs))]
 
 
-@pytest.mark.parametrize(("out", "expected", "atol", "verdict"), [
-    (0.1 + 0.2, 0.3, 0.0, True),  # floats get atol 1e-6 where the problem gives none
-    (0.3001, 0.3, 0.0, False),
-    (0.3001, 0.3, 1e-3, True),
-    ([1.0, 2.0000001], [1.0, 2.0], 0.0, True),  # a list of floats, elementwise
-    ((1.0, 2.0000001), [1.0, 2.0], 0.0, False),  # ... of the expected type only
-    ([1.0], [1.0, 2.0], 0.0, False),  # ... and length
-    (1, 1.0, 0.0, True),  # equal: exact comparison passes first
-    (2, 2.0000001, 0.0, False),  # an int is not a float
-    ("0.3", 0.3, 1e-3, False),
-    (float("inf"), float("inf"), 1e-4, True),
-    (float("nan"), float("nan"), 1e-4, False),  # np.allclose: nan is not close to nan
-    ((3, 1.5), (3, 1.5000001), 1e-4, True),  # atol problems: mixed tuples, elementwise
-    ([[1.0]], [[1.0000001]], 1e-4, True),
-    ([1, 2], [2, 1], 0.0, False),
-    ({1, 2}, {2, 1}, 0.0, True),
-])
-def test_float_comparison(out, expected, atol, verdict) -> None:
-    assert matches(out, expected, atol) is verdict
-
-
-def test_special_oracles() -> None:
-    assert matches("anything", False, 0.0, "any")
-    assert matches(0, 7, 0.0, "zero_ok") and not matches(3, 7, 0.0, "zero_ok")
-    assert matches(object(), True, 0.0, "not_none") and not matches(None, True, 0.0, "not_none")
+def reference_body(task_id: str) -> str:
+    """The reference's completion of the task's prompt (its body, then its helpers)."""
+    return load_benchmark("mbpp+", "all", [task_id])[0].canonical_solution
 
 
 def test_time_limits_follow_evalplus() -> None:
@@ -80,12 +60,28 @@ def test_oracle_is_cached_by_content(cache: Path) -> None:
     assert oracle_for(task) == oracle  # read back from the cache
 
 
-def test_wrong_program_passes_base_fails_plus(plus_pool: SandboxPool) -> None:
-    reference, wrong = run(plus_pool, [("Mbpp/2", plus_task("Mbpp/2").reference.split(":\n", 1)[1]),
-                                       ("Mbpp/2", WRONG_ORDER)])
+def test_set_compared_task_passes_reordered_output(plus_pool: SandboxPool) -> None:
+    reference, reordered, wrong = run(plus_pool, [("Mbpp/2", reference_body("Mbpp/2")), ("Mbpp/2", WRONG_ORDER),
+                                                  ("Mbpp/2", WRONG)])
     assert reference.base.passed and reference.plus.passed
-    assert wrong.base.passed and not wrong.plus.passed
-    assert wrong.plus.detail.startswith("PlusTestFailed: plus input")
+    assert reordered.base.passed and reordered.plus.passed  # EvalPlus compares Mbpp/2's outputs as sets
+    assert not wrong.base.passed and wrong.base.detail.startswith("BaseTestFailed: base input 1 of 3 wrong")
+
+
+def test_match_or_none_tasks_compare_a_bool_as_a_bool(plus_pool: SandboxPool) -> None:
+    """Mbpp/737 returns a match or None; a sample that returns False where there is a match fails."""
+    body = reference_body("Mbpp/737")
+    results = run(plus_pool, [("Mbpp/737", body), ("Mbpp/737", body.replace("return re.search", "return bool(re.search")
+                              .rstrip() + ")\n"), ("Mbpp/737", "\treturn False\n")])
+    assert [r.plus.passed for r in results] == [True, True, False]
+    assert results[2].base.detail.startswith("BaseTestFailed: base input 1 of 3 wrong: got False")
+
+
+def test_counter_and_dict_both_pass_a_counter_reference(plus_pool: SandboxPool) -> None:
+    """Mbpp/88's reference returns a Counter: a dict with its items passes, as with EvalPlus."""
+    as_dict = "  out = {}\n  for x in list1:\n    out[x] = out.get(x, 0) + 1\n  return out\n"
+    results = run(plus_pool, [("Mbpp/88", reference_body("Mbpp/88")), ("Mbpp/88", as_dict)])
+    assert all(r.plus.passed for r in results)
 
 
 def test_failing_base_fails_both(plus_pool: SandboxPool) -> None:
@@ -95,20 +91,93 @@ def test_failing_base_fails_both(plus_pool: SandboxPool) -> None:
 
 
 def test_input_time_limit_and_killed_programs(plus_pool: SandboxPool) -> None:
-    """A hang is stopped at the input's limit; a program that kills itself on an extra input gets its
-    base verdict from a base-only run."""
+    """A hang is stopped at the input's limit (and run once more before it counts); a sample that
+    ends its own process on an extra input fails that input, its base verdict stands."""
     big = "  if len(test_tup1) > 6:\n    {}\n  return tuple(set(test_tup1) & set(test_tup2))\n"
-    hang, dies = run(plus_pool, [("Mbpp/2", big.format("while True: pass")),
-                                 ("Mbpp/2", big.format("import os; os._exit(3)"))])
+    hang, in_c, dies = run(plus_pool, [("Mbpp/2", big.format("while True: pass")),
+                                       ("Mbpp/2", big.format("import time; time.sleep(100)")),
+                                       ("Mbpp/2", big.format("import os; os._exit(0)"))])
     assert hang.base.passed and hang.plus.outcome is Outcome.timeout and "timed out after 1 s" in hang.plus.detail
-    assert dies.base.passed and dies.plus.outcome is Outcome.crashed
+    assert not hang.flaky_timeout
+    assert in_c.base.passed and in_c.plus.outcome is Outcome.timeout
+    assert dies.base.passed and dies.plus.outcome is Outcome.failed and "exited with status 0" in dies.plus.detail
+
+
+def test_an_input_that_times_out_once_is_run_again(plus_pool: SandboxPool) -> None:
+    """The sample busy-waits until a moment: over its 1 s limit in its first run, under it in the
+    second, which starts after the first one's limit."""
+    problem = load_benchmark("mbpp+", "all", ["Mbpp/2"])[0]
+    oracle_for(plus_task("Mbpp/2"))
+    until = time.time() + 1.6
+    code = (f"  import time\n  while time.time() < {until!r}:\n    pass\n"
+            "  return tuple(set(test_tup1) & set(test_tup2))\n")
+    ((_, result),) = list(PlusPool(plus_pool).imap([(0, program_for(problem, code))]))
+    assert result.base.passed and result.plus.passed and result.flaky_timeout
 
 
 def test_wrapped_candidate_names_are_its_own(plus_pool: SandboxPool) -> None:
-    """The harness runs in its own namespace: a sample's helpers named like the harness's stay the sample's."""
-    code = "  return close(test_tup1, test_tup2)\n\ndef close(a, b):\n  return tuple(set(a) & set(b))\n"
+    """A sample's helpers named like the judge's stay the sample's."""
+    code = ("  return check(test_tup1, test_tup2)\n\ndef check(a, b):\n  return tuple(set(a) & set(b))\n\n"
+            "def run_tests(*args):\n  pass\n")
     (result,) = run(plus_pool, [("Mbpp/2", code)])
     assert result.plus.passed
+
+
+LYING = {
+    "always_equal": "  class Same:\n    def __eq__(self, other): return True\n    __hash__ = object.__hash__\n"
+                    "  return Same()\n",
+    "int_subclass": "  class Number(int):\n    def __eq__(self, other): return True\n    __hash__ = int.__hash__\n"
+                    "  return Number(0)\n",
+    "nested": "  class Number(int):\n    def __eq__(self, other): return True\n    __hash__ = int.__hash__\n"
+              "  return [Number(0)]\n",
+    "numpy_array": "  import numpy\n  return numpy.array(sorted(set(test_tup1) & set(test_tup2)))\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LYING))
+def test_a_returned_non_value_fails_as_such(plus_pool: SandboxPool, name: str) -> None:
+    (result,) = run(plus_pool, [("Mbpp/2", LYING[name])])
+    assert result.base.outcome is Outcome.non_value and result.plus.outcome is Outcome.non_value
+    assert "returned a non-builtin value" in result.base.detail
+
+
+REACHING = {
+    # walks every frame it can find for the expected value, or the judge's functions to patch
+    "frames": "  import sys\n  f = sys._getframe()\n  while f is not None:\n"
+              "    for name in ('expected', 'exp', 'cases', 'tests'):\n      if name in f.f_locals:\n"
+              "        return f.f_locals[name]\n    f = f.f_back\n  return ()\n",
+    "patch_judge": "import gc\nfor o in gc.get_objects():\n  if isinstance(o, dict) and ('check' in o or 'run_tests' in o):\n"
+                   "    o['check'] = lambda *a: (True, 0.0)\n    o['judge_input'] = lambda *a: (None, 0.0)\n"
+                   "def similar_elements(test_tup1, test_tup2):\n  return ()\n",
+    "quench_plus": "import __main__\n__main__.__dict__.setdefault('__quench_plus__', {})['check'] = lambda *a: (True, 0)\n"
+                   "globals().setdefault('__quench_plus__', {})['check'] = lambda *a: (True, 0)\n"
+                   "def similar_elements(test_tup1, test_tup2):\n  return ()\n",
+    "judge_memory": "  import os\n  try:\n    data = open('/proc/%d/mem' % os.getppid(), 'rb')\n  except OSError:\n"
+                    "    return ()\n  return ('read',)\n",
+    "judge_fds": "  import os\n  for fd in os.listdir('/proc/%d/fd' % os.getppid()):\n    pass\n  return ()\n",
+    "forge_record": "  import os\n  for fd in range(3, 64):\n    try:\n      os.write(fd, b'P' * 64)\n"
+                    "    except OSError:\n      pass\n  return ()\n",
+    "kill_judge": "  import os, signal\n  os.kill(os.getppid(), signal.SIGKILL)\n  return ()\n",
+    "exit_zero": "  import sys\n  sys.exit(0)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REACHING))
+def test_a_sample_cannot_reach_the_judge(plus_pool: SandboxPool, name: str) -> None:
+    (result,) = run(plus_pool, [("Mbpp/2", REACHING[name])])
+    assert not result.base.passed and not result.plus.passed
+
+
+def test_large_expected_outputs_are_digests(cache: Path, plus_pool: SandboxPool) -> None:
+    """Mbpp/630's outputs are megabytes each: its programs carry none of them, and still judge."""
+    problem = load_benchmark("mbpp+", "all", ["Mbpp/630"])[0]
+    oracle = oracle_for(plus_task("Mbpp/630"))
+    assert sum(entry[0] == "d" for entry in oracle.plus) >= 10
+    assert len(plus_program(problem, problem.canonical_solution)) < 1_000_000
+    off_by_one = reference_body("Mbpp/630").replace("return", "return [(0, 0)] +", 1)
+    reference, wrong = run(plus_pool, [("Mbpp/630", reference_body("Mbpp/630")), ("Mbpp/630", off_by_one)])
+    assert reference.plus.passed
+    assert not wrong.base.passed
 
 
 def references_pass(task_ids: list[str]) -> None:
@@ -122,7 +191,7 @@ def references_pass(task_ids: list[str]) -> None:
 
 
 def test_sampled_references_pass_their_plus_inputs(cache: Path) -> None:
-    references_pass(random.Random(0).sample(sorted(raw_records()), 40))
+    references_pass(random.Random(0).sample(sorted(raw_records()), 20))
 
 
 @pytest.mark.full

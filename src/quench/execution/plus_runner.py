@@ -13,8 +13,8 @@ Protocol (a frame is an 8-byte big-endian length, then that many bytes):
 - out: after loading, a frame "O", or "E" + message; per input, the byte "R" as soon as the call
   returns or raises, then a kind byte and its frames: "V" and the value's wire form, BATCH items
   a frame, ended by an empty frame; "X" and the error; "T" and an empty frame (its own alarm
-  fired); "N" and the name of a type that is not a plain value (plus_values.py). A "V" whose later
-  part turns out not to be plain ends with an ABORT length instead, and a kind byte starts again.
+  fired); "N" and the name of a type that is not a plain value (plus_values.py). A "V" that
+  marshal refuses part way ends with an ABORT length instead, and a kind byte starts again.
 Standard library only; runs with plus_values.py's text before it.
 """
 
@@ -23,7 +23,7 @@ import pickle
 import signal
 import struct
 
-from quench.execution.plus_values import PLAIN_TYPES, non_value_type, wire_chunks, with_plain_mappings
+from quench.execution.plus_values import non_value_type, wire_chunks, with_plain_mappings
 
 IN_FD, OUT_FD = 3, 4
 ABORT = 1 << 63  # a frame length that ends a value part way
@@ -78,23 +78,23 @@ def call(function, args, limit):
 
 
 def send_value(out):
-    """The "V" reply: `out`'s wire form in frames; a standard mapping goes as a dict."""
-    if type(out) not in PLAIN_TYPES:
+    """The "V" reply: `out`'s wire form in frames (a standard mapping goes as a dict), or "N"."""
+    name = non_value_type(out)
+    if name is not None:
         out = with_plain_mappings(out)
+        name = non_value_type(out)
+    if name is not None:
+        os.write(OUT_FD, b"N")
+        send(name.encode("utf-8", "replace"))
+        return
     os.write(OUT_FD, b"V")
     try:
         for chunk in wire_chunks(out):
             send(chunk)
-    except (ValueError, TypeError):  # marshal refuses subclasses, other types and cycles
-        try:
-            chunks = list(wire_chunks(with_plain_mappings(out)))
-        except (ValueError, TypeError, RecursionError):
-            os.write(OUT_FD, struct.pack(">Q", ABORT) + b"N")
-            send((non_value_type(out) or "a value nested too deeply").encode("utf-8", "replace"))
-            return
-        os.write(OUT_FD, struct.pack(">Q", ABORT) + b"V")
-        for chunk in chunks:
-            send(chunk)
+    except (ValueError, TypeError):  # what marshal refuses all the same
+        os.write(OUT_FD, struct.pack(">Q", ABORT) + b"N")
+        send(b"a value marshal refuses")
+        return
     send(b"")
 
 

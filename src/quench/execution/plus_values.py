@@ -19,33 +19,58 @@ Standard library only: this file runs in the sandbox as part of the MBPP+ harnes
 
 import hashlib
 import marshal
+from itertools import chain
 
 WIRE_VERSION = 2
 PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
 SIMPLE_TYPES = (type(None), bool, int, float, str, bytes, list, tuple)
 CONTAINERS = (list, tuple, set, frozenset)
+PLAIN_SET, NESTED = frozenset(PLAIN_TYPES), frozenset((*CONTAINERS, dict))
+SCALARS = PLAIN_SET - NESTED
 MAX_DEPTH = 200  # deeper than any MBPP+ output
 BATCH = 4096  # items of a long list or tuple encoded at a time: a large output is never encoded whole
 STANDARD_MAPPINGS = ("collections.Counter", "collections.OrderedDict", "collections.defaultdict")
 
 
 def non_value_type(value, depth=0):
-    """The name of the first type in `value` that is not a plain one, else None."""
+    """The name of the first type in `value` that is not a plain one, else None. (marshal alone
+    would not do: it writes anything with the buffer protocol, a numpy array say, as bytes.)"""
     kind = type(value)
-    if kind not in PLAIN_TYPES:
-        return kind.__module__ + "." + kind.__qualname__
+    if kind not in PLAIN_SET:
+        return _name(kind)
+    if kind not in NESTED:
+        return None
     if depth > MAX_DEPTH:
         return "nesting deeper than " + str(MAX_DEPTH)
-    items = ()
-    if kind in CONTAINERS:
-        items = value
-    elif kind is dict:
-        items = [item for pair in dict.items(value) for item in pair]
-    for item in items:
-        found = non_value_type(item, depth + 1)
+    items = [*dict.keys(value), *dict.values(value)] if kind is dict else list(value) if kind not in (list, tuple) \
+        else value
+    for start in range(0, len(items), BATCH):
+        found = _batch_type(items[start:start + BATCH], depth)
         if found is not None:
             return found
     return None
+
+
+def _batch_type(part, depth):
+    """non_value_type of a batch of items, their own items checked at once where they are scalars."""
+    kinds = set(map(type, part))
+    for other in kinds - PLAIN_SET:
+        return _name(other)
+    nested = kinds & NESTED
+    if not nested:
+        return None
+    if dict not in nested and set(map(type, chain.from_iterable(x for x in part if type(x) in nested))) <= SCALARS:
+        return None
+    for item in part:
+        if type(item) in NESTED:
+            found = non_value_type(item, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _name(kind):
+    return kind.__module__ + "." + kind.__qualname__
 
 
 def is_simple(value, depth=0):
