@@ -14,14 +14,12 @@ import os
 import shutil
 import subprocess
 import textwrap
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 from sandbox_helpers import MODES, open_pool, skip_reason
 
 from quench.execution import Outcome, SandboxLimits, SandboxPool
-from quench.execution.cleanup import force_remove
 
 CHECK = "def check(candidate):\n    assert candidate(2) == 4\n"
 RIGHT = "def square(x):\n    return x * x\n"
@@ -75,6 +73,7 @@ for place in places:
     left = [entry for entry in os.listdir(place) if os.path.join(place, entry) != os.getcwd()]
     assert left == [], (place, left)
 """
+OUTSIDE = ("/", "/tmp", "/usr", "/dev/shm")  # what a link in a program's tree may point at, or its scratch's parent
 
 
 def program(body: str, solution: str = RIGHT) -> str:
@@ -93,7 +92,9 @@ def single(request: pytest.FixtureRequest) -> Iterator[SandboxPool]:
 @pytest.mark.parametrize("builder", [DEEP, LOCKED, MANY], ids=["3000 deep", "locked and linked", "10^5 files"])
 def test_what_a_program_builds_is_removed(single: SandboxPool, builder: str) -> None:
     before = set(single.worker_pids())
+    modes = {path: os.stat(path).st_mode for path in OUTSIDE}
     results = single.run_many([program(builder, WRONG), program(PROBE), program(""), program("", WRONG)])
+    assert {path: os.stat(path).st_mode for path in OUTSIDE} == modes  # cleanup changed nothing beyond the tree
     assert results[0].outcome in (Outcome.failed, Outcome.timeout), results[0].detail  # a slow disk: part of them
     assert [r.outcome for r in results[1:]] == [Outcome.passed, Outcome.passed, Outcome.failed], \
         [r.detail for r in results]
@@ -113,31 +114,18 @@ def test_closing_after_a_deep_tree_leaves_nothing_and_raises_nothing() -> None:
         assert set(glob.glob("/tmp/quench-sandbox-*")) - before == set()
 
 
-def test_a_sabotaged_worker_is_replaced_and_its_program_runs_again(tmp_path: Path) -> None:
-    """In "rlimits" mode the scratch directory is the host's: root makes its next work dir undeletable."""
+def test_a_sabotaged_worker_is_replaced_and_its_program_runs_again() -> None:
+    """In "rlimits" mode, root mounts a file system on the fork server's next work directory: it cannot be removed."""
     if skip_reason("rlimits") is not None:
         pytest.skip(skip_reason("rlimits"))
-    if shutil.which("chattr") is None or not can_make_immutable(tmp_path):
-        pytest.skip("no chattr +i on this file system")
+    if shutil.which("nsenter") is None:
+        pytest.skip("no nsenter here")
     with open_pool("rlimits", workers=1, limits=LIMITS) as pool:
         pool.start()
-        scratch = str(pool._pool[0].ready["scratch"])
-        work = os.path.join(scratch, "work")
-        os.mkdir(work)
-        subprocess.run(["chattr", "+i", work], check=True)
-        try:
-            results = pool.run_many([program(""), program("", WRONG)])
-        finally:
-            subprocess.run(["chattr", "-i", work], check=True)
-            force_remove(scratch)
+        server = pool.worker_pids()[0]
+        work = os.path.join(str(pool._pool[0].ready["scratch"]), "work")
+        sabotage = f"mkdir {work} && mount -t tmpfs -o size=1m sabotage {work}"
+        subprocess.run(["nsenter", "-t", str(server), "-m", "sh", "-c", sabotage], check=True)
+        results = pool.run_many([program(""), program("", WRONG)])
         assert [r.outcome for r in results] == [Outcome.passed, Outcome.failed], [r.detail for r in results]
-        assert pool._pool[0].ready["scratch"] != scratch  # a fresh worker ran it
-
-
-def can_make_immutable(directory: Path) -> bool:
-    probe = directory / "immutable"
-    probe.mkdir()
-    done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, check=False).returncode == 0
-    if done:
-        subprocess.run(["chattr", "-i", str(probe)], check=True)
-    return done
+        assert pool.worker_pids() != [server]  # a fresh worker ran it

@@ -158,7 +158,8 @@ def empty_but_directories(directory):
 
 def open_writable(directory, name):
     """Open subdirectory `name` of fd `directory`, made ours to list and change first (a program may chmod 000 it)."""
-    os.chmod(name, 0o700, dir_fd=directory)
+    if os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode & 0o700 != 0o700:
+        os.chmod(name, 0o700, dir_fd=directory)  # a real directory (lstat): chmod follows no link
     return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=directory)
 
 

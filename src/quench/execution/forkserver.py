@@ -200,9 +200,11 @@ class ForkServer:
         if filter_bytes is None:
             raise OSError("no seccomp filter for this architecture: programs could reach other processes")
         self.config["seccomp"] = prepare(filter_bytes)
+        self.private_shm = config.get("private_shm", False)
         if not self.in_namespace:
             os.mkdir(self.base, 0o711)
-        self.private_shm = config.get("private_shm", False)
+            if self.private_shm:  # our own mount namespace: the scratch is a tmpfs of its own, seen only here
+                mount_tmpfs(self.base, f"mode=0711,size={config['scratch_mb']}m")
         if self.in_namespace:
             # Writable only where it already is; what matters is the Landlock domain itself: the kernel
             # refuses every ptrace-class access (/proc/<pid>/mem included) and signal to a process
@@ -398,8 +400,12 @@ def private_shm(size_mb):
     """"rlimits" mode, where root may (CAP_SYS_ADMIN): a mount namespace of our own, an empty tmpfs on /dev/shm."""
     if _libc.unshare(CLONE_NEWNS) != 0 or _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
-    options = f"mode=1777,size={size_mb}m".encode()
-    return _libc.mount(b"tmpfs", SHM.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0
+    return mount_tmpfs(SHM, f"mode=1777,size={size_mb}m")
+
+
+def mount_tmpfs(path, options):
+    """A fresh tmpfs on `path` (in our own mount namespace); whether it was mounted."""
+    return _libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()) == 0
 
 
 def parse_record(record, nonce):

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 START_TIMEOUT_S = 60.0  # a cold start on a loaded machine; normally ~50 ms
-GRACE_S = 5.0  # beyond timeout_s before an unanswering worker is presumed hung
+GRACE_S = 5.0  # beyond a program's limit and its cleanup before an unanswering worker is presumed hung
 SCRATCH_PREFIX = "/tmp/quench-sandbox-"  # "rlimits" mode: each fork server's scratch directory
 
 
@@ -336,7 +336,7 @@ class SandboxPool:
         if timeouts is not None:
             timeout_s = timeouts.get(key)
         now = time.monotonic()
-        return _Job(key, now, now + (timeout_s or self.limits.timeout_s) + GRACE_S, program, timeout_s, retry)
+        return _Job(key, now, now + answer_within(timeout_s or self.limits.timeout_s), program, timeout_s, retry)
 
     def _dispatch(self, worker: _Worker, program: str, timeout_s: float | None = None) -> bool:
         """Send a program, restarting the worker once if it had died while idle."""
@@ -364,7 +364,8 @@ class SandboxPool:
                 for worker, job in busy.items():
                     if worker not in done and now > job.deadline:
                         self._restart(worker)
-                        detail = f"sandbox worker gave no answer within {self.limits.timeout_s + GRACE_S:g} s"
+                        waited = answer_within(job.timeout_s or self.limits.timeout_s)
+                        detail = f"sandbox worker gave no answer within {waited:g} s"
                         finished.append((worker, ExecutionResult(Outcome.timeout, detail, now - job.started)))
         return finished
 
@@ -384,6 +385,11 @@ class SandboxPool:
             log.error("could not restart a sandbox worker: %s", err)
             return False
         return True
+
+
+def answer_within(timeout_s: float) -> float:
+    """How long a worker may take to answer: the program's limit, as long again to remove what it made, and a grace."""
+    return 2 * timeout_s + GRACE_S
 
 
 def _kill(target: int, how: Callable[[int, int], None]) -> None:
