@@ -210,8 +210,12 @@ def slug(text: str) -> str:
 def add_ray_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray", default=None, metavar="auto|ADDRESS",
                         help="spread generation and execution over a Ray cluster (docs/ray.md)")
-    parser.add_argument("--ray-actors", type=int, default=None, help="generation actors (default: one per GPU, else per CPU)")
-    parser.add_argument("--ray-cpus-per-actor", type=float, default=1.0, help="CPUs (torch threads) per generation actor")
+    parser.add_argument("--replicas", "--ray-actors", dest="ray_actors", type=int, default=None, metavar="N",
+                        help="engine replicas (generation actors) on the cluster, as in `quench serve --replicas` "
+                             "(--ray-actors: the same; default: one per GPU, else per CPU)")
+    parser.add_argument("--cpus-per-replica", "--ray-cpus-per-actor", dest="ray_cpus_per_actor", type=float, default=1.0,
+                        metavar="C", help="CPUs (torch threads) per replica, as in `quench serve` (--ray-cpus-per-actor: "
+                                          "the same)")
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -246,7 +250,7 @@ def check_engines(args: argparse.Namespace) -> None:
     if args.device != "cpu":
         raise QuenchError("--engines applies on a CPU; on a GPU run one process per device (--ray)")
     if getattr(args, "ray", None):
-        raise QuenchError("--engines and --ray: each Ray actor runs one engine; set their number with --ray-actors")
+        raise QuenchError("--engines and --ray: each Ray actor runs one engine; set their number with --replicas")
     if getattr(args, "time_budget", None) is not None:
         raise QuenchError("--time-budget needs one engine (it samples each prompt until its deadline); drop --engines")
 

@@ -33,14 +33,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="label stdlib code with its own next tokens (free) or the target's top-k (a teacher pass)")
     train.add_argument("--sampled-answers", type=int, default=defaults.sampled_answers,
                        help="further answers per prompt, sampled at --sample-temperature (more target-written code)")
-    train.add_argument("--sample-temperature", type=float, default=defaults.sample_temperature)
-    train.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    train.add_argument("--sample-temperature", type=float, default=defaults.sample_temperature,
+                       help="temperature of the further sampled answers")
+    train.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,
+                       help="tokens the target writes per answer, at most")
     train.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens per training sequence")
-    train.add_argument("--epochs", type=int, default=defaults.epochs)
-    train.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    train.add_argument("--lr", type=float, default=defaults.learning_rate)
+    train.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the target's answers")
+    train.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per training step")
+    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="learning rate")
     train.add_argument("--top-k", type=int, default=defaults.top_k, help="teacher log-probabilities kept per position")
-    train.add_argument("--seed", type=int, default=defaults.seed)
+    train.add_argument("--seed", type=int, default=defaults.seed, help="seed of the data order and sampling")
     train.set_defaults(handler=run)
 
 

@@ -31,20 +31,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--splits", default="train,validation", help="MBPP splits (train, validation)")
     build.add_argument("--limit", default=None,
                        help="first N problems of each split and benchmark: N, or per split, e.g. train:48,validation:16")
-    build.add_argument("--max-new-tokens", type=int, default=300)
+    build.add_argument("--max-new-tokens", type=int, default=300, help="tokens generated per answer, at most")
     common.add_model_args(build, backends=("hf", "quench"))  # labels need the model's hidden states here
     build.set_defaults(handler=run_build)
 
     train = verbs.add_parser("train", help="train a guard on a dataset from build-data")
     train.add_argument("--data", type=Path, required=True, help="dataset directory")
     train.add_argument("--out", type=Path, required=True, help="guard file to write (.safetensors)")
-    train.add_argument("--kind", default="linear", choices=["linear", "mlp"])
-    train.add_argument("--mlp-hidden", type=int, default=64)
-    train.add_argument("--epochs", type=int, default=30)
-    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--kind", default="linear", choices=["linear", "mlp"], help="the guard's classifier")
+    train.add_argument("--mlp-hidden", type=int, default=64, help="hidden units of --kind mlp")
+    train.add_argument("--epochs", type=int, default=30, help="passes over the training answers")
+    train.add_argument("--lr", type=float, default=3e-3, help="learning rate")
     train.add_argument("--val-fraction", type=float, default=0.2,
                        help="held-out answers if the data has no validation split")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, default=0, help="seed of the split and the initial weights")
     train.add_argument("--benchmark", default=None,
                        help="train on these benchmarks' answers only (comma-separated, e.g. mbpp); default all")
     add_policy_args(train)
@@ -53,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score = verbs.add_parser("eval", help="a guard's token precision/recall per language on a dataset's validation answers")
     score.add_argument("path", type=Path, help="guard file (.safetensors), or auto for the model's shipped guard")
     score.add_argument("--data", type=Path, required=True, help="dataset directory")
-    score.add_argument("--answers", default="validation", choices=["validation", "all"])
+    score.add_argument("--answers", default="validation", choices=["validation", "all"],
+                       help="score the dataset's validation answers, or all of them")
     score.add_argument("--threshold", type=float, default=None, help="override the guard's threshold")
     score.set_defaults(handler=run_eval)
 

@@ -16,9 +16,25 @@ from quench.errors import QuenchError
 from quench.threads import configure_threads
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the text already says it (`default …`)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default is argparse.SUPPRESS
+        shown = not unset and action.default not in ([], "") and action.option_strings
+        if not shown or "default" in text.lower():
+            return text
+        return f"{text} (default %(default)s)" if text else "default %(default)s"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with its errors in quench's one-line form: one `error: …` line, exit code 2, no usage dump;
-    an unknown option names the command's nearest one."""
+    an unknown option names the command's nearest one. Every command's help shows each option's default."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         command = self.prog.removeprefix("quench").strip()  # "run", "guard train", or "" at the top

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           batch_size=SERVE_BATCH_SIZE)
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine only)")
-    server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     server.add_argument("--served-model-name", default=None, metavar="NAME",
                         help="the model name clients send and /v1/models lists (default: --model)")
     server.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",

@@ -24,8 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train", help="fine-tune a model for robustness (data/batch augmentation, ALP, contrastive losses)",
         description="Several processes: torchrun --nproc_per_node N $(which quench) train ...")
     parser.add_argument("--model", default=DEFAULT_PRESET, help="preset, HF model directory, or .gguf file")
-    parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"],
+                        help="how prompts are shown to the model while training (default: the preset's, else completion)")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="float32", help="weights while training: float32 (default), bfloat16")
     parser.add_argument("--out", type=Path, required=True, help="output directory (model, state, logs)")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
@@ -46,20 +47,21 @@ def needs_sandbox(args: argparse.Namespace) -> bool:
 
 
 def add_optimisation_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--epochs", type=int, default=1, help="passes over the training problems")
+    parser.add_argument("--lr", type=float, default=2e-4, help="peak learning rate (linear warm-up, then linear decay to 0)")
     parser.add_argument("--batch-size", type=int, default=4, help="examples per process and step (a pair counts once)")
     parser.add_argument("--max-length", type=int, default=512, help="longer sequences are left out")
-    parser.add_argument("--warmup-ratio", type=float, default=0.05)
-    parser.add_argument("--weight-decay", type=float, default=0.0)
-    parser.add_argument("--grad-clip", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup-ratio", type=float, default=0.05, help="share of the steps the learning rate warms up over")
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
+    parser.add_argument("--grad-clip", type=float, default=1.0, help="gradient norm clipped to this (0: off)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data order, the adapters' initial weights and dropout")
     parser.add_argument("--save-every", type=int, default=50, help="steps between resumable states")
     parser.add_argument("--stop-after", type=int, default=None, help="stop (resumable) after N steps of this run")
-    parser.add_argument("--lora-rank", type=int, default=8)
-    parser.add_argument("--lora-alpha", type=int, default=16)
-    parser.add_argument("--lora-dropout", type=float, default=0.05)
-    parser.add_argument("--lora-targets", default=",".join(DEFAULT_LORA_TARGETS))
+    parser.add_argument("--lora-rank", type=int, default=8, help="LoRA: rank of each adapter")
+    parser.add_argument("--lora-alpha", type=int, default=16, help="LoRA: scale alpha / rank of the adapters' output")
+    parser.add_argument("--lora-dropout", type=float, default=0.05, help="LoRA: dropout on the adapters' input")
+    parser.add_argument("--lora-targets", default=",".join(DEFAULT_LORA_TARGETS),
+                        help="LoRA: comma-separated projections to adapt")
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt only the top N layers (faster backward)")
 
 
@@ -69,7 +71,9 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stdlib", type=int, default=0, help="add N functions with docstrings from the standard library")
     parser.add_argument("--categories", default=DEFAULT_CATEGORIES, help="perturbation categories to augment with")
     parser.add_argument("--transforms", default=None, help="perturbation names (overrides --categories)")
-    parser.add_argument("--perturb-seeds", type=int, default=1, help="seeds per randomised perturbation")
+    parser.add_argument("--seeds", "--perturb-seeds", dest="perturb_seeds", type=int, default=1,
+                        help="s: variants per randomised transformation, as in `quench robustness --seeds` "
+                             "(--perturb-seeds: the same)")
     add_profile_arg(parser)
     parser.add_argument("--variants-per-example", type=int, default=1, help="da/mda: variants drawn per example and epoch")
     parser.add_argument("--no-validate", dest="validate", action="store_false",
@@ -79,12 +83,15 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
 
 def add_loss_args(parser: argparse.ArgumentParser) -> None:
     d = LossWeights()
-    parser.add_argument("--alp-weight", type=float, default=d.alp)
-    parser.add_argument("--seq-weight", type=float, default=d.seq)
-    parser.add_argument("--tok-weight", type=float, default=d.tok)
-    parser.add_argument("--seq-temperature", type=float, default=d.seq_temperature)
-    parser.add_argument("--tok-temperature", type=float, default=d.tok_temperature)
-    parser.add_argument("--tok-max-aligned", type=int, default=d.tok_max_aligned)
+    parser.add_argument("--alp-weight", type=float, default=d.alp, help="alp: weight of the logit distance between pairs")
+    parser.add_argument("--seq-weight", type=float, default=d.seq, help="cl-seq: weight of the sequence-level contrastive loss")
+    parser.add_argument("--tok-weight", type=float, default=d.tok, help="cl-tok: weight of the token-level contrastive loss")
+    parser.add_argument("--seq-temperature", type=float, default=d.seq_temperature,
+                        help="cl-seq: temperature of the cosine similarities")
+    parser.add_argument("--tok-temperature", type=float, default=d.tok_temperature,
+                        help="cl-tok: temperature of the cosine similarities")
+    parser.add_argument("--tok-max-aligned", type=int, default=d.tok_max_aligned,
+                        help="cl-tok: aligned tokens sampled per pair")
 
 
 def split_list(spec: str) -> tuple[str, ...]:

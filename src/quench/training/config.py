@@ -117,7 +117,7 @@ def check_config(config: TrainConfig) -> None:
     if "cl-seq" in s and config.batch_size < 2:
         raise QuenchError("cl-seq contrasts each pair with the other pairs of the batch: --batch-size must be at least 2")
     positive = {"--epochs": config.epochs, "--batch-size": config.batch_size, "--save-every": config.save_every,
-                "--perturb-seeds": config.data.perturb_seeds, "--variants-per-example": config.data.variants_per_example}
+                "--seeds": config.data.perturb_seeds, "--variants-per-example": config.data.variants_per_example}
     for flag, value in positive.items():
         if value < 1:
             raise QuenchError(f"{flag} must be at least 1, got {value}")
