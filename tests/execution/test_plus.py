@@ -123,20 +123,19 @@ def test_wrapped_candidate_names_are_its_own(plus_pool: SandboxPool) -> None:
     assert result.plus.passed
 
 
-LYING = {
-    "always_equal": "  class Same:\n    def __eq__(self, other): return True\n    __hash__ = object.__hash__\n"
-                    "  return Same()\n",
-    "int_subclass": "  class Number(int):\n    def __eq__(self, other): return True\n    __hash__ = int.__hash__\n"
-                    "  return Number(0)\n",
-    "nested": "  class Number(int):\n    def __eq__(self, other): return True\n    __hash__ = int.__hash__\n"
-              "  return [Number(0)]\n",
-    "numpy_array": "  import numpy\n  return numpy.array(sorted(set(test_tup1) & set(test_tup2)))\n",
+SAME = "  class Same:\n    def __eq__(self, other): return True\n    __hash__ = object.__hash__\n"
+NUMBER = "  class Number(int):\n    def __eq__(self, other): return True\n    __hash__ = int.__hash__\n"
+LYING = {  # name: (task, completion); each passes where the comparison trusts the object's __eq__
+    "always_equal": ("Mbpp/4", SAME + "  return Same()\n"),
+    "int_subclass": ("Mbpp/4", NUMBER + "  return Number(0)\n"),
+    "nested": ("Mbpp/4", SAME + "  return [Same()] * n\n"),
+    "numpy_array": ("Mbpp/2", "  import numpy\n  return numpy.array(sorted(set(test_tup1) & set(test_tup2)))\n"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(LYING))
 def test_a_returned_non_value_fails_as_such(plus_pool: SandboxPool, name: str) -> None:
-    (result,) = run(plus_pool, [("Mbpp/2", LYING[name])])
+    (result,) = run(plus_pool, [LYING[name]])
     assert result.base.outcome is Outcome.non_value and result.plus.outcome is Outcome.non_value
     assert "returned a non-builtin value" in result.base.detail
 
@@ -146,17 +145,20 @@ REACHING = {
     "frames": "  import sys\n  f = sys._getframe()\n  while f is not None:\n"
               "    for name in ('expected', 'exp', 'cases', 'tests'):\n      if name in f.f_locals:\n"
               "        return f.f_locals[name]\n    f = f.f_back\n  return ()\n",
-    "patch_judge": "import gc\nfor o in gc.get_objects():\n  if isinstance(o, dict) and ('check' in o or 'run_tests' in o):\n"
-                   "    o['check'] = lambda *a: (True, 0.0)\n    o['judge_input'] = lambda *a: (None, 0.0)\n"
-                   "def similar_elements(test_tup1, test_tup2):\n  return ()\n",
-    "quench_plus": "import __main__\n__main__.__dict__.setdefault('__quench_plus__', {})['check'] = lambda *a: (True, 0)\n"
-                   "globals().setdefault('__quench_plus__', {})['check'] = lambda *a: (True, 0)\n"
-                   "def similar_elements(test_tup1, test_tup2):\n  return ()\n",
-    "judge_memory": "  import os\n  try:\n    data = open('/proc/%d/mem' % os.getppid(), 'rb')\n  except OSError:\n"
-                    "    return ()\n  return ('read',)\n",
-    "judge_fds": "  import os\n  for fd in os.listdir('/proc/%d/fd' % os.getppid()):\n    pass\n  return ()\n",
-    "forge_record": "  import os\n  for fd in range(3, 64):\n    try:\n      os.write(fd, b'P' * 64)\n"
-                    "    except OSError:\n      pass\n  return ()\n",
+    # patches the comparison, wherever it can find it, when its function is called
+    "patch_judge": "  import gc\n  for o in gc.get_objects():\n"
+                   "    if isinstance(o, dict) and ('run_tests' in o or 'judge_input' in o):\n"
+                   "      o['matches'] = lambda *a, **k: True\n      o['check'] = lambda *a, **k: (True, 0.0)\n"
+                   "      o['judge_input'] = lambda *a, **k: (None, 0.0)\n  return ()\n",
+    "quench_plus": "  judge = globals().get('__quench_plus__', {})\n  judge['matches'] = lambda *a, **k: True\n"
+                   "  judge['check'] = lambda *a, **k: (True, 0.0)\n  return ()\n",
+    # these answer right only where they reach the judge: its memory, its descriptors, the result pipe
+    "judge_memory": "  import os\n  try:\n    open('/proc/%d/mem' % os.getppid(), 'rb').close()\n  except OSError:\n"
+                    "    return ()\n  return tuple(set(test_tup1) & set(test_tup2))\n",
+    "judge_fds": "  import os\n  try:\n    os.listdir('/proc/%d/fd' % os.getppid())\n  except OSError:\n"
+                 "    return ()\n  return tuple(set(test_tup1) & set(test_tup2))\n",
+    "forge_record": "  import os\n  try:\n    os.write(3, b'P')\n  except OSError:\n    return ()\n"
+                    "  return tuple(set(test_tup1) & set(test_tup2))\n",
     "kill_judge": "  import os, signal\n  os.kill(os.getppid(), signal.SIGKILL)\n  return ()\n",
     "exit_zero": "  import sys\n  sys.exit(0)\n",
 }
