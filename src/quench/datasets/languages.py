@@ -37,11 +37,19 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from quench.datasets.harness import Harnessed, cpp_program, go_program, java_test, javascript_program
+
 LAUNCHER = '''\
-import json, os, shutil, signal
+import fcntl, json, os, shutil, signal
 
 HOST = ["<host>"]  # run command: main.js run by the sandbox's warm node in a fresh context
 HOST_FDS = (4, 5)  # its requests and answers, in a program whose text starts with HOST_MARK
+TOKEN_FD, REPORT_FD = 3, 4  # in a harnessed program's process: the harness's token, and its report
+SOURCES = SOURCE_FILES  # what the builds compile, in order (a harnessed program's harness file first)
+SCRIPT = SCRIPT_FILE  # what node starts: a harnessed program's runner.js
+
+class ExitedEarly(Exception):
+    pass
 
 class CompileError(Exception):
     pass
@@ -58,18 +66,57 @@ def head(path, size=280):  # the first error comes first; the sandbox keeps 300 
     with open(path, "rb") as handle:
         return handle.read(size).decode("utf-8", "replace").strip()
 
-def spawn(argv, env, out, err=None):
+def spawn(argv, env, out, err=None, channel=()):
     """Exit status of `argv` (negative: the signal that killed it), stdin empty, stdout to the file
-    `out`, stderr to `err` or with stdout. What subprocess.run does (SIGPIPE and SIGXFSZ back to
-    their defaults), without the milliseconds importing subprocess costs every program."""
+    `out`, stderr to `err` or with stdout, and each (fd, target) of `channel` at its target. What
+    subprocess.run does (SIGPIPE and SIGXFSZ back to their defaults), without the milliseconds
+    importing subprocess costs every program."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_OPEN, 1, out, flags, 0o644),
                (os.POSIX_SPAWN_OPEN, 2, err, flags, 0o644) if err else (os.POSIX_SPAWN_DUP2, 1, 2)]
+    actions += [(os.POSIX_SPAWN_DUP2, fd, target) for fd, target in channel]
     pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 def run(argv, log, env):
     return spawn(argv, env, log)
+
+def run_program(argv, env, reported):
+    """(exit status, report) of the program's run. `reported`: it gets a fresh token to read on
+    TOKEN_FD (the write end closed) and REPORT_FD to write to; report is True when exactly
+    token + "P" came back, else what came (b"": nothing). Else report is None."""
+    if not reported:
+        return spawn(argv, env, os.devnull, "run.log"), None
+    token = os.urandom(16)
+    token_r, token_w = os.pipe()
+    report_r, report_w = os.pipe()
+    os.write(token_w, token)
+    os.close(token_w)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (token_r, report_w)]  # clear of the targets
+    os.close(token_r)
+    os.close(report_w)
+    try:
+        status = spawn(argv, env, os.devnull, "run.log", ((high[0], TOKEN_FD), (high[1], REPORT_FD)))
+    finally:
+        os.close(high[0])
+        os.close(high[1])
+    os.set_blocking(report_r, False)  # what is there now: a process the program left may hold the pipe
+    report = b""
+    try:
+        while len(report) <= 4096 and (chunk := os.read(report_r, 4096)):
+            report += chunk
+    except BlockingIOError:
+        pass
+    os.close(report_r)
+    return status, report == token + b"P" or report
+
+def judge_report(report):
+    """A run that exited with status 0: nothing unless its harness did not report exactly once."""
+    if report is None or report is True:
+        return
+    if not report:
+        raise ExitedEarly("exited with status 0 before the tests finished (no report from the test harness)")
+    raise ProgramFailed("wrote to the test harness's report channel: not the harness's report")
 
 def host_answer(err):
     """What the sandbox's warm node (the host) says of running main.js, its error text in the file
@@ -105,19 +152,29 @@ def mentions(path, words):
 def built(builds, env):
     return all(run(build, "build.log", env) == 0 for build in builds)
 
+def write(name, text):
+    with open(name, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
 def build_and_run(source, name, builds, command, env, build_env, compile_mark, syntax_check, syntax_marks,
-                  fallback=(), fallback_marks=(), plain_builds=None):
+                  fallback=(), fallback_marks=(), plain_builds=None, harness=(), removed=(), reported=False):
+    """`harness`: the harness's other files, (name, text); `reported`: the program passes only with its
+    harness's report (TOKEN_FD, REPORT_FD)."""
     try:
         os.set_inheritable(3, False)  # the sandbox's result pipe stays with the launcher
     except OSError:
         pass
     env = {**os.environ, **env}
-    with open(name, "w", encoding="utf-8") as handle:
-        handle.write(source)
+    write(name, source)
+    for extra, text in harness:
+        write(extra, text)
     builder = {**env, **{key: value.replace("{cwd}", os.getcwd()) for key, value in build_env.items()}}
     # a prepared build that fails is redone plainly: its verdict and diagnostics are the plain toolchain's
     if not built(builds, builder) and (plain_builds in (None, builds) or not built(plain_builds, builder)):
         raise CompileError(head("build.log"))
+    for built_from in removed:  # the program cannot read its tests' source
+        if os.path.exists(built_from):
+            os.unlink(built_from)
     answer = host_answer("run.log") if command == HOST else None
     if answer is not None and answer.get("syntax") and run(syntax_check, "check.log", env) == 0:
         answer = None  # node parses what the host could not: node runs it
@@ -130,18 +187,21 @@ def build_and_run(source, name, builds, command, env, build_env, compile_mark, s
             raise ProgramFailed(f"exit status {answer['status']}: {head('run.log')}")
         return
     command = node_start() if command == HOST else command
-    status = spawn(command, env, os.devnull, "run.log")
+    status, report = run_program(command, env, reported)
     if status != 0 and fallback and list(fallback) != command and mentions("run.log", fallback_marks):
-        status = spawn(list(fallback), env, os.devnull, "run.log")  # a prepared start this tool refuses: the plain one
+        status, report = run_program(list(fallback), env, reported)  # a prepared start this tool refuses: the plain one
     if status != 0:
         text = head("run.log")
         if compile_mark and compile_mark in tail("run.log"):
             raise CompileError(text)
         # only a failed run that names a parse error pays for the check
-        if syntax_check and mentions("run.log", syntax_marks) and run(syntax_check, "check.log", env) != 0:
-            raise CompileError(head("check.log"))
+        if syntax_check and mentions("run.log", syntax_marks):
+            write(name, source)  # its runtime may have removed it
+            if run(syntax_check, "check.log", env) != 0:
+                raise CompileError(head("check.log"))
         how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
         raise ProgramFailed(f"{how}: {text}" if text else how)
+    judge_report(report)
 '''
 
 
@@ -256,6 +316,17 @@ def java_source(prompt: str, completion: str, test: str) -> str:
     return "".join(lines[:head]) + test.lstrip("\n") + "\n\n" + "".join(lines[head:]) + completion + "\n"
 
 
+def harnessed(language: str, prompt: str, completion: str, test: str) -> Harnessed:
+    """The program with its test harness (quench.datasets.harness): a pass is the harness's report."""
+    if language == "cpp":
+        return cpp_program(prompt, completion, test)
+    if language == "go":
+        return go_program(prompt, completion, test)
+    if language == "javascript":
+        return javascript_program(prompt, completion, test)
+    return Harnessed(((LANGUAGES[language].source_name, java_source(prompt, completion, java_test(test))),))
+
+
 def source(language: str, prompt: str, completion: str, test: str) -> str:
     """The program in the problem's language (MBXP: prompt + completion + test)."""
     if language == "java":
@@ -286,11 +357,12 @@ def toolchain(language: str) -> Toolchain:
                          syntax_check=("node", "--check", "main.js"), syntax_marks=NODE_PARSE_ERRORS,
                          fallback=("node", "main.js"), fallback_marks=NODE_SNAPSHOT_REFUSED)
     if language == "cpp":
-        return Toolchain("cpp_builds()", repr(["./main"]), plain_builds=repr([CPP_PLAIN_BUILD]))
+        return Toolchain("cpp_builds()", repr(["./main"]), plain_builds=f"[with_sources({CPP_PLAIN_BUILD!r})]")
     if language == "java":
         return Toolchain("[]", "java_command()", compile_mark=JAVA_COMPILE_MARK)
     if language == "go":
-        return Toolchain("go_builds()", repr(["./main"]), build_env=GO_BUILD_ENV, plain_builds=repr([GO_PLAIN_BUILD]))
+        return Toolchain("go_builds()", repr(["./main"]), build_env=GO_BUILD_ENV,
+                         plain_builds=f"[with_sources({GO_PLAIN_BUILD!r})]")
     raise ValueError(f"no toolchain for language {language!r}")
 
 
@@ -299,7 +371,10 @@ CACHE = os.environ.get("QUENCH_TOOLCHAINS", "/nonexistent")
 
 def cpp_builds():  # the prepared precompiled bits/stdc++.h, if any (and readable), comes first on the include path
     include = ["-I", CACHE + "/cpp"] if os.access(CACHE + "/cpp", os.R_OK | os.X_OK) else []
-    return [["g++", *include, "main.cpp", "-o", "main"]] if include else [CPP_PLAIN_BUILD]
+    return [["g++", *include, *SOURCES, "-o", "main"]] if include else [with_sources(CPP_PLAIN_BUILD)]
+
+def with_sources(argv):  # a plain build's argv compiling every file of SOURCES where it names the program's
+    return [part for arg in argv for part in (SOURCES if arg == SOURCES[-1] else [arg])]
 
 def java_command():  # the class-data archive of the source launcher (javac's classes), if prepared
     archive = CACHE + "/java/launcher.jsa"
@@ -314,10 +389,10 @@ def node_command():  # run by the sandbox's warm node if it gave us its pipes, e
     except OSError:
         return node_start()
 
-def node_start():  # `node main.js`, from the prepared snapshot (lodash loaded) if there is one for this node
+def node_start():  # `node main.js` (or runner.js), from the prepared snapshot (lodash loaded) if there is one for this node
     node = shutil.which("node")
     blob = node_snapshot_path(CACHE, node) if node else ""
-    return ["node", "--snapshot-blob", blob, "main.js"] if blob and os.access(blob, os.R_OK) else ["node", "main.js"]
+    return ["node", "--snapshot-blob", blob, SCRIPT] if blob and os.access(blob, os.R_OK) else ["node", SCRIPT]
 
 def go_builds():  # what `go run` does (its compiler and linker flags), without the go command or its build cache
     goroot = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("go") or "/nonexistent/bin/go")))
@@ -325,8 +400,8 @@ def go_builds():  # what `go run` does (its compiler and linker flags), without 
     tools = os.path.join(goroot, "pkg", "tool", "linux_" + arch)
     if os.path.exists(os.path.join(goroot, "pkg", "linux_" + arch, "fmt.a")) and os.path.exists(tools):
         compile = [tools + "/compile", "-p", "main", "-complete", "-nolocalimports", "-dwarf=false"]
-        return [[*compile, "-o", "main.o", "main.go"], [tools + "/link", "-s", "-w", "-o", "main", "main.o"]]
-    return [GO_PLAIN_BUILD]
+        return [[*compile, "-o", "main.o", *SOURCES], [tools + "/link", "-s", "-w", "-o", "main", "main.o"]]
+    return [with_sources(GO_PLAIN_BUILD)]
 '''
 
 
@@ -334,14 +409,25 @@ def go_builds():  # what `go run` does (its compiler and linker flags), without 
 SNAPSHOT_PATH = f"\nNODE_SNAPSHOT_TAG = {NODE_SNAPSHOT_TAG!r}\n" + inspect.getsource(node_snapshot_path)
 
 
-def launcher(language: str, program_source: str) -> str:
-    """The Python program that builds and runs `program_source` in the sandbox's scratch directory."""
+def launcher(language: str, program: str | Harnessed) -> str:
+    """The Python program that builds and runs `program` in the sandbox's scratch directory.
+
+    A `Harnessed` program (quench.datasets.harness) passes only when its harness reported after
+    the last test; plain source text passes when it exits with status 0.
+    """
     spec, steps = LANGUAGES[language], toolchain(language)
-    call = (f"build_and_run({program_source!r}, {spec.source_name!r}, {steps.builds}, {steps.command}, {steps.env!r}, "
+    files = program.files if isinstance(program, Harnessed) else ((spec.source_name, program),)
+    (name, text), harness = files[0], files[1:]
+    compiled = [extra for extra, _ in harness if extra.endswith(os.path.splitext(name)[1])] + [name]
+    script = program.script if isinstance(program, Harnessed) and program.script else name
+    removed = program.remove_after_build if isinstance(program, Harnessed) else ()
+    fallback = [script if arg == name else arg for arg in steps.fallback]
+    call = (f"build_and_run({text!r}, {name!r}, {steps.builds}, {steps.command}, {steps.env!r}, "
             f"{steps.build_env!r}, {steps.compile_mark!r}, {list(steps.syntax_check)!r}, "
-            f"{list(steps.syntax_marks) or ['']!r}, {list(steps.fallback)!r}, {list(steps.fallback_marks)!r}, "
-            f"{steps.plain_builds})\n")
+            f"{list(steps.syntax_marks) or ['']!r}, {fallback!r}, {list(steps.fallback_marks)!r}, "
+            f"{steps.plain_builds}, {list(harness)!r}, {list(removed)!r}, {isinstance(program, Harnessed)})\n")
     builders = (BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS))).replace("CPP_PLAIN_BUILD", repr(CPP_PLAIN_BUILD))
                 .replace("GO_PLAIN_BUILD", repr(GO_PLAIN_BUILD)))
     mark = HOST_MARK if language == "javascript" else ""
-    return mark + LAUNCHER + SNAPSHOT_PATH + builders + "\n" + call
+    names = f"SOURCE_FILES = {compiled!r}\nSCRIPT_FILE = {script!r}\n"
+    return mark + names + LAUNCHER + SNAPSHOT_PATH + builders + "\n" + call

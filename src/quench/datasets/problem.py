@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from quench.datasets.languages import LANGUAGES, launcher, source
+from quench.datasets.judge import judge_program
+from quench.datasets.languages import LANGUAGES, harnessed, launcher, source
 from quench.errors import InputFileError, QuenchError
 
 REQUIRED_FIELDS = ("task_id", "prompt", "test", "entry_point")
@@ -32,13 +33,17 @@ class Problem:
     def program(self, completion: str) -> str:
         """The program that checks `completion` (a continuation of the prompt), as the sandbox runs it.
 
-        Python: prompt, completion, tests and `check(entry_point)` (for MBPP+ that is MBPP's asserts;
-        its inputs run through quench.execution.sanitize.program_for). Other languages: a Python
-        launcher that builds and runs `source(...)` (see quench.datasets.languages).
+        Python: `check(entry_point)` of the tests run by a judge on `prompt + completion` run in a
+        process of its own, values crossing as plain values only (quench.datasets.judge; for MBPP+
+        that is MBPP's asserts, its inputs run through quench.execution.sanitize.program_for). Other languages: a Python
+        launcher that builds and runs `source(...)` with its test harness (quench.datasets.harness),
+        whose report alone passes it; a problem without tests passes when its program exits with status 0.
         """
-        if self.language != "python":
+        if self.language != "python" and not self.test.strip():  # no tests: its exit status is all there is
             return launcher(self.language, self.source(completion))
-        return f"{self.prompt}{completion}\n\n{self.test}\n\ncheck({self.entry_point})\n"
+        if self.language != "python":
+            return launcher(self.language, harnessed(self.language, self.prompt, completion, self.test))
+        return judge_program(f"{self.prompt}{completion}\n", self.test, self.entry_point)
 
     def source(self, completion: str) -> str:
         """The program in the problem's own language (for Python the same as `program`)."""

@@ -19,7 +19,8 @@ class Outcome(StrEnum):
     failed = "failed"  # an exception escaped, e.g. AssertionError from `check`
     timeout = "timeout"  # wall-clock or CPU-time limit hit
     memory = "memory"  # MemoryError under the address-space limit
-    crashed = "crashed"  # killed by a signal or exited early (sys.exit / os._exit before the end)
+    crashed = "crashed"  # killed by a signal or exited early (sys.exit / os._exit, or any exit before the harness reported)
+    lying_value = "lying_value"  # a tested function returned a value whose type is not a builtin value type
     syntax_error = "syntax_error"  # the program does not compile
     non_value = "non_value"  # a returned value is not a builtin value type at some depth (a lying object)
     compile_error = "compile_error"  # a compiled language's build failed (g++, javac, go, node's parser)
@@ -44,9 +45,14 @@ class ExecutionResult:
         return {**record, "flaky_timeout": True} if self.flaky_timeout else record
 
 
-# What another language's launcher raises (quench.datasets.languages): the build failed, the run failed.
-COMPILE_ERROR, PROGRAM_FAILED = "CompileError", "ProgramFailed"
-LAUNCHER_ERRORS = (f"{COMPILE_ERROR}: ", f"{PROGRAM_FAILED}: ")
+# What another language's launcher raises (quench.datasets.languages): the build failed, the run failed,
+# the program exited before its harness reported.
+COMPILE_ERROR, PROGRAM_FAILED, EXITED_EARLY = "CompileError", "ProgramFailed", "ExitedEarly"
+LAUNCHER_ERRORS = (f"{COMPILE_ERROR}: ", f"{PROGRAM_FAILED}: ", f"{EXITED_EARLY}: ")
+LAUNCHER_OUTCOMES = {COMPILE_ERROR: "compile_error", PROGRAM_FAILED: "failed", EXITED_EARLY: "crashed"}
+# What a Python program's judge raises for a returned value that is not a plain value, and for a program that
+# does not compile (quench.datasets.judge).
+LYING_VALUE, PROGRAM_SYNTAX_ERROR = "LyingValue: ", "ProgramSyntaxError: "
 SANDBOX_EXIT = 125  # exit status of a child that could not set itself up (as in node_host.py)
 RECORD_KINDS = {  # the letter after the nonce in a child's completion record
     "P": Outcome.passed,
@@ -72,9 +78,13 @@ def classify(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionRe
         elif kind == "M":
             detail = f"{detail or 'MemoryError'} (address-space limit {limits.memory_mb} MB)"
         if kind == "F" and detail.startswith(LAUNCHER_ERRORS):  # another language's launcher (build or run)
-            outcome = Outcome.compile_error if detail.startswith(COMPILE_ERROR) else Outcome.failed
+            outcome = Outcome(LAUNCHER_OUTCOMES[detail.split(":", 1)[0]])
             message = re.sub(r" \(line \d+\)$", "", detail.split(":", 1)[-1].strip())  # not the launcher's line
             return ExecutionResult(outcome, message, seconds)
+        if kind == "F" and detail.startswith(PROGRAM_SYNTAX_ERROR):
+            return ExecutionResult(Outcome.syntax_error, re.sub(r" \(line \d+\)$", "", detail[len(PROGRAM_SYNTAX_ERROR):]), seconds)
+        if kind == "F" and detail.startswith(LYING_VALUE):
+            return ExecutionResult(Outcome.lying_value, re.sub(r" \(line \d+\)$", "", detail[len(LYING_VALUE):]), seconds)
         return ExecutionResult(RECORD_KINDS[kind], detail, seconds)
     if report.get("stopped") == "timeout":
         limit = float(report.get("timeout_s") or limits.timeout_s)  # type: ignore[arg-type]
