@@ -235,12 +235,14 @@ def test_a_program_whose_own_limit_outlasts_the_hosts_runs_to_its_end(pool: Sand
 
 
 def test_a_program_that_stops_or_kills_the_host_harms_no_other(pool: SandboxPool) -> None:
-    # A Python program with the mark gets the host's pipes; it signals the host directly.
+    # A Python program with the mark gets the host's pipes; it signals the host directly (refused
+    # where Landlock scopes signals; elsewhere the host is resumed or restarted).
     for signal_name in ("SIGSTOP", "SIGKILL"):
         hostile = (HOST_MARK + "import os, signal\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n"
                    "    argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
                    "    if len(argv) > 1 and argv[1].endswith(b'node_host.js'):\n"
-                   f"        os.kill(int(pid), signal.{signal_name})\n")
+                   f"        try:\n            os.kill(int(pid), signal.{signal_name})\n"
+                   "        except PermissionError:\n            pass\n")
         left, good = pool.run_many([hostile, whole(ENDINGS["passes"])])
         assert left.outcome is Outcome.passed, left.detail
         assert good.outcome is Outcome.passed, good.detail
@@ -254,7 +256,8 @@ def test_requests_a_program_leaves_behind_never_run_the_next_program(pool: Sandb
              "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
              "    argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
              "    if len(argv) > 1 and argv[1].endswith(b'node_host.js'):\n"
-             "        os.kill(int(pid), signal.SIGSTOP)\n"
+             "        try:\n            os.kill(int(pid), signal.SIGSTOP)\n"
+             "        except PermissionError:\n            pass\n"
              "for n in range(40):\n"
              "    os.write(4, (json.dumps({'id': n, 'cwd': os.getcwd(), 'main': 'main.js', 'stderr': '/dev/null'})"
              " + '\\n').encode())\n")

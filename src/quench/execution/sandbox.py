@@ -17,6 +17,13 @@ Isolation modes (`Isolation`):
   CLI's `--unsafe-unconfined`): programs run as the calling user and can read, change and delete
   its files and signal its processes. Without that opt-in quench refuses to run programs.
 All modes keep rlimits and the per-program process group inside the worker (see forkserver.py).
+In both confined modes every program runs in a Landlock domain of its own, which the kernel lets
+reach (ptrace, /proc/<pid>/mem, signals, abstract sockets) no process outside it: not the fork
+server, not a warm host, not a later program; and under a seccomp filter (seccomp.py) that refuses
+the rest of that class (another process's limits, priority or scheduling) and every kernel
+object that would outlive it (SysV shared memory, semaphores and queues, POSIX queues, keys).
+What it leaves in its scratch space is removed without recursion (cleanup.py); a worker that
+cannot be cleaned is replaced. docs/sandbox.md says what holds and which tests show it.
 """
 
 from __future__ import annotations
