@@ -1,7 +1,17 @@
 """The CLI's progress: one bar per stage with its own total, and a pool that reports each checked program."""
 
+import pytest
 from quench.cli.console import ReportingRunner, StageBars
+from quench.cli import console
 from quench.execution import SandboxLimits, SandboxPool
+
+
+@pytest.fixture(autouse=True)
+def bars_drawn():
+    """These tests read the bars: draw them, though pytest's stderr is not a terminal."""
+    console.set_progress(True)
+    yield
+    console.set_progress(None)
 
 
 def test_each_stage_has_its_own_bar_and_total():
@@ -45,3 +55,30 @@ def test_the_meaning_check_is_a_stage_of_its_own():
         bars.checking(pool).run_many(["print(1)", "print(2)"])
     assert (bars.bar.desc, bars.bar.n, bars.bar.total, bars.bar.unit) == ("check", 2, 2, "program")
     bars.end()
+
+
+PROBE = """
+import sys
+from quench.cli.console import StageBars
+bars = StageBars()
+bars.begin("execute", 50)
+for _ in range(50):
+    bars.advance()
+bars.end()
+print(bars.seconds["execute"] >= 0)
+"""
+
+
+def test_no_bar_frames_when_stderr_is_a_file(tmp_path):
+    import subprocess
+    import sys
+
+    for flags, frames in (((), False), (("--progress",), True)):
+        setting = "None" if not flags else "True"
+        script = f"from quench.cli import console; console.set_progress({setting})\n" + PROBE
+        with open(tmp_path / "err.txt", "w") as err:
+            done = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=err, text=True,
+                                  timeout=60)
+        assert done.stdout.strip() == "True"
+        written = (tmp_path / "err.txt").read_text()
+        assert ("execute: 100%" in written) == frames, (flags, written[:200])

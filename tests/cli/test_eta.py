@@ -137,6 +137,7 @@ def test_on_a_run_of_220_prompts_rows_in_flight_make_the_tenth_mark_estimate_clo
 
 
 def test_the_generate_bar_shows_the_whole_runs_time_left_and_each_tenth_says_it(capsys):
+    console.set_progress(True)  # the bar is read here, though pytest's stderr is not a terminal
     bars = console.StageBars(own_eta=("generate",))
     args = argparse.Namespace(max_new_tokens=512, timeout=10.0)
     progress = stage_progress(bars, args, workers=2)
@@ -153,6 +154,7 @@ def test_the_generate_bar_shows_the_whole_runs_time_left_and_each_tenth_says_it(
     lines = [line for line in capsys.readouterr().err.splitlines() if "of samples in" in line]
     assert lines[0].startswith("generate: 10% of samples in 0:00, about") and "execute" in lines[0]
     bars.end()
+    console.set_progress(None)
 
 
 def test_clock_reads_hours_minutes_seconds():

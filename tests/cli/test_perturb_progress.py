@@ -1,10 +1,20 @@
 """`quench perturb`'s bar counts variants as each problem is perturbed, not whole transformations."""
 
+import pytest
 import re
 
 from quench.cli.main import main
 from quench.datasets import load_benchmark
+from quench.cli import console
 from quench.perturbations.pipeline import perturb_problems
+
+
+@pytest.fixture(autouse=True)
+def bars_drawn():
+    """These tests read the bars: draw them, though pytest's stderr is not a terminal."""
+    console.set_progress(True)
+    yield
+    console.set_progress(None)
 
 
 def test_variants_are_reported_as_each_problem_is_perturbed() -> None:
@@ -17,7 +27,7 @@ def test_variants_are_reported_as_each_problem_is_perturbed() -> None:
 
 
 def test_the_perturb_bar_counts_every_variant(tmp_path, capsys) -> None:
-    argv = ["perturb", "--tasks", "0-2", "--seeds", "2", "--transforms", "FuncRenameButterFinger,tab_indent",
+    argv = ["--progress", "perturb", "--tasks", "0-2", "--seeds", "2", "--transforms", "FuncRenameButterFinger,tab_indent",
             "--no-validate", "--out", str(tmp_path / "set")]
     assert main(argv) == 0
     err = capsys.readouterr().err

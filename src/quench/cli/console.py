@@ -13,6 +13,27 @@ from typing import Callable, Sequence
 from quench.stats import figures
 
 
+_progress: list[bool | None] = [None]  # --progress / --no-progress; None: bars only on a terminal
+
+
+def set_progress(choice: bool | None) -> None:
+    """Draw progress bars (True), never (False), or only where stderr is a terminal (None, the default):
+    redirected to a file, stderr gets status lines, not a bar's frames."""
+    _progress[0] = choice
+
+
+def progress_shown() -> bool:
+    return _progress[0] if _progress[0] is not None else sys.stderr.isatty()
+
+
+def bar(**options):
+    """A tqdm progress bar on stderr, drawn only where `progress_shown()` (tqdm is imported here: help stays light)."""
+    from tqdm import tqdm
+
+    options.setdefault("dynamic_ncols", True)
+    return tqdm(disable=options.pop("disable", False) or not progress_shown(), **options)
+
+
 def percent(share: float | None) -> str:
     """A rate as a person reads it everywhere (console, report, compare): percent, one decimal.
     Machine-readable files keep fractions, rounded (`quench.stats.figures`)."""
@@ -53,14 +74,14 @@ class StageBars:
         self.bar = None  # the open tqdm bar (tqdm is imported when a bar opens: help stays light)
         self.seconds: dict[str, float] = {}  # wall seconds of each closed stage
         self.totals: dict[str, int | None] = {}
+        self.stage = ""  # the open bar's stage
         self.began = 0.0
 
     def begin(self, name: str, total: int | None = None) -> None:
-        from tqdm import tqdm
-
         self.end()
         bar_format = OWN_ETA_FORMAT if name in self.own_eta else None
-        self.bar = tqdm(total=total, desc=name, unit=self.units.get(name, "it"), dynamic_ncols=True, bar_format=bar_format)
+        self.bar = bar(total=total, desc=name, unit=self.units.get(name, "it"), bar_format=bar_format)
+        self.stage = name
         self.totals[name], self.began = total, time.perf_counter()
 
     def advance(self, count: int = 1, **postfix: str) -> None:
@@ -85,7 +106,7 @@ class StageBars:
         if complete and self.bar.total is not None and self.bar.n < self.bar.total:
             self.bar.n = self.bar.total
             self.bar.refresh()
-        self.seconds[self.bar.desc] = time.perf_counter() - self.began
+        self.seconds[self.stage] = time.perf_counter() - self.began
         self.bar.close()
         self.bar = None
 

@@ -73,12 +73,10 @@ class BarProgress:
     """One tqdm bar per phase (answers, teacher, train), with the training loss in the postfix."""
 
     def __init__(self) -> None:
-        self.bar: tqdm | None = None
+        self.bar = None  # the open tqdm bar
 
     def begin(self, phase: str, total: int) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, desc=phase, dynamic_ncols=True, smoothing=0.1)
+        self.bar = console.bar(total=total, desc=phase, smoothing=0.1)
 
     def advance(self, count: int = 1, **info: float) -> None:
         if self.bar is not None:

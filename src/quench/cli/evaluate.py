@@ -47,8 +47,6 @@ def execute_into(
     skipped: int = 0,
 ) -> Summary:
     """Score each sample against its (task id, variant) problem; `skipped` input lines are counted."""
-    from tqdm import tqdm
-
     check_sample_tasks(samples, by_id, source)
     ks = common.parse_ks(args.k)
     tasks = {str(s["task_id"]) for s in samples}
@@ -56,7 +54,7 @@ def execute_into(
     with common.pool_from_args(args, by_id.values()) as pool:
         common.say_isolation(pool.isolation)
         limits = problem_limits(nominal, pool, common.time_limit_rule(args), out)
-        bar = tqdm(total=len(samples), desc="execute", unit="program", dynamic_ncols=True)
+        bar = console.bar(total=len(samples), desc="execute", unit="program")
         try:
             results = execute_samples(samples, by_id, pool, out / "results.jsonl", on_result=lambda r: bar.update(1),
                                       limits=limits)

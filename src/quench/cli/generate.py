@@ -57,8 +57,6 @@ def stopping_config(args: argparse.Namespace) -> dict:
 
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
     """Check the run directory, load the model, prepare the run directory, generate what is missing; print progress."""
-    from tqdm import tqdm
-
     sampling = common.sampling_from_args(args)
     rundir.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
     loaded = common.load_model_from_args(args)
@@ -68,7 +66,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
     samples_path = out / "samples.jsonl"
     already = len(resume_samples(samples_path))
-    bar = tqdm(total=len(problems) * args.samples, initial=already, desc="generate", unit="sample", dynamic_ncols=True)
+    bar = console.bar(total=len(problems) * args.samples, initial=already, desc="generate", unit="sample")
     started, tokens = time.perf_counter(), 0
 
     def on_sample(record: dict) -> None:

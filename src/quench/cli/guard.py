@@ -136,8 +136,6 @@ def run_build(args: argparse.Namespace) -> int:
     common.backend_options_from_args(args)
     validate.check_out_dir(args.out)
     problems = build_problems(benchmarks, splits, limits)
-    from tqdm import tqdm
-
     from quench.models import encode_prompt
     from quench.stopping.dataset import ANSWERS, generate_answers, label_answers, read_answers
 
@@ -148,7 +146,7 @@ def run_build(args: argparse.Namespace) -> int:
     encode = lambda text: encode_prompt(loaded, text)  # noqa: E731
     wanted = {p.task_id for _, p in problems}
     already = sum(r["task_id"] in wanted for r in read_answers(args.out / ANSWERS))
-    bar = tqdm(total=len(problems), initial=already, desc="generate", unit="answer", dynamic_ncols=True)
+    bar = console.bar(total=len(problems), initial=already, desc="generate", unit="answer")
     started = time.perf_counter()
     answers = generate_answers(problems, backend, encode, args.max_new_tokens, args.out / ANSWERS, lambda _: bar.update(1))
     bar.close()

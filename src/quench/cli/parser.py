@@ -92,6 +92,9 @@ def add_global_args(parser: argparse.ArgumentParser, default=None) -> None:
                         help="log at INFO level")
     parser.add_argument("--threads", type=int, default=default, metavar="N",
                         help="torch CPU threads (default: one per CPU not busy with other work when the command starts)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=default,
+                        help="draw progress bars on stderr (default: only where stderr is a terminal; status lines "
+                             "are printed either way)")
 
 
 def subparsers_of(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -133,6 +136,9 @@ def run_command(argv: list[str] | None, subcommands: Sequence[str]) -> int:
     from quench.cli.common import check_sandbox
     from quench.runs.rundir import release_run_dirs
 
+    from quench.cli import console
+
+    console.set_progress(args.progress)
     try:
         configure_threads(args.threads)  # --threads, else a default that holds on a busy machine
         check_sandbox(args)

@@ -49,8 +49,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_with_budget(args: argparse.Namespace) -> int:
     """BASS's time-budget evaluation: as many samples per prompt as the budget allows."""
-    from tqdm import tqdm
-
     from quench.models import encode_prompt
     from quench.runs.budget_run import generate_within_budget, pass_first_and_all
     from quench.runs.evaluate import read_results
@@ -75,7 +73,7 @@ def run_with_budget(args: argparse.Namespace) -> int:
     settings = {**run_config(args, problems, loaded, stops), "time_budget": args.time_budget}
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
     rundir.prepare_run_dir(out, settings, args.overwrite)
-    bar = tqdm(total=len(problems), desc="budget", unit="problem", dynamic_ncols=True)
+    bar = console.bar(total=len(problems), desc="budget", unit="problem")
     try:
         samples = generate_within_budget(problems, backend, lambda text: encode_prompt(loaded, text), sampling, stops,
                                          loaded.prompt_format, args.time_budget, out / "samples.jsonl",

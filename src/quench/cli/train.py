@@ -128,15 +128,13 @@ def run(args: argparse.Namespace) -> int:
         raise QuenchError(f"--stop-after must be at least 1, got {args.stop_after}")
     validate.check_model_args(args)
     validate.check_out_dir(args.out)
-    from tqdm import tqdm
-
     from quench.perturbations.validate import SandboxRunner
     from quench.training import train, training_problems
 
     main_process = int(os.environ.get("RANK", "0")) == 0
     problems = training_problems(config.data)
     loaded = console.load_model(args.model, config.dtype, "cpu", args.prompt_format)
-    bar = tqdm(total=0, desc="train", unit="step", dynamic_ncols=True, disable=not main_process)
+    bar = console.bar(total=0, desc="train", unit="step", disable=not main_process)
 
     def on_step(step) -> None:
         bar.total = step.total_steps
