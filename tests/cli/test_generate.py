@@ -15,7 +15,7 @@ def tiny_model_dir(tmp_path_factory):
 
 def test_a_refused_command_leaves_out_free_for_the_corrected_one(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["--threads", "1", "generate", "--model", str(tiny_model_dir), "--tasks", "0", "--max-new-tokens", "4",
+    argv = ["--threads", "1", "--progress", "generate", "--model", str(tiny_model_dir), "--tasks", "0", "--max-new-tokens", "4",
             "--out", str(out)]
     assert main([*argv, "--guard", str(tmp_path / "typo.safetensors")]) == 2
     assert "typo.safetensors: no such file" in capsys.readouterr().err
