@@ -83,15 +83,18 @@ def split_by_number(problems: list[Problem], split: str | None) -> list[Problem]
     return [p for p in problems if mbpp_number(p.task_id) in numbers]
 
 
-def select_tasks(problems: list[Problem], tasks: Sequence[str] | None, limit: int | None) -> list[Problem]:
-    """Keep the named tasks (ids like `HumanEval/3`, or bare numbers), then the first `limit`."""
+def select_tasks(problems: list[Problem], tasks: Sequence[str] | None, limit: int | None,
+                 source: str = "the benchmark") -> list[Problem]:
+    """Keep the named tasks (ids like `HumanEval/3`, or bare numbers), then the first `limit`; an unknown
+    id is an error naming --tasks and `source` (the benchmark and split it was looked for in)."""
     if tasks:
         by_id = {p.task_id: p for p in problems}
         prefix = problems[0].task_id.split("/")[0] if problems else ""
         wanted = [t if "/" in t else f"{prefix}/{t}" for t in tasks]
         unknown = [t for t in wanted if t not in by_id]
         if unknown:
-            raise QuenchError(f"unknown task id(s): {', '.join(unknown)}")
+            shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+            raise QuenchError(f"--tasks: unknown task id(s) {shown} in {source}")
         problems = [by_id[t] for t in dict.fromkeys(wanted)]
     if limit is not None:
         if limit < 1:
@@ -135,5 +138,13 @@ def load_benchmark(
         problems = read_problems(Path(name))
     else:
         raise QuenchError(f"unknown benchmark {name!r}: choose {', '.join(BENCHMARKS)}, or a HumanEval-format .jsonl file")
-    problems = select_tasks(problems, tasks, limit)
+    problems = select_tasks(problems, tasks, limit, source_of(name, split))
     return [partial_problem(p) for p in problems] if partial else problems
+
+
+def source_of(name: str, split: str | None) -> str:
+    """Where --tasks looked, in words: `the test split of mbpp (--split)`, `humaneval`, `tasks.jsonl`."""
+    if name in ("mbpp", MBPP_PLUS, *MBXP):
+        chosen = split or "test"
+        return f"{name} (all splits)" if chosen == "all" else f"the {chosen} split of {name} (--split {chosen})"
+    return name
