@@ -107,24 +107,22 @@ def test_greedy_output_is_the_same_at_every_batch_size_drafter_and_thread_count(
         assert greedy(model, reqs[:3], draft, batch_size=1, drafter=drafter) == {r.key: alone[r.key] for r in reqs[:3]}
 
 
-@pytest.mark.parametrize("amx", [False, pytest.param(True, marks=pytest.mark.skipif(
-    not native.amx_supported(), reason="no AMX tiles on this CPU"))])
-def test_the_invariant_gemm_gives_each_row_the_bits_it_gets_alone(amx):
+def test_the_invariant_gemm_gives_each_row_the_bits_it_gets_alone():
     generator = torch.Generator().manual_seed(0)
-    # K = 576 takes the AMX route (K % 32 == 0), K = 72 the VDPBF16PS one whatever amx says; N = 200: groups
-    # of 6 and of 3 blocks and a short last group; 40 rows: two 16-row blocks per pass, then an odd one
-    for dtype, in_features in [(torch.float32, 72), (torch.bfloat16, 72), (torch.bfloat16, 576)]:
+    # N = 200: groups of 6 and of 3 blocks and a short last group; 40 rows: ten 4-row blocks, then odd counts
+    for dtype, in_features in [(torch.float32, 72), (torch.bfloat16, 72), (torch.bfloat16, 576), (torch.bfloat16, 75)]:
         weight = torch.randn(200, in_features, generator=generator).to(dtype)  # N not a multiple of 16
         x = torch.randn(40, in_features, generator=generator).to(dtype)
         packed = invariant.pack(weight)
+        span = invariant.span(packed)
         with torch_threads(1):
-            whole = invariant.gemm(x, packed, 200, amx=amx)
-            alone = torch.cat([invariant.gemm(x[i : i + 1], packed, 200, amx=amx) for i in range(40)])
+            whole = invariant.gemm(x, packed, 200, span)
+            alone = torch.cat([invariant.gemm(x[i : i + 1], packed, 200, span) for i in range(40)])
             assert torch.equal(whole, alone), (dtype, in_features)
             for rows in (3, 5, 17, 33):
-                assert torch.equal(invariant.gemm(x[-rows:], packed, 200, amx=amx), whole[-rows:]), (dtype, rows)
+                assert torch.equal(invariant.gemm(x[-rows:], packed, 200, span), whole[-rows:]), (dtype, rows)
         with torch_threads(2):
-            assert torch.equal(invariant.gemm(x, packed, 200, amx=amx), whole), (dtype, in_features)
+            assert torch.equal(invariant.gemm(x, packed, 200, span), whole), (dtype, in_features)
         assert torch.allclose(whole.double(), x.double() @ weight.double().T, rtol=1e-2, atol=1e-2)
 
 
@@ -200,11 +198,9 @@ def sequential_fma(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_invariant_gemm_sums_in_order_k_by_fused_multiply_adds(dtype):
-    """Every vector path but VDPBF16PS's (AVX512, AVX2 + FMA, the scalar one) gives the plain sequential sum's
-    bits: shapes that take every kernel of the group (1, 2 and 4 rows; 6, 3 and 1 blocks; an odd K), inputs across
-    12 decades, zeros of both signs and denormals."""
-    if dtype == torch.bfloat16 and native.build_result().library.small_gemm_available():
-        pytest.skip("bfloat16 pairs go through VDPBF16PS on this build (its own order)")
+    """Every build (AVX512, VDPBF16PS where the CPU has it, AVX2 + FMA, the scalar one) gives the plain sequential
+    sum's bits: shapes that take every kernel of the group (1, 2 and 4 rows; 6, 3 and 1 blocks; an odd K), inputs
+    across 12 decades, zeros of both signs and denormals."""
     generator = torch.Generator().manual_seed(1)
     for rows, out_features, in_features in [(1, 200, 33), (2, 115, 8), (7, 96, 31), (13, 16, 1), (4, 300, 64)]:
         weight = (torch.randn(out_features, in_features, generator=generator)
@@ -217,7 +213,33 @@ def test_the_invariant_gemm_sums_in_order_k_by_fused_multiply_adds(dtype):
             for column in range(out_features):
                 first, second = sorted(torch.randperm(in_features, generator=generator)[:2].tolist())
                 weight[column, first], weight[column, second] = 2.0**24, -(2.0**24)
-        got = invariant.gemm(x, invariant.pack(weight), out_features)
+        packed = invariant.pack(weight)
         want = sequential_fma(x.float(), weight.float()).to(dtype)
         bits = torch.int32 if dtype == torch.float32 else torch.int16  # bit for bit: -0 is not +0
-        assert torch.equal(got.view(bits), want.view(bits)), (dtype, rows, out_features, in_features)
+        for span in {invariant.span(packed), -1}:  # VDPBF16PS for the rows it serves exactly, and every row widened
+            got = invariant.gemm(x, packed, out_features, span)
+            assert torch.equal(got.view(bits), want.view(bits)), (dtype, rows, out_features, in_features, span)
+
+
+def test_vdpbf16ps_takes_exactly_the_rows_whose_products_stay_clear_of_denormals():
+    """Rows of moderate values take VDPBF16PS where the CPU has it, rows with a denormal, an inf or values tiny enough
+    for a product or partial sum to be a denormal are widened: in one call, each row gets the sequential sum's bits."""
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(50, 64, generator=generator).to(torch.bfloat16)
+    x = torch.randn(6, 64, generator=generator).to(torch.bfloat16)
+    x[1, 5] = 1e-39  # a denormal input
+    x[2] *= 2.0**-120  # products near 2^-121: a partial sum can be a denormal
+    x[3, 7] = float("inf")
+    x[4] = 0.0
+    x[5, :32] = 2.0**-70  # products of 2^-70 and weights near 1: no denormal possible
+    want = sequential_fma(x.float(), weight.float()).to(torch.bfloat16)
+    packed = invariant.pack(weight)
+    got = invariant.gemm(x, packed, 50, invariant.span(packed))
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+def test_the_span_of_a_pack_is_its_least_and_largest_exponent():
+    values = torch.tensor([[0.0, -0.0, 1.0, -3.0], [2.0**-100, 0.0, 0.0, 0.5]]).to(torch.bfloat16)
+    assert invariant.span(invariant.pack(values)) == (127 - 100) | (127 + 1) << 8
+    assert invariant.span(invariant.pack(torch.zeros(3, 4, dtype=torch.bfloat16))) == 255
+    assert invariant.span(invariant.pack(torch.ones(3, 4))) == -1  # float32: no span

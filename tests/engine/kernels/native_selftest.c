@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "canon.h"
 
 static int passed, failed;
 static uint64_t state = 0x9E3779B97F4A7C15ull;
@@ -76,8 +77,9 @@ static int same_float(float a, float b) { return (isnan(a) && isnan(b)) || memcm
 
 /* FNV-1a of a kernel's outputs (every NaN as one), printed per kernel so builds of two architectures can be
    compared: the same inputs on every machine, so the same digest where the bits are the same. */
-enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT };
-static uint64_t digests[3] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
+enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT, DIGEST_ATTEND, DIGEST_SILU, DIGESTS };
+static uint64_t digests[DIGESTS] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull,
+                                   0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
 static void fold(int which, float v) {
     uint32_t bits = 0x7fc00000u;
     if (!isnan(v)) memcpy(&bits, &v, 4);
@@ -126,49 +128,157 @@ static void check_fixed_gemm_f32(void) {
     }
 }
 
-/* Builds with AVX512-BF16 (small_gemm_available) sum each pair by VDPBF16PS in the instruction's order: there the
-   check is closeness; every other build widens to float32 and must give the fmaf sequence's bits. */
+/* Every build gives each output the fmaf sequence's bits: widened, or through VDPBF16PS where that performs the
+   same steps (rows whose values keep clear of denormals: modes 0 and 2; modes 1 and 3 mix both routes). */
 static void check_fixed_gemm_bf16(void) {
-    int widened = !small_gemm_available();
-    for (int mode = 0; mode < (widened ? 4 : 1); mode++) {
+    for (int mode = 0; mode < 4; mode++) {
         int exact = 1, invariant = 1, status = 0;
         for (int shape = 0; shape < SHAPE_COUNT; shape++) {
             int M = SHAPES[shape][0], N = SHAPES[shape][1], K = SHAPES[shape][2];
             bf16 *x = malloc(sizeof(bf16) * M * K), *w = malloc(sizeof(bf16) * N * K);
-            bf16 *y = malloc(sizeof(bf16) * M * N), *alone = malloc(sizeof(bf16) * N);
+            bf16 *y = malloc(sizeof(bf16) * M * N), *plain = malloc(sizeof(bf16) * M * N), *alone = malloc(sizeof(bf16) * N);
             for (int i = 0; i < M * K; i++) x[i] = store_bf16(value_of(mode));
             for (int i = 0; i < N * K; i++) w[i] = store_bf16(value_of(mode == 2 ? 0 : mode));
             bf16* wp = pack_pairs(w, N, K);
-            status |= fixed_gemm_bf16(x, wp, y, M, N, K, 1, 0);
+            int span = bf16_span(w, (int64_t)N * K);
+            status |= fixed_gemm_bf16(x, wp, y, M, N, K, 1, span);
+            status |= fixed_gemm_bf16(x, wp, plain, M, N, K, 1, -1);  /* every row widened */
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++) {
                     float acc = 0.0f;
-                    double wide = 0.0;
-                    for (int k = 0; k < K; k++) {
-                        acc = fmaf(load_bf16(x[m * K + k]), load_bf16(w[n * K + k]), acc);
-                        wide += (double)load_bf16(x[m * K + k]) * load_bf16(w[n * K + k]);
-                    }
-                    float got = load_bf16(y[m * N + n]);
-                    int ok = widened ? same_float(round_bf16(acc), got) : fabs(got - wide) <= 1e-2 * (1.0 + fabs(wide));
+                    for (int k = 0; k < K; k++) acc = fmaf(load_bf16(x[m * K + k]), load_bf16(w[n * K + k]), acc);
+                    float got = load_bf16(y[m * N + n]), widened = load_bf16(plain[m * N + n]);
+                    int ok = same_float(round_bf16(acc), got) && same_float(round_bf16(acc), widened);
                     if (exact && !ok)
-                        printf("     mode %d M %d N %d K %d: y[%d][%d] = %a, fmaf order gives %a\n", mode, M, N, K, m, n,
-                               got, round_bf16(acc));
+                        printf("     mode %d M %d N %d K %d: y[%d][%d] = %a (widened %a), fmaf order gives %a\n", mode, M,
+                               N, K, m, n, got, widened, round_bf16(acc));
                     exact &= ok;
                     fold(DIGEST_BF16, got);
                 }
             for (int m = 0; m < M; m++) {
-                status |= fixed_gemm_bf16(x + m * K, wp, alone, 1, N, K, 1, 0);
+                status |= fixed_gemm_bf16(x + m * K, wp, alone, 1, N, K, 2, span);
                 invariant &= memcmp(alone, y + m * N, sizeof(bf16) * N) == 0;
             }
-            free(x); free(w); free(wp); free(y); free(alone);
+            free(x); free(w); free(wp); free(y); free(plain); free(alone);
         }
         char name[160];
-        snprintf(name, sizeof name, "fixed_gemm_bf16 (values %d) %s", mode,
-                 widened ? "equals the widened fused multiply-add sequence, bit for bit" : "is x W^T to bfloat16 precision");
+        snprintf(name, sizeof name, "fixed_gemm_bf16 (values %d) equals the widened fused multiply-add sequence, bit for bit", mode);
         check(status == 0 && exact, name);
-        snprintf(name, sizeof name, "fixed_gemm_bf16 (values %d) gives each row the bits it gets alone", mode);
+        snprintf(name, sizeof name, "fixed_gemm_bf16 (values %d) gives each row the bits it gets alone on 2 threads", mode);
         check(invariant, name);
     }
+}
+
+/* ---- The fixed attention (ROUTE_FIXED): attend.c's arithmetic written out one value at a time. ---- */
+
+static float dot_reference(const float* q, const float* k, int D) {
+    float lanes[16] = {0};
+    for (int d = 0; d < D; d++) lanes[d % 16] = fmaf(q[d], k[d], lanes[d % 16]);
+    return reduce16_fixed(lanes);
+}
+
+/* One query (q, D floats, RoPE applied) over keys 0 .. seen - 1 of one (row, kv head): out (D floats). */
+static void attend_reference(const float* q, const float* keys, const float* values, int seen, int D, float scale,
+                             float* out) {
+    float* p = malloc(sizeof(float) * (size_t)seen);
+    float lanes[16] = {0}, top;
+    for (int t = 0; t < seen; t++) p[t] = dot_reference(q, keys + (int64_t)t * D, D) * scale;
+    top = p[0];
+    for (int t = 1; t < seen; t++) top = p[t] > top ? p[t] : top;
+    for (int t = 0; t < seen; t++) { p[t] = exp_fixed(p[t] - top); lanes[t % 16] += p[t]; }
+    float inverse = 1.0f / reduce16_fixed(lanes);
+    for (int d = 0; d < D; d++) out[d] = 0.0f;
+    for (int t = 0; t < seen; t++)
+        for (int d = 0; d < D; d++) out[d] = fmaf(p[t] * inverse, values[(int64_t)t * D + d], out[d]);
+    free(p);
+}
+
+/* Ragged rows (B = 3, H = 4, Hkv = 2) with earlier keys in the cache, head sizes 64, 48 (not a multiple of 16)
+   and 16; scores of kind `mode` (0 moderate, 3 with inf, NaN and denormals). */
+#define CHECK_ATTEND(T, SUFFIX, LOAD, STORE)                                                         \
+static int check_attend_##SUFFIX(int D, int mode) {                                                 \
+    enum { B = 3, H = 4, Hkv = 2, Tmax = 40 };                                                       \
+    static const int64_t start[B] = {0, 7, 21}, offsets[B + 1] = {0, 5, 6, 9};                       \
+    int N = (int)offsets[B], width = H + 2 * Hkv, ok = 1;                                            \
+    T* qkv = malloc(sizeof(T) * (size_t)N * width * D);                                              \
+    T* kc = malloc(sizeof(T) * (size_t)B * Hkv * Tmax * D);                                          \
+    T* vc = malloc(sizeof(T) * (size_t)B * Hkv * Tmax * D);                                          \
+    T* cos = malloc(sizeof(T) * (size_t)Tmax * D);                                                   \
+    T* sin_signed = malloc(sizeof(T) * (size_t)Tmax * D);                                            \
+    T* out = malloc(sizeof(T) * (size_t)N * H * D);                                                  \
+    float *q = malloc(sizeof(float) * D), *keys = malloc(sizeof(float) * Tmax * D);                  \
+    float *values = malloc(sizeof(float) * Tmax * D), *want = malloc(sizeof(float) * D);             \
+    for (int i = 0; i < N * width * D; i++) qkv[i] = STORE(value_of(mode) * 3.0f);                   \
+    for (int i = 0; i < B * Hkv * Tmax * D; i++) { kc[i] = STORE(value_of(mode)); vc[i] = STORE(value_of(mode)); } \
+    for (int i = 0; i < Tmax * D; i++) { cos[i] = STORE(uniform()); sin_signed[i] = STORE(uniform()); } \
+    ok &= rope_attend_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, 0.125f, 2, \
+                               ROUTE_FIXED) == 0;                                                   \
+    for (int b = 0; b < B; b++)                                                                      \
+        for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++)                                 \
+            for (int h = 0; h < H; h++) {                                                            \
+                int j = h / (H / Hkv), seen = (int)start[b] + s + 1;                                 \
+                const T* tok = qkv + (offsets[b] + s) * width * D;                                   \
+                int64_t pos = start[b] + s;                                                          \
+                rope_##SUFFIX(tok + h * D, cos + pos * D, sin_signed + pos * D, D, q, 0);            \
+                for (int t = 0; t < seen; t++)                                                       \
+                    for (int d = 0; d < D; d++) {                                                    \
+                        keys[t * D + d] = LOAD(kc[(((int64_t)b * Hkv + j) * Tmax + t) * D + d]);     \
+                        values[t * D + d] = LOAD(vc[(((int64_t)b * Hkv + j) * Tmax + t) * D + d]);   \
+                    }                                                                                \
+                attend_reference(q, keys, values, seen, D, 0.125f, want);                            \
+                for (int d = 0; d < D; d++) {                                                        \
+                    float got = LOAD(out[(offsets[b] + s) * H * D + h * D + d]);                     \
+                    if (ok && !same_float(got, LOAD(STORE(want[d]))))                                \
+                        printf("     D %d mode %d row %d token %d head %d [%d] = %a, the written order gives %a\n", \
+                               D, mode, b, s, h, d, got, LOAD(STORE(want[d])));                     \
+                    ok &= same_float(got, LOAD(STORE(want[d])));                                     \
+                    fold(DIGEST_ATTEND, got);                                                        \
+                }                                                                                    \
+            }                                                                                        \
+    free(qkv); free(kc); free(vc); free(cos); free(sin_signed); free(out); free(q); free(keys); free(values); free(want); \
+    return ok;                                                                                       \
+}
+CHECK_ATTEND(bf16, bf16, load_bf16, store_bf16)
+CHECK_ATTEND(float, f32, load_f32, store_f32)
+
+static void check_attend(void) {
+    static const int sizes[] = {64, 48, 16};
+    for (int mode = 0; mode < 4; mode += 3) {
+        int bf = 1, f32 = 1;
+        for (int i = 0; i < 3; i++) { bf &= check_attend_bf16(sizes[i], mode); f32 &= check_attend_f32(sizes[i], mode); }
+        char name[160];
+        snprintf(name, sizeof name, "fixed attention, bfloat16 (values %d), equals its written order bit for bit", mode);
+        check(bf, name);
+        snprintf(name, sizeof name, "fixed attention, float32 (values %d), equals its written order bit for bit", mode);
+        check(f32, name);
+    }
+}
+
+/* Every SiLU (the scalar rows kernel, and the layer loop's vector one where the build has it) is silu_fixed's. */
+static void check_silu_fixed(void) {
+    enum { N = 3, I = 256 };
+    bf16 gate_up[N * 2 * I], rows[N * I], loop[N * I];
+    float g32[N * 2 * I], act32[N * I];
+    int ok = 1, vector = layers_available();
+    for (int i = 0; i < N * 2 * I; i++) {
+        float v = i % 7 == 0 ? value_of(3) * 200.0f : i % 5 == 0 ? value_of(1) : value_of(0) * 110.0f;
+        g32[i] = v;
+        gate_up[i] = store_bf16(v);
+    }
+    silu_mul_rows_bf16(gate_up, rows, N, I, 2);
+    silu_mul_f32(g32, act32, N, I, 2);
+    if (vector) silu_mul_bf16(gate_up, loop, N, I);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < I; i++) {
+            const bf16* row = gate_up + n * 2 * I;
+            float want = load_bf16(store_bf16(round_bf16(silu_fixed(load_bf16(row[i]))) * load_bf16(row[I + i])));
+            float want32 = silu_fixed(g32[n * 2 * I + i]) * g32[n * 2 * I + I + i];
+            ok &= same_float(load_bf16(rows[n * I + i]), want) && same_float(act32[n * I + i], want32);
+            if (vector) ok &= same_float(load_bf16(loop[n * I + i]), want);
+            fold(DIGEST_SILU, load_bf16(rows[n * I + i]));
+            fold(DIGEST_SILU, act32[n * I + i]);
+        }
+    check(ok, "every SiLU equals silu_fixed (exp_fixed), bit for bit");
 }
 
 /* ---- GGUF block products: quant.c's values and summation order, written out from its header comment. ---- */
@@ -372,11 +482,14 @@ int main(void) {
     check_argmax();
     check_norms();
     check_silu();
+    check_silu_fixed();
     check_rope();
+    check_attend();
     printf("digest fixed_gemm_f32 %016llx\n", (unsigned long long)digests[DIGEST_F32]);
-    if (!small_gemm_available())  /* VDPBF16PS's own order otherwise */
-        printf("digest fixed_gemm_bf16 %016llx\n", (unsigned long long)digests[DIGEST_BF16]);
+    printf("digest fixed_gemm_bf16 %016llx\n", (unsigned long long)digests[DIGEST_BF16]);
     printf("digest quant_gemm_f32 %016llx\n", (unsigned long long)digests[DIGEST_QUANT]);
+    printf("digest attend_fixed %016llx\n", (unsigned long long)digests[DIGEST_ATTEND]);
+    printf("digest silu_fixed %016llx\n", (unsigned long long)digests[DIGEST_SILU]);
     printf("selftest: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

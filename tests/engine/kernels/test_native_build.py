@@ -27,6 +27,7 @@ def test_the_header_gives_each_function_its_ctypes_signature_and_the_constants()
     gemm = header.signatures["small_gemm_bf16"]
     assert gemm.restype is None and gemm.argtypes == (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 5
     assert gemm.argnames == ("x", "wp", "y", "M", "N", "K", "threads", "amx")
+    assert header.signatures["fixed_gemm_bf16"].argnames[-1] == "w_span" and header.constants["ROUTE_FIXED"] == 2
     assert header.signatures["screen_work_bytes"].restype is ctypes.c_int64
     assert header.signatures["amx_available"].argtypes == ()
     argmax = header.signatures["argmax_f32"]

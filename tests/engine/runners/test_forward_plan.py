@@ -43,7 +43,7 @@ def test_which_steps_take_the_packed_path():
 
 def test_the_runner_reads_its_plan():
     runner = LlamaRunner(tiny_llama())
-    assert runner.plan == dataclasses.replace(PLAIN, native=native.available(torch.float32),
+    assert runner.plan == dataclasses.replace(PLAIN, native=native.available(torch.float32), amx=native.use_amx(KernelConfig()),
                                               packed_tokens=NATIVE_MAX_NEW if native.available(torch.float32) else 0)
     assert [runner._packed(n, torch.tensor([0])) for n in (1, 16, 17)] == [runner.plan.packed(n, n) for n in (1, 16, 17)]
     assert runner.prefill_kernel(8) == runner.plan.prefill_kernel(8)
@@ -53,7 +53,9 @@ def test_the_runner_reads_its_plan():
 def test_batch_invariance_off_changes_the_products_and_the_packed_steps_only():
     model = tiny_llama()
     on, off = plan_forward(model, batch_invariant=True), plan_forward(model, batch_invariant=False)
-    assert changed(on, off) == {"batch_invariant", "fixed", "packed_tokens"}
+    # AMX tiles sum in their own order: an invariant plan never uses them, a plain one does where the CPU has them
+    assert not on.amx and off.amx == native.use_amx(KernelConfig())
+    assert changed(on, off) == {"batch_invariant", "fixed", "packed_tokens"} | ({"amx"} if off.amx else set())
     assert (on.packed_tokens, off.packed_tokens) == (None, NATIVE_MAX_NEW)
 
 

@@ -3,10 +3,9 @@
 `EngineConfig.batch_invariant` routes the Llama fast path's matrix products, RMSNorm (float32) and SiLU x up
 through these, so a token's logits are the same whether it is computed in a decode step of 1 or 64 rows, in
 a verification pass of any width, in a prefill, or on 1 or 2 threads (docs/engine.md, "Batch invariance").
-Each product output is one float32 sum over K in a fixed order, rounded once: k = 0 .. K-1 by fused
-multiply-adds, or for bfloat16 on CPUs with AVX512-BF16 pair by pair through VDPBF16PS, or on CPUs with AMX
-tiles (`amx`) one TDPBF16PS per 32 inputs (csrc/fixed.c). A runner passes the same `amx` to every product, so one
-summation order serves every step of a process.
+Each product output is one float32 sum over K in one order, rounded once: k = 0 .. K-1 by fused multiply-adds,
+on every CPU (csrc/fixed.c: AVX-512, AVX2, NEON and scalar builds, and VDPBF16PS where it performs those very
+steps), so a token's logits are also the same on every CPU.
 """
 
 from __future__ import annotations
@@ -32,6 +31,15 @@ def bfloat16_fastest() -> bool:
     return library is not None and bool(library.fixed_vector_available())
 
 
+def span(packed: torch.Tensor) -> int:
+    """A bfloat16 pack's exponent span (`bf16_span` in csrc/fixed.c), which `gemm` takes; -1 for float32."""
+    if packed.dtype != torch.bfloat16:
+        return -1
+    library = native.build_result().library
+    assert library is not None
+    return int(library.bf16_span(packed.data_ptr(), packed.numel()))
+
+
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """W (N, K) -> 16 output columns per contiguous block, zeros past N, in W's dtype: float32 as
     (ceil(N/16), K, 16); bfloat16 in pairs of k as (ceil(N/16), ceil(K/2), 16, 2), zeros past K
@@ -44,9 +52,9 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return padded.reshape(-1, 16, in_features).transpose(1, 2).contiguous()  # (N/16, K, 16)
 
 
-def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int, *, amx: bool = False) -> torch.Tensor:
-    """x (M, K) -> x W^T (M, N) in x's dtype, W packed by `pack` (same dtype). amx (bfloat16, `native.use_amx`):
-    AMX tiles where K % 32 == 0, 4-5x the VDPBF16PS route's speed from 32 rows up; other bits than it."""
+def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int, w_span: int = -1) -> torch.Tensor:
+    """x (M, K) -> x W^T (M, N) in x's dtype, W packed by `pack` (same dtype); w_span: `span(packed)` (bfloat16:
+    -1 never lets a row take VDPBF16PS; the bits are the same either way)."""
     rows, in_features = x.shape
     x = x.contiguous()
     depth = (in_features + 1) // 2 if packed.dim() == 4 else in_features  # pairs of k in bfloat16
@@ -58,7 +66,7 @@ def gemm(x: torch.Tensor, packed: torch.Tensor, out_features: int, *, amx: bool 
     if x.dtype == torch.float32:
         library.fixed_gemm_f32(x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, threads)
     elif library.fixed_gemm_bf16(
-        x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, threads, int(amx)
+        x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, out_features, in_features, threads, w_span
     ):
         raise MemoryError("the invariant GEMM could not allocate its buffer")
     return out

@@ -19,8 +19,8 @@ class Linear:
     """y = x W^T + b, with W pre-packed for oneDNN where that is available (CPU, bf16/fp32).
 
     int8: also keep an int8 copy of W (`screen.Int8Weight`) for products of few rows: half the bytes, not the
-    bfloat16 bits (draft models only). amx: the small GEMM may use AMX tiles, and the fixed-order one does for
-    every product (`native.use_amx`)."""
+    bfloat16 bits (draft models only). amx: the small GEMM may use AMX tiles (`native.use_amx`); the fixed-order
+    GEMM never does."""
 
     def __init__(
         self, weight: torch.Tensor, bias: torch.Tensor | None, prepack: bool, int8: bool = False, amx: bool = False,
@@ -31,6 +31,7 @@ class Linear:
         self.amx = amx
         # fixed: every product through the batch-invariant kernel (`invariant.gemm`), whatever the row count
         self.fixed = invariant.pack(weight) if fixed else None
+        self.fixed_span = invariant.span(self.fixed) if self.fixed is not None else -1
         prepack = prepack and not fixed
         self.packed = prepack and _can_prepack(weight)
         # bfloat16 decode steps (a few rows) use quench's own kernel (native.small_gemm); prefills oneDNN's.
@@ -40,7 +41,7 @@ class Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.fixed is not None:
-            y = invariant.gemm(x.reshape(-1, x.shape[-1]), self.fixed, self.out_features, amx=self.amx)
+            y = invariant.gemm(x.reshape(-1, x.shape[-1]), self.fixed, self.out_features, self.fixed_span)
             y = y.view(*x.shape[:-1], self.out_features)
             return y + self.bias if self.bias is not None else y
         if self.int8 is not None and x.dtype == torch.bfloat16 and x.numel() <= INT8_MAX_ROWS * x.shape[-1]:

@@ -66,10 +66,12 @@ def rope_attend(
     scale: float,
     *,
     amx: bool,
+    fixed: bool = False,
 ) -> torch.Tensor:
     """Packed rows: qkv (N, H + 2 Hkv, D), row b's tokens at offsets[b]:offsets[b + 1] (B + 1,),
     fed at positions start[b] + s (B,). Writes their keys/values into the caches (B, Hkv, T, D)
-    and returns the attention output (N, H D). amx: q.k with AMX tiles where the build has them."""
+    and returns the attention output (N, H D). fixed: the kernel whose arithmetic every build shares (batch-invariant
+    runners); else the build's fastest, with amx q.k on AMX tiles where the build has them."""
     tokens, _, head_dim = qkv.shape
     batch, kv_heads, max_len = keys.shape[0], keys.shape[1], keys.shape[2]
     assert qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous() and cos.is_contiguous()
@@ -82,7 +84,7 @@ def rope_attend(
     status = function(
         qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
         offsets.data_ptr(), out.data_ptr(), batch, heads, kv_heads, head_dim, max_len, scale, torch.get_num_threads(),
-        int(amx),
+        route(library, amx=amx, fixed=fixed),
     )
     if status != 0:
         raise MemoryError("native attention could not allocate its buffers")
@@ -234,6 +236,12 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def route(library: NativeLibrary, *, amx: bool, fixed: bool) -> int:
+    """The C route (quench_native.h's ROUTE_*) of a step: fixed, AMX tiles, or the build's fastest kernels."""
+    name = "ROUTE_FIXED" if fixed else "ROUTE_AMX" if amx else "ROUTE_FAST"
+    return library.constants[name]
+
+
 @dataclass(frozen=True)
 class LayerShape:
     """What `layers` needs besides the tensors: the model's sizes and constants."""
@@ -262,13 +270,13 @@ def layers(
     every_row: bool = False,
 ) -> torch.Tensor:
     """Every decoder layer of a packed bfloat16 step (head size 64) in one C call: x (N, Dm), the residual
-    stream, updated in place -> the final-norm hidden states (N, Dm). weights: 6 addresses per layer
-    (input_norm, post_norm, packed qkv, o, gate_up, down); caches: each layer's key and value cache (B, Hkv,
+    stream, updated in place -> the final-norm hidden states (N, Dm). weights: LAYER_WEIGHTS entries per layer
+    (the addresses of input_norm, post_norm, packed qkv, o, gate_up, down, then those packs' `bf16_span`); caches: each layer's key and value cache (B, Hkv,
     T, 64); start (B,) and offsets (B + 1,) int64 as `rope_attend` takes them. int8: 12 addresses per layer
     (each projection's `screen.Int8Weight` tiles, scales, column sums), used by steps of at most int8_rows rows.
     The packs are `pack_pairs`'s: the small GEMM's where the build has it, else the fixed-order kernel's.
-    amx: AMX tiles in attention and past `avx512_gemm_rows` rows; with every_row (batch-invariant runners), in
-    every product whatever its rows, so every step sums in one order."""
+    amx: AMX tiles in attention and past `avx512_gemm_rows` rows; every_row (batch-invariant runners): every
+    product on the fixed-order GEMM and the fixed attention, whatever the rows and the CPU."""
     rows, width = x.shape
     batch, _, max_len, _ = caches[0].shape
     assert x.dtype == torch.bfloat16 and x.is_contiguous() and start.is_contiguous() and offsets.is_contiguous()
@@ -280,7 +288,7 @@ def layers(
         x.data_ptr(), out.data_ptr(), ctypes.cast(weights, ctypes.c_void_p), ctypes.cast(addresses, ctypes.c_void_p), len(caches) // 2, final_norm.data_ptr(), rows, width,
         shape.heads, shape.kv_heads, shape.inner, cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
         offsets.data_ptr(), batch, max_len, shape.scale, shape.eps, torch.get_num_threads(),
-        library.constants["AMX_EVERY_ROW"] if amx and every_row else int(amx),
+        route(library, amx=amx, fixed=every_row),
         ctypes.cast(int8, ctypes.c_void_p) if int8 is not None else None, int8_rows,
     )
     if status != 0:

@@ -47,7 +47,7 @@ class ForwardPlan:
     c_layers: bool  # packed steps the small GEMM serves run every layer in one C call (`native.layers`)
     batch_invariant: bool  # every step packed on kernels whose per-row sums ignore the batch (`invariant`)
     fixed: bool  # every product on the fixed-order GEMM (batch invariance, or bfloat16 without AVX512-BF16)
-    amx: bool  # the GEMMs and attention run AMX tiles (batch invariant: every product, whatever its rows)
+    amx: bool  # the small GEMM and attention run AMX tiles (never batch invariant: tiles sum in their own order)
     int8: bool  # products of a few rows read int8 weight copies (draft models)
     screen: bool  # greedy steps read the LM head's int8 screen first (`screen.py`)
     window: int | None  # the smallest sliding window: packed steps only while every position is below it
@@ -120,7 +120,7 @@ def plan_forward(
         family=family.name, dtype=str(dtype).removeprefix("torch."), prepack=prepack, compiled=compile,
         native=use_native, packed_tokens=(None if batch_invariant else packed_tokens) if use_native else 0, glue=glue,
         c_layers=long_feeds and window is None and _layer_packs(model, fixed, small), batch_invariant=batch_invariant,
-        fixed=fixed, amx=native.use_amx(kernels), int8=int8, screen=screen, window=window,
+        fixed=fixed, amx=native.use_amx(kernels) and not batch_invariant, int8=int8, screen=screen, window=window,
     )
 
 

@@ -120,13 +120,16 @@ class LlamaRunner:
         run every step through it, whatever its rows: the loop's GEMM sums each output in one order for any
         row count or thread count (AMX tiles for every product where the CPU has them, else the AVX512
         kernel), and its norms, RoPE, attention and SiLU treat each row on its own."""
-        packs = [linear.fixed if self.plan.fixed else linear.small for linear in self._projections()]
+        projections = self._projections()
+        packs = [linear.fixed if self.plan.fixed else linear.small for linear in projections]
         if any(pack is None for pack in packs):
             raise AssertionError("the forward plan runs the C layer loop over weights without its packs")
-        addresses = []
+        spans = [linear.fixed_span if self.plan.fixed else -1 for linear in projections]
+        addresses = []  # LAYER_WEIGHTS per layer (csrc/quench_native.h)
         for index, layer in enumerate(self.layers):
             addresses += [layer.input_norm.data_ptr(), layer.post_norm.data_ptr()]
             addresses += [pack.data_ptr() for pack in packs[4 * index : 4 * index + 4]]
+            addresses += spans[4 * index : 4 * index + 4]
         return (ctypes.c_int64 * len(addresses))(*addresses)
 
     def _projections(self) -> list[Linear]:
@@ -279,7 +282,7 @@ class LlamaRunner:
             cos, sin_signed = self.rope[layer.rope]
             return native.rope_attend(
                 qkv, cache.keys[index], cache.values[index], cos, sin_signed, start, offsets, self.heads, self.scale,
-                amx=self.plan.amx,
+                amx=self.plan.amx, fixed=self.plan.batch_invariant,
             )  # (N, H D)
 
         return attend

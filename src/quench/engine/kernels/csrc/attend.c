@@ -1,17 +1,20 @@
 /* Decode attention: RoPE on the new tokens, their keys/values into the cache, and attention over ragged
-   rows: a generic kernel for any head size (bfloat16 and float32, the latter for tests and tiny models),
-   and an AVX512-BF16 kernel (q.k optionally with AMX tiles) for bfloat16 with head size 64.
+   rows: the fixed kernel for any head size (bfloat16 and float32), whose arithmetic is written out below and
+   gives the same bits on every build (ROUTE_FIXED, batch-invariant runners), and an AVX512-BF16 kernel (q.k
+   optionally with AMX tiles) for bfloat16 with head size 64 on the other routes.
 
    Why: for decode-sized queries (a few tokens per row), PyTorch's CPU attention spends most of its time in
    per-(row, head) matrix-call overhead. One plain loop over rows and kv heads, reading each key/value
    once, is several times faster. Attention runs in float32 (as PyTorch's CPU kernel does for bfloat16)
    and is rounded once at the end. Work is split over torch's threads with OpenMP (built with -fopenmp the
-   library asks for libgomp.so.1 and gets the copy torch already loaded: one thread pool).
+   library asks for libgomp.so.1 and gets the copy torch already loaded: one thread pool). Compiled without
+   fast-math and without FMA contraction: every fused step is an explicit one.
 
    The head-64 kernel: q.k is two vdpbf16ps per key (q is bfloat16-exact after RoPE's rounding, so the
-   products are exact in float32; the sum order differs, as any vectorised sum does), and p.v keeps four
-   query rows' accumulators in registers while each value row is read once. */
+   products are exact in float32; the sum order is the instruction's), and p.v keeps four query rows'
+   accumulators in registers while each value row is read once. */
 #include "x86.h"
+#include "canon.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,18 +26,106 @@
 #define SET_WORKER(w) ((void)(w))
 #endif
 
+/* The fixed attention's arithmetic, the same bits on every build (scalar, AVX2 + FMA, AVX-512, NEON):
+   - q.k: 16 lanes, lane l summing q[d] k[d] over d = l (mod 16) by fused multiply-adds in increasing d from
+     zero, then canon.h's fixed tree; times the scale (one product).
+   - softmax over the keys a query sees: the largest score (scalar, in key order), e_t = exp_fixed(s_t - top),
+     their total in 16 lanes (t mod 16) added in key order then the same tree, and p_t = e_t * (1 / total).
+   - p.v: each output element one fused multiply-add per key, in key order from zero. */
+#if defined(__AVX512F__)
+static inline float dot_fixed(const float* q, const float* k, int D) {
+    if (D % 16) goto scalar;
+    __m512 acc = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), acc);
+    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+scalar:;
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline float dot_fixed(const float* q, const float* k, int D) {
+    if (D % 16) goto scalar;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), hi);
+    }
+    __m256 s = _mm256_add_ps(lo, hi);
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+scalar:;
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+static inline float dot_fixed(const float* q, const float* k, int D) {
+    if (D % 16) goto scalar;
+    float32x4_t a[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+    for (int d = 0; d < D; d += 16)
+        for (int j = 0; j < 4; j++) a[j] = vfmaq_f32(a[j], vld1q_f32(q + d + 4 * j), vld1q_f32(k + d + 4 * j));
+    float32x4_t u = vaddq_f32(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));  /* s_j + s_{4+j}, s = L_j + L_{8+j} */
+    float32x2_t v = vadd_f32(vget_low_f32(u), vget_high_f32(u));
+    return vget_lane_f32(v, 0) + vget_lane_f32(v, 1);
+scalar:;
+#else
+static inline float dot_fixed(const float* q, const float* k, int D) {
+#endif
+    float lanes[16] = {0};
+    for (int d = 0; d < D; d++) lanes[d % 16] = fmaf(q[d], k[d], lanes[d % 16]);
+    return reduce16_fixed(lanes);
+}
+
+/* sc[0 .. n) (n >= 1) -> their softmax, in place. */
+static void softmax_fixed(float* sc, int n) {
+    float top = sc[0], lanes[16] = {0};
+    for (int t = 1; t < n; t++) top = sc[t] > top ? sc[t] : top;
+    int t = 0;
+#if defined(__AVX512F__)
+    for (; t + 16 <= n; t += 16) {
+        __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sc + t), _mm512_set1_ps(top)));
+        _mm512_storeu_ps(sc + t, e);
+        _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_loadu_ps(lanes), e));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    for (; t + 16 <= n; t += 16)
+        for (int h = 0; h < 16; h += 8) {
+            __m256 e = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(sc + t + h), _mm256_set1_ps(top)));
+            _mm256_storeu_ps(sc + t + h, e);
+            _mm256_storeu_ps(lanes + h, _mm256_add_ps(_mm256_loadu_ps(lanes + h), e));
+        }
+#endif
+    for (; t < n; t++) {
+        sc[t] = exp_fixed(sc[t] - top);
+        lanes[t % 16] += sc[t];
+    }
+    float inverse = 1.0f / reduce16_fixed(lanes);
+    for (t = 0; t < n; t++) sc[t] *= inverse;
+}
+
+/* acc[0 .. D) += p row[0 .. D), one fused multiply-add per element. */
+static inline void axpy_fixed(float* acc, float p, const float* row, int D) {
+    int d = 0;
+#if defined(__AVX512F__)
+    for (; d + 16 <= D; d += 16)
+        _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(_mm512_set1_ps(p), _mm512_loadu_ps(row + d), _mm512_loadu_ps(acc + d)));
+#elif defined(__AVX2__) && defined(__FMA__)
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_set1_ps(p), _mm256_loadu_ps(row + d), _mm256_loadu_ps(acc + d)));
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+    for (; d + 4 <= D; d += 4) vst1q_f32(acc + d, vfmaq_f32(vld1q_f32(acc + d), vdupq_n_f32(p), vld1q_f32(row + d)));
+#endif
+    for (; d < D; d++) acc[d] = fmaf(p, row[d], acc[d]);
+}
+
 /* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
    its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
    cos, sin_signed (positions, D); out (N, H D). A query's softmax and weighted sum run over its own keys
    only, in loops whose bounds depend on its position alone: its bits are the same in a decode step, a
    verification pass or a prefill, whatever other queries the call holds. Threads split the (row, kv head)
    pairs, each computed whole by one thread with buffers of its own: the bits do not depend on the threads. */
-#define ATTEND(T, SUFFIX, NAME, HD)                                                                \
-static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,                     \
-                const int64_t* start, const int64_t* offsets, T* out, int B, int H,                 \
-                int Hkv, int D_, int Tmax, float scale, int threads) {                             \
-    const int D = HD;                                                                             \
-    (void)D_;  /* the head size when HD is D_ itself; else HD's constant */                       \
+#define ATTEND(T, SUFFIX)                                                                          \
+static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,    \
+                                 const int64_t* start, const int64_t* offsets, T* out, int B, int H, \
+                                 int Hkv, int D, int Tmax, float scale, int threads) {              \
     int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
     for (int b = 0; b < B; b++) {                                                                 \
         int n = (int)(offsets[b + 1] - offsets[b]);                                               \
@@ -83,26 +174,16 @@ static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,  
         const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
         for (int t = 0; t < keys; t++) {                                                          \
             for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);          \
-            for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++) {              \
-                float dot = 0.0f;                                                                 \
-                for (int d = 0; d < D; d++) dot += q[m * D + d] * row[d];                        \
-                scores[(int64_t)m * keys + t] = dot * scale;                                      \
-            }                                                                                     \
+            for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++)                \
+                scores[(int64_t)m * keys + t] = dot_fixed(q + m * D, row, D) * scale;            \
         }                                                                                         \
-        for (int m = 0; m < M; m++) {  /* only the query's own keys: its bits whatever follows */ \
-            int seen = (int)start[b] + m / G + 1;                                                 \
-            float* sc = scores + (int64_t)m * keys, top = sc[0], total = 0.0f;                   \
-            for (int t = 0; t < seen; t++) top = sc[t] > top ? sc[t] : top;                       \
-            for (int t = 0; t < seen; t++) { sc[t] = expf(sc[t] - top); total += sc[t]; }         \
-            for (int t = 0; t < seen; t++) sc[t] /= total;                                        \
-        }                                                                                         \
+        for (int m = 0; m < M; m++)  /* only the query's own keys: its bits whatever follows */   \
+            softmax_fixed(scores + (int64_t)m * keys, (int)start[b] + m / G + 1);                 \
         memset(acc, 0, sizeof(float) * M * D);                                                    \
         for (int t = 0; t < keys; t++) {                                                          \
             for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);          \
-            for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++) {              \
-                float p = scores[(int64_t)m * keys + t];                                          \
-                for (int d = 0; d < D; d++) acc[m * D + d] += p * row[d];                         \
-            }                                                                                     \
+            for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++)                \
+                axpy_fixed(acc + m * D, scores[(int64_t)m * keys + t], row, D);                   \
         }                                                                                         \
         for (int s = 0; s < S; s++)                                                               \
             for (int g = 0; g < G; g++) {                                                         \
@@ -113,22 +194,8 @@ static int NAME(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,  
     free(q_all); free(scores_all); free(acc_all); free(row_all);                                  \
     return 0;                                                                                     \
 }
-/* A constant head size lets the compiler unroll and vectorize the inner loops fully. */
-#define DISPATCH(T, SUFFIX)                                                                        \
-ATTEND(T, SUFFIX, attend64_##SUFFIX, 64)                                                          \
-ATTEND(T, SUFFIX, attend128_##SUFFIX, 128)                                                        \
-ATTEND(T, SUFFIX, attend256_##SUFFIX, 256)  /* Gemma 3 */                                         \
-ATTEND(T, SUFFIX, attend_any_##SUFFIX, D_)                                                        \
-static int rope_attend_generic_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed, \
-                         const int64_t* start, const int64_t* offsets, T* out, int B, int H,        \
-                         int Hkv, int D, int Tmax, float scale, int threads) {                      \
-    if (D == 64) return attend64_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads); \
-    if (D == 128) return attend128_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads); \
-    if (D == 256) return attend256_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads); \
-    return attend_any_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads); \
-}
-DISPATCH(bf16, bf16)
-DISPATCH(float, f32)
+ATTEND(bf16, bf16)
+ATTEND(float, f32)
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define HAVE_AVX512_BF16 1
@@ -142,7 +209,7 @@ void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* 
         __m512 b = round_to_bf16(_mm512_mul_ps(v[(c + 2) % 4], bf16x16_to_f32(sin_signed + 16 * c)));
         __m512 sum = round_to_bf16(_mm512_add_ps(a, b));
         _mm512_storeu_ps(out + 16 * c, sum);
-        if (store) _mm256_storeu_si256((__m256i*)(store + 16 * c), (__m256i)_mm512_cvtneps_pbh(sum));
+        if (store) _mm256_storeu_si256((__m256i*)(store + 16 * c), f32x16_to_bf16(sum));
     }
 }
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
@@ -211,15 +278,6 @@ static void scores_amx(const float* q, bf16* qt, const bf16* kb, const bf16* vb,
 #else
 #define HAVE_AMX_ATTEND 0
 #endif
-/* 16 floats -> bfloat16 exactly as store_bf16 rounds them (nearest even; NaN quieted), denormals kept. */
-static inline __m256i f32x16_to_bf16_exact(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(r);
-}
 /* One row's scores over the keys it sees -> their softmax, in place, 16 keys at a time. */
 static void softmax_avx512(float* sc, int keys) {
     const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
@@ -363,7 +421,7 @@ static int attend64_bf16_avx512(const bf16* qkv, bf16* kc, bf16* vc, const bf16*
             for (int i = 0; i < q; i++) {
                 int m = m0 + i, s = m / G, g = m % G;
                 bf16* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;
-                for (int c = 0; c < 4; c++) _mm256_storeu_si256((__m256i*)(o + 16 * c), f32x16_to_bf16_exact(acc[i][c]));
+                for (int c = 0; c < 4; c++) _mm256_storeu_si256((__m256i*)(o + 16 * c), f32x16_to_bf16(acc[i][c]));
             }
         }
     }
@@ -384,16 +442,18 @@ void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* 
 
 int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
                      const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
-                     int amx) {
+                     int route) {
 #if HAVE_AVX512_BF16
-    if (D == 64) return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale, threads, amx);
+    if (D == 64 && route != ROUTE_FIXED)
+        return attend64_bf16_avx512(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, Tmax, scale, threads,
+                                    route == ROUTE_AMX);
 #endif
-    (void)amx;  /* the generic kernel: no AMX */
-    return rope_attend_generic_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads);
+    (void)route;
+    return attend_fixed_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads);
 }
 int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
                     const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
-                    int amx) {
-    (void)amx;  /* float32: the generic kernel */
-    return rope_attend_generic_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads);
+                    int route) {
+    (void)route;  /* float32: the fixed kernel on every route */
+    return attend_fixed_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads);
 }

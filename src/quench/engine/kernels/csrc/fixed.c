@@ -8,23 +8,19 @@
    the same bits on all four) or the thread that computes it. Threads split the columns only, never K.
 
    fixed_gemm_bf16: the same product in bfloat16, W packed in pairs of k as (ceil(N/16), ceil(K/2), 16, 2)
-   (zeros past N and past K), accumulated in float32 and rounded to bfloat16 once. Where the CPU has
-   AVX512-BF16, each pair goes through one VDPBF16PS (its two exact products added in the instruction's
-   order, denormals flushed): twice the fused multiply-adds per instruction. Elsewhere the inputs are
-   widened exactly to float32 and summed as fixed_gemm_f32 does. On ARM that holds with the bf16 extension
-   too: BFDOT and BFMMLA add a pair's products and the accumulator in their own order and rounding (not one
-   IEEE fused step per input, denormals flushed), which would change the bits, so the NEON path widens and
-   uses FMLA, the same bits as every build but VDPBF16PS's. Either way the order is fixed per build, so
-   a row's bits never depend on the other rows; the two builds may differ from each other. With amx (CPUs
-   with AMX tiles, K % 32 == 0) it is gemm_bf16_amx instead (csrc/gemm.c): each output is one float32 tile
-   accumulator updated by one TDPBF16PS per 32 inputs in order k0 = 0, 32, ..; a row's tile row never meets
-   another row, and threads split the columns only, so its bits do not depend on the call's rows or threads
-   either. TDPBF16PS sums a tile step in its own order: its bits differ from VDPBF16PS's (about 1 output in
-   10,000 at K = 576), so a process uses one route or the other for every product.
+   (zeros past N and past K): the inputs widened exactly to float32 and summed as fixed_gemm_f32 does, rounded
+   to bfloat16 once. Every build gives those bits. Where the CPU has AVX512-BF16, a row whose values and W's
+   keep every product and partial sum clear of denormals (`dot_exact`, from each one's least and largest
+   exponent: W's `bf16_span` is computed once, when it is packed) goes through VDPBF16PS with each pair turned
+   around, which then performs the same fused steps in the same order, two per instruction; any other row is
+   widened. Units that keep their own order are not used here: AMX's TDPBF16PS (it sums a tile step in its
+   own order) and ARM's BFDOT/BFMMLA (not one IEEE fused step per input, denormals flushed).
 
-   rms_norm_f32 and silu_mul_*: one row at a time (silu_mul's rows split over threads), scalar, in a fixed
-   order (compiled without fast-math and without FMA contraction, so no reassociated or vectorised reduction). */
+   rms_norm_f32: one row at a time, scalar, in order (compiled without fast-math and without FMA contraction, so
+   no reassociated or vectorised reduction). silu_mul_*: element by element with `exp_fixed` (canon.h), the
+   exponential every build and the vector SiLUs compute bit for bit. */
 #include "x86.h"
+#include "canon.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -178,34 +174,13 @@ void fixed_gemm_f32(const float* x, const float* wp, float* y, int M, int N, int
     }
 }
 
-/* bfloat16, W in pairs of k: block s, pair p, column c, member j at ((s K2 + p) 16 + c) 2 + j, K2 = ceil(K/2). */
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-/* x rows as bfloat16 with an even length 2 K2 (xr[i]); MB rows x S blocks, one VDPBF16PS per pair. */
-#define PAIRS(MB, S)                                                                               \
-static void pairs_##MB##_##S(const bf16* const* xr, const bf16* w, float (*out)[16 * 6], int K2) { \
-    __m512 acc[MB][S];                                                                             \
-    for (int i = 0; i < MB; i++)                                                                   \
-        for (int s = 0; s < S; s++) acc[i][s] = _mm512_setzero_ps();                               \
-    for (int p = 0; p < K2; p++) {                                                                 \
-        __m512bh xv[MB];                                                                           \
-        for (int i = 0; i < MB; i++) {                                                             \
-            int32_t pair;                                                                          \
-            memcpy(&pair, xr[i] + 2 * p, sizeof pair);                                             \
-            xv[i] = (__m512bh)_mm512_set1_epi32(pair);                                             \
-        }                                                                                          \
-        for (int s = 0; s < S; s++) {                                                              \
-            __m512bh wv = (__m512bh)_mm512_loadu_si512(w + ((int64_t)s * K2 + p) * 32);            \
-            for (int i = 0; i < MB; i++) acc[i][s] = _mm512_dpbf16_ps(acc[i][s], xv[i], wv);       \
-        }                                                                                          \
-    }                                                                                              \
-    for (int i = 0; i < MB; i++)                                                                   \
-        for (int s = 0; s < S; s++) _mm512_storeu_ps(out[i] + 16 * s, acc[i][s]);                  \
-}
-typedef bf16 pair_row;
-#elif defined(__AVX512F__)
+/* bfloat16, W in pairs of k: block s, pair p, column c, member j at ((s K2 + p) 16 + c) 2 + j, K2 = ceil(K/2).
+   Every build gives every output the bits of one float32 sum: x[k] W[n][k] widened exactly and added by fused
+   multiply-adds in order k = 0 .. K-1 from zero, rounded to bfloat16 once (the scalar loop below). */
+#if defined(__AVX512F__)
 /* x rows widened to float32 (xr[i], length K); each pair's members split exactly and added in order k. */
-#define PAIRS(MB, S)                                                                               \
-static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)[16 * 6], int K) { \
+#define WIDE(MB, S)                                                                                \
+static void wide_##MB##_##S(const float* const* xr, const bf16* w, float (*out)[16 * 6], int K) {  \
     __m512 acc[MB][S];                                                                             \
     const __m512i high = _mm512_set1_epi32((int32_t)0xffff0000u);                                  \
     int K2 = (K + 1) / 2;                                                                          \
@@ -225,8 +200,39 @@ static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)
     for (int i = 0; i < MB; i++)                                                                   \
         for (int s = 0; s < S; s++) _mm512_storeu_ps(out[i] + 16 * s, acc[i][s]);                  \
 }
-typedef float pair_row;
-#elif defined(FIXED_AVX2)
+WIDE(4, 6) WIDE(2, 6) WIDE(1, 6) WIDE(4, 1) WIDE(2, 1) WIDE(1, 1)
+#if defined(__AVX512BF16__)
+#define FIXED_DP 1
+/* VDPBF16PS adds a pair's two products to the accumulator as two fused steps, the odd member's first (Intel's
+   definition, and what Zen 4 computes), with denormal inputs and results flushed to zero. Each pair is turned
+   around (x's 32-bit word and W's, rotated by 16 bits), so the even member, k = 2p, goes first: the steps of
+   the widened kernel, in order k. Where no input, product or partial sum is a denormal (`dot_exact`) they
+   round exactly as those fused multiply-adds: the same bits, two products per instruction. x rows as bfloat16
+   with an even length 2 K2 (xr[i]); MB rows x S blocks. */
+#define PAIRS(MB, S)                                                                               \
+static void pairs_##MB##_##S(const bf16* const* xr, const bf16* w, float (*out)[16 * 6], int K2) { \
+    __m512 acc[MB][S];                                                                             \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < S; s++) acc[i][s] = _mm512_setzero_ps();                               \
+    for (int p = 0; p < K2; p++) {                                                                 \
+        __m512bh xv[MB];                                                                           \
+        for (int i = 0; i < MB; i++) {                                                             \
+            uint32_t pair;                                                                         \
+            memcpy(&pair, xr[i] + 2 * p, sizeof pair);                                             \
+            xv[i] = (__m512bh)_mm512_set1_epi32((int32_t)(pair << 16 | pair >> 16));               \
+        }                                                                                          \
+        for (int s = 0; s < S; s++) {                                                              \
+            __m512bh wv = (__m512bh)_mm512_rol_epi32(_mm512_loadu_si512(w + ((int64_t)s * K2 + p) * 32), 16); \
+            for (int i = 0; i < MB; i++) acc[i][s] = _mm512_dpbf16_ps(acc[i][s], xv[i], wv);       \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < MB; i++)                                                                   \
+        for (int s = 0; s < S; s++) _mm512_storeu_ps(out[i] + 16 * s, acc[i][s]);                  \
+}
+PAIRS(4, 6) PAIRS(2, 6) PAIRS(1, 6) PAIRS(4, 1) PAIRS(2, 1) PAIRS(1, 1)
+#endif
+#endif
+#if defined(FIXED_AVX2)
 /* AVX2 + FMA: x rows widened to float32 (length K). A 64-byte line of W holds pair p of 16 columns: its first
    half columns 0-7, its second 8-15; each 32-bit word's low half is k = 2p, its high half k = 2p + 1, so a
    shift and a mask widen them exactly. The FMAs run in order k, as fixed_gemm_f32's. */
@@ -303,45 +309,46 @@ static void pairs_##MB##_##S(const float* const* xr, const bf16* w, float (*out)
 }
 PAIRS4(1, 6) PAIRS4(2, 3) PAIRS4(4, 1) PAIRS4(2, 1) PAIRS4(1, 1)
 typedef float pair_row;
-#else
-typedef float pair_row;
 #endif
 
-#if defined(__AVX512F__)
-PAIRS(4, 6) PAIRS(2, 6) PAIRS(1, 6) PAIRS(4, 1) PAIRS(2, 1) PAIRS(1, 1)
-#if defined(__AVX512BF16__)
-#define PAIR_LENGTH(K) (((K) + 1) / 2)
-#else
-#define PAIR_LENGTH(K) (K)
-#endif
-#endif
-
-/* One group of nb <= 6 blocks (from block b0) for rows m0 .. m0 + mb (mb <= 4); x rows of `stride` values. */
-static void group_pairs(const pair_row* x, int stride, const bf16* wp, bf16* y, int m0, int mb, int b0, int nb,
+/* One group of nb <= 6 blocks (from block b0) for rows m0 .. m0 + mb (mb <= 4): x rows widened to float32 (K
+   values each), or with dp bfloat16 pairs (`stride` values each, K rounded up to even) for VDPBF16PS. */
+static void group_pairs(const void* x, int dp, int stride, const bf16* wp, bf16* y, int m0, int mb, int b0, int nb,
                         int N, int K) {
     float out[4][16 * 6];
-    const pair_row* xr[4];
+    const float* xr[4];
     int K2 = (K + 1) / 2;
-    for (int i = 0; i < 4; i++) xr[i] = x + (int64_t)(m0 + (i < mb ? i : 0)) * stride;
+    for (int i = 0; i < 4; i++) xr[i] = (const float*)x + (int64_t)(m0 + (i < mb ? i : 0)) * K;
     const bf16* w = wp + (int64_t)b0 * 32 * K2;
 #if defined(__AVX512F__)
     /* Rows past mb repeat row m0 (computed, never stored); a group of fewer than 6 blocks goes block by block. */
     int rows = mb > 2 ? 4 : mb;
+#if defined(FIXED_DP)
+    const bf16* xb[4];
+    for (int i = 0; i < 4; i++) xb[i] = (const bf16*)x + (int64_t)(m0 + (i < mb ? i : 0)) * stride;
+#define KERNEL(SHAPE, W, OUT) \
+    if (dp) pairs_##SHAPE(xb, W, OUT, K2); else wide_##SHAPE(xr, W, OUT, K)
+#else
+    (void)dp, (void)stride;
+#define KERNEL(SHAPE, W, OUT) wide_##SHAPE(xr, W, OUT, K)
+#endif
     if (nb == 6) {
-        if (rows == 4) pairs_4_6(xr, w, out, PAIR_LENGTH(K));
-        else if (rows == 2) pairs_2_6(xr, w, out, PAIR_LENGTH(K));
-        else pairs_1_6(xr, w, out, PAIR_LENGTH(K));
+        if (rows == 4) KERNEL(4_6, w, out);
+        else if (rows == 2) KERNEL(2_6, w, out);
+        else KERNEL(1_6, w, out);
     } else {
         for (int s = 0; s < nb; s++) {
             float part[4][16 * 6];
             const bf16* ws = w + (int64_t)s * 32 * K2;
-            if (rows == 4) pairs_4_1(xr, ws, part, PAIR_LENGTH(K));
-            else if (rows == 2) pairs_2_1(xr, ws, part, PAIR_LENGTH(K));
-            else pairs_1_1(xr, ws, part, PAIR_LENGTH(K));
+            if (rows == 4) KERNEL(4_1, ws, part);
+            else if (rows == 2) KERNEL(2_1, ws, part);
+            else KERNEL(1_1, ws, part);
             for (int i = 0; i < rows; i++) memcpy(out[i] + 16 * s, part[i], 16 * sizeof(float));
         }
     }
+#undef KERNEL
 #elif defined(FIXED_SPLIT)
+    (void)dp, (void)stride;
     /* Rows past mb repeat row m0 (computed, never stored); blocks by 6 (one row), 3 (two) or 1, the rest by 1. */
     int rows = mb > 2 ? 4 : mb, span = rows == 1 ? 6 : rows == 2 ? 3 : 1;
     for (int s = 0; s < nb;) {
@@ -355,7 +362,8 @@ static void group_pairs(const pair_row* x, int stride, const bf16* wp, bf16* y, 
         s += step;
     }
 #else
-    /* The sums of the AVX512F kernel one at a time: fmaf rounds once per step, as the vector FMA does. */
+    (void)dp, (void)stride;
+    /* The sums one at a time: fmaf rounds once per step, as the vector FMA does. */
     for (int i = 0; i < mb; i++)
         for (int c = 0; c < 16 * nb; c++) {
             const bf16* wc = w + (int64_t)(c / 16) * 32 * K2 + (c % 16) * 2;
@@ -380,35 +388,101 @@ int fixed_vector_available(void) {
 #endif
 }
 
-int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx) {
-    if (amx && K % 32 == 0) return gemm_bf16_amx(x, wp, y, M, N, K, threads) != 0;
+/* y (M, N) = x W^T for M rows of x (widened float32 rows, or dp: bfloat16 rows of `stride` values), every group
+   of 6 blocks on one thread. */
+static void pairs_rows(const void* x, int dp, int stride, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
     int nblocks = (N + 15) / 16, groups = (nblocks + 5) / 6;
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-    /* x as it is where K is even; otherwise copied with a zero past K (W's pad is zero too). */
-    int stride = 2 * ((K + 1) / 2);
-    bf16* padded = NULL;
-    if (stride != K) {
-        padded = calloc((size_t)M * stride + 1, sizeof(bf16));
-        if (!padded) return 1;
-        for (int64_t m = 0; m < M; m++) memcpy(padded + m * stride, x + m * K, sizeof(bf16) * K);
-    }
-    const pair_row* rows = padded ? padded : x;
-#else
-    int stride = K;
-    float* padded = malloc(sizeof(float) * ((int64_t)M * K + 1));
-    if (!padded) return 1;
-    for (int64_t i = 0; i < (int64_t)M * K; i++) padded[i] = load_bf16(x[i]);
-    const pair_row* rows = padded;
-#endif
     threads = threads < 1 ? 1 : threads;
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && groups > 1)
     for (int g = 0; g < groups; g++) {
         int b0 = 6 * g, nb = nblocks - b0 < 6 ? nblocks - b0 : 6;
         for (int m0 = 0; m0 < M; m0 += 4)
-            group_pairs(rows, stride, wp, y, m0, M - m0 < 4 ? M - m0 : 4, b0, nb, N, K);
+            group_pairs(x, dp, stride, wp, y, m0, M - m0 < 4 ? M - m0 : 4, b0, nb, N, K);
     }
-    free(padded);
+}
+
+static int widened_rows(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
+    float* wide = malloc(sizeof(float) * ((int64_t)M * K + 1));
+    if (!wide) return 1;
+    for (int64_t i = 0; i < (int64_t)M * K; i++) wide[i] = load_bf16(x[i]);
+    pairs_rows(wide, 0, K, wp, y, M, N, K, threads);
+    free(wide);
     return 0;
+}
+
+int bf16_span(const bf16* x, int64_t count) {
+    int lo = 255, hi = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int exponent = (x[i] >> 7) & 255;
+        if ((x[i] & 0x7fff) == 0) continue;  /* +0 and -0 */
+        lo = exponent < lo ? exponent : lo;
+        hi = exponent > hi ? exponent : hi;
+    }
+    return lo | hi << 8;
+}
+
+#if defined(FIXED_DP)
+/* Whether VDPBF16PS gives the bits of the fused multiply-adds for a row of span `x` against W of span `w`
+   (`bf16_span`; -1: unknown). A bfloat16 value is an 8-bit integer times 2^(E - 134), so every product and
+   every partial sum is a multiple of 2^(Ex + Ew - 268) for the least exponents Ex, Ew: with Ex + Ew >= 142
+   a nonzero one is at least 2^-126, never a denormal, so the flushing never acts; Ex + Ew <= 379 for the
+   largest keeps each product below 2^127; no input is a denormal (E = 0), inf or NaN (E = 255). */
+static int dot_exact(int x, int w) {
+    if (w < 0) return 0;
+    int xlo = x & 255, xhi = x >> 8, wlo = w & 255, whi = w >> 8;
+    return xlo >= 1 && wlo >= 1 && xhi <= 254 && whi <= 254 && xlo + wlo >= 142 && xhi + whi <= 379;
+}
+
+/* The rows in `which` (count of them) as VDPBF16PS pairs (padded to an even length) or widened, into y. */
+static int dp_rows(const bf16* x, const int* which, int count, const bf16* wp, bf16* y, int N, int K, int threads) {
+    int stride = 2 * ((K + 1) / 2);
+    bf16* rows = calloc((size_t)count * stride + 1, sizeof(bf16));
+    bf16* out = malloc(sizeof(bf16) * ((size_t)count * N + 1));
+    if (!rows || !out) { free(rows); free(out); return 1; }
+    for (int r = 0; r < count; r++) memcpy(rows + (int64_t)r * stride, x + (int64_t)which[r] * K, sizeof(bf16) * K);
+    pairs_rows(rows, 1, stride, wp, out, count, N, K, threads);
+    for (int r = 0; r < count; r++) memcpy(y + (int64_t)which[r] * N, out + (int64_t)r * N, sizeof(bf16) * N);
+    free(rows); free(out);
+    return 0;
+}
+
+static int wide_rows(const bf16* x, const int* which, int count, const bf16* wp, bf16* y, int N, int K, int threads) {
+    bf16* rows = malloc(sizeof(bf16) * ((size_t)count * K + 1));
+    bf16* out = malloc(sizeof(bf16) * ((size_t)count * N + 1));
+    int status = !rows || !out;
+    if (!status) {
+        for (int r = 0; r < count; r++) memcpy(rows + (int64_t)r * K, x + (int64_t)which[r] * K, sizeof(bf16) * K);
+        status = widened_rows(rows, wp, out, count, N, K, threads);
+    }
+    if (!status)
+        for (int r = 0; r < count; r++) memcpy(y + (int64_t)which[r] * N, out + (int64_t)r * N, sizeof(bf16) * N);
+    free(rows); free(out);
+    return status;
+}
+#endif
+
+int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int w_span) {
+#if defined(FIXED_DP)
+    /* Each row on VDPBF16PS where that gives its bits, else widened: a row's route depends on its own values. */
+    int* order = malloc(sizeof(int) * ((size_t)M + 1));
+    if (!order) return 1;
+    int exact = 0, rest = M;
+    for (int m = 0; m < M; m++) {
+        if (dot_exact(bf16_span(x + (int64_t)m * K, K), w_span)) order[exact++] = m;
+        else order[--rest] = m;
+    }
+    int status = 0;
+    if (exact == M && K % 2 == 0) pairs_rows(x, 1, K, wp, y, M, N, K, threads);
+    else {
+        if (exact) status |= dp_rows(x, order, exact, wp, y, N, K, threads);
+        if (exact < M) status |= wide_rows(x, order + exact, M - exact, wp, y, N, K, threads);
+    }
+    free(order);
+    return status;
+#else
+    (void)w_span;
+    return widened_rows(x, wp, y, M, N, K, threads);
+#endif
 }
 
 void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm, float eps) {
@@ -421,7 +495,6 @@ void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm
     }
 }
 
-static inline float silu(float g) { return g / (1.0f + expf(-g)); }
 
 /* Element by element: the threads split the rows (at least SILU_ROWS_PER_THREAD each), never an element's work. */
 #define SILU_ROWS_PER_THREAD 4
@@ -436,7 +509,7 @@ void silu_mul_f32(const float* gate_up, float* act, int N, int I, int threads) {
     for (int n = 0; n < N; n++)
         for (int i = 0; i < I; i++) {
             const float* row = gate_up + (int64_t)n * 2 * I;
-            act[(int64_t)n * I + i] = silu(row[i]) * row[I + i];
+            act[(int64_t)n * I + i] = silu_fixed(row[i]) * row[I + i];
         }
 }
 
@@ -446,6 +519,6 @@ void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I, int thread
     for (int n = 0; n < N; n++)
         for (int i = 0; i < I; i++) {
             const bf16* row = gate_up + (int64_t)n * 2 * I;
-            act[(int64_t)n * I + i] = store_bf16(round_bf16(silu(load_bf16(row[i]))) * load_bf16(row[I + i]));
+            act[(int64_t)n * I + i] = store_bf16(round_bf16(silu_fixed(load_bf16(row[i]))) * load_bf16(row[I + i]));
         }
 }

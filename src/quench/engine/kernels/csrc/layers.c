@@ -2,15 +2,14 @@
    residual sums and norms of the other units, and SiLU x up here).
 
    At batch 8 a decode step called ~10 Python-level operations per layer (each GEMM's wrapper and output
-   allocation, the attention's checks, two norms, SiLU, the product, slicing): ~2-3 ms of a ~40 ms step.
-   Here the loop over layers is C, with its scratch allocated once per call. SiLU follows PyTorch's bfloat16
-   path (x / (1 + exp(-x)) in float32, rounded to bfloat16, then the product with `up` rounded) with
-   Cephes' expf (~1 ulp, as Sleef's that PyTorch uses): a result could differ from PyTorch's by one
-   bfloat16 step where the float32 value sits within an ulp of a rounding boundary; none of 6.3M products
-   did (the default model's width, inputs up to 3 sigma), and the C loop's logits, hidden states and caches
-   equal the Python loop's (tested). Builds with AVX2 + FMA but without AVX512-BF16 run the same loop with every
-   product on fixed_gemm_bf16 (the packs have the same layout) and an 8-lane SiLU of the same bits (silu8_ps).
-   Compiled with -ffp-contract=off. */
+   allocation, the attention's checks, two norms, SiLU, the product, slicing). Here the loop over layers is C,
+   with its scratch allocated once per call. SiLU follows PyTorch's bfloat16 path (x / (1 + exp(-x)) in float32,
+   rounded to bfloat16, then the product with `up` rounded) with canon.h's exp_fixed (Cephes' polynomial, about
+   1 ulp, as Sleef's that PyTorch uses): 16 lanes (AVX512-BF16 builds) or 8 (AVX2 + FMA), the same bits as the
+   scalar silu_mul_rows_bf16 of the Python loop. On ROUTE_FIXED (batch-invariant runners) every product runs on
+   fixed_gemm_bf16 and attention on the fixed kernel, so a step's bits are the same on every build; builds
+   without the small GEMM (AVX2) run every product on fixed_gemm_bf16 on every route (the packs have the same
+   layout). Compiled with -ffp-contract=off. */
 #include "x86.h"
 #include <math.h>
 #include <stdlib.h>
@@ -20,7 +19,7 @@ int layers_available(void) { return 1; }
 /* gate_up (N, 2 I) -> act (N, I) = bf16(bf16(silu(gate)) * up); I % 16 == 0. */
 void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) {
 #if !(defined(__AVX512F__) && defined(__AVX512BF16__))
-    /* AVX2: 8 lanes at a time, exp8_ps giving exp_ps's bits, so the same SiLU as the AVX512 loop */
+    /* AVX2: 8 lanes at a time, exp8_ps giving exp_fixed's bits, so the same SiLU as the AVX512 loop */
     for (int n = 0; n < N; n++) {
         const bf16* g = gate_up + (int64_t)n * 2 * I;
         for (int i = 0; i < I; i += 8) {
@@ -36,7 +35,7 @@ void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) {
             __m512 x = bf16x16_to_f32(g + i);
             __m512 silu = round_to_bf16(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x)))));
             __m512 product = _mm512_mul_ps(silu, bf16x16_to_f32(g + I + i));
-            _mm256_storeu_si256((__m256i*)(act + (int64_t)n * I + i), (__m256i)_mm512_cvtneps_pbh(product));
+            _mm256_storeu_si256((__m256i*)(act + (int64_t)n * I + i), f32x16_to_bf16(product));
         }
     }
 #endif
@@ -49,7 +48,7 @@ void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) {
    Returns 0, 1 where a buffer could not be allocated or a GEMM failed (x is then partly updated). */
 int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,
                 int N, int Dm, int H, int Hkv, int I, const bf16* cos, const bf16* sin_signed, const int64_t* start,
-                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int amx,
+                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int route,
                 const int64_t* w8, int w8_rows) {
     enum { D = 64 };
     int width = (H + 2 * Hkv) * D, widest = Dm > I ? Dm : I;
@@ -62,20 +61,21 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
     bf16* delta = malloc(sizeof(bf16) * (size_t)N * Dm);
     void* work = w8 ? malloc((size_t)w8_work_bytes(N, widest > H * D ? widest : H * D)) : 0;
     int status = (!qkv || !attn || !gate_up || !act || !delta || (w8 && !work));
-    #define W(l, k) ((const bf16*)(intptr_t)weights[6 * (l) + (k)])
+    #define W(l, k) ((const bf16*)(intptr_t)weights[LAYER_WEIGHTS * (l) + (k)])
+    #define SPAN(l, k) ((int)weights[LAYER_WEIGHTS * (l) + 6 + (k)])
     /* projection k (0 qkv, 1 o, 2 gate_up, 3 down) of layer l: y (N, n) = a (N, in) W^T */
     #define GEMM(l, k, a, y, n, in)                                                                 \
         if (w8) status |= w8_gemm_bf16(a, N, in, (const int8_t*)(intptr_t)w8[12 * (l) + 3 * (k)],    \
                                        (const float*)(intptr_t)w8[12 * (l) + 3 * (k) + 1],           \
                                        (const int32_t*)(intptr_t)w8[12 * (l) + 3 * (k) + 2], n, y, work, threads, SCREEN_VNNI_ROWS) != 0; \
-        else if (amx == AMX_EVERY_ROW) status |= fixed_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, 1);  \
-        else if (!small) status |= fixed_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, 0);        \
-        else small_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, amx);
+        else if (route == ROUTE_FIXED || !small)                                                    \
+            status |= fixed_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, SPAN(l, k));          \
+        else small_gemm_bf16(a, W(l, 2 + (k)), y, N, n, in, threads, route == ROUTE_AMX);
     if (!status) add_rms_norm_bf16(x, 0, W(0, 0), h, N, Dm, eps);
     for (int l = 0; l < L && !status; l++) {
         GEMM(l, 0, h, qkv, width, Dm)
         status |= rope_attend_bf16(qkv, (bf16*)(intptr_t)caches[2 * l], (bf16*)(intptr_t)caches[2 * l + 1], cos, sin_signed,
-                                  start, offsets, attn, B, H, Hkv, D, Tmax, scale, threads, amx != 0);
+                                  start, offsets, attn, B, H, Hkv, D, Tmax, scale, threads, route);
         if (status) break;
         GEMM(l, 1, attn, delta, Dm, H * D)
         add_rms_norm_bf16(x, delta, W(l, 1), h, N, Dm, eps);
@@ -85,6 +85,7 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
         add_rms_norm_bf16(x, delta, l + 1 < L ? W(l + 1, 0) : final_norm, h, N, Dm, eps);
     }
     #undef GEMM
+    #undef SPAN
     #undef W
     free(qkv); free(attn); free(gate_up); free(act); free(delta); free(work);
     return status ? 1 : 0;
@@ -93,11 +94,11 @@ int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches,
 int layers_available(void) { return 0; }
 int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,
                 int N, int Dm, int H, int Hkv, int I, const bf16* cos, const bf16* sin_signed, const int64_t* start,
-                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int amx,
+                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int route,
                 const int64_t* w8, int w8_rows) {
     (void)x; (void)h; (void)weights; (void)caches; (void)L; (void)final_norm; (void)N; (void)Dm; (void)H; (void)Hkv;
     (void)I; (void)cos; (void)sin_signed; (void)start; (void)offsets; (void)B; (void)Tmax; (void)scale; (void)eps;
-    (void)threads; (void)amx; (void)w8; (void)w8_rows;
+    (void)threads; (void)route; (void)w8; (void)w8_rows;
     return 1;
 }
 void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I) { (void)gate_up; (void)act; (void)N; (void)I; }

@@ -15,7 +15,9 @@ typedef uint16_t bf16;  /* bfloat16 bits */
 #define AVX512_GEMM_ROWS 4   /* small_gemm_bf16 takes the AVX512 kernel up to this many rows, AMX or not */
 #define SCREEN_MAX_ROWS 64   /* screen_argmax_bf16's most rows per call */
 #define SCREEN_VNNI_ROWS 4   /* int8 products of up to this many rows take AVX512-VNNI instead of AMX tiles */
-#define AMX_EVERY_ROW 2      /* layers_bf16's amx: AMX tiles for every product whatever its rows (batch-invariant steps) */
+#define ROUTE_FAST 0         /* attention's and layers_bf16's route: the build's fastest kernels (small GEMM, head-64 attention) */
+#define ROUTE_AMX 1          /* ROUTE_FAST with AMX tiles past AVX512_GEMM_ROWS rows and in attention's scores */
+#define ROUTE_FIXED 2        /* one arithmetic order on every build: fixed_gemm_bf16 and the fixed attention */
 
 /* The hash of this header the library was built against (checked at load). */
 const char* quench_native_header(void);
@@ -34,13 +36,14 @@ void rope_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, int dim, 
 void rope_f32(const float* x, const float* cos, const float* sin_signed, int dim, float* out, float* store);
 void rope64_bf16(const bf16* x, const bf16* cos, const bf16* sin_signed, float* out, bf16* store);
 
-/* attend.c: RoPE + KV-cache write + attention over packed ragged rows. Returns 0, 1 where out of memory. */
+/* attend.c: RoPE + KV-cache write + attention over packed ragged rows (route: ROUTE_*). Returns 0, 1 where out
+   of memory. */
 int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed, const int64_t* start,
                      const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
-                     int amx);
+                     int route);
 int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
                     const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
-                    int amx);
+                    int route);
 
 /* glue.c: residual sum + RMSNorm, greedy argmax, and a token sampled with temperature (0, or 1 where out of
    memory). */
@@ -54,22 +57,26 @@ int sample_f32(const float* x, int64_t stride, const int64_t* rows, int A, int V
 void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
 int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads);
 
-/* fixed.c: batch-invariant kernels (each row's bits independent of the call's rows and threads); W packed
-   (ceil(N/16), K, 16) in float32, (ceil(N/16), ceil(K/2), 16, 2) in bfloat16. fixed_gemm_bf16 with amx runs
-   gemm_bf16_amx where K % 32 == 0; it returns 0, or 1 where out of memory or AMX is unusable. */
+/* fixed.c: batch-invariant kernels (each row's bits independent of the call's rows, threads and CPU); W packed
+   (ceil(N/16), K, 16) in float32, (ceil(N/16), ceil(K/2), 16, 2) in bfloat16. bf16_span: the least and the
+   largest biased exponent of the nonzero values, lo | hi << 8 (255 | 0 << 8 where all are zero); fixed_gemm_bf16
+   takes W's (-1: unknown) and returns 0, or 1 where out of memory. */
 void fixed_gemm_f32(const float* x, const float* wp, float* y, int M, int N, int K, int threads);
-int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx);
+int bf16_span(const bf16* x, int64_t count);
+int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int w_span);
 void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm, float eps);
 void silu_mul_f32(const float* gate_up, float* act, int N, int I, int threads);
 void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I, int threads);
 
-/* layers.c: SiLU x up, and every decoder layer of a packed step in one call. amx: 0 none, 1 AMX tiles where
-   small_gemm_bf16 picks them (past AVX512_GEMM_ROWS rows) and in attention, AMX_EVERY_ROW every product on
-   fixed_gemm_bf16's AMX route and attention's AMX scores. */
+/* layers.c: SiLU x up, and every decoder layer of a packed step in one call. weights: LAYER_WEIGHTS addresses
+   and spans per layer. route: ROUTE_FAST the small GEMM where the build has it, ROUTE_AMX the same with AMX
+   tiles past AVX512_GEMM_ROWS rows and in attention, ROUTE_FIXED every product on fixed_gemm_bf16 and the
+   fixed attention. */
+#define LAYER_WEIGHTS 10     /* input norm, post norm, packed qkv, o, gate_up, down, then those four packs' bf16_span */
 void silu_mul_bf16(const bf16* gate_up, bf16* act, int N, int I);
 int layers_bf16(bf16* x, bf16* h, const int64_t* weights, const int64_t* caches, int L, const bf16* final_norm,
                 int N, int Dm, int H, int Hkv, int I, const bf16* cos, const bf16* sin_signed, const int64_t* start,
-                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int amx,
+                const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads, int route,
                 const int64_t* w8, int w8_rows);
 
 /* screen.c: the screened greedy head and int8 products (AMX int8 tiles, AVX512-VNNI for a few rows). */

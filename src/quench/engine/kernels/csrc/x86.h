@@ -9,19 +9,26 @@
 static inline __m512 bf16x16_to_f32(const bf16* p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
-#if defined(__AVX512BF16__)
-/* 16 floats -> bfloat16, rounded to nearest even (as store_bf16 for finite values). */
-static inline __m256i f32x16_to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+/* 16 floats -> bfloat16 as store_bf16 rounds them (nearest even, NaN quieted, denormals kept: VCVTNEPS2BF16
+   would flush a denormal, so the rounding is done on the integers). */
+static inline __m256i f32x16_to_bf16(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
 /* 16 floats rounded to bfloat16 and back (round_bf16, 16 at a time). */
 static inline __m512 round_to_bf16(__m512 v) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(f32x16_to_bf16(v)), 16));
 }
-#endif
 /* exp(x) in float32: 2^n e^r with n = round(x / ln 2), r = x - n ln 2 in two steps, e^r by Cephes' degree-7
    polynomial (~1 ulp, as libm's expf; max relative error 1.2e-7 against double precision over [-87, 0]).
-   Below -104 it is 0 (-inf too), above ~88.7 scalef gives inf. The attention's softmax and SiLU use it. */
+   Below -104 it is 0 (-inf and NaN too), above ~88.7 scalef gives inf (x capped at 100). canon.h's exp_fixed
+   computes the same operations one value at a time, the same bits. The softmaxes and SiLUs use it. */
 static inline __m512 exp_ps(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  /* exp(-104) is below the smallest float: 0 */
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(100.0f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -58,8 +65,7 @@ static inline __m256 round8_to_bf16(__m256 v) {
 }
 /* exp_ps's steps on 8 lanes, with scalef's p 2^n as two exact multiplies by powers of two (n = a + b, each
    a normal float's exponent: the first product is exact, the second rounds once, as scalef does). The same
-   bits as exp_ps for every finite x, -inf and NaN (0); x is capped at 100 (already inf), so +inf gives inf
-   where exp_ps gives NaN. */
+   bits as exp_ps and canon.h's exp_fixed for every x. */
 static inline __m256 exp8_ps(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(100.0f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
