@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import functools
 import pickle
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
@@ -109,7 +110,9 @@ def plus_program(problem: Problem, completion: str, stages: Sequence[str] = STAG
     """
     source = f"{problem.prompt}{completion}"
     try:
-        compile(source, "<program>", "exec")
+        with warnings.catch_warnings():  # a sample's invalid escapes are its own business, not the caller's
+            warnings.simplefilter("ignore")
+            compile(source, "<program>", "exec")
     except (SyntaxError, ValueError):
         return source
     blob = _tests_blob(problem.task_id, cache_dir())

@@ -84,16 +84,16 @@ class Candidate:
     def wait_readable(self, seconds):
         return bool(select.select([self.reader], [], [], max(seconds, 0.0))[0])
 
-    def read(self, size, keep=True, hasher=None):
-        """`size` bytes (None if the candidate ended first); `keep=False` only feeds `hasher.add`."""
+    def read(self, size, keep=True, sink=None):
+        """`size` bytes (None if the candidate ended first); `keep=False` only feeds `sink.add`."""
         data, left = bytearray(), size
         while left:
             chunk = os.read(self.reader, min(left, CHUNK))
             if not chunk:
                 return None
             left -= len(chunk)
-            if hasher is not None:
-                hasher.add(chunk)
+            if sink is not None:
+                sink.add(chunk)
             if keep:
                 data += chunk
         return bytes(data)
@@ -187,7 +187,7 @@ def receive(candidate, keep):
                 break  # a kind byte starts the answer again
             if size == 0:
                 return kind, value
-            if candidate.read(size, keep=False, hasher=value) is None:
+            if candidate.read(size, keep=False, sink=value) is None:
                 return "why", candidate.ended()
 
 
