@@ -85,6 +85,15 @@ def test_a_python_program_cannot_take_over_the_host(js_pool: SandboxPool) -> Non
     assert [r.outcome for r in results[2:]] == [Outcome.failed, Outcome.passed], [r.detail for r in results]
 
 
+def test_the_host_is_confined_like_a_program(js_pool: SandboxPool) -> None:
+    """The host runs programs' code: its own seccomp filter (and Landlock domain) keeps it from later programs."""
+    js_pool.run_many([javascript(RIGHT_JS)])
+    [host] = host_pids(js_pool)
+    with open(f"/proc/{host}/status", encoding="ascii") as handle:
+        status = dict(line.split(":\t", 1) for line in handle.read().splitlines() if ":\t" in line)
+    assert status["Seccomp"].strip() == "2" and status["NoNewPrivs"].strip() == "1"
+
+
 def test_the_host_survives_the_attack(js_pool: SandboxPool) -> None:
     js_pool.run_many([javascript(RIGHT_JS)])
     before = host_pids(js_pool)

@@ -227,7 +227,14 @@ class ForkServer:
         if spec:  # its time limit outlasts the server's deadline, so the server's timeout comes first
             argv = [*spec["argv"], str(int(config["timeout_s"] * 1000) + 500)]
             rlimits = [limit for limit in self.config["rlimits"] if limit[0] != resource.RLIMIT_CPU]
-            self.host = NodeHost(argv, {**os.environ, **spec["env"]}, null_fd, rlimits, config["run_uid"])
+            # It runs programs' code too: in a Landlock domain and under the filter of its own, it can reach
+            # no program's process, as none can reach it.
+            self.host = NodeHost(argv, {**os.environ, **spec["env"]}, null_fd, rlimits, config["run_uid"],
+                                 confine=self.confine_host)
+
+    def confine_host(self):
+        restrict_to(self.config["ruleset"])
+        install(self.config["seccomp"])
 
     def run(self, program, announce, timeout_s=None):
         """Run one program to its end or its deadline; return what happened (pool classifies it).

@@ -2,7 +2,8 @@
 
 node_host.js, started by `NodeHost`, runs each program it is asked for in a fresh V8 context, so
 node starts once per sandbox worker instead of once per program. The fork server starts it inside
-the worker's sandbox on first use, under the programs' uid and rlimits but the CPU one; requests and
+the worker's sandbox on first use, under the programs' uid and rlimits but the CPU one, in a Landlock domain
+and under a seccomp filter of its own (it runs programs' code, and must reach no program); requests and
 answers are JSON lines on a pair of pipes. What the host may do with a context once its program
 runs (the boundary that keeps one program from another's verdict) is stated at the top of node_host.js.
 
@@ -46,13 +47,13 @@ class NodeHost:
     """A warm node kept across programs (node_host.js): it runs each JavaScript program in a fresh context.
 
     `argv` and the whole environment `env` start it, in a session of its own, with `rlimits` and as
-    `uid` (None: this process's); requests and answers are JSON lines. Started by `ensure`; a
-    `None` pid: not running.
+    `uid` (None: this process's), `confine` (a function, None: nothing) called just before node
+    starts; requests and answers are JSON lines. Started by `ensure`; a `None` pid: not running.
     """
 
-    def __init__(self, argv, env, null_fd, rlimits=(), uid=None):
+    def __init__(self, argv, env, null_fd, rlimits=(), uid=None, confine=None):
         self.argv, self.env, self.null_fd = argv, env, null_fd
-        self.rlimits, self.uid = rlimits, uid
+        self.rlimits, self.uid, self.confine = rlimits, uid, confine
         self.pid = None
         self.requests = self.answers = None
         self.buffer = bytearray()
@@ -96,6 +97,8 @@ class NodeHost:
         os.dup2(self.null_fd, 1)
         os.dup2(self.null_fd, 2)
         os.dup2(answers_w, 3)
+        if self.confine is not None:  # before the fds close: a Landlock ruleset is one
+            self.confine()
         os.closerange(4, 65536)
         limit_and_drop(self.rlimits, self.uid)
         for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
