@@ -5,6 +5,7 @@ import json
 import pytest
 
 from helpers import save_tiny_model
+from quench.cli import common
 from quench.cli.main import main
 
 
@@ -38,3 +39,24 @@ def test_a_draft_that_does_not_load_leaves_no_run_directory(tiny_model_dir, tmp_
     assert main(argv) == 2
     assert "draft.safetensors: not a readable draft" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_finished_run_answers_without_loading_the_model(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    argv = ["--threads", "1", "generate", "--model", str(tiny_model_dir), "--tasks", "0-1", "--max-new-tokens", "4",
+            "--out", str(out)]
+    assert main(argv) == 0
+    before = (out / "samples.jsonl").read_bytes()
+    capsys.readouterr()
+
+    def refuse(args):
+        raise AssertionError("the model was loaded for a finished run")
+
+    monkeypatch.setattr(common, "load_model_from_args", refuse)
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "nothing to generate, the model is not loaded" in captured.err
+    assert f"2 samples in {out / 'samples.jsonl'}" in captured.out
+    assert (out / "samples.jsonl").read_bytes() == before
+    with pytest.raises(AssertionError, match="the model was loaded"):  # other stop sequences: generate again
+        main([*argv, "--stop", "\\nclass "])

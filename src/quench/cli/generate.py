@@ -59,6 +59,11 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     """Check the run directory, load the model, prepare the run directory, generate what is missing; print progress."""
     sampling = common.sampling_from_args(args)
     rundir.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
+    finished = None if args.overwrite else finished_samples(args, problems, out)
+    if finished is not None:
+        rundir.lock_run_dir(out)
+        console.say(f"{out}: every sample is on disk; nothing to generate, the model is not loaded")
+        return finished
     loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)
     backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
@@ -83,6 +88,28 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
         bar.close()
         getattr(backend, "close", lambda: None)()  # Ray: free the actors' CPUs/GPUs for what runs next
     return samples
+
+
+def finished_samples(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict] | None:
+    """A finished run's samples, when `out` holds every sample these flags ask for under the settings it
+    records (those the loaded model would decide, the prompt format and stops, included); else None."""
+    import json
+
+    config_path, samples_path = out / "config.json", out / "samples.jsonl"
+    if not (config_path.is_file() and samples_path.is_file()):
+        return None
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    recorded_format = config.get("prompt_format")
+    if recorded_format is None or args.prompt_format not in (None, recorded_format):
+        return None
+    if args.stop is not None and list(common.stops_from_args(args, recorded_format)) != config.get("stop"):
+        return None
+    samples = resume_samples(samples_path)
+    wanted = {(p.task_id, i) for p in problems for i in range(args.samples)}
+    if not wanted <= {(s["task_id"], s["sample_index"]) for s in samples}:
+        return None
+    tasks = {p.task_id for p in problems}
+    return [s for s in samples if s["task_id"] in tasks]
 
 
 def run(args: argparse.Namespace) -> int:
