@@ -133,6 +133,24 @@ def test_keyrings_are_refused(single: SandboxPool) -> None:
     assert_contained(single, attack)
 
 
+def test_the_filter_and_the_domain_hold_through_exec(single: SandboxPool) -> None:
+    """What a program execs (a compiler's output, a JVM, a Go binary) is held as the program is."""
+    attack = f"""
+        import subprocess
+        child = (
+            "import ctypes, os, sys\\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\\n"
+            "assert libc.shmget({SHM_KEY}, 1 << 20, 0o1000 | 0o666) == -1, 'shmget'\\n"
+            "assert libc.msgget({SHM_KEY}, 0o1000 | 0o666) == -1, 'msgget'\\n"
+            "assert libc.ptrace(0x4206, os.getppid(), 0, 0) == -1, 'ptrace'\\n"
+            "try:\\n    open('/proc/1/mem', 'rb')\\nexcept OSError:\\n    pass\\nelse:\\n    sys.exit('mem')\\n"
+        )
+        done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-300:]
+    """
+    assert_contained(single, attack)
+
+
 def test_a_daemon_cannot_wait_for_the_next_program(single: SandboxPool) -> None:
     """setsid and a double fork: the daemon would write into the next program's directory and hold a socket."""
     attack = """
