@@ -12,164 +12,29 @@ a fresh worker.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import selectors
-import signal
-import struct
-import subprocess
 import time
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from quench.errors import QuenchError
-from quench.execution.cleanup import force_remove
 from quench.execution.outcomes import ExecutionResult, Outcome, classify
 from quench.execution.sandbox import (
-    WORKER_ENV,
     Isolation,
     SandboxLimits,
     choose_isolation,
     worker_command,
 )
 from quench.execution.uids import WorkerUid, allocate
+from quench.execution.worker import Worker
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
-START_TIMEOUT_S = 60.0  # a cold start on a loaded machine; normally ~50 ms
 GRACE_S = 5.0  # beyond a program's limit and its cleanup before an unanswering worker is presumed hung
-SCRATCH_PREFIX = "/tmp/quench-sandbox-"  # "rlimits" mode: each fork server's scratch directory
-
-
-class _Worker:
-    """One fork-server process and its framed pipes."""
-
-    def __init__(self, command: list[str], namespaced: bool) -> None:
-        self.command = command
-        self.namespaced = namespaced
-        self.process: subprocess.Popen[bytes] | None = None
-        self.buffer = bytearray()
-        self.program_group: int | None = None  # "rlimits" mode: the running program's group
-        self.ready: dict[str, object] = {}
-        self.unhealthy: str | None = None  # why the worker must be replaced before its next program
-
-    def start(self) -> None:
-        self.buffer.clear()
-        self.program_group = None
-        self.ready = {}
-        self.unhealthy = None
-        self.process = subprocess.Popen(
-            self.command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**WORKER_ENV, "QUENCH_POOL_PID": str(os.getpid())},  # the fork server checks its parent
-            start_new_session=True,  # its own group: killing the worker kills all of it
-            cwd="/",
-        )
-
-    def wait_ready(self) -> None:
-        frames = self.read_until(time.monotonic() + START_TIMEOUT_S)
-        if not frames or not frames[0].get("ready"):
-            self.kill()
-            raise QuenchError(f"sandbox worker failed to start: {' '.join(self.command[:3])} ...")
-        self.ready = frames[0]
-
-    def fileno(self) -> int:
-        assert self.process is not None and self.process.stdout is not None
-        return self.process.stdout.fileno()
-
-    def send(self, program: str, timeout_s: float | None = None) -> bool:
-        """Write one request (`timeout_s`: its own wall-clock limit); False if the worker is gone."""
-        if self.process is None or self.process.stdin is None:
-            return False
-        data = _encode({"program": program, **({"timeout_s": timeout_s} if timeout_s else {})})
-        try:
-            self.process.stdin.write(data)
-            self.process.stdin.flush()
-        except (BrokenPipeError, OSError):
-            return False
-        return True
-
-    def read_frames(self) -> list[dict[str, object]] | None:
-        """Frames readable now; None once the worker has closed its pipe (it died)."""
-        chunk = os.read(self.fileno(), 65536)
-        if not chunk:
-            return None
-        self.buffer += chunk
-        frames = []
-        while len(self.buffer) >= 4:
-            (size,) = struct.unpack(">I", self.buffer[:4])
-            if len(self.buffer) < 4 + size:
-                break
-            frames.append(_decode(bytes(self.buffer[4 : 4 + size])))
-            del self.buffer[: 4 + size]
-        for frame in frames:  # "started" names the running program's group ("rlimits" mode only)
-            self.program_group = int(frame["started"]) if "started" in frame else None  # type: ignore[call-overload]
-            if "unhealthy" in frame:
-                self.unhealthy = str(frame.pop("unhealthy"))
-        return [frame for frame in frames if "started" not in frame]
-
-    def read_until(self, deadline: float) -> list[dict[str, object]] | None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.fileno(), selectors.EVENT_READ)
-            while (remaining := deadline - time.monotonic()) > 0:
-                if selector.select(remaining):
-                    frames = self.read_frames()
-                    if frames is None or frames:
-                        return frames
-        return None
-
-    def kill(self) -> None:
-        """Kill the worker and everything under it, and reap it."""
-        if self.process is None:
-            return
-        # bwrap: its child is the fork server, the namespace's init; killing it kills the whole
-        # namespace and lets bwrap exit. "rlimits": the running child dies with the server.
-        targets = _children(self.process.pid) if self.namespaced else [self.process.pid]
-        for pid in targets:
-            _kill(pid, os.kill)
-        if self.program_group is not None:  # "rlimits": the program's own subprocesses
-            _kill(self.program_group, os.killpg)
-        try:
-            self.process.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            _kill(self.process.pid, os.killpg)
-            self.process.wait()
-        for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None and not pipe.closed:
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
-        self.process = None
-        scratch = self.ready.get("scratch")  # "rlimits": a killed server cannot remove its own
-        if isinstance(scratch, str) and scratch.startswith(SCRATCH_PREFIX):
-            try:
-                force_remove(scratch)
-            except OSError as err:
-                log.error("could not remove a sandbox worker's scratch directory %s: %s", scratch, err)
-
-    def request_exit(self) -> None:
-        """Close the request pipe: an idle fork server reaps its children and exits."""
-        if self.process is not None and self.process.stdin is not None:
-            try:
-                self.process.stdin.close()
-            except OSError:
-                pass
-
-    def stop(self, patience_s: float = 2.0) -> None:
-        """Wait for a requested exit, then make sure of it."""
-        if self.process is None:
-            return
-        try:
-            self.process.wait(timeout=patience_s)
-        except subprocess.TimeoutExpired:
-            pass
-        self.kill()
 
 
 @dataclass
@@ -209,7 +74,7 @@ class SandboxPool:
         self.limits = limits
         self.isolation: Isolation = choose_isolation(isolation, allow_unconfined=allow_unconfined, python=python)
         self._python = python
-        self._pool: list[_Worker] = []
+        self._pool: list[Worker] = []
         self._uids: list[WorkerUid] = []  # one per worker, held while the pool runs (confined modes, as root)
 
     @property
@@ -240,7 +105,7 @@ class SandboxPool:
         self._uids = allocate(self.workers) if self.confined else []
         uids = [held.uid for held in self._uids] or [None] * self.workers
         try:
-            workers = [_Worker(worker_command(self.isolation, self.limits, self.workers, self._python, uid),
+            workers = [Worker(worker_command(self.isolation, self.limits, self.workers, self._python, uid),
                                self.isolation == "bwrap") for uid in uids]
         except BaseException:
             self._release_uids()
@@ -295,7 +160,7 @@ class SandboxPool:
         source = iter(items)
         retries: list[_Job] = []
         idle = list(self._pool)
-        busy: dict[_Worker, _Job] = {}
+        busy: dict[Worker, _Job] = {}
         try:
             while True:
                 while idle and (retries or (item := next(source, None)) is not None):
@@ -338,15 +203,15 @@ class SandboxPool:
         now = time.monotonic()
         return _Job(key, now, now + answer_within(timeout_s or self.limits.timeout_s), program, timeout_s, retry)
 
-    def _dispatch(self, worker: _Worker, program: str, timeout_s: float | None = None) -> bool:
+    def _dispatch(self, worker: Worker, program: str, timeout_s: float | None = None) -> bool:
         """Send a program, restarting the worker once if it had died while idle."""
         if worker.send(program, timeout_s):
             return True
         return self._restart(worker) and worker.send(program, timeout_s)
 
-    def _collect(self, busy: dict[_Worker, _Job]) -> list[tuple[_Worker, ExecutionResult]]:
+    def _collect(self, busy: dict[Worker, _Job]) -> list[tuple[Worker, ExecutionResult]]:
         """Wait for at least one busy worker to answer, die or pass its deadline."""
-        finished: list[tuple[_Worker, ExecutionResult]] = []
+        finished: list[tuple[Worker, ExecutionResult]] = []
         with selectors.DefaultSelector() as selector:
             for worker in busy:
                 selector.register(worker.fileno(), selectors.EVENT_READ, worker)
@@ -369,14 +234,14 @@ class SandboxPool:
                         finished.append((worker, ExecutionResult(Outcome.timeout, detail, now - job.started)))
         return finished
 
-    def _worker_died(self, worker: _Worker, job: _Job) -> ExecutionResult:
+    def _worker_died(self, worker: Worker, job: _Job) -> ExecutionResult:
         seconds = time.monotonic() - job.started
         self._restart(worker)
         # In "rlimits" mode a program can kill its fork server (os.kill(os.getppid(), 9));
         # in "bwrap" mode only something outside the sandbox can.
         return ExecutionResult(Outcome.crashed, "the sandbox worker died while running the program", seconds)
 
-    def _restart(self, worker: _Worker) -> bool:
+    def _restart(self, worker: Worker) -> bool:
         worker.kill()
         try:
             worker.start()
@@ -390,30 +255,6 @@ class SandboxPool:
 def answer_within(timeout_s: float) -> float:
     """How long a worker may take to answer: the program's limit, as long again to remove what it made, and a grace."""
     return 2 * timeout_s + GRACE_S
-
-
-def _kill(target: int, how: Callable[[int, int], None]) -> None:
-    try:
-        how(target, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
-            return [int(child) for child in handle.read().split()]
-    except OSError:
-        return []
-
-
-def _encode(message: dict[str, object]) -> bytes:
-    data = json.dumps(message).encode()
-    return struct.pack(">I", len(data)) + data
-
-
-def _decode(data: bytes) -> dict[str, object]:
-    return dict(json.loads(data))
 
 
 def run_in_order(pool, programs: Sequence[str], timeouts: Sequence[float] | None) -> list[ExecutionResult]:
