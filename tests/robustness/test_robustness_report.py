@@ -236,3 +236,27 @@ def test_a_row_resting_on_few_changed_problems_says_so_everywhere(tmp_path):
     assert lines[2].endswith("25 of 30")
     assert lines[3] == ("(few): fewer than 20 problems changed, the figures describe those alone; "
                         "transformations: SynonymSubstitution 4 of 30")
+
+
+def test_settings_read_as_text_and_example_headings_show_the_outcome(tmp_path):
+    info = RUN_INFO | {"same_model_input": {"SynonymSubstitution": 0, "tab_indent": 3}}
+    plus_failure = EXAMPLES[0].__class__(**{**EXAMPLES[0].to_json(),
+                                            "nominal_detail": "passed: PlusTestFailed: add(10**9, 1)"})
+    write_report(tmp_path, robustness_metrics(small_run()), [plus_failure], info)
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert ("| variants the prompt format cancels (changed prompt, same model input) | tab_indent: 3 |"
+            in markdown)  # text, not {'SynonymSubstitution': 0, ...}
+    assert "Nominal: passed. Perturbed: failed." in markdown
+    assert "Nominal detail: `PlusTestFailed: add(10**9, 1)`" in markdown
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "{&#x27;" not in html and "tab_indent: 3" in html
+    assert ('Nominal completion: <span class="passed">passed</span>'
+            '<div class="detail">PlusTestFailed: add(10**9, 1)</div>') in html
+
+
+def test_html_tables_scroll_in_their_own_box_and_pairs_stack(report):
+    out, _, _ = report
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.count('<div class="scroll"><table>') == html.count("<table>") > 0
+    assert ".scroll { overflow-x: auto;" in html
+    assert "grid-template-columns: repeat(auto-fit, minmax(min(100%, 420px), 1fr))" in html

@@ -28,3 +28,10 @@ class Example:
     @classmethod
     def from_json(cls, data: Mapping) -> Example:
         return cls(**data)
+
+
+def split_detail(detail: str) -> tuple[str, str]:
+    """`"failed: AssertionError: …"` → ("failed", "AssertionError: …"): the outcome a heading shows, and the
+    detail shown under it (a base-input pass keeps its extra inputs' failure there, not in the heading)."""
+    outcome, _, rest = detail.partition(": ")
+    return outcome.strip(), rest.strip()

@@ -8,7 +8,7 @@ from difflib import SequenceMatcher
 from html import escape
 from typing import Mapping, Sequence
 
-from quench.robustness.examples import Example
+from quench.robustness.examples import Example, split_detail
 from quench.robustness.metrics import RobustnessMetrics
 from quench.robustness.plots import captions, category_label
 from quench.robustness.plus_table import TITLE, plus_header, plus_rows
@@ -23,7 +23,8 @@ body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; 
 h1 { font-size: 26px; margin: 0 0 4px; } h2 { font-size: 20px; margin-top: 36px;
      border-bottom: 2px solid #e3e8ef; padding-bottom: 4px; } h3 { font-size: 17px; margin-top: 26px; }
 .subtitle { color: #5b6576; margin: 0 0 20px; }
-table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; }
+.scroll { overflow-x: auto; margin: 8px 0 16px; max-width: 100%; }
+table { border-collapse: collapse; font-size: 14px; }
 th, td { border: 1px solid #d8dee8; padding: 4px 10px; text-align: left; vertical-align: top; }
 th { background: #eef2f7; } tbody tr:nth-child(even) { background: #f8fafc; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
@@ -33,7 +34,7 @@ figure { margin: 12px 0 20px; } figure img { max-width: 100%; height: auto; bord
 figcaption { color: #5b6576; font-size: 13px; }
 .example { border: 1px solid #d8dee8; border-radius: 6px; padding: 10px 14px; margin: 14px 0; }
 .example h4 { margin: 0 0 8px; font-size: 15px; }
-.pair { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+.pair { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 420px), 1fr)); gap: 12px; }
 .pair > div { min-width: 0; }
 .label { font-size: 13px; font-weight: 600; color: #3c4657; margin: 6px 0 2px; }
 pre { background: #f6f8fa; border: 1px solid #e3e8ef; border-radius: 4px; padding: 8px; margin: 0;
@@ -43,6 +44,10 @@ del { background: #ffd7d5; text-decoration: none; } ins { background: #ccf2d0; t
 .mark { color: #8a94a6; }
 .passed { color: #1a7f37; font-weight: 600; } .failed { color: #cf222e; font-weight: 600; }
 .note { color: #5b6576; font-size: 13px; }
+.detail { font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: #5b6576;
+          font-weight: 400; overflow-wrap: anywhere; }
+@media (max-width: 600px) { body { padding: 12px; } h1 { font-size: 22px; } dl.info { grid-template-columns: 1fr; }
+  dl.info dd { margin-bottom: 6px; } }
 """
 
 
@@ -72,8 +77,11 @@ def highlight_pair(before: str, after: str) -> tuple[str, str]:
 
 
 def _outcome(detail: str) -> str:
-    css = "passed" if detail.startswith("passed") else "failed"
-    return f'<span class="{css}">{escape(detail)}</span>'
+    """The outcome in the label (`passed`, `failed`); its detail on a line of its own below."""
+    outcome, rest = split_detail(detail)
+    css = "passed" if outcome == "passed" else "failed"
+    more = f'<div class="detail">{escape(rest[:300])}</div>' if rest else ""
+    return f'<span class="{css}">{escape(outcome)}</span>{more}'
 
 
 def _example_html(example: Example) -> str:
@@ -98,7 +106,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: i
         ) + "</tr>"
         for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _info(run_info: Mapping[str, object]) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from quench.errors import QuenchError
-from quench.robustness.examples import Example
+from quench.robustness.examples import Example, split_detail
 from quench.robustness.groups import FULL, PARTIAL
 from quench.robustness.html import render_html
 from quench.robustness.metrics import MIN_CHANGED_PROBLEMS, RobustnessMetrics, RobustnessRun, VariantOutcomes
@@ -48,13 +48,23 @@ def _example_markdown(example: Example) -> list[str]:
     return [
         f"#### {example.task_id} — {example.transformation}, seed {example.seed}, sample {example.sample}",
         "",
-        f"Nominal: {example.nominal_detail}. Perturbed: {example.perturbed_detail}.",
-        "",
+        *_outcome_lines(example),
         "```diff", *diff, "```",
         "",
         "Nominal completion:", "", "```python", example.nominal_completion.rstrip(), "```", "",
         "Perturbed completion:", "", "```python", example.perturbed_completion.rstrip(), "```", "",
     ]
+
+
+def _outcome_lines(example: Example) -> list[str]:
+    """`Nominal: passed. Perturbed: failed.`, then each side's detail on a line of its own."""
+    (nominal, nominal_detail), (perturbed, perturbed_detail) = (split_detail(example.nominal_detail),
+                                                                split_detail(example.perturbed_detail))
+    lines = [f"Nominal: {nominal}. Perturbed: {perturbed}.", ""]
+    for side, detail in (("Nominal", nominal_detail), ("Perturbed", perturbed_detail)):
+        if detail:
+            lines += [f"{side} detail: `{_cell(detail[:300])}`", ""]
+    return lines
 
 
 def render_markdown(

@@ -24,7 +24,8 @@ def method_note(bootstrap: BootstrapConfig) -> str:
     )
 
 # run_info keys shown under a clearer name in the report's "Run" section
-RUN_LABELS = {"n": "samples per prompt (n)", "seeds": "seeds per transformation (s)", "seconds": "wall time (s)"}
+RUN_LABELS = {"n": "samples per prompt (n)", "seeds": "seeds per transformation (s)", "seconds": "wall time (s)",
+              "same_model_input": "variants the prompt format cancels (changed prompt, same model input)"}
 
 
 def with_interval(value: float | None, interval: Interval | None) -> str:
@@ -66,6 +67,9 @@ def _readable(key: str, value: object) -> str:
         return f"{len(value)} sequence{'s' if len(value) != 1 else ''}: {shown}" if value else "none"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, dict):  # per transformation: counts, the nonzero ones named
+        shown = [f"{name}: {_readable(name, count)}" for name, count in value.items() if count not in (0, None, "")]
+        return ", ".join(shown) if shown else "none"
     if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value))
     if isinstance(value, float):
