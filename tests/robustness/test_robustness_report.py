@@ -204,7 +204,8 @@ def test_mbpp_plus_figures_appear_in_both_reports_with_intervals(tmp_path):
     assert row.startswith("| docstring | 66.7% [0.0%, 100.0%] | 33.3% [0.0%, 100.0%] |")
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "<h2>MBPP+: base inputs and base + extra inputs (k=1)</h2>" in html
-    assert "<td>docstring</td><td class=\"num\">66.7% [0.0%, 100.0%]</td><td class=\"num\">33.3% [0.0%, 100.0%]</td>" in html
+    assert ('<td>docstring</td><td class="num">66.7%<br><span class="ci">[0.0%, 100.0%]</span></td>'
+            '<td class="num">33.3%<br><span class="ci">[0.0%, 100.0%]</span></td>') in html
     write_report(tmp_path / "humaneval", base, [], RUN_INFO)
     assert "MBPP+" not in (tmp_path / "humaneval" / "report.md").read_text(encoding="utf-8")
 
@@ -260,3 +261,6 @@ def test_html_tables_scroll_in_their_own_box_and_pairs_stack(report):
     assert html.count('<div class="scroll"><table>') == html.count("<table>") > 0
     assert ".scroll { overflow-x: auto;" in html
     assert "grid-template-columns: repeat(auto-fit, minmax(min(100%, 420px), 1fr))" in html
+    # a figure over its interval, and a pair of figures over their pair of intervals, so the tables fit
+    assert '<td class="num">33.3% / 33.3%<br><span class="ci">[0.0%, 100.0%] / [0.0%, 100.0%]</span></td>' in html
+    assert '<td class="num">too few nominal passes</td>' in html

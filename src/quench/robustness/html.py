@@ -16,16 +16,17 @@ from quench.robustness.tables import group_cells, metric_header, method_note, ru
 
 # Single whitespace characters are tokens of their own, so an added blank line or a tab shows exactly.
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s")
+_WITH_INTERVAL = re.compile(r"(\S+%) (\[[^\]]*\])")  # `25.0% [17.0%, 34.0%]`
 
 CSS = """
 body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2430;
-       max-width: 1180px; margin: 0 auto; padding: 24px; background: #fff; }
+       max-width: 1240px; margin: 0 auto; padding: 24px; background: #fff; }
 h1 { font-size: 26px; margin: 0 0 4px; } h2 { font-size: 20px; margin-top: 36px;
      border-bottom: 2px solid #e3e8ef; padding-bottom: 4px; } h3 { font-size: 17px; margin-top: 26px; }
 .subtitle { color: #5b6576; margin: 0 0 20px; }
 .scroll { overflow-x: auto; margin: 8px 0 16px; max-width: 100%; }
-table { border-collapse: collapse; font-size: 14px; }
-th, td { border: 1px solid #d8dee8; padding: 4px 10px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { border: 1px solid #d8dee8; padding: 4px 7px; text-align: left; vertical-align: top; }
 th { background: #eef2f7; } tbody tr:nth-child(even) { background: #f8fafc; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 dl.info { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 0; }
@@ -44,6 +45,7 @@ del { background: #ffd7d5; text-decoration: none; } ins { background: #ccf2d0; t
 .mark { color: #8a94a6; }
 .passed { color: #1a7f37; font-weight: 600; } .failed { color: #cf222e; font-weight: 600; }
 .note { color: #5b6576; font-size: 13px; }
+td .ci { color: #5b6576; font-size: 12px; }
 .detail { font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: #5b6576;
           font-weight: 400; overflow-wrap: anywhere; }
 @media (max-width: 600px) { body { padding: 12px; } h1 { font-size: 22px; } dl.info { grid-template-columns: 1fr; }
@@ -98,11 +100,22 @@ def _example_html(example: Example) -> str:
 <pre>{code_after}</pre></div></div></div>"""
 
 
+def _stacked(cell: str) -> str:
+    """A figure over its interval, in two lines (`25.0%` / `[17.0%, 34.0%]`), so a table of intervals fits a
+    screen; a cell of two figures (`RR⁻ / RR⁺`) puts both points on the first line, both intervals below."""
+    found = _WITH_INTERVAL.findall(cell)
+    if not found or _WITH_INTERVAL.sub("", cell).strip(" /"):
+        return cell
+    points, intervals = " / ".join(p for p, _ in found), " / ".join(i for _, i in found)
+    return f'{points}<br><span class="ci">{intervals}</span>'
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int) -> str:
     head = "".join(f"<th>{h}</th>" for h in header)
     body = "".join(
         "<tr>" + "".join(
-            f'<td class="num">{cell}</td>' if i >= numeric_from else f"<td>{cell}</td>" for i, cell in enumerate(row)
+            f'<td class="num">{_stacked(cell)}</td>' if i >= numeric_from else f"<td>{cell}</td>"
+            for i, cell in enumerate(row)
         ) + "</tr>"
         for row in rows
     )
