@@ -60,8 +60,13 @@ def test_report_files_and_dedup(tiny_model_dir, tmp_path):
     outcomes = json.loads((out / "outcomes.json").read_text())
     assert sorted(outcomes["nominal_full"]) == [f"HumanEval/{i}" for i in range(4)]
     assert "nominal pass@1 (95% interval): full prompt" in output.lower()
-    again = robustness(tiny_model_dir, out)  # everything is done: the resumed run only reports
-    assert again.wait(timeout=600) == 0
+    again = robustness(tiny_model_dir, out)  # everything is done: the rerun prints the figures, loading no model
+    repeated = again.communicate(timeout=600)[0].decode()
+    assert again.returncode == 0, repeated[-3000:]
+    assert "the run is finished; its figures, without loading the model" in repeated
+    assert f"loading {tiny_model_dir}" in output and f"loading {tiny_model_dir}" not in repeated
+    table = [line for line in output.splitlines() if line.startswith(("nominal Pass@", "docstring", "category"))]
+    assert table and all(line in repeated.splitlines() for line in table)
     # seconds add up over resumes: the nothing-to-do rerun reports the total, not its own ~0 s
     assert json.loads((out / "metrics.json").read_text())["run_info"]["seconds"] >= run_info["seconds"] > 0
 

@@ -109,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
     validate.check_out_dir(out)
     known = settings_before_load(args, problems, transforms, not_applicable)
     rundir.check_run_dir(out, known if args.dtype == "auto" else {**known, "dtype": args.dtype}, args.overwrite)
+    if not args.overwrite and report_finished(args, out, ks):
+        return 0
     loaded = common.load_model_from_args(args)  # seconds: after the checks that need no model
     stops = common.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
@@ -132,10 +134,37 @@ def run(args: argparse.Namespace) -> int:
     run_info = {**settings, "tasks": f"{len(problems)} problems: {problems[0].task_id} … {problems[-1].task_id}",
                 "backend": args.backend, "isolation": pool.isolation, **outcome.stats}
     write_report(out, outcome.metrics, outcome.examples, run_info, run=outcome.run, metrics_plus=outcome.metrics_plus)
-    print_table(outcome, out)
+    print_table(outcome.metrics, outcome.stats, out)
     if outcome.metrics_plus is not None:  # MBPP+: the same metrics on base + extra inputs
         write_plus(outcome, out)
     return 0
+
+
+def report_finished(args: argparse.Namespace, out: Path, ks: tuple[int, ...]) -> bool:
+    """Print a finished run's figures from its report, without loading the model, and say so; False where
+    `out` holds no finished run of these settings (its report is written last, after every execution)."""
+    from quench.robustness.metrics import RobustnessMetrics
+    from quench.robustness.report import METRICS_FILE, load_metrics
+
+    config_path, metrics_path = out / "config.json", out / METRICS_FILE
+    if not (config_path.is_file() and metrics_path.is_file()):
+        return False  # check_run_dir has compared config.json with the flags: what it holds is this run's
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    recorded_format = config.get("prompt_format")
+    if recorded_format is None or args.prompt_format not in (None, recorded_format):
+        return False
+    if args.stop is not None and list(common.stops_from_args(args, recorded_format)) != config.get("stop"):
+        return False
+    metrics, run_info = load_metrics(metrics_path)
+    if tuple(metrics.ks) != tuple(ks):
+        return False
+    console.say(f"{out}: the run is finished; its figures, without loading the model")
+    print_table(metrics, run_info, out)
+    plus_path = out / "metrics_plus.json"
+    if plus_path.is_file():
+        plus = RobustnessMetrics.from_json(json.loads(plus_path.read_text(encoding="utf-8")))
+        print_plus(metrics, plus, out)
+    return True
 
 
 def settings_before_load(args: argparse.Namespace, problems, transforms: tuple[str, ...],
@@ -203,12 +232,18 @@ def write_plus(outcome, out: Path) -> None:
     (out / "metrics_plus.json").write_text(json.dumps(rounded(outcome.metrics_plus.to_json()), indent=2) + "\n")
     table = side_by_side(outcome.metrics, outcome.metrics_plus)
     (out / "plus.md").write_text(f"# {TITLE} (95% intervals)\n\n" + "\n".join(table) + "\n")
-    print(f"{TITLE} (95% intervals):\n" + "\n".join(table))
+    print_plus(outcome.metrics, outcome.metrics_plus, out)
+
+
+def print_plus(base, plus, out: Path) -> None:
+    from quench.robustness.plus_table import TITLE, side_by_side
+
+    print(f"{TITLE} (95% intervals):\n" + "\n".join(side_by_side(base, plus)))
     print(f"MBPP+ tables: {out / 'plus.md'}, {out / 'metrics_plus.json'}")
 
 
-def print_table(outcome, out: Path) -> None:
+def print_table(metrics, stats: dict, out: Path) -> None:
     from quench.robustness.report import console_summary
 
-    print("\n".join(console_summary(outcome.metrics, outcome.stats)))
+    print("\n".join(console_summary(metrics, stats)))
     print(f"report: {out / 'report.html'} (also report.md, metrics.json)")
