@@ -5,13 +5,11 @@ import pytest
 from quench.errors import QuenchError
 from quench.robustness.metrics import (
     GroupMetrics,
-    Regression,
     RobustnessMetrics,
     RobustnessRun,
     VariantOutcomes,
     outcomes_from_results,
     problem_counts,
-    regressions,
     robust_drop,
     robustness_metrics,
 )
@@ -198,21 +196,6 @@ def test_metrics_json_round_trip():
     )
     metrics = robustness_metrics(run, ks=(1, 2))
     assert RobustnessMetrics.from_json(metrics.to_json()) == metrics
-
-
-def test_regressions_spread_over_transformations():
-    run = RobustnessRun(
-        nominal_full={"P1": (T,), "P2": (T,), "P3": (T,)},
-        variants=(
-            variant("ButterFingersPerturbation", 0, {"P1": (F,), "P2": (F,), "P3": (T,)}),
-            variant("ChangeCharCase", 0, {"P1": (F,), "P3": (F,)}),
-        ),
-    )
-    assert regressions(run, per_category=2) == [
-        Regression("P1", "ButterFingersPerturbation", "docstring", 0, 0),
-        Regression("P3", "ChangeCharCase", "docstring", 0, 0),  # P1 already shown: P3 first
-    ]
-    assert len(regressions(run)) == 4
 
 
 def test_outcomes_from_result_records():

@@ -5,14 +5,13 @@ from quench.robustness.groups import BASELINE_OF_CATEGORY, GroupKey, baseline_of
 from quench.robustness.metrics import (
     GroupMetrics,
     Outcomes,
-    Regression,
     RobustnessMetrics,
     RobustnessRun,
     VariantOutcomes,
     outcomes_from_results,
-    regressions,
     robustness_metrics,
 )
+from quench.robustness.regressions import Regression, regressions
 from quench.robustness.report import load_examples, load_metrics, write_report
 
 __all__ = [

@@ -14,7 +14,7 @@ Glossary (docs/robustness.md has the formulas):
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -290,7 +290,7 @@ def group_metrics(
         name=name,
         category=category,
         baseline=kind,
-        transformations=_ordered({v.transformation for v in variants}),
+        transformations=ordered_transformations({v.transformation for v in variants}),
         seeds=tuple(sorted({v.seed for v in variants})),
         problems=len(baseline),
         problems_without_variant=without_variant,
@@ -308,7 +308,7 @@ def group_metrics(
     )
 
 
-def _ordered(transformations: Iterable[str]) -> tuple[str, ...]:
+def ordered_transformations(transformations: Iterable[str]) -> tuple[str, ...]:
     order = {name: i for i, name in enumerate(RECODE_ORDER)}
     return tuple(sorted(transformations, key=lambda t: (order.get(t, len(order)), t)))
 
@@ -348,7 +348,7 @@ def robustness_metrics(
     )
     transformations = tuple(
         group_metrics(name, by_transformation[name][0].category, run, by_transformation[name], reported, bootstrap)
-        for name in _ordered(by_transformation)
+        for name in ordered_transformations(by_transformation)
     )
     baselines = {FULL: run.nominal_full, PARTIAL: run.nominal_partial}
     return RobustnessMetrics(
@@ -369,56 +369,6 @@ def nominal_intervals(outcomes: Outcomes, ks: Sequence[int], bootstrap: Bootstra
     """Pass@k of one baseline with its interval, resampling its problems."""
     counts = [(len(r), sum(r)) for r in canonical(outcomes)]
     return {k: mean_intervals(np.array(pass_at_k_per_problem(counts, k))[:, None], bootstrap)[0] for k in ks}
-
-
-@dataclass(frozen=True)
-class Regression:
-    """A sample index that passed on the nominal prompt and failed on one variant: a report example."""
-
-    task_id: str
-    transformation: str
-    category: str
-    seed: int
-    sample: int
-
-
-def regressions(run: RobustnessRun, per_category: int | None = None) -> list[Regression]:
-    """Nominal-pass → variant-fail cases, by category; with `per_category`, spread over transformations."""
-    chosen: list[Regression] = []
-    order = {c: i for i, c in enumerate(CATEGORIES)}
-    for category in sorted({v.category for v in run.variants}, key=lambda c: (order.get(c, len(order)), c)):
-        queues = [_regressions_of(run, name, category) for name in _ordered(
-            {v.transformation for v in run.variants if v.category == category})]
-        found = _round_robin(queues) if per_category is not None else [r for q in queues for r in q]
-        chosen.extend(found[:per_category])
-    return chosen
-
-
-def _regressions_of(run: RobustnessRun, transformation: str, category: str) -> list[Regression]:
-    baseline = run.baseline(category)
-    found = []
-    for variant in sorted((v for v in run.variants if v.transformation == transformation), key=lambda v: v.seed):
-        for task_id, results in variant.outcomes.items():
-            for i, (nominal, perturbed) in enumerate(zip(baseline.get(task_id, ()), results)):
-                if nominal and not perturbed:
-                    found.append(Regression(task_id, transformation, category, variant.seed, i))
-    return found
-
-
-def _round_robin(queues: list[list[Regression]]) -> list[Regression]:
-    # One case per transformation in turn, tasks not shown yet first: varied examples lead.
-    pending = [deque(queue) for queue in queues]
-    picked: list[Regression] = []
-    repeats: list[Regression] = []
-    shown: set[str] = set()
-    while any(pending):
-        for queue in pending:
-            while queue and queue[0].task_id in shown:
-                repeats.append(queue.popleft())
-            if queue:
-                picked.append(queue.popleft())
-                shown.add(picked[-1].task_id)
-    return picked + repeats
 
 
 def outcomes_from_results(records: Iterable[Mapping]) -> dict[str, tuple[bool, ...]]:

@@ -33,7 +33,8 @@ from quench.perturbations.profile import resolve_profile
 from quench.perturbations.release import group_variants, read_recode
 from quench.robustness.examples import Example
 from quench.robustness.groups import PARTIAL, GroupKey
-from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes, regressions, robustness_metrics
+from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes, robustness_metrics
+from quench.robustness.regressions import regressions
 
 log = logging.getLogger(__name__)
 
