@@ -17,7 +17,7 @@ def test_cpp_test_is_renamed_compared_with_equal_to_and_out_of_the_completions_m
                         CPP_TEST)
     (main_name, main), (harness_name, harness) = built.files
     assert (main_name, harness_name) == ("main.cpp", "harness.cpp")
-    assert main.startswith("#include <bits/stdc++.h>\n")  # the precompiled header still applies
+    assert main.startswith("#include <bits/stdc++.h>\nint f(")  # the precompiled header still applies
     after = main.split("#define throw return 0;\n", 1)[1]
     for name in ("throw", "if", f"quench_tests_{SALT}", "runtime_error", "return", "int", "std", "equal_to"):
         assert f"#undef {name}\n" in after

@@ -14,8 +14,9 @@ Per language, what reads the token first and what keeps the harness out of the p
   into storage with internal linkage; its `main` calls the test's `main`, renamed. In main.cpp,
   after the program, every identifier the test uses is `#undef`ined, so `#define throw ...` (or
   `main`, `if`, ...) in a completion never reaches the test; `assert` is defined afresh by
-  <cassert> (NDEBUG undefined), and the standard's constants (INT_MAX, ...) get back their
-  definition from before the program (`#pragma push_macro`/`pop_macro`). The test's `compare` is
+  <cassert> (NDEBUG undefined), and the standard's constants (INT_MAX, ...; no MBCPP test uses
+  one) are left as they are, since the program's first include must stay the precompiled
+  `bits/stdc++.h` (docs/languages.md) and nothing else restores them. The test's `compare` is
   renamed and compares with `std::equal_to<>`, so an `operator==` or a `compare` overload of the
   program's is not the one called.
 - Go: harness.go, presented to the compiler before main.go: its package variable, initialised
@@ -130,8 +131,8 @@ if (writeSync(REPORT_FD, report) !== report.length) { throw new Error('the repor
 """
 JS_PRELUDE = 'const quenchLodash = Object.freeze(require("lodash"));\n'
 JS_LODASH = re.compile(r"""^const _ = require\(["']lodash["']\);?$""", re.MULTILINE)
-# Macros of the standard library a test may use (restored, not undefined); names with two leading
-# underscores (the compiler's own, which it warns against undefining) and `assert` are left to CPP_ASSERT.
+# Macros of the standard library a test may use: not undefined. Names with two leading underscores
+# (the compiler's own, which it warns against undefining) are not either; `assert` is CPP_ASSERT's.
 CPP_CONSTANTS = {"INT_MAX", "INT_MIN", "UINT_MAX", "LONG_MAX", "LONG_MIN", "ULONG_MAX", "LLONG_MAX", "LLONG_MIN",
                  "ULLONG_MAX", "SHRT_MAX", "SHRT_MIN", "CHAR_MAX", "CHAR_MIN", "CHAR_BIT", "SIZE_MAX", "INT32_MAX",
                  "INT32_MIN", "INT64_MAX", "INT64_MIN", "UINT32_MAX", "UINT64_MAX", "DBL_MAX", "DBL_MIN",
@@ -155,16 +156,13 @@ def fill(text: str, **names: str) -> str:
 
 
 def cpp_program(prompt: str, completion: str, test: str) -> Harnessed:
-    """main.cpp (the program between push_macro and pop_macro, then the test) and harness.cpp."""
+    """main.cpp (the program, then every identifier of the test undefined, then the test) and harness.cpp."""
     tests, compare = f"quench_tests_{SALT}", f"quench_compare_{SALT}"
     test = renamed(r"\bint\s+main\s*\(", f"int {tests}(", test, "`int main(`")
     test = re.sub(r"\breturn a == b;", "return std::equal_to<>()(a, b);", re.sub(r"\bcompare\b", compare, test))
     names = {name for name in re.findall(r"[A-Za-z_]\w*", test) if not name.startswith("__")} - CPP_OPERATOR_NAMES - {"assert"}
-    constants, others = sorted(names & CPP_CONSTANTS), sorted(names - CPP_CONSTANTS)
-    push = "".join(f'#pragma push_macro("{name}")\n' for name in constants)
-    restore = "".join(f'#undef {name}\n#pragma pop_macro("{name}")\n' for name in constants)
-    undefine = "".join(f"#undef {name}\n" for name in others)
-    main = f"#include <bits/stdc++.h>\n{push}{prompt}{completion}\n{undefine}{restore}{CPP_ASSERT}{test}"
+    undefine = "".join(f"#undef {name}\n" for name in sorted(names - CPP_CONSTANTS))
+    main = f"{prompt}{completion}\n{undefine}{CPP_ASSERT}{test}"
     harness = fill(CPP_HARNESS, TESTS=tests, TOKEN_FD=str(TOKEN_FD), REPORT_FD=str(REPORT_FD))
     return Harnessed((("main.cpp", main), ("harness.cpp", harness)), ("main.cpp", "harness.cpp"))
 
