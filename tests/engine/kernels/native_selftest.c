@@ -77,9 +77,9 @@ static int same_float(float a, float b) { return (isnan(a) && isnan(b)) || memcm
 
 /* FNV-1a of a kernel's outputs (every NaN as one), printed per kernel so builds of two architectures can be
    compared: the same inputs on every machine, so the same digest where the bits are the same. */
-enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT, DIGEST_ATTEND, DIGEST_SILU, DIGESTS };
+enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT, DIGEST_ATTEND, DIGEST_SILU, DIGEST_SAMPLE, DIGESTS };
 static uint64_t digests[DIGESTS] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull,
-                                   0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
+                                   0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
 static void fold(int which, float v) {
     uint32_t bits = 0x7fc00000u;
     if (!isnan(v)) memcpy(&bits, &v, 4);
@@ -477,6 +477,34 @@ static void check_silu(void) {
     free(gate_up);
 }
 
+/* The sampled token of each row (temperature alone, inverse CDF): the same token alone as among the rows, and (by
+   the digest) on every build; logits with -inf (forbidden), NaN and near-ties, and rows of one finite logit. */
+static void check_sample(void) {
+    enum { R = 24, V = 1000 };
+    float* x = malloc(sizeof(float) * R * V);
+    double uniforms[R];
+    int64_t rows[R], got[R], alone;
+    int ok = 1;
+    for (int r = 0; r < R; r++) {
+        rows[r] = r;
+        uniforms[r] = (uniform() + 1.0) / 2.0;
+        for (int v = 0; v < V; v++) {
+            float u = uniform();
+            x[r * V + v] = u > 0.97f ? -INFINITY : u < -0.99f ? NAN : floorf(uniform() * 40.0f) / 8.0f;
+            if (r == 3) x[r * V + v] = v == 500 ? 1.0f : -INFINITY;
+        }
+    }
+    ok &= sample_f32(x, V, rows, R, V, 0.7f, uniforms, got) == 0;
+    for (int r = 0; r < R; r++) {
+        ok &= sample_f32(x + r * V, V, rows, 1, V, 0.7f, uniforms + r, &alone) == 0 && alone == got[r];
+        ok &= got[r] >= 0 && got[r] < V && x[r * V + got[r]] > -INFINITY;
+        fold(DIGEST_SAMPLE, (float)got[r]);
+    }
+    ok &= got[3] == 500;
+    check(ok, "sample_f32 draws a finite token per row, the same alone as among the rows");
+    free(x);
+}
+
 static void check_rope(void) {
     enum { D = 64 };
     float x[D], c[D], s[D], out[D], store[D];
@@ -502,11 +530,13 @@ int main(void) {
     check_silu_fixed();
     check_rope();
     check_attend();
+    check_sample();
     printf("digest fixed_gemm_f32 %016llx\n", (unsigned long long)digests[DIGEST_F32]);
     printf("digest fixed_gemm_bf16 %016llx\n", (unsigned long long)digests[DIGEST_BF16]);
     printf("digest quant_gemm_f32 %016llx\n", (unsigned long long)digests[DIGEST_QUANT]);
     printf("digest attend_fixed %016llx\n", (unsigned long long)digests[DIGEST_ATTEND]);
     printf("digest silu_fixed %016llx\n", (unsigned long long)digests[DIGEST_SILU]);
+    printf("digest sample_f32 %016llx\n", (unsigned long long)digests[DIGEST_SAMPLE]);
     printf("selftest: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

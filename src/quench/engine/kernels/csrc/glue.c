@@ -8,6 +8,7 @@
    normed rows differed from PyTorch's, by one bfloat16 step in a few elements (a near-tie in rounding).
    Compiled with -ffp-contract=off. */
 #include "x86.h"
+#include "canon.h"
 
 int avx512_available(void) {
 #if defined(__AVX512F__)
@@ -111,12 +112,43 @@ ARGMAX(float, f32, _mm512_loadu_ps)
    the first token whose cumulative weight exceeds u times the total (torch.searchsorted(..., right=True)).
    In place of PyTorch's passes over the whole (A, V) logits and a float64 cumsum in fresh multi-megabyte
    buffers (2.0 ms for 16 x 49152 on one thread, against 0.5 here), three passes over each row in cache:
-   the largest logit; each token's weight e_v = exp(x_v / T - max / T) (float32, stored in `work`, V floats)
-   and SAMPLE_BLOCK-token sums of them in float64; then the block where the running sum passes the target and
-   the token inside it, added one by one. Every row's token depends on its logits and uniform alone (any rows,
-   any order, any threads). Forbidden tokens (-inf) weigh 0 and are never drawn; a row with no finite logit,
-   or whose weights sum to 0, gets its argmax. */
+   the largest logit; each token's weight e_v = exp_fixed(x_v / T - max / T) (float32, stored in `work`, V
+   floats) and SAMPLE_BLOCK-token sums of them in float64 (`block_sum`); then the block where the running sum
+   passes the target and the token inside it, added one by one. Every row's token depends on its logits and
+   uniform alone (any rows, any order, any threads), and every build computes the same weights and sums, so
+   the same token on every CPU. Forbidden tokens (-inf) weigh 0 and are never drawn; a row with no finite
+   logit, or whose weights sum to 0, gets its argmax. */
 enum { SAMPLE_BLOCK = 256 };
+/* The float64 sum of n weights: 16 lanes (i mod 16) over the whole groups of 16, added in order, then the tree of
+   canon.h's reduce16_fixed in float64, then the last n mod 16 one by one: the same sums on every build. */
+static double block_sum(const float* e, int n) {
+    double lanes[16] = {0};
+    int i = 0;
+#if defined(__AVX512F__)
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm256_loadu_ps(e + i)));
+        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_loadu_ps(e + i + 8)));
+    }
+    _mm512_storeu_pd(lanes, lo);
+    _mm512_storeu_pd(lanes + 8, hi);
+#elif defined(__AVX2__)
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 4; j++) acc[j] = _mm256_add_pd(acc[j], _mm256_cvtps_pd(_mm_loadu_ps(e + i + 4 * j)));
+    for (int j = 0; j < 4; j++) _mm256_storeu_pd(lanes + 4 * j, acc[j]);
+#else
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) lanes[j] += (double)e[i + j];
+#endif
+    double s[8], u[4];
+    for (int j = 0; j < 8; j++) s[j] = lanes[j] + lanes[8 + j];
+    for (int j = 0; j < 4; j++) u[j] = s[j] + s[4 + j];
+    double sum = (u[0] + u[2]) + (u[1] + u[3]);
+    for (; i < n; i++) sum += (double)e[i];
+    return sum;
+}
+
 static int64_t sample_row(const float* p, int V, float temperature, double u, float* work, double* blocks) {
     int64_t first;
     argmax_f32(p, &first, 1, V, V);
@@ -127,26 +159,20 @@ static int64_t sample_row(const float* p, int V, float temperature, double u, fl
     double total = 0.0;
     for (int j = 0; j < nblocks; j++) {
         int i = j * SAMPLE_BLOCK, end = i + SAMPLE_BLOCK < V ? i + SAMPLE_BLOCK : V;
-        double sum = 0.0;
 #if defined(__AVX512F__)
-        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
         for (; i + 16 <= end; i += 16) {
             __m512 x = _mm512_div_ps(_mm512_loadu_ps(p + i), _mm512_set1_ps(temperature));
             __m512 e = exp_ps(_mm512_sub_ps(x, _mm512_set1_ps(shift)));
             e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_setzero_ps());  /* NaN weighs 0 */
             _mm512_storeu_ps(work + i, e);
-            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
         }
-        sum = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 #endif
         for (; i < end; i++) {
-            float e = expf(p[i] / temperature - shift);
-            work[i] = e == e ? e : 0.0f;
-            sum += work[i];
+            float x = p[i] / temperature, e = exp_fixed(x - shift);
+            work[i] = x == x ? e : 0.0f;
         }
-        blocks[j] = sum;
-        total += sum;
+        blocks[j] = block_sum(work + j * SAMPLE_BLOCK, end - j * SAMPLE_BLOCK);
+        total += blocks[j];
     }
     if (!(total > 0.0) || !(total < INFINITY)) return first;
     double target = u * total, before = 0.0;
