@@ -44,7 +44,7 @@ def test_java_main_reads_the_token_before_the_tests_and_asks_the_expected_values
             "        int x0 = 1;\n    }\n}\n")
     built = java_test(test)
     assert built.index("public static void main(String[] args)") < built.index("private static void quenchTests(")
-    assert 'Path.of("/proc/self/fd/3")' in built and "return obj2.equals(obj1);" in built
+    assert '"/proc/self/fd/3"' in built and "return obj2.equals(obj1);" in built
 
 
 def test_javascript_test_runs_strict_in_a_function_of_its_own_with_frozen_lodash() -> None:
