@@ -56,6 +56,7 @@ SHM = "/dev/shm"
 PRELOAD = (
     "typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
     "operator", "copy", "hashlib", "random", "fractions", "decimal", "statistics", "datetime",
+    "shutil",  # every launcher of another language imports it
 )
 _libc = ctypes.CDLL(None, use_errno=True)
 
