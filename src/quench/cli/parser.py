@@ -134,6 +134,7 @@ def run_command(argv: list[str] | None, subcommands: Sequence[str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from quench.cli.common import check_sandbox
+    from quench.cli.validate import check_device
     from quench.runs.rundir import release_run_dirs
 
     from quench.cli import console
@@ -141,6 +142,8 @@ def run_command(argv: list[str] | None, subcommands: Sequence[str]) -> int:
     console.set_progress(args.progress)
     try:
         configure_threads(args.threads)  # --threads, else a default that holds on a busy machine
+        if getattr(args, "device", None) and not getattr(args, "ray", None):
+            check_device(args.device)  # before the sandbox's self-test: a wrong device fails at once
         check_sandbox(args)
         return args.handler(args)
     except QuenchError as err:
