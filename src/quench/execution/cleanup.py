@@ -119,41 +119,44 @@ def force_remove(path):
 
 
 def remove_tree_at(top, name):
-    """Remove directory `name` of directory fd `top` and all beneath it, one level open at a time."""
+    """Remove directory `name` of directory fd `top` and all beneath it, one level open at a time.
+
+    Each directory is listed once: its files go at once, its subdirectories wait on a stack of names.
+    """
     names = [name]
     current = open_writable(top, name)
     try:
+        pending = [unlink_files(current)]
         while names:
-            below = empty_but_directories(current)
-            if below is not None:
+            if pending[-1]:
+                below = pending[-1].pop()
                 child = open_writable(current, below)
                 os.close(current)
                 current = child
                 names.append(below)
+                pending.append(unlink_files(current))
                 continue
             parent = top if len(names) == 1 else os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=current)
             os.close(current)
             current = parent
             os.rmdir(names.pop(), dir_fd=parent)
+            pending.pop()
     finally:
         if current != top:
             os.close(current)
 
 
-def empty_but_directories(directory):
-    """Unlink every entry of `directory` (an fd) but subdirectories; the name of one, or None if none is left."""
-    while True:
-        with os.scandir(directory) as entries:
-            listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
-        if not listed:
-            return None
-        for name, is_directory in listed:
-            if is_directory:
-                return name
+def unlink_files(directory):
+    """Unlink every entry of `directory` (an fd) but its subdirectories; return their names."""
+    with os.scandir(directory) as entries:  # listed whole first: nothing is unlinked under a running listing
+        listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+    for name, is_directory in listed:
+        if not is_directory:
             try:
                 os.unlink(name, dir_fd=directory)
             except FileNotFoundError:
                 pass
+    return [name for name, is_directory in listed if is_directory]
 
 
 def open_writable(directory, name):
