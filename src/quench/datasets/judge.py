@@ -188,7 +188,7 @@ os._exit(0)
 """
 
 JUDGING = r"""
-import fcntl, json, marshal, signal
+import json, marshal, signal
 
 
 class ProgramSyntaxError(Exception):
@@ -199,7 +199,7 @@ def start_runner():
     # The runner's pid and the judge's ends of its pipes: its fd 3 (requests) and fd 4 (replies).
     calls_r, calls_w = os.pipe()
     results_r, results_w = os.pipe()
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (calls_r, results_w)]
+    high = [os.dup(fd) if fd > 4 else above(fd) for fd in (calls_r, results_w)]
     pid = os.fork()
     if pid == 0:
         try:
@@ -208,9 +208,20 @@ def start_runner():
             os.execv(sys.executable, [sys.executable, "-S", "-c", RUNNER_TEXT])
         finally:
             os._exit(125)
-    for fd in (calls_r, results_w, *high):
+    for fd in {calls_r, results_w, *high}:
         os.close(fd)
     return pid, calls_w, results_r
+
+
+def above(fd):
+    # `fd` duplicated above 4 (the runner's dup2 targets are 3 and 4); `fd` itself stays open.
+    held = []
+    while fd <= 4:
+        held.append(fd)
+        fd = os.dup(fd)
+    for low in held[1:]:
+        os.close(low)
+    return fd
 
 
 def end_as(pid):

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from quench.datasets.harness import Harnessed, cpp_program, go_program, java_test, javascript_program
 
 LAUNCHER = '''\
-import fcntl, json, os, shutil, signal
+import json, os, shutil, signal
 
 HOST = ["<host>"]  # run command: main.js run by the sandbox's warm node in a fresh context
 HOST_FDS = (4, 5)  # its requests and answers, in a program whose text starts with HOST_MARK
@@ -81,6 +81,16 @@ def spawn(argv, env, out, err=None, channel=()):
 def run(argv, log, env):
     return spawn(argv, env, log)
 
+def above(fd, lowest):
+    """`fd` moved to a descriptor above `lowest` (dup2's targets in the child), without importing fcntl."""
+    held = []
+    while fd <= lowest:
+        held.append(fd)
+        fd = os.dup(fd)
+    for low in held:
+        os.close(low)
+    return fd
+
 def run_program(argv, env, reported):
     """(exit status, report) of the program's run. `reported`: it gets a fresh token to read on
     TOKEN_FD (the write end closed) and REPORT_FD to write to; report is True when exactly
@@ -92,9 +102,7 @@ def run_program(argv, env, reported):
     report_r, report_w = os.pipe()
     os.write(token_w, token)
     os.close(token_w)
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (token_r, report_w)]  # clear of the targets
-    os.close(token_r)
-    os.close(report_w)
+    high = [above(fd, REPORT_FD) for fd in (token_r, report_w)]  # clear of the targets
     try:
         status = spawn(argv, env, os.devnull, "run.log", ((high[0], TOKEN_FD), (high[1], REPORT_FD)))
     finally:
