@@ -29,6 +29,21 @@ def exited(code: int) -> int:
         ({"record": "M", "detail": ""}, Outcome.memory, "MemoryError (address-space limit 300 MB)"),
         ({"record": "S", "detail": "SyntaxError: bad (line 1)"}, Outcome.syntax_error, "SyntaxError: bad (line 1)"),
         ({"record": "E", "detail": "sandbox setup: OSError()"}, Outcome.sandbox_error, "sandbox setup: OSError()"),
+        (
+            {"record": "F", "detail": "ExitedEarly: exited with status 0 before the tests finished (line 80)"},
+            Outcome.crashed,
+            "exited with status 0 before the tests finished",
+        ),
+        (
+            {"record": "F", "detail": "LyingValue: the program returned a m.Liar, not a builtin value type (line 3)"},
+            Outcome.lying_value,
+            "the program returned a m.Liar, not a builtin value type",
+        ),
+        (
+            {"record": "F", "detail": "ProgramSyntaxError: SyntaxError: bad (line 2) (line 6)"},
+            Outcome.syntax_error,
+            "SyntaxError: bad (line 2)",
+        ),
         ({"record": None, "status": 9, "stopped": "timeout"}, Outcome.timeout, "no result within 2 s (wall clock)"),
         ({"record": None, "stopped": "processes"}, Outcome.crashed, "more than 10 processes (fork bomb?)"),
         ({"record": None, "status": signal.SIGXCPU}, Outcome.timeout, "CPU time limit exceeded"),
