@@ -3,6 +3,7 @@ references pass their own inputs, and samples that lie or reach for the judge fa
 
 from __future__ import annotations
 
+import pickle
 import random
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from quench.datasets.mbppplus import plus_task, raw_records
 from quench.execution import Outcome, SandboxLimits, SandboxPool
 from quench.execution.plus import (FACTOR, MIN_LIMIT_S, PlusPool, oracle_for, plus_program, prepare_oracles,
                                    sandbox_limits, time_limits)
+from quench.execution.plus_oracle import DIGEST_BYTES
 from quench.execution.sanitize import program_for
 
 WRONG_ORDER = "  return tuple(sorted(set(test_tup1) & set(test_tup2)))\n"  # Mbpp/2: a set-compared task
@@ -180,6 +182,24 @@ def test_large_expected_outputs_are_digests(cache: Path, plus_pool: SandboxPool)
     reference, wrong = run(plus_pool, [("Mbpp/630", reference_body("Mbpp/630")), ("Mbpp/630", off_by_one)])
     assert reference.plus.passed
     assert not wrong.base.passed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # computing Mbpp/255's oracle runs its reference on every input first
+def test_an_output_over_a_gigabyte_is_judged_in_pieces(cache: Path) -> None:
+    """Mbpp/255's reference returns over a gigabyte on one extra input: the judge holds its digests,
+    the candidate sends it BATCH items at a time, and neither comes near its address-space limit."""
+    task = plus_task("Mbpp/255")
+    oracle = oracle_for(task)
+    assert max(len(pickle.dumps(entry)) for entry in oracle.plus) < 2 * DIGEST_BYTES  # large ones are digests
+    problem = load_benchmark("mbpp+", "all", ["Mbpp/255"])[0]
+    program = plus_program(problem, problem.canonical_solution)
+    assert len(program) < 1_000_000
+    wrong = problem.canonical_solution.replace("))\n", "))[::-1]\n")
+    with SandboxPool(1, sandbox_limits(SandboxLimits(timeout_s=30.0, memory_mb=2048), ["Mbpp/255"])) as pool:
+        results = dict(PlusPool(pool).imap([(0, program), (1, program_for(problem, wrong))]))
+    assert results[0].plus.passed, results[0].plus.detail
+    assert not results[1].base.passed
 
 
 def references_pass(task_ids: list[str]) -> None:
