@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -49,7 +50,12 @@ def _preset(dtype: str, weights: str = "dequantized") -> Callable[[], tuple[torc
     return build
 
 
+MODELS_VAR = "QUENCH_GOLDEN_MODELS"  # a folder of the tiny models, built once by the caller (`save_tiny_models`)
+
+
 def _tiny(make: Callable[[], torch.nn.Module]) -> Callable[[], tuple[torch.nn.Module, object, list[tuple[int, ...]]]]:
+    """A tiny model, from MODELS_VAR's folder where one is set: PyTorch draws random weights by other code at other
+    ISA levels (its vectorised normal_), so a process held to a lower level loads the caller's instead of drawing."""
     def build():
         from helpers import CHARS, char_tokenizer
 
@@ -57,6 +63,18 @@ def _tiny(make: Callable[[], torch.nn.Module]) -> Callable[[], tuple[torch.nn.Mo
         return make(), char_tokenizer(), [tuple(ids[c] for c in prompt) for prompt in CHAR_PROMPTS]
 
     return build
+
+
+def _saved(name: str) -> Path | None:
+    folder = os.environ.get(MODELS_VAR)
+    return Path(folder) / (name.replace("/", "--") + ".pt") if folder else None
+
+
+def save_tiny_models(folder: Path) -> None:
+    """Every tiny case's model into `folder`, drawn in this process (see `_tiny`)."""
+    for name, build in _cases().items():
+        if not name.startswith("smollm2"):
+            torch.save(build()[0], folder / (name.replace("/", "--") + ".pt"))
 
 
 def _quantized(name: str) -> Callable[[], torch.nn.Module]:
@@ -102,6 +120,9 @@ def greedy_tokens(name: str) -> dict[str, list[list[int]]]:
     from quench.engine.types import GenerationRequest, SamplingParams
 
     model, tokenizer, prompts = _cases()[name]()
+    saved = _saved(name)
+    if saved is not None and saved.exists():
+        model = torch.load(saved, weights_only=False)
     torch.set_num_threads(1)
     out = {}
     for mode, settings in MODES.items():

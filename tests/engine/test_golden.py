@@ -41,9 +41,20 @@ def runnable_levels() -> list[str]:
     return {"own": [own.level.name], "below": [name for name in every if name != own.level.name]}.get(chosen, every)
 
 
-def tokens_at(level: str, cases: list[str]) -> dict:
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory) -> Path:
+    """The tiny cases' models drawn here, at this process's ISA, as the golden file's were (golden_tokens._tiny)."""
+    sys.path.insert(0, str(HERE))
+    from golden_tokens import save_tiny_models
+
+    folder = tmp_path_factory.mktemp("golden-models")
+    save_tiny_models(folder)
+    return folder
+
+
+def tokens_at(level: str, cases: list[str], models: Path) -> dict:
     aten, onednn = TORCH_ISA.get(level, ("", ""))
-    env = {**os.environ, "QUENCH_NATIVE_MARCH": level}
+    env = {**os.environ, "QUENCH_NATIVE_MARCH": level, "QUENCH_GOLDEN_MODELS": str(models)}
     if aten:
         env.update(ATEN_CPU_CAPABILITY=aten, ONEDNN_MAX_CPU_ISA=onednn)
     done = subprocess.run([sys.executable, str(HERE / "golden_tokens.py"), "--cases", ",".join(cases)], env=env,
@@ -66,11 +77,11 @@ def test_the_golden_file_holds_every_case():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("level", runnable_levels() or ["none"])
-def test_every_level_gives_the_golden_tokens(level):
+def test_every_level_gives_the_golden_tokens(level, tiny_models):
     if level == "none":
         pytest.skip("no known kernel level on this machine (another architecture, or no C compiler)")
     cases = [name for name in GOLDEN if not (level in PRESET_FREE_LEVELS and name.startswith("smollm2"))]
-    got = tokens_at(level, cases)
+    got = tokens_at(level, cases, tiny_models)
     moved = {f"{name} {mode} prompt {i}" for name in cases for mode in GOLDEN[name]
              for i, row in enumerate(GOLDEN[name][mode]) if got[name][mode][i] != row}
     assert not moved, f"{level}: {sorted(moved)}"
