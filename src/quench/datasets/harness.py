@@ -37,6 +37,7 @@ them, so the program cannot read the test's expected values from its own directo
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ TOKEN_FD, REPORT_FD = 3, 4  # in the program's process
 # Per quench process: names of the harness's that a program must not be able to name.
 SALT = os.urandom(6).hex()
 JS_RUNNER = "runner.js"
+CPP_TESTS = "quench_tests"  # the test's `main`, renamed: a program that defines it does not link
 
 
 @dataclass(frozen=True)
@@ -159,14 +161,18 @@ def fill(text: str, **names: str) -> str:
 
 def cpp_program(prompt: str, completion: str, test: str) -> Harnessed:
     """main.cpp (the program, then every identifier of the test undefined, then the test) and harness.cpp."""
-    tests, compare = f"quench_tests_{SALT}", f"quench_compare_{SALT}"
+    tests, compare = CPP_TESTS, f"quench_compare_{SALT}"
     test = renamed(r"\bint\s+main\s*\(", f"int {tests}(", test, "`int main(`")
     test = re.sub(r"\breturn a == b;", "return std::equal_to<>()(a, b);", re.sub(r"\bcompare\b", compare, test))
     names = {name for name in re.findall(r"[A-Za-z_]\w*", test) if not name.startswith("__")} - CPP_OPERATOR_NAMES - {"assert"}
     undefine = "".join(f"#undef {name}\n" for name in sorted(names - CPP_CONSTANTS))
     main = f"{prompt}{completion}\n{undefine}{CPP_ASSERT}{test}"
-    harness = fill(CPP_HARNESS, TESTS=tests, TOKEN_FD=str(TOKEN_FD), REPORT_FD=str(REPORT_FD))
-    return Harnessed((("main.cpp", main), ("harness.cpp", harness)), ("main.cpp", "harness.cpp"))
+    return Harnessed((("main.cpp", main), ("harness.cpp", cpp_harness())), ("main.cpp", "harness.cpp"))
+
+
+def cpp_harness() -> str:
+    """harness.cpp: the same for every program, so the build cache may hold it compiled (CPP_HARNESS_OBJECT)."""
+    return fill(CPP_HARNESS, TESTS=CPP_TESTS, TOKEN_FD=str(TOKEN_FD), REPORT_FD=str(REPORT_FD))
 
 
 def go_program(prompt: str, completion: str, test: str) -> Harnessed:
@@ -195,3 +201,7 @@ def javascript_program(prompt: str, completion: str, test: str) -> Harnessed:
     main = f"{JS_PRELUDE}{prompt}{completion}\n;(function () {{\n'use strict';\n{test}\n}})();\n"
     runner = fill(JS_RUNNER_TEXT, TOKEN_FD=str(TOKEN_FD), REPORT_FD=str(REPORT_FD))
     return Harnessed((("main.js", main), (JS_RUNNER, runner)), script=JS_RUNNER)
+
+
+# Where the build cache keeps harness.cpp compiled (quench.execution.toolchains), named after its text.
+CPP_HARNESS_OBJECT = f"cpp/harness-{hashlib.sha256(cpp_harness().encode()).hexdigest()[:12]}.o"

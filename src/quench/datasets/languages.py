@@ -37,7 +37,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from quench.datasets.harness import Harnessed, cpp_program, go_program, java_test, javascript_program
+from quench.datasets.harness import CPP_HARNESS_OBJECT, Harnessed, cpp_program, go_program, java_test, javascript_program
 
 LAUNCHER = '''\
 import json, os, shutil, signal
@@ -379,7 +379,9 @@ CACHE = os.environ.get("QUENCH_TOOLCHAINS", "/nonexistent")
 
 def cpp_builds():  # the prepared precompiled bits/stdc++.h, if any (and readable), comes first on the include path
     include = ["-I", CACHE + "/cpp"] if os.access(CACHE + "/cpp", os.R_OK | os.X_OK) else []
-    return [["g++", *include, *SOURCES, "-o", "main"]] if include else [with_sources(CPP_PLAIN_BUILD)]
+    harness = CACHE + "/" + CPP_HARNESS_OBJECT  # harness.cpp, compiled by quench's prepare
+    sources = [harness if source == "harness.cpp" and os.access(harness, os.R_OK) else source for source in SOURCES]
+    return [["g++", *include, *sources, "-o", "main"]] if include else [with_sources(CPP_PLAIN_BUILD)]
 
 def with_sources(argv):  # a plain build's argv compiling every file of SOURCES where it names the program's
     return [part for arg in argv for part in (SOURCES if arg == SOURCES[-1] else [arg])]
@@ -435,6 +437,7 @@ def launcher(language: str, program: str | Harnessed) -> str:
             f"{list(steps.syntax_marks) or ['']!r}, {fallback!r}, {list(steps.fallback_marks)!r}, "
             f"{steps.plain_builds}, {list(harness)!r}, {list(removed)!r}, {isinstance(program, Harnessed)})\n")
     builders = (BUILDERS.replace("JAVA_FLAGS", repr(list(JAVA_FLAGS))).replace("CPP_PLAIN_BUILD", repr(CPP_PLAIN_BUILD))
+                .replace("CPP_HARNESS_OBJECT", repr(CPP_HARNESS_OBJECT))
                 .replace("GO_PLAIN_BUILD", repr(GO_PLAIN_BUILD)))
     mark = HOST_MARK if language == "javascript" else ""
     names = f"SOURCE_FILES = {compiled!r}\nSCRIPT_FILE = {script!r}\n"

@@ -3,7 +3,8 @@
 The cache directory (`QUENCH_TOOLCHAINS`, default `~/.cache/quench/toolchains`) is prepared once,
 outside the sandbox, from trusted inputs only, and is bound read-only into every sandbox: a
 program can read it but never change what the next program sees. It holds a precompiled
-`bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time), a
+`bits/stdc++.h` (every MBCPP program includes it; parsing it is most of g++'s time), the C++ test
+harness compiled (quench.datasets.harness; every harnessed C++ program links it), a
 class-data archive of the classes Java's source launcher loads (javac's: most of a JVM's start),
 a Node.js start-up snapshot with lodash loaded (every MBJSP harness requires it; loading its
 545 kB is most of what a program adds to node's own start), and the JavaScript host: the script of
@@ -31,6 +32,7 @@ import time
 import typing
 from pathlib import Path
 
+from quench.datasets.harness import CPP_HARNESS_OBJECT, cpp_harness
 from quench.datasets.languages import JAVA_FLAGS, LANGUAGES, NODE_PATH, node_snapshot_entry, node_snapshot_path
 from quench.execution.node_host import NodeHost
 from quench.trusted_files import UntrustedFileError, owner_problem, ownership_problem, problem, record, sidecar
@@ -148,6 +150,7 @@ def prepare(language: str) -> None:
         prepare_node_host()
     if language == "cpp" and shutil.which("g++"):
         prepare_cpp_header()
+        prepare_cpp_harness()
     if language == "java" and shutil.which("java"):
         prepare_java_archive()
     sweep()
@@ -229,6 +232,22 @@ def prepare_cpp_header() -> Path | None:
             return None
         keep(built, target)
     log.info("precompiled bits/stdc++.h into %s", target)
+    return target
+
+
+def prepare_cpp_harness() -> Path | None:
+    """Compile the C++ test harness (quench.datasets.harness) once: every program links the same object."""
+    target = Path(toolchain_dir()) / CPP_HARNESS_OBJECT
+    cache_subdir(str(target.parent.relative_to(toolchain_dir())))
+    if reusable(target):
+        return target
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # same file system: os.replace
+        Path(scratch, "harness.cpp").write_text(cpp_harness(), encoding="ascii")
+        built = Path(scratch) / "harness.o"
+        if not build_into(built, ["g++", "-c", "harness.cpp", "-o", str(built)], "the C++ test harness", scratch):
+            return None
+        keep(built, target)
+    log.info("compiled the C++ test harness into %s", target)
     return target
 
 
