@@ -138,7 +138,7 @@ LYING = {  # name: (task, completion); each passes where the comparison trusts t
 @pytest.mark.parametrize("name", sorted(LYING))
 def test_a_returned_non_value_fails_as_such(plus_pool: SandboxPool, name: str) -> None:
     (result,) = run(plus_pool, [LYING[name]])
-    assert result.base.outcome is Outcome.non_value and result.plus.outcome is Outcome.non_value
+    assert result.base.outcome is Outcome.lying_value and result.plus.outcome is Outcome.lying_value
     assert "returned a non-builtin value" in result.base.detail
 
 

@@ -22,7 +22,6 @@ class Outcome(StrEnum):
     crashed = "crashed"  # killed by a signal or exited early (sys.exit / os._exit, or any exit before the harness reported)
     lying_value = "lying_value"  # a tested function returned a value whose type is not a builtin value type
     syntax_error = "syntax_error"  # the program does not compile
-    non_value = "non_value"  # a returned value is not a builtin value type at some depth (a lying object)
     compile_error = "compile_error"  # a compiled language's build failed (g++, javac, go, node's parser)
     sandbox_error = "sandbox_error"  # the harness failed, not the program
 

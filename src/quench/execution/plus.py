@@ -159,12 +159,12 @@ class PlusResult:
 
 def harness_result(result: ExecutionResult) -> ExecutionResult:
     """A judge's failure that says `timed out` is a timeout, one that says `returned a non-builtin
-    value` is non_value; anything else stays as it is."""
+    value` is lying_value; anything else stays as it is."""
     if result.outcome is Outcome.failed and result.detail.startswith(FAILURES):
         if " timed out after " in result.detail:
             return replace(result, outcome=Outcome.timeout)
         if " returned a non-builtin value " in result.detail:
-            return replace(result, outcome=Outcome.non_value)
+            return replace(result, outcome=Outcome.lying_value)
     return result
 
 
