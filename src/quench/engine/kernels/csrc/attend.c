@@ -116,6 +116,100 @@ static inline void axpy_fixed(float* acc, float p, const float* row, int D) {
     for (; d < D; d++) acc[d] = fmaf(p, row[d], acc[d]);
 }
 
+#if defined(__AVX512F__)
+/* The 16 sums of 16 vectors, lane i the sum of a[i] by canon.h's tree: each level adds the same lane pairs as
+   reduce16_fixed (L_j + L_{8+j}, then s_j + s_{4+j}, u_j + u_{2+j}, v_0 + v_1), for 16 vectors at once. */
+static inline __m512 reduce16x16(const __m512* a) {
+    __m512 l1[8], l2[4], l3[2];
+    for (int i = 0; i < 8; i++)
+        l1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++)
+        l2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(l1[2 * i], l1[2 * i + 1], 0x88), _mm512_shuffle_f32x4(l1[2 * i], l1[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++)
+        l3[i] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], 0x44), _mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], 0xEE));
+    __m512 last = _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], 0x88), _mm512_shuffle_ps(l3[0], l3[1], 0xDD));
+    /* lane 4k + j holds vector k + 4j */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), last);
+}
+
+/* scores[m][t] = dot_fixed(q_m, k_t) * scale for the M queries (q: M x D floats) and keys 0 .. keys - 1 (kb: the
+   cache's rows, widened in registers), 16 keys at a time; query m's keys past first + m / G are computed or not,
+   never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
+   in key order, for QB consecutive queries from m0, each value row read once for the QB queries. D a multiple of
+   16, at most 256. */
+#define PAIR16_KERNELS(T, SUFFIX, LOAD16)                                                            \
+static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float* q, int M, const T* kb, int keys, \
+        int64_t first, int G, const int D, float scale, float* scores) {                            \
+    for (int t0 = 0; t0 < keys; t0 += 16) {                                                         \
+        int count = keys - t0 < 16 ? keys - t0 : 16;                                                \
+        __mmask16 live = count == 16 ? (__mmask16)0xffff : (__mmask16)((1u << count) - 1);          \
+        for (int m = t0 > first ? (int)(t0 - first) * G : 0; m < M; m++) {                          \
+            __m512 acc[16];                                                                          \
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();                               \
+            for (int c = 0; c < D; c += 16) {                                                        \
+                __m512 qc = _mm512_loadu_ps(q + m * D + c);                                          \
+                for (int i = 0; i < count; i++)                                                      \
+                    acc[i] = _mm512_fmadd_ps(qc, LOAD16(kb + (int64_t)(t0 + i) * D + c), acc[i]);    \
+            }                                                                                        \
+            __m512 dots = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                    \
+            _mm512_mask_storeu_ps(scores + (int64_t)m * keys + t0, live, dots);                      \
+        }                                                                                            \
+    }                                                                                                \
+}                                                                                                    \
+static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* scores, int keys, const T* vb, int m0, \
+        int QB, int64_t first, int G, const int D, float* out) {                                     \
+    __m512 acc[4][16];                                                                               \
+    int seen[4], least = keys, most = 0;                                                             \
+    for (int i = 0; i < QB; i++) {                                                                   \
+        seen[i] = (int)(first + (m0 + i) / G + 1);                                                   \
+        most = seen[i] > most ? seen[i] : most;                                                      \
+        least = seen[i] < least ? seen[i] : least;                                                   \
+        for (int c = 0; c < D / 16; c++) acc[i][c] = _mm512_setzero_ps();                            \
+    }                                                                                                \
+    for (int t = 0; t < least; t++)  /* keys every query of the block sees */                       \
+        for (int c = 0; c < D / 16; c++) {                                                           \
+            __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
+            for (int i = 0; i < QB; i++)                                                             \
+                acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]), v, acc[i][c]); \
+        }                                                                                            \
+    for (int t = least; t < most; t++)                                                               \
+        for (int c = 0; c < D / 16; c++) {                                                           \
+            __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
+            for (int i = 0; i < QB; i++)                                                             \
+                if (t < seen[i]) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]), v, acc[i][c]); \
+        }                                                                                            \
+    for (int i = 0; i < QB; i++)                                                                     \
+        for (int c = 0; c < D / 16; c++) _mm512_storeu_ps(out + (int64_t)(m0 + i) * D + 16 * c, acc[i][c]); \
+}                                                                                                    \
+/* One (row, kv head) pair's attention on AVX-512: the fixed kernel's bits (tested against its written order). */ \
+static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
+                                   int D, float scale, float* scores, float* acc) {                  \
+    if (D == 64) scores16_##SUFFIX(q, M, kb, keys, first, G, 64, scale, scores);                    \
+    else if (D == 128) scores16_##SUFFIX(q, M, kb, keys, first, G, 128, scale, scores);             \
+    else scores16_##SUFFIX(q, M, kb, keys, first, G, D, scale, scores);                             \
+    for (int m = 0; m < M; m++) softmax_fixed(scores + (int64_t)m * keys, (int)first + m / G + 1);  \
+    int block = D <= 64 ? 4 : D <= 128 ? 2 : 1;                                                      \
+    for (int m0 = 0; m0 < M; m0 += block) {                                                          \
+        int QB = M - m0 < block ? M - m0 : block;                                                    \
+        if (D == 64) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 64, acc);                    \
+        else if (D == 128) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 128, acc);             \
+        else pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, D, acc);                             \
+    }                                                                                                \
+}
+PAIR16_KERNELS(bf16, bf16, bf16x16_to_f32)
+PAIR16_KERNELS(float, f32, _mm512_loadu_ps)
+#define PAIR16(D) ((D) % 16 == 0 && (D) <= 256)
+#else
+#define PAIR16(D) 0
+#define PAIR16_STUB(T, SUFFIX)                                                                       \
+static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
+                                   int D, float scale, float* scores, float* acc) {                  \
+    (void)q, (void)M, (void)kb, (void)vb, (void)keys, (void)first, (void)G, (void)D, (void)scale, (void)scores, (void)acc; \
+}
+PAIR16_STUB(bf16, bf16)
+PAIR16_STUB(float, f32)
+#endif
+
 /* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
    its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
    cos, sin_signed (positions, D); out (N, H D). A query's softmax and weighted sum run over its own keys
@@ -172,6 +266,10 @@ static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const
         }                                                                                         \
         const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
         const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
+        if (PAIR16(D)) {                                                                          \
+            attend_pair16_##SUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, scores, acc);        \
+            goto store_##SUFFIX;                                                                  \
+        }                                                                                         \
         for (int t = 0; t < keys; t++) {                                                          \
             for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);          \
             for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++)                \
@@ -185,6 +283,7 @@ static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const
             for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++)                \
                 axpy_fixed(acc + m * D, scores[(int64_t)m * keys + t], row, D);                   \
         }                                                                                         \
+    store_##SUFFIX:                                                                               \
         for (int s = 0; s < S; s++)                                                               \
             for (int g = 0; g < G; g++) {                                                         \
                 T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                          \
