@@ -32,13 +32,13 @@ def free_port() -> int:
 
 @pytest.mark.parametrize("flags, words", [
     (["--port", "70000"], "--port must be in 0..65535"),
-    (["--backend", "hf"], "unrecognized arguments: --backend hf"),  # serve runs quench's own engine only
+    (["--backend", "hf"], "unrecognized argument: --backend"),  # serve runs quench's own engine only
     (["--max-model-len", "1"], "--max-model-len must be at least 2"),
     (["--max-waiting", "0"], "--max-waiting must be at least 1"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--model", "no-such-model"], "no-such-model"),
     (["--replicas", "2"], "need --ray ADDRESS"),
-    (["--engines", "2"], "unrecognized arguments: --engines 2"),  # one engine per process
+    (["--engines", "2"], "unrecognized argument: --engines"),  # one engine per process
     (["--ray", "auto", "--replicas", "0"], "--replicas must be at least 1"),
     (["--ray", "auto", "--cpus-per-replica", "0"], "--cpus-per-replica must be > 0"),
 ])
