@@ -230,6 +230,28 @@ static void pairs_##MB##_##S(const bf16* const* xr, const bf16* w, float (*out)[
         for (int s = 0; s < S; s++) _mm512_storeu_ps(out[i] + 16 * s, acc[i][s]);                  \
 }
 PAIRS(4, 6) PAIRS(2, 6) PAIRS(1, 6) PAIRS(4, 1) PAIRS(2, 1) PAIRS(1, 1)
+/* Eight rows x S blocks: each W line read once for eight rows (24 accumulators at S = 3), a row's pair broadcast
+   just before its products; the same steps per output as PAIRS. */
+#define PAIRS8(S)                                                                                  \
+static void pairs8_##S(const bf16* const* xr, const bf16* w, float (*out)[16 * 6], int K2) {      \
+    __m512 acc[8][S];                                                                              \
+    for (int i = 0; i < 8; i++)                                                                    \
+        for (int s = 0; s < S; s++) acc[i][s] = _mm512_setzero_ps();                               \
+    for (int p = 0; p < K2; p++) {                                                                 \
+        __m512bh wv[S];                                                                            \
+        for (int s = 0; s < S; s++)                                                                \
+            wv[s] = (__m512bh)_mm512_rol_epi32(_mm512_loadu_si512(w + ((int64_t)s * K2 + p) * 32), 16); \
+        for (int i = 0; i < 8; i++) {                                                              \
+            uint32_t pair;                                                                         \
+            memcpy(&pair, xr[i] + 2 * p, sizeof pair);                                             \
+            __m512bh xv = (__m512bh)_mm512_set1_epi32((int32_t)(pair << 16 | pair >> 16));         \
+            for (int s = 0; s < S; s++) acc[i][s] = _mm512_dpbf16_ps(acc[i][s], xv, wv[s]);        \
+        }                                                                                          \
+    }                                                                                              \
+    for (int i = 0; i < 8; i++)                                                                    \
+        for (int s = 0; s < S; s++) _mm512_storeu_ps(out[i] + 16 * s, acc[i][s]);                  \
+}
+PAIRS8(3) PAIRS8(1)
 #endif
 #endif
 #if defined(FIXED_AVX2)
@@ -315,11 +337,26 @@ typedef float pair_row;
    values each), or with dp bfloat16 pairs (`stride` values each, K rounded up to even) for VDPBF16PS. */
 static void group_pairs(const void* x, int dp, int stride, const bf16* wp, bf16* y, int m0, int mb, int b0, int nb,
                         int N, int K) {
-    float out[4][16 * 6];
+    float out[8][16 * 6];
     const float* xr[4];
     int K2 = (K + 1) / 2;
     for (int i = 0; i < 4; i++) xr[i] = (const float*)x + (int64_t)(m0 + (i < mb ? i : 0)) * K;
     const bf16* w = wp + (int64_t)b0 * 32 * K2;
+#if defined(FIXED_DP)
+    if (dp && mb == 8) {  /* eight rows: blocks by 3, the rest by 1 */
+        const bf16* x8[8];
+        for (int i = 0; i < 8; i++) x8[i] = (const bf16*)x + (int64_t)(m0 + i) * stride;
+        for (int s = 0; s < nb;) {
+            float part[8][16 * 6];
+            int step = nb - s >= 3 ? 3 : 1;
+            if (step == 3) pairs8_3(x8, w + (int64_t)s * 32 * K2, part, K2);
+            else pairs8_1(x8, w + (int64_t)s * 32 * K2, part, K2);
+            for (int i = 0; i < 8; i++) memcpy(out[i] + 16 * s, part[i], 16 * step * sizeof(float));
+            s += step;
+        }
+        goto store;
+    }
+#endif
 #if defined(__AVX512F__)
     /* Rows past mb repeat row m0 (computed, never stored); a group of fewer than 6 blocks goes block by block. */
     int rows = mb > 2 ? 4 : mb;
@@ -372,6 +409,9 @@ static void group_pairs(const void* x, int dp, int stride, const bf16* wp, bf16*
             out[i][c] = acc;
         }
 #endif
+#if defined(FIXED_DP)
+store:
+#endif
     for (int i = 0; i < mb; i++)
         for (int c = 0; c < 16 * nb && 16 * b0 + c < N; c++) y[(int64_t)(m0 + i) * N + 16 * b0 + c] = store_bf16(out[i][c]);
 }
@@ -396,8 +436,10 @@ static void pairs_rows(const void* x, int dp, int stride, const bf16* wp, bf16* 
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && groups > 1)
     for (int g = 0; g < groups; g++) {
         int b0 = 6 * g, nb = nblocks - b0 < 6 ? nblocks - b0 : 6;
-        for (int m0 = 0; m0 < M; m0 += 4)
-            group_pairs(x, dp, stride, wp, y, m0, M - m0 < 4 ? M - m0 : 4, b0, nb, N, K);
+        for (int m0 = 0, mb; m0 < M; m0 += mb) {  /* VDPBF16PS: eight rows at a time while eight are left */
+            mb = dp && M - m0 >= 8 ? 8 : M - m0 < 4 ? M - m0 : 4;
+            group_pairs(x, dp, stride, wp, y, m0, mb, b0, nb, N, K);
+        }
     }
 }
 
