@@ -32,15 +32,20 @@
    - softmax over the keys a query sees: the largest score (scalar, in key order), e_t = exp_fixed(s_t - top),
      their total in 16 lanes (t mod 16) added in key order then the same tree, and p_t = e_t * (1 / total).
    - p.v: each output element one fused multiply-add per key, in key order from zero. */
+#if defined(__AVX2__)
+/* The tree's last three levels on the 8 sums s_j = L_j + L_{8+j}: s_j + s_{4+j}, then u_j + u_{2+j}, then v_0 + v_1. */
+static inline float reduce8_fixed(__m256 s) {
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+#endif
 #if defined(__AVX512F__)
 static inline float dot_fixed(const float* q, const float* k, int D) {
     if (D % 16) goto scalar;
     __m512 acc = _mm512_setzero_ps();
     for (int d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), acc);
-    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-    __m128 u = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
-    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+    return reduce8_fixed(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
 scalar:;
 #elif defined(__AVX2__) && defined(__FMA__)
 static inline float dot_fixed(const float* q, const float* k, int D) {
@@ -50,10 +55,7 @@ static inline float dot_fixed(const float* q, const float* k, int D) {
         lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), lo);
         hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), hi);
     }
-    __m256 s = _mm256_add_ps(lo, hi);
-    __m128 u = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
-    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+    return reduce8_fixed(_mm256_add_ps(lo, hi));
 scalar:;
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>

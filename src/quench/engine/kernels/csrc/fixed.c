@@ -443,6 +443,7 @@ static void pairs_rows(const void* x, int dp, int stride, const bf16* wp, bf16* 
     }
 }
 
+#if !defined(FIXED_DP)
 static int widened_rows(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads) {
     float* wide = malloc(sizeof(float) * ((int64_t)M * K + 1));
     if (!wide) return 1;
@@ -451,6 +452,7 @@ static int widened_rows(const bf16* x, const bf16* wp, bf16* y, int M, int N, in
     free(wide);
     return 0;
 }
+#endif
 
 int bf16_span(const bf16* x, int64_t count) {
     int lo = 255, hi = 0;
@@ -475,31 +477,23 @@ static int dot_exact(int x, int w) {
     return xlo >= 1 && wlo >= 1 && xhi <= 254 && whi <= 254 && xlo + wlo >= 142 && xhi + whi <= 379;
 }
 
-/* The rows in `which` (count of them) as VDPBF16PS pairs (padded to an even length) or widened, into y. */
-static int dp_rows(const bf16* x, const int* which, int count, const bf16* wp, bf16* y, int N, int K, int threads) {
-    int stride = 2 * ((K + 1) / 2);
-    bf16* rows = calloc((size_t)count * stride + 1, sizeof(bf16));
+/* The rows in `which` (count of them) into y: dp, as VDPBF16PS pairs (padded to an even length); else widened. */
+static int routed_rows(const bf16* x, const int* which, int count, int dp, const bf16* wp, bf16* y, int N, int K,
+                       int threads) {
+    int stride = dp ? 2 * ((K + 1) / 2) : K;
+    bf16* pairs = dp ? calloc((size_t)count * stride + 1, sizeof(bf16)) : NULL;
+    float* wide = dp ? NULL : malloc(sizeof(float) * ((size_t)count * K + 1));
     bf16* out = malloc(sizeof(bf16) * ((size_t)count * N + 1));
-    if (!rows || !out) { free(rows); free(out); return 1; }
-    for (int r = 0; r < count; r++) memcpy(rows + (int64_t)r * stride, x + (int64_t)which[r] * K, sizeof(bf16) * K);
-    pairs_rows(rows, 1, stride, wp, out, count, N, K, threads);
-    for (int r = 0; r < count; r++) memcpy(y + (int64_t)which[r] * N, out + (int64_t)r * N, sizeof(bf16) * N);
-    free(rows); free(out);
-    return 0;
-}
-
-static int wide_rows(const bf16* x, const int* which, int count, const bf16* wp, bf16* y, int N, int K, int threads) {
-    bf16* rows = malloc(sizeof(bf16) * ((size_t)count * K + 1));
-    bf16* out = malloc(sizeof(bf16) * ((size_t)count * N + 1));
-    int status = !rows || !out;
-    if (!status) {
-        for (int r = 0; r < count; r++) memcpy(rows + (int64_t)r * K, x + (int64_t)which[r] * K, sizeof(bf16) * K);
-        status = widened_rows(rows, wp, out, count, N, K, threads);
+    if ((dp ? !pairs : !wide) || !out) { free(pairs); free(wide); free(out); return 1; }
+    for (int r = 0; r < count; r++) {
+        const bf16* row = x + (int64_t)which[r] * K;
+        if (dp) memcpy(pairs + (int64_t)r * stride, row, sizeof(bf16) * K);
+        else for (int k = 0; k < K; k++) wide[(int64_t)r * K + k] = load_bf16(row[k]);
     }
-    if (!status)
-        for (int r = 0; r < count; r++) memcpy(y + (int64_t)which[r] * N, out + (int64_t)r * N, sizeof(bf16) * N);
-    free(rows); free(out);
-    return status;
+    pairs_rows(dp ? (const void*)pairs : (const void*)wide, dp, stride, wp, out, count, N, K, threads);
+    for (int r = 0; r < count; r++) memcpy(y + (int64_t)which[r] * N, out + (int64_t)r * N, sizeof(bf16) * N);
+    free(pairs); free(wide); free(out);
+    return 0;
 }
 #endif
 
@@ -516,8 +510,8 @@ int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K,
     int status = 0;
     if (exact == M && K % 2 == 0) pairs_rows(x, 1, K, wp, y, M, N, K, threads);
     else {
-        if (exact) status |= dp_rows(x, order, exact, wp, y, N, K, threads);
-        if (exact < M) status |= wide_rows(x, order + exact, M - exact, wp, y, N, K, threads);
+        if (exact) status |= routed_rows(x, order, exact, 1, wp, y, N, K, threads);
+        if (exact < M) status |= routed_rows(x, order + exact, M - exact, 0, wp, y, N, K, threads);
     }
     free(order);
     return status;
