@@ -193,6 +193,18 @@ def stops_from_args(args: argparse.Namespace, prompt_format: str) -> tuple[str, 
     return default_stop_sequences(args.benchmark, prompt_format)
 
 
+def recorded_settings_match(config_path: Path, args: argparse.Namespace) -> bool:
+    """Whether a run's config.json records the prompt format and stops these flags ask for (the settings the loaded
+    model decides; a finished run answers without loading it only where they match)."""
+    import json
+
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    recorded_format = config.get("prompt_format")
+    if recorded_format is None or args.prompt_format not in (None, recorded_format):
+        return False
+    return args.stop is None or list(stops_from_args(args, recorded_format)) == config.get("stop")
+
+
 def parse_ks(spec: str) -> tuple[int, ...]:
     try:
         ks = tuple(sorted({int(k) for k in spec.split(",") if k.strip()}))

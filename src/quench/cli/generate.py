@@ -93,16 +93,8 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
 def finished_samples(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict] | None:
     """A finished run's samples, when `out` holds every sample these flags ask for under the settings it
     records (those the loaded model would decide, the prompt format and stops, included); else None."""
-    import json
-
     config_path, samples_path = out / "config.json", out / "samples.jsonl"
-    if not (config_path.is_file() and samples_path.is_file()):
-        return None
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    recorded_format = config.get("prompt_format")
-    if recorded_format is None or args.prompt_format not in (None, recorded_format):
-        return None
-    if args.stop is not None and list(common.stops_from_args(args, recorded_format)) != config.get("stop"):
+    if not (config_path.is_file() and samples_path.is_file()) or not common.recorded_settings_match(config_path, args):
         return None
     samples = resume_samples(samples_path)
     wanted = {(p.task_id, i) for p in problems for i in range(args.samples)}

@@ -149,11 +149,7 @@ def report_finished(args: argparse.Namespace, out: Path, ks: tuple[int, ...]) ->
     config_path, metrics_path = out / "config.json", out / METRICS_FILE
     if not (config_path.is_file() and metrics_path.is_file()):
         return False  # check_run_dir has compared config.json with the flags: what it holds is this run's
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    recorded_format = config.get("prompt_format")
-    if recorded_format is None or args.prompt_format not in (None, recorded_format):
-        return False
-    if args.stop is not None and list(common.stops_from_args(args, recorded_format)) != config.get("stop"):
+    if not common.recorded_settings_match(config_path, args):
         return False
     metrics, run_info = load_metrics(metrics_path)
     if tuple(metrics.ks) != tuple(ks):
