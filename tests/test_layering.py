@@ -2,7 +2,8 @@
 
 The engine sits low: it imports only models and errors, so GenGuard and the stop rules plug into
 it (quench.engine.observers) and never the reverse. Run-level code (runs), robustness and the CLI
-sit above it. The scan reads every import in src/quench, function-level ones included.
+sit above it. The scan reads every import in src/quench, function-level ones included, so an import
+circle between two modules is seen even where a function-level import hides it from Python.
 """
 
 from __future__ import annotations
@@ -113,6 +114,31 @@ def test_every_import_between_packages_is_allowed_and_the_packages_form_no_cycle
         graph.setdefault(importer, set()).add(target)
     assert find_cycle(graph) is None
     assert ("engine", "models") in edges and ("stopping", "engine") in edges  # the scan sees real imports
+
+
+def module_name(path: Path) -> str:
+    """src/quench/execution/sanitize.py -> quench.execution.sanitize; a package's __init__.py -> the package."""
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each quench module -> the quench modules it imports, function-level imports included."""
+    modules = {module_name(path): path for path in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for importer, path in modules.items():
+        for _, name in imported_modules(path):
+            while name not in modules:  # quench.errors.QuenchError -> quench.errors
+                name = name.rpartition(".")[0]
+            if name != importer:
+                graph.setdefault(importer, set()).add(name)
+    return graph
+
+
+def test_no_two_modules_import_each_other_even_through_a_function_level_import():
+    graph = module_graph()
+    assert "quench.runs.evaluate" in graph["quench.cli.run"]  # the scan sees a function-level import
+    assert find_cycle(graph) is None, f"an import circle: {' -> '.join(find_cycle(graph) or [])}"
 
 
 def test_importing_the_engine_pulls_in_nothing_above_it():

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from quench.datasets import Problem, load_humaneval, partial_problem
-from quench.execution.sanitize import program_for, sanitize
+from quench.execution.program_build import program_for
+from quench.execution.sanitize import sanitize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "smollm2_humaneval_chat.jsonl"
 HUMANEVAL = {p.task_id: p for p in load_humaneval()}

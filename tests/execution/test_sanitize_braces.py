@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from quench.datasets import Problem
-from quench.execution.sanitize import program_for, sanitize
+from quench.execution.program_build import program_for
+from quench.execution.sanitize import sanitize
 from quench.execution.sanitize_braces import code_braces, cut_after_close, definition_start
 
 JS = Problem("MBJSP/1", "/**\n * Add one.\n * > addOne(1)\n * 2\n */\nfunction addOne(x) {\n", "    return x + 1;\n}",

@@ -12,7 +12,7 @@ from quench.datasets import load_humaneval
 from quench.engine import SamplingParams
 from quench.engine.hf_backend import HFBackend
 from quench.execution import SandboxLimits, SandboxPool
-from quench.execution.sanitize import program_for
+from quench.execution.program_build import program_for
 from quench.robustness.pipeline import RobustnessConfig, build_units, digest, read_variants, run_robustness
 from quench.runs.calibration import TimeLimitRule
 

@@ -35,8 +35,8 @@ class Problem:
 
         Python: `check(entry_point)` of the tests run by a judge on `prompt + completion` run in a
         process of its own, values crossing as plain values only (quench.datasets.judge; for MBPP+
-        that is MBPP's asserts, its inputs run through quench.execution.sanitize.program_for). Other languages: a Python
-        launcher that builds and runs `source(...)` with its test harness (quench.datasets.harness),
+        that is MBPP's asserts, its inputs run through quench.execution.program_build.program_for). Other
+        languages: a Python launcher that builds and runs `source(...)` with its test harness (quench.datasets.harness),
         whose report alone passes it; a problem without tests passes when its program exits with status 0.
         """
         if self.language != "python" and not self.test.strip():  # no tests: its exit status is all there is

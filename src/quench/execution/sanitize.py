@@ -1,4 +1,5 @@
-"""Turn model text into the program to run.
+"""Turn model text into the code to run: a completion of the prompt or a whole solution
+(execution/program_build.py puts it together with the problem's tests).
 
 Chat answers: the code fence (the one that defines the entry point, else the first), with prose,
 trailing test code (`print`, `assert`, calls, `if __name__` blocks) and unfinished trailing lines
@@ -11,22 +12,13 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 
-from quench.datasets.problem import PLUS_BENCHMARK, Problem
+from quench.datasets.problem import Problem
+from quench.execution.program_build import program_for  # noqa: F401  # imported from here by callers outside execution
+from quench.execution.sanitize_braces import sanitize_braced_chat, sanitize_braced_completion
+from quench.execution.sanitized import FENCE, Sanitized, fenced_blocks  # noqa: F401  # FENCE: read by stopping.labels
 
-FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 KEPT_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
-
-
-@dataclass(frozen=True)
-class Sanitized:
-    completion: str  # continuation of the prompt (raw) or the cleaned code (chat)
-    solution: str  # the whole program without tests; "" when `prompt + completion` is the program
-
-
-def fenced_blocks(text: str) -> list[str]:
-    return [body for _, body in FENCE.findall(text)]
 
 
 def defines(code: str, name: str) -> bool:
@@ -108,20 +100,8 @@ def sanitize_completion(problem: Problem, text: str) -> Sanitized:
 def sanitize(problem: Problem, text: str, prompt_format: str) -> Sanitized:
     """Model text → what to execute; `prompt_format` is "chat" or "completion"."""
     if problem.language != "python":  # MBXP's brace languages
-        from quench.execution.sanitize_braces import sanitize_braced_chat, sanitize_braced_completion
-
         return sanitize_braced_chat(problem, text) if prompt_format == "chat" else sanitize_braced_completion(problem, text)
     if prompt_format == "chat":
         return sanitize_chat(problem, text)
     return sanitize_completion(problem, text)
 
-
-def program_for(problem: Problem, completion: str, solution: str = "") -> str:
-    """The program that runs the sample against the problem's tests."""
-    if solution:  # the solution replaces the prompt
-        problem, completion = problem.with_changes(prompt=solution), ""
-    if problem.benchmark == PLUS_BENCHMARK:  # MBPP+: its inputs and expected outputs, not `test`
-        from quench.execution.plus import plus_program
-
-        return plus_program(problem, completion)
-    return problem.program(completion)

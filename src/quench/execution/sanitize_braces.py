@@ -19,7 +19,7 @@ from typing import Iterator
 
 from quench.datasets.languages import LANGUAGES
 from quench.datasets.problem import Problem
-from quench.execution.sanitize import Sanitized, fenced_blocks, FENCE
+from quench.execution.sanitized import FENCE, Sanitized, fenced_blocks
 
 PREAMBLE_LINE = re.compile(r"^\s*(package\s|import\s|#include|using\s+namespace\s)")
 

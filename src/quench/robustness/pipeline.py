@@ -22,7 +22,7 @@ from quench.datasets.problem import PLUS_BENCHMARK, problem_from_json
 from quench.errors import QuenchError
 from quench.runs.calibration import TimeLimitRule, problem_limits
 from quench.runs.evaluate import ProblemKey, execute_pending
-from quench.execution.sanitize import program_for
+from quench.execution.program_build import program_for
 from quench.execution.plus import PlusPool
 from quench.runs.eta import StartReporting
 from quench.runs.samples import GenerateConfig, generate_samples, read_records, sample_key

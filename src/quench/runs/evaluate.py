@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from quench.datasets.problem import PLUS_BENCHMARK, Problem
 from quench.errors import QuenchError
 from quench.execution.plus import PlusPool, PlusResult
-from quench.execution.sanitize import program_for
+from quench.execution.program_build import program_for
 from quench.runs.samples import JsonlAppender, read_records, resume_log
 from quench.stats.intervals import BootstrapConfig, Interval, canonical, mean_intervals
 from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
