@@ -4,7 +4,7 @@ fixtures/run_dirs/ holds two run directories written by quench at commit d7128c1
   run/:         quench run --tasks 23,30,45,53 --samples 2 --temperature 0.8 --k 1,2 --max-new-tokens 128
                 --timeout 5 --workers 2
   robustness/:  quench robustness --tasks 23,45,53 --transforms tab_indent,VarRenamerNaive --seeds 2
-                --max-new-tokens 128 --timeout 5 --workers 2   (without its plots and report.html)
+                --max-new-tokens 128 --timeout 5 --workers 2   (without its report and plots)
 They are never regenerated: a difference is a bug. A field quench does not know (written by another
 version or tool) stays in its line.
 """
