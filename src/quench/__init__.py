@@ -20,6 +20,7 @@ _EXPORTS = {  # name -> the module that defines it
     "GenerationRequest": "quench.engine", "GenerationResult": "quench.engine",
     "BackendOptions": "quench.runs.backends", "make_backend": "quench.runs.backends",
     "GenerateConfig": "quench.runs.samples", "generate_samples": "quench.runs.samples",
+    "SampleRecord": "quench.runs.records", "ResultRecord": "quench.runs.records",
     "execute_samples": "quench.runs.evaluate", "summarize": "quench.runs.evaluate",
     "SandboxLimits": "quench.execution", "SandboxPool": "quench.execution",
     "RobustnessConfig": "quench.robustness.pipeline", "run_robustness": "quench.robustness.pipeline",

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from quench.cli import console
 from quench.cli.robustness import clock, stage_progress
 from quench.robustness.pipeline import generation_order
+from quench.runs.records import SampleRecord
 from quench.runs.eta import EtaConfig, ExecutePace, GenerationEta, RunEta, schedule_end, spread, survival
 
 # Every sample of a default `quench robustness` run (HumanEval/0-19, s = 1, smollm2-135m-instruct, bfloat16,
@@ -147,8 +148,8 @@ def test_the_generate_bar_shows_the_whole_runs_time_left_and_each_tenth_says_it(
     for i in range(8):
         progress.started(f"p{i}", 0)
     for i in range(2):  # a tenth of the 20: said at once, whenever the bar last refreshed
-        progress.sample({"task_id": "HumanEval/0", "prompt_id": f"p{i}", "sample_index": 0, "num_tokens": 40,
-                         "seconds": 2.0, "finish_reason": "stop"})
+        progress.sample(SampleRecord("HumanEval/0", 0, "", finish_reason="stop", num_tokens=40, seconds=2.0,
+                                     prompt_id=f"p{i}"))
     assert "left with execute" in bars.bar.postfix and "tok/s" in bars.bar.postfix
     assert bars.bar.format_dict["bar_format"] == console.OWN_ETA_FORMAT  # not tqdm's own rate
     lines = [line for line in capsys.readouterr().err.splitlines() if "of samples in" in line]
@@ -167,7 +168,7 @@ def test_run_eta_adds_the_execute_stage():
     run.plan(samples=2, programs=2)
     run.started(("a", 0))
     now[0] = 4.0
-    run.finished({"prompt_id": "a", "task_id": "t", "sample_index": 0, "seconds": 4.0, "num_tokens": 8, "finish_reason": "stop"})
+    run.finished(SampleRecord("t", 0, "", raw="", finish_reason="stop", num_tokens=8, seconds=4.0, prompt_id="a"))
     left = run.left(4.0)
     assert left is not None and left.done == 0.5
     assert left.generate == pytest.approx(4.0) and left.execute == pytest.approx(0.2)

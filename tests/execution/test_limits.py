@@ -126,8 +126,9 @@ def test_the_same_verdicts_on_a_quiet_machine_and_next_to_cpu_bound_processes(po
 
 def test_the_report_counts_confirmed_and_flaky_timeouts_apart() -> None:
     from quench.runs.evaluate import score
+    from quench.runs.records import ResultRecord
 
-    records = [{"task_id": "t/0", "sample_index": i, "passed": passed, "outcome": outcome, **extra}
+    records = [ResultRecord.from_json({"task_id": "t/0", "sample_index": i, "passed": passed, "outcome": outcome, **extra})
                for i, (passed, outcome, extra) in enumerate([(True, "passed", {}), (True, "passed", {"flaky_timeout": True}),
                                                              (False, "timeout", {}), (False, "failed", {})])]
     assert score(records, [1]).outcomes == {"failed": 1, "flaky_timeout": 1, "passed": 2, "timeout": 1}

@@ -149,8 +149,8 @@ def test_the_generation_order_changes_no_greedy_output_under_batch_invariance_an
     shuffled = generate_samples(generation_order(prompts, 0), backend, encode, config, half)  # resumed
     keys = [r["task_id"] for r in records_of(half)]
     assert len(keys) == len(set(keys)) == 9  # nothing generated twice
-    assert {r["task_id"]: r["raw"] for r in shuffled} == {r["task_id"]: r["raw"] for r in built}
-    assert [r["task_id"] for r in shuffled] != [r["task_id"] for r in built]  # another batch composition
+    assert {r.task_id: r.raw for r in shuffled} == {r.task_id: r.raw for r in built}
+    assert [r.task_id for r in shuffled] != [r.task_id for r in built]  # another batch composition
 
 
 def records_of(path: Path) -> list[dict]:

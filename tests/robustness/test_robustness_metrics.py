@@ -3,6 +3,7 @@
 import pytest
 
 from quench.errors import QuenchError
+from quench.execution import Outcome
 from quench.robustness.metrics import (
     GroupMetrics,
     RobustnessMetrics,
@@ -13,6 +14,7 @@ from quench.robustness.metrics import (
     robust_drop,
     robustness_metrics,
 )
+from quench.runs.records import ResultRecord
 
 T, F = True, False
 
@@ -199,11 +201,12 @@ def test_metrics_json_round_trip():
 
 
 def test_outcomes_from_result_records():
-    records = [
-        {"task_id": "P1", "sample_index": 1, "passed": False},
-        {"task_id": "P1", "sample_index": 0, "passed": True},
-        {"task_id": "P2", "sample_index": 0, "passed": False},
-    ]
+    def result(task: str, index: int, passed: bool) -> ResultRecord:
+        return ResultRecord(Outcome.passed if passed else Outcome.failed, passed, task_id=task, sample_index=index)
+
+    records = [result("P1", 1, False), result("P1", 0, True), result("P2", 0, False)]
     assert outcomes_from_results(records) == {"P1": (T, F), "P2": (F,)}
     with pytest.raises(QuenchError, match="sample indices"):
-        outcomes_from_results([{"task_id": "P1", "sample_index": 1, "passed": True}])
+        outcomes_from_results([result("P1", 1, True)])
+    with pytest.raises(QuenchError, match="names no sample"):
+        outcomes_from_results([ResultRecord(Outcome.passed, True, program_id="abc")])

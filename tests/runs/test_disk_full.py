@@ -79,7 +79,7 @@ def test_the_appender_keeps_only_whole_records_and_continues_after_space_is_free
     for index in range(written, 100):
         out.write(sample(index))
     out.close()
-    assert [r["sample_index"] for r in resume_samples(path)] == list(range(100))
+    assert [r.sample_index for r in resume_samples(path)] == list(range(100))
 
 
 def test_the_cli_ends_with_one_error_line_and_the_rerun_finishes(small_disk: Path, tmp_path: Path) -> None:

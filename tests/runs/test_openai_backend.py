@@ -53,8 +53,8 @@ def test_samples_served_remotely_record_the_servers_token_counts(tmp_path: Path)
     with serving(tiny_backend()) as served:
         remote = OpenAIBackend(OpenAIOptions(served.url, MODEL, "completion", concurrency=2))
         records = generate_samples(problems(2), remote, encode, config, tmp_path / "samples.jsonl")
-    assert [r["num_tokens"] for r in records] == [r["completion_tokens"] for r in records]
-    assert all(r["num_tokens"] > 0 for r in records)
+    assert [r.num_tokens for r in records] == [r.extra["completion_tokens"] for r in records]
+    assert all(r.num_tokens > 0 for r in records)
 
 
 class Fake:
@@ -180,7 +180,7 @@ def test_a_server_that_keeps_failing_loses_nothing_done_and_the_rerun_sends_only
     with fake_server(fake) as url:
         records = generate_samples(problems(5), fake_backend(url), encode, config, path)
     assert [body["prompt"] for body in fake.received] == ["prompt 2", "prompt 3", "prompt 4"]
-    assert sorted(r["task_id"] for r in records) == [f"task/{i}" for i in range(5)]
+    assert sorted(r.task_id for r in records) == [f"task/{i}" for i in range(5)]
 
 
 def test_the_api_key_is_sent_and_written_nowhere(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -18,13 +18,13 @@ def write(path: Path, rows: list[dict]) -> Path:
 def test_samples_are_numbered_per_task(tmp_path: Path) -> None:
     rows = [{"task_id": t, "completion": ""} for t in ("HumanEval/0", "HumanEval/1", "HumanEval/0", "HumanEval/1")]
     samples = read_samples(write(tmp_path / "samples.jsonl", rows))
-    assert [(s["task_id"], s["sample_index"]) for s in samples] == [
+    assert [(s.task_id, s.sample_index) for s in samples] == [
         ("HumanEval/0", 0), ("HumanEval/1", 0), ("HumanEval/0", 1), ("HumanEval/1", 1)]
 
 
 def test_given_indices_are_kept_and_skipped(tmp_path: Path) -> None:
     rows = [{"task_id": "HumanEval/0", "completion": "", "sample_index": 0}, {"task_id": "HumanEval/0", "completion": ""}]
-    assert [s["sample_index"] for s in read_samples(write(tmp_path / "samples.jsonl", rows))] == [0, 1]
+    assert [s.sample_index for s in read_samples(write(tmp_path / "samples.jsonl", rows))] == [0, 1]
 
 
 def test_compare_two_evaluated_human_eval_files(tmp_path: Path) -> None:

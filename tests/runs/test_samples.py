@@ -26,7 +26,7 @@ def setup():
 
 
 def keyed(rows):
-    return {(r["task_id"], r["sample_index"]): (r["completion"], r["raw"]) for r in rows}
+    return {(r.task_id, r.sample_index): (r.completion, r.raw) for r in rows}
 
 
 def test_resume_after_torn_and_missing_lines_equals_uninterrupted_run(tmp_path, setup):
@@ -40,7 +40,7 @@ def test_resume_after_torn_and_missing_lines_equals_uninterrupted_run(tmp_path, 
     resumed = generate_samples(problems, backend, encode, config, killed)
     on_disk = read_samples(killed)
     assert len(on_disk) == 6 and keyed(on_disk) == keyed(whole) == keyed(resumed)
-    assert len({(r["task_id"], r["sample_index"]) for r in on_disk}) == 6  # nothing twice
+    assert len({(r.task_id, r.sample_index) for r in on_disk}) == 6  # nothing twice
 
     again = generate_samples(problems, backend, encode, config, killed)  # all done: nothing new
     assert len(read_samples(killed)) == 6 and len(again) == 6
@@ -57,10 +57,10 @@ def test_a_run_directorys_own_log_is_mended_only_at_its_tail(tmp_path):
     path = tmp_path / "samples.jsonl"
     first, second = (json.dumps({"task_id": f"t/{i}", "sample_index": 0, "completion": ""}) for i in range(2))
     path.write_text(first + "\n" + second)  # killed after the record, before its newline: the record stays
-    assert [r["task_id"] for r in resume_samples(path)] == ["t/0", "t/1"]
+    assert [r.task_id for r in resume_samples(path)] == ["t/0", "t/1"]
     assert path.read_text() == first + "\n" + second + "\n"
     path.write_text(first + "\n" + second[:12])  # killed inside the record: the torn part goes
-    assert [r["task_id"] for r in resume_samples(path)] == ["t/0"] and path.read_text() == first + "\n"
+    assert [r.task_id for r in resume_samples(path)] == ["t/0"] and path.read_text() == first + "\n"
     path.write_text("{torn\n" + first + "\n")  # a bad line before the tail is not quench's to drop
     with pytest.raises(InputFileError, match=r"samples.jsonl:1: not valid JSON"):
         resume_samples(path)

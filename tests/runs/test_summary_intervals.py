@@ -9,13 +9,15 @@ import pytest
 
 from quench.cli.main import main
 from quench.datasets import load_humaneval
+from quench.execution import Outcome
 from quench.runs.evaluate import summarize
+from quench.runs.records import ResultRecord
 
 
-def results(passes: list[list[bool]]) -> list[dict]:
-    """One result row per sample: problem i has the samples passes[i]."""
+def results(passes: list[list[bool]]) -> list[ResultRecord]:
+    """One result record per sample: problem i has the samples passes[i]."""
     return [
-        {"task_id": f"T/{i}", "sample_index": j, "passed": passed, "outcome": "passed" if passed else "failed"}
+        ResultRecord(Outcome.passed if passed else Outcome.failed, passed, task_id=f"T/{i}", sample_index=j)
         for i, row in enumerate(passes) for j, passed in enumerate(row)
     ]
 

@@ -115,10 +115,10 @@ def test_generate_samples_with_the_loop_rule_gives_the_same_text_on_every_backen
     config = GenerateConfig(1, SAMPLING, (), "chat", stop_rule=rule)
     quench = QuenchBackend(SCRIPT.model, SCRIPT.tokenizer, EngineConfig(batch_size=2))
     hf = HFBackend(SCRIPT.model, SCRIPT.tokenizer, batch_size=2)
-    ours = {r["task_id"]: r for r in generate_samples(problems, quench, encode, config, tmp_path / "q.jsonl")}
-    theirs = {r["task_id"]: r for r in generate_samples(problems, hf, encode, config, tmp_path / "h.jsonl")}
+    ours = {r.task_id: r for r in generate_samples(problems, quench, encode, config, tmp_path / "q.jsonl")}
+    theirs = {r.task_id: r for r in generate_samples(problems, hf, encode, config, tmp_path / "h.jsonl")}
     for key in CHAT:  # without stop sequences both answers end in a loop ("Done." again and again)
-        assert ours[key]["raw"] == theirs[key]["raw"]
-        assert ours[key]["finish_reason"] == theirs[key]["finish_reason"] == "hook"
-        assert ours[key]["num_tokens"] < theirs[key]["num_tokens"]
-    assert ours["q/0"]["completion"].startswith("def f(x):\n    x = x + 1  # again\n")
+        assert ours[key].raw == theirs[key].raw
+        assert ours[key].finish_reason == theirs[key].finish_reason == "hook"
+        assert ours[key].num_tokens < theirs[key].num_tokens
+    assert ours["q/0"].completion.startswith("def f(x):\n    x = x + 1  # again\n")

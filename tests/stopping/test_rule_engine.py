@@ -79,15 +79,15 @@ def test_generate_samples_with_the_function_rule(tmp_path, backend_name):
     encode = lambda text: SCRIPT.ids([text])  # noqa: E731
     plain = GenerateConfig(1, SAMPLING, (), "chat")
     ruled = GenerateConfig(1, SAMPLING, (), "chat", stop_rule="function")
-    full = {r["task_id"]: r for r in generate_samples(problems, backend, encode, plain, tmp_path / "a.jsonl")}
-    cut = {r["task_id"]: r for r in generate_samples(problems, backend, encode, ruled, tmp_path / "b.jsonl")}
+    full = {r.task_id: r for r in generate_samples(problems, backend, encode, plain, tmp_path / "a.jsonl")}
+    cut = {r.task_id: r for r in generate_samples(problems, backend, encode, ruled, tmp_path / "b.jsonl")}
     for key in CHAT:
-        assert cut[key]["raw"] == EXPECTED[key] and cut[key]["finish_reason"] == "hook"
-        assert cut[key]["completion"] == full[key]["completion"]  # the sanitizer kept the same code
+        assert cut[key].raw == EXPECTED[key] and cut[key].finish_reason == "hook"
+        assert cut[key].completion == full[key].completion  # the sanitizer kept the same code
         if backend_name == "quench":  # the engine stopped the row; Hugging Face only cut the text
-            assert cut[key]["num_tokens"] < full[key]["num_tokens"]
+            assert cut[key].num_tokens < full[key].num_tokens
         else:
-            assert cut[key]["num_tokens"] == full[key]["num_tokens"]
+            assert cut[key].num_tokens == full[key].num_tokens
 
 
 def test_unknown_stop_rule_is_refused():

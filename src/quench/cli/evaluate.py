@@ -16,6 +16,7 @@ from quench.errors import InputFileError, QuenchError
 from quench.runs import rundir
 from quench.runs.calibration import problem_limits
 from quench.runs.evaluate import ProblemKey, Summary, check_sample_tasks, execute_samples, problems_by_key, summarize
+from quench.runs.records import SampleRecord
 from quench.runs.samples import read_samples
 from quench.stats.figures import rounded
 
@@ -37,19 +38,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def evaluate_into(samples: list[dict], problems: list[Problem], out: Path, args: argparse.Namespace, source: str) -> Summary:
+def evaluate_into(samples: list[SampleRecord], problems: list[Problem], out: Path, args: argparse.Namespace, source: str) -> Summary:
     """Execute what is not yet in out/results.jsonl, write summary.json, return the summary."""
     return execute_into(samples, problems_by_key(problems), out, args, source)
 
 
 def execute_into(
-    samples: list[dict], by_id: Mapping[ProblemKey, Problem], out: Path, args: argparse.Namespace, source: str,
+    samples: list[SampleRecord], by_id: Mapping[ProblemKey, Problem], out: Path, args: argparse.Namespace, source: str,
     skipped: int = 0,
 ) -> Summary:
     """Score each sample against its (task id, variant) problem; `skipped` input lines are counted."""
     check_sample_tasks(samples, by_id, source)
     ks = common.parse_ks(args.k)
-    tasks = {str(s["task_id"]) for s in samples}
+    tasks = {s.task_id for s in samples}
     nominal = [problem for (task, variant), problem in by_id.items() if not variant and task in tasks]
     with common.pool_from_args(args, by_id.values()) as pool:
         common.say_isolation(pool.isolation)
@@ -91,7 +92,7 @@ def print_summary(summary: Summary, out: Path) -> None:
     print(f"results in {out / 'results.jsonl'}, summary in {out / 'summary.json'}")
 
 
-def infer_benchmark(args: argparse.Namespace, samples: list[dict]) -> None:
+def infer_benchmark(args: argparse.Namespace, samples: list[SampleRecord]) -> None:
     """Take benchmark and prompt kind from the run's config.json, else from the task ids."""
     config_path = args.samples.parent / "config.json"
     if config_path.is_file() and args.benchmark == "humaneval" and args.tasks is None:
@@ -101,27 +102,27 @@ def infer_benchmark(args: argparse.Namespace, samples: list[dict]) -> None:
             raise QuenchError(f"{config_path}: cannot read the run's settings ({err})") from None
         args.benchmark, args.split = config.get("benchmark", args.benchmark), config.get("split", args.split)
         args.partial = args.partial or bool(config.get("partial"))
-    elif args.benchmark == "humaneval" and str(samples[0]["task_id"]).split("/")[0] == "Mbpp":  # MBPP+'s ids
+    elif args.benchmark == "humaneval" and samples[0].task_id.split("/")[0] == "Mbpp":  # MBPP+'s ids
         args.benchmark, args.split = MBPP_PLUS, "all"
-    elif args.benchmark == "humaneval" and str(samples[0]["task_id"]).split("/")[0].lower() in ("mbpp", *MBXP):
-        args.benchmark, args.split = str(samples[0]["task_id"]).split("/")[0].lower(), "all"
+    elif args.benchmark == "humaneval" and samples[0].task_id.split("/")[0].lower() in ("mbpp", *MBXP):
+        args.benchmark, args.split = samples[0].task_id.split("/")[0].lower(), "all"
     if args.benchmark in ("mbpp", MBPP_PLUS, *MBXP) and args.split is None:
         args.split = "all"  # select by the samples' task ids, whatever their split
 
 
-def problems_for(args: argparse.Namespace, samples: list[dict]) -> dict[ProblemKey, Problem]:
+def problems_for(args: argparse.Namespace, samples: list[SampleRecord]) -> dict[ProblemKey, Problem]:
     """The problem of each sample: the benchmark's, or for robustness samples the variant's from
     the run's variants.jsonl beside the samples file (partial prompts from the benchmark's)."""
-    wanted = {s["task_id"] for s in samples}
+    wanted = {s.task_id for s in samples}
     every = common.problems_from_args(args)
     problems = [p for p in every if p.task_id in wanted] or every
-    if not any(s.get("variant") for s in samples):
+    if not any(s.variant for s in samples):
         return problems_by_key(problems)
     from quench.robustness.groups import is_nominal_label
     from quench.robustness.pipeline import VARIANTS_FILE, problems_by_variant, read_variants
 
     path = args.samples.parent / VARIANTS_FILE
-    perturbed = any("variant" in s and not is_nominal_label(str(s["variant"])) for s in samples)
+    perturbed = any(s.variant is not None and not is_nominal_label(s.variant) for s in samples)
     if perturbed and not path.is_file():
         raise QuenchError(f"{args.samples}: samples of perturbed variants need the run's {VARIANTS_FILE} beside them")
     variants = read_variants(path) if perturbed else {}

@@ -9,6 +9,7 @@ from pathlib import Path
 from quench.datasets import Problem
 from quench.cli import common, console, validate
 from quench.runs import rundir
+from quench.runs.records import SampleRecord
 from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
 
 
@@ -55,7 +56,7 @@ def stopping_config(args: argparse.Namespace) -> dict:
     return {"guard": args.guard, "stop_rule": None if args.stop_rule == "none" else args.stop_rule}
 
 
-def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
+def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[SampleRecord]:
     """Check the run directory, load the model, prepare the run directory, generate what is missing; print progress."""
     sampling = common.sampling_from_args(args)
     rundir.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
@@ -74,9 +75,9 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     bar = console.bar(total=len(problems) * args.samples, initial=already, desc="generate", unit="sample")
     started, tokens = time.perf_counter(), 0
 
-    def on_sample(record: dict) -> None:
+    def on_sample(record: SampleRecord) -> None:
         nonlocal tokens
-        tokens += record["num_tokens"]
+        tokens += record.num_tokens or 0
         bar.update(1)
         bar.set_postfix_str(console.token_rate(tokens, time.perf_counter() - started))
 
@@ -90,7 +91,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     return samples
 
 
-def finished_samples(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict] | None:
+def finished_samples(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[SampleRecord] | None:
     """A finished run's samples, when `out` holds every sample these flags ask for under the settings it
     records (those the loaded model would decide, the prompt format and stops, included); else None."""
     config_path, samples_path = out / "config.json", out / "samples.jsonl"
@@ -98,10 +99,10 @@ def finished_samples(args: argparse.Namespace, problems: list[Problem], out: Pat
         return None
     samples = resume_samples(samples_path)
     wanted = {(p.task_id, i) for p in problems for i in range(args.samples)}
-    if not wanted <= {(s["task_id"], s["sample_index"]) for s in samples}:
+    if not wanted <= {(s.task_id, s.sample_index) for s in samples}:
         return None
     tasks = {p.task_id for p in problems}
-    return [s for s in samples if s["task_id"] in tasks]
+    return [s for s in samples if s.task_id in tasks]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quench.cli import common, console, validate
 from quench.cli.generate import add_output_args, stopping_config
@@ -15,6 +16,9 @@ from quench.stats.figures import rounded
 from quench.cli.perturb import add_profile_arg
 from quench.perturbations.base import CATEGORIES
 from quench.perturbations.catalog import names, perturbation_class
+
+if TYPE_CHECKING:
+    from quench.runs.records import SampleRecord
 
 # The embedded default: a HumanEval subset and transformation set sized for a 2-core CPU with the default
 # model (its time: docs/benchmarks.md, "The default `quench robustness`").
@@ -192,9 +196,9 @@ def stage_progress(bars: console.StageBars, args: argparse.Namespace, workers: i
         eta.plan(count, bars.totals.get("generate") or count)
         state.update(began=time.perf_counter(), tokens=0)
 
-    def on_sample(record: dict) -> None:
+    def on_sample(record: SampleRecord) -> None:
         now = time.perf_counter()
-        state["tokens"] += record["num_tokens"]
+        state["tokens"] += record.num_tokens or 0
         eta.finished(record)
         bars.advance()
         tenth = int(eta.done() * 10)

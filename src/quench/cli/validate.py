@@ -14,9 +14,13 @@ import re
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quench.datasets.loading import BENCHMARKS
 from quench.errors import QuenchError
+
+if TYPE_CHECKING:
+    from quench.runs.records import SampleRecord
 
 DEFAULT_KS = (1, 10, 100)  # pass@k reported by default, those that -n allows
 
@@ -57,9 +61,9 @@ def resolve_ks(spec: str | None, n: int, have: str = "got -n") -> str:
     return ",".join(map(str, ks))
 
 
-def samples_per_problem(samples: list[dict]) -> int:
+def samples_per_problem(samples: list[SampleRecord]) -> int:
     """The most samples any one problem (task and variant) has in a samples file."""
-    counts = Counter((s.get("task_id"), s.get("variant")) for s in samples)
+    counts = Counter((s.task_id, s.variant) for s in samples)
     return max(counts.values(), default=0)
 
 

@@ -23,6 +23,7 @@ from quench.robustness.metrics import (
     ProblemCounts, RobustnessRun, outcomes_from_results, per_problem_values, problem_counts,
 )
 from quench.robustness.report import METRICS_FILE, OUTCOMES_FILE, load_outcomes
+from quench.runs.evaluate import read_results
 from quench.stats.figures import rounded
 from quench.stats.intervals import BootstrapConfig, Interval, paired_difference, paired_drop_difference
 
@@ -85,8 +86,7 @@ def load_run(path: Path) -> LoadedRun:
         return LoadedRun(path, "robustness", ks, load_outcomes(path / OUTCOMES_FILE))
     if (path / RUN_RESULTS).is_file() and (path / RUN_SUMMARY).is_file():
         ks = tuple(sorted(int(key.split("@")[1]) for key in _read_json(path / RUN_SUMMARY)["pass_at_k"]))
-        records = [json.loads(line) for line in (path / RUN_RESULTS).read_text(encoding="utf-8").splitlines()
-                   if line.strip()]
+        records = read_results(path / RUN_RESULTS)
         return LoadedRun(path, "run", ks, RobustnessRun(outcomes_from_results(records), ()))
     raise QuenchError(f"{path}: not a run directory (no {METRICS_FILE} of `quench robustness`, "
                       f"no {RUN_RESULTS} and {RUN_SUMMARY} of `quench run`)")

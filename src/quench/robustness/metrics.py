@@ -23,6 +23,7 @@ import numpy as np
 from quench.errors import QuenchError
 from quench.perturbations.base import CATEGORIES, RECODE_ORDER
 from quench.robustness.groups import FULL, PARTIAL, baseline_of
+from quench.runs.records import ResultRecord
 from quench.stats.intervals import BootstrapConfig, Interval, canonical, drop_interval, mean_intervals
 from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
 
@@ -371,11 +372,13 @@ def nominal_intervals(outcomes: Outcomes, ks: Sequence[int], bootstrap: Bootstra
     return {k: mean_intervals(np.array(pass_at_k_per_problem(counts, k))[:, None], bootstrap)[0] for k in ks}
 
 
-def outcomes_from_results(records: Iterable[Mapping]) -> dict[str, tuple[bool, ...]]:
-    """Per-task pass/fail tuples from result records with `task_id`, `sample_index` and `passed`."""
+def outcomes_from_results(records: Iterable[ResultRecord]) -> dict[str, tuple[bool, ...]]:
+    """Per-task pass/fail tuples from the result records of a `quench run` (task id and sample index set)."""
     by_task: dict[str, dict[int, bool]] = defaultdict(dict)
     for record in records:
-        by_task[record["task_id"]][int(record["sample_index"])] = bool(record["passed"])
+        if record.task_id is None or record.sample_index is None:
+            raise QuenchError(f"a result record names no sample: {record.to_json()}")
+        by_task[record.task_id][record.sample_index] = record.passed
     outcomes = {}
     for task_id, samples in by_task.items():
         if sorted(samples) != list(range(len(samples))):

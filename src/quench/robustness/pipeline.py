@@ -22,10 +22,11 @@ from quench.datasets.problem import PLUS_BENCHMARK, problem_from_json
 from quench.errors import QuenchError
 from quench.runs.calibration import TimeLimitRule, problem_limits
 from quench.runs.evaluate import ProblemKey, execute_pending
+from quench.runs.records import ExecutionKey, ResultRecord, SampleLabels, SampleRecord
 from quench.execution.program_build import program_for
 from quench.execution.plus import PlusPool
 from quench.runs.eta import StartReporting
-from quench.runs.samples import GenerateConfig, generate_samples, read_records, sample_key
+from quench.runs.samples import GenerateConfig, generate_samples, read_records
 from quench.engine.types import Backend, SamplingParams
 from quench.perturbations.catalog import perturbation_class
 from quench.perturbations.pipeline import perturb_problems
@@ -75,19 +76,6 @@ class Unit:
         return self.problem.task_id
 
 
-@dataclass(frozen=True)
-class GeneratedSample:
-    """What the pipeline reads of a sample record (samples.jsonl keeps the whole record)."""
-
-    completion: str  # the code after the prompt, sanitized
-    solution: str = ""  # a whole program, where the answer restated the prompt (evalplus' field)
-    raw: str = ""  # the model's text as generated: the report's examples show it
-
-    @classmethod
-    def from_record(cls, record: Mapping) -> GeneratedSample:
-        return cls(record["completion"], record.get("solution", ""), record.get("raw", ""))
-
-
 @dataclass
 class Progress:
     """Callbacks the CLI uses for one progress bar per stage (perturb, generate, execute)."""
@@ -96,8 +84,8 @@ class Progress:
     transform: Callable[[str], None] = lambda name: None  # noqa: E731  # a perturb step: a transformation applied
     planned: Callable[[int], None] = lambda count: None  # noqa: E731  # samples left to generate (not on disk)
     started: Callable[[str, int], None] = lambda key, index: None  # noqa: E731  # a sample took a slot (quench's engine)
-    sample: Callable[[dict], None] = lambda record: None  # noqa: E731  # a generate step
-    execution: Callable[[dict], None] = lambda record: None  # noqa: E731  # an execute step
+    sample: Callable[[SampleRecord], None] = lambda record: None  # noqa: E731  # a generate step
+    execution: Callable[[ResultRecord], None] = lambda record: None  # noqa: E731  # an execute step
 
 
 @dataclass
@@ -243,18 +231,17 @@ def generation_order(prompts: Sequence[Problem], seed: int | None) -> list[Probl
     return order
 
 
-def prompt_labels(units: Sequence[Unit]) -> dict[str, dict[str, str]]:
+def prompt_labels(units: Sequence[Unit]) -> dict[str, SampleLabels]:
     """The fields a prompt's samples carry: the real task id, the variant of the first unit with that
     prompt (nominal before variants), and the prompt id, so `quench evaluate` can score them."""
-    labels: dict[str, dict[str, str]] = {}
+    labels: dict[str, SampleLabels] = {}
     for unit in units:
-        labels.setdefault(unit.prompt_id, {"task_id": unit.task_id, "variant": unit.group.label(),
-                                           "prompt_id": unit.prompt_id})
+        labels.setdefault(unit.prompt_id, SampleLabels(unit.task_id, unit.group.label(), unit.prompt_id))
     return labels
 
 
-def execution_jobs(units: Sequence[Unit], samples: Mapping[tuple[str, int], GeneratedSample],
-                   n: int) -> tuple[list[tuple[dict, str]], dict[tuple[int, int], str]]:
+def execution_jobs(units: Sequence[Unit], samples: Mapping[tuple[str, int], SampleRecord],
+                   n: int) -> tuple[list[tuple[ExecutionKey, str]], dict[tuple[int, int], str]]:
     """Distinct programs to run, and which program each (unit, sample index) is."""
     jobs: dict[str, str] = {}
     program_of: dict[tuple[int, int], str] = {}
@@ -265,10 +252,10 @@ def execution_jobs(units: Sequence[Unit], samples: Mapping[tuple[str, int], Gene
             program_id = digest(program)
             jobs.setdefault(program_id, program)
             program_of[(u, index)] = program_id
-    return [({"program_id": pid}, program) for pid, program in jobs.items()], program_of
+    return [(ExecutionKey(program_id=pid), program) for pid, program in jobs.items()], program_of
 
 
-def job_timeouts(problems: Sequence[Problem], units: Sequence[Unit], jobs: Sequence[tuple[dict, str]],
+def job_timeouts(problems: Sequence[Problem], units: Sequence[Unit], jobs: Sequence[tuple[ExecutionKey, str]],
                  program_of: dict[tuple[int, int], str], config: RobustnessConfig, pool, out: Path) -> list[float | None] | None:
     """Each job's limit: its task's, calibrated on the nominal problem's reference and reused for every
     variant. A perturbation changes the prompt, not the work the tests ask of a solution, so timing each
@@ -278,7 +265,7 @@ def job_timeouts(problems: Sequence[Problem], units: Sequence[Unit], jobs: Seque
         return None
     limits = problem_limits(problems, pool, config.time_limits, out)
     task_of = {program_id: units[u].task_id for (u, _), program_id in program_of.items()}
-    return [limits.get(task_of[fields["program_id"]]) for fields, _ in jobs]
+    return [limits.get(task_of[key.program_id]) for key, _ in jobs]
 
 
 def collect_run(units: Sequence[Unit], program_of: dict[tuple[int, int], str], passed: dict[str, bool], n: int) -> RobustnessRun:
@@ -300,7 +287,7 @@ def collect_run(units: Sequence[Unit], program_of: dict[tuple[int, int], str], p
 
 
 def make_examples(
-    run: RobustnessRun, units: Sequence[Unit], samples: Mapping[tuple[str, int], GeneratedSample],
+    run: RobustnessRun, units: Sequence[Unit], samples: Mapping[tuple[str, int], SampleRecord],
     details: dict[tuple[GroupKey, str, int], str], per_category: int,
 ) -> list[Example]:
     by_group = {(unit.group, unit.task_id): unit for unit in units}
@@ -311,8 +298,8 @@ def make_examples(
         examples.append(Example(
             task_id=case.task_id, transformation=case.transformation, category=case.category, seed=case.seed,
             nominal_prompt=nominal.problem.prompt, perturbed_prompt=variant.problem.prompt,
-            nominal_completion=samples[(nominal.prompt_id, case.sample)].raw,
-            perturbed_completion=samples[(variant.prompt_id, case.sample)].raw,
+            nominal_completion=samples[(nominal.prompt_id, case.sample)].raw or "",
+            perturbed_completion=samples[(variant.prompt_id, case.sample)].raw or "",
             nominal_detail=details[(group.baseline, case.task_id, case.sample)],
             perturbed_detail=details[(group, case.task_id, case.sample)],
             sample=case.sample,
@@ -357,16 +344,14 @@ def run_robustness(
     reporting = StartReporting(backend, progress.planned, progress.started)
     records = generate_samples(generation_order(prompts, config.order_seed), reporting, encode, generate_config,
                                out / SAMPLES_FILE, progress.sample, labels=prompt_labels(units))
-    # (prompt id, index); runs from before labels: the same
-    samples = {sample_key(r): GeneratedSample.from_record(r) for r in records}
+    samples = {r.generation_key: r for r in records}  # (prompt id, index); runs from before labels: (task id, index)
     jobs, program_of = execution_jobs(units, samples, config.n)
     progress.stage("execute", len(jobs))
     timeouts = job_timeouts(problems, units, jobs, program_of, config, pool, out)
     plus = any(p.benchmark == PLUS_BENCHMARK for p in problems)  # two verdicts per program (execution/plus.py)
-    results = execute_pending(jobs, ("program_id",), PlusPool(pool) if plus else pool, out / RESULTS_FILE,
-                              progress.execution, timeouts)
-    passed = {r["program_id"]: bool(r["passed"]) for r in results}
-    detail = {r["program_id"]: f'{r["outcome"]}: {r.get("detail", "")}'.strip(": ") for r in results}
+    results = execute_pending(jobs, PlusPool(pool) if plus else pool, out / RESULTS_FILE, progress.execution, timeouts)
+    passed = {r.program_id: r.passed for r in results}
+    detail = {r.program_id: f"{r.outcome.value}: {r.detail}".strip(": ") for r in results}
     run = collect_run(units, program_of, passed, config.n)
     metrics = robustness_metrics(run, config.ks)
     details = {(units[u].group, units[u].task_id, i): detail[pid] for (u, i), pid in program_of.items()}
@@ -375,9 +360,9 @@ def run_robustness(
         "profile": config.profile, "same_model_input": same_model_input(units),
         "units": len(units), "distinct_prompts": len(prompts), "samples": len(prompts) * config.n,
         "programs": len(units) * config.n, "distinct_programs": len(jobs),
-        "generated_tokens": sum(r.get("num_tokens", 0) for r in records),
+        "generated_tokens": sum(r.num_tokens or 0 for r in records),
         "seconds": add_elapsed(out, time.perf_counter() - started),
     }
-    metrics_plus = robustness_metrics(collect_run(units, program_of, {r["program_id"]: bool(r.get("passed_plus"))
+    metrics_plus = robustness_metrics(collect_run(units, program_of, {r.program_id: bool(r.passed_plus)
                                                                       for r in results}, config.n), config.ks) if plus else None
     return RobustnessOutcome(metrics, run, examples, stats, metrics_plus)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from quench.datasets.problem import Problem
 from quench.runs.budget import sample_within_budget
+from quench.runs.records import ResultRecord, SampleRecord
 from quench.runs.samples import JsonlAppender, resume_samples, sample_record
 from quench.engine.types import GenerationRequest, SamplingParams
 
@@ -28,10 +30,10 @@ def generate_within_budget(
     prompt_format: str,
     budget_s: float,
     path: Path,
-    on_problem: Callable[[list[dict]], None] | None = None,
-) -> list[dict]:
+    on_problem: Callable[[list[SampleRecord]], None] | None = None,
+) -> list[SampleRecord]:
     records = resume_samples(path)
-    done = {r["task_id"] for r in records}
+    done = {r.task_id for r in records}
     out = JsonlAppender(path)
     try:
         for problem in problems:
@@ -39,12 +41,11 @@ def generate_within_budget(
                 continue
             request = GenerationRequest(problem.task_id, encode(problem.prompt), 1, stop_sequences)
             results = sample_within_budget(backend, request, sampling, budget_s)
-            batch = [dict(sample_record(problem, result, prompt_format), sample_index=i, finish_s=round(result.extra["finish_s"], 4))
-                     for i, result in enumerate(results)]
+            batch = [finished_sample(sample_record(problem, result, prompt_format), i) for i, result in enumerate(results)]
             if not batch:  # nothing finished within the budget: record the miss so it is not retried
-                batch = [{"task_id": problem.task_id, "sample_index": 0, "completion": "", "solution": "", "raw": "",
-                          "finish_reason": "budget", "num_tokens": 0, "finish_s": None}]
-            out.write_many(batch)
+                batch = [SampleRecord(problem.task_id, 0, "", "", raw="", finish_reason="budget", num_tokens=0,
+                                      extra={"finish_s": None})]
+            out.write_many([record.to_json() for record in batch])
             records.extend(batch)
             if on_problem:
                 on_problem(batch)
@@ -53,16 +54,21 @@ def generate_within_budget(
     return records
 
 
-def pass_first_and_all(samples: Sequence[dict], results: Sequence[dict]) -> dict[str, float]:
+def finished_sample(record: SampleRecord, index: int) -> SampleRecord:
+    """A sample numbered in finishing order, its time from the budget's start rounded like its seconds."""
+    return replace(record, sample_index=index, extra={**record.extra, "finish_s": round(float(record.extra["finish_s"]), 4)})
+
+
+def pass_first_and_all(samples: Sequence[SampleRecord], results: Sequence[ResultRecord]) -> dict[str, float]:
     """Pass@First (the first finished sample passes) and Pass@All (any finished sample passes)."""
-    passed = {(r["task_id"], r["sample_index"]): bool(r["passed"]) for r in results}
-    by_task: dict[str, list[dict]] = defaultdict(list)
+    passed = {(r.task_id, r.sample_index): r.passed for r in results}
+    by_task: dict[str, list[SampleRecord]] = defaultdict(list)
     for s in samples:
-        by_task[s["task_id"]].append(s)
+        by_task[s.task_id].append(s)
     first = every = 0
     for task, rows in by_task.items():
-        finished = sorted((r for r in rows if r.get("finish_s") is not None), key=lambda r: r["finish_s"])
-        outcomes = [passed[(task, r["sample_index"])] for r in finished]
+        finished = sorted((r for r in rows if r.finish_s is not None), key=lambda r: r.finish_s or 0.0)
+        outcomes = [passed[(task, r.sample_index)] for r in finished]
         first += bool(outcomes) and outcomes[0]
         every += any(outcomes)
     total = len(by_task)

@@ -31,6 +31,7 @@ import numpy as np
 
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.execution.sandbox import SandboxLimits
+from quench.runs.records import SampleRecord
 
 SampleId = tuple[str, int]  # (request key, sample index)
 
@@ -208,10 +209,10 @@ class RunEta:
         if self.generation is not None:
             self.generation.started(sample)
 
-    def finished(self, record: dict) -> None:
+    def finished(self, record: SampleRecord) -> None:
         if self.generation is not None:
-            sample = (record.get("prompt_id", record["task_id"]), record["sample_index"])
-            self.generation.finished(sample, record["seconds"], record["num_tokens"], record["finish_reason"])
+            self.generation.finished(record.generation_key, record.seconds or 0.0, record.num_tokens or 0,
+                                     record.finish_reason or "")
 
     def done(self) -> float:
         """The share of this call's samples finished."""

