@@ -22,7 +22,8 @@ from quench.engine.kv_cache import KVCache, slot_length
 from quench.engine.observers import PAD, LoopListener, RowStopper
 from quench.engine.rows import Row, StopRules
 from quench.engine.sampling import forbid_tokens, logits_to_probs, next_tokens, row_generator
-from quench.engine.scheduler import PrefixStore, Runner, WorkItem, WorkQueue
+from quench.engine.runners.protocol import Runner
+from quench.engine.scheduler import PrefixStore, WorkItem, WorkQueue
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
 from quench.engine.verify import PLACEHOLDER, Verdict, verify_greedy, verify_sampling
 

@@ -22,7 +22,8 @@ from quench.engine.config import EngineConfig
 from quench.engine.kv_cache import KVCache
 from quench.engine.rows import Row
 from quench.engine.sampling import logits_to_probs, sample_rows
-from quench.engine.scheduler import PrefixStore, Runner, WorkItem
+from quench.engine.runners.protocol import Runner
+from quench.engine.scheduler import PrefixStore, WorkItem
 from quench.engine.types import SamplingParams
 from quench.engine.verify import PLACEHOLDER, HeadColumns
 

@@ -22,7 +22,8 @@ from quench.engine.runners.llama import LlamaRunner, on_fast_path
 from quench.engine.runners.forward_plan import runner_switches
 from quench.engine.observers import LoopListener, RowStopper, StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
-from quench.engine.scheduler import Runner, WorkItem, WorkQueue
+from quench.engine.runners.protocol import Runner
+from quench.engine.scheduler import WorkItem, WorkQueue
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams, StopHook
 from quench.engine.verify import HeadColumns
 from quench.models.draft import SubsetHead
