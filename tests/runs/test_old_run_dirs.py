@@ -96,3 +96,17 @@ def test_an_old_robustness_run_reports_the_same_metrics_from_its_records(tmp_pat
     assert without(metrics, ("run_info",)) == without(expected, ("run_info",))
     timing = ("seconds", *MACHINE)  # wall time, summed over resumed runs
     assert without(metrics["run_info"], timing) == without(expected["run_info"], timing)
+
+
+def test_an_old_robustness_runs_samples_evaluate_to_the_verdicts_it_recorded(tmp_path, capsys):
+    """Each sample scored against its own variant's problem runs the program the robustness run ran."""
+    run = copy_run("robustness", tmp_path)
+    assert main(["evaluate", str(run / "samples.jsonl"), "--out", str(tmp_path / "out"), "--k", "1",
+                 "--timeout", "5", "--workers", "2"]) == 0
+    capsys.readouterr()
+    executed = {row["program_id"]: row for row in map(json.loads, (run / "executions.jsonl").read_text().splitlines())}
+    results = [json.loads(text) for text in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert len(results) == len((run / "samples.jsonl").read_text().splitlines())
+    for result in results:
+        assert (result["outcome"], result["passed"]) == (executed[result["program_id"]]["outcome"],
+                                                         executed[result["program_id"]]["passed"]), result
