@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
-from quench.cli import remote
+from quench.cli import remote, work_settings
 from quench.datasets import Problem, language_of, load_benchmark, parse_tasks
 from quench.datasets.problem import PLUS_BENCHMARK
 from quench.errors import QuenchError
@@ -52,9 +52,10 @@ BACKEND_HELP = {"hf": "hf: Hugging Face generate", "quench": "quench: quench's e
 
 
 def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = ("hf", "quench", "openai"),
-                   engines: bool = True, batch_size: int = ENGINE_DEFAULTS.batch_size) -> None:
+                   engines: bool = True, batch_size: int = ENGINE_DEFAULTS.batch_size, auto: bool = False) -> None:
     """The model flags; `backends` and `engines` (several engine processes) are those the command accepts,
-    so that its help lists nothing it would refuse; `batch_size`: the command's default slots."""
+    so that its help lists nothing it would refuse; `batch_size`: the command's default slots; `auto`: engines,
+    batch size and speculation default to `auto`, chosen from the work and the machine (`work_settings`)."""
     parser.add_argument("--model", default=DEFAULT_PRESET, help="preset, HF model directory, or .gguf file")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
     parser.add_argument("--weights", default="dequantized", choices=["dequantized", "gguf"],
@@ -68,18 +69,30 @@ def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = 
                             help="; ".join(BACKEND_HELP[name] for name in backends))
     else:
         parser.set_defaults(backend=backends[0])
-    parser.add_argument("--batch-size", type=int, default=batch_size,
-                        help="rows decoded together (default %(default)s)")
+    if auto:
+        parser.add_argument("--batch-size", type=work_settings.batch_size_value, default=work_settings.AUTO,
+                            metavar="N|auto", help="rows decoded together (default auto: each engine's share of the "
+                                                   f"samples, a power of two from {work_settings.MIN_AUTO_BATCH} to "
+                                                   f"{work_settings.MAX_AUTO_BATCH})")
+    else:
+        parser.add_argument("--batch-size", type=int, default=batch_size,
+                            help="rows decoded together (default %(default)s)")
     if engines:
-        parser.add_argument("--engines", default="1", metavar="N|auto",
+        parser.add_argument("--engines", default=work_settings.AUTO if auto else "1", metavar="N|auto",
                             help="generation processes on this machine, each with its own model and --threads/N torch "
-                                 "threads (auto: one per thread); on a CPU several one-thread engines decode more "
-                                 "than one engine with several threads (docs/engine.md, Engine processes)")
+                                 "threads (auto: one per thread on a CPU where each gets at least "
+                                 f"{work_settings.MIN_ROWS_PER_ENGINE} samples and memory holds their models; default "
+                                 "%(default)s); on a CPU several one-thread engines decode more than one engine with "
+                                 "several threads (docs/engine.md, Engine processes)")
     else:
         parser.set_defaults(engines="1")
     engine = parser.add_argument_group("quench engine")
-    engine.add_argument("--speculate", default=ENGINE_DEFAULTS.drafter, choices=DRAFTERS,
-                        help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = prompt lookup where it matches, else the draft model")
+    engine.add_argument("--speculate", default=work_settings.AUTO if auto else ENGINE_DEFAULTS.drafter,
+                        choices=(work_settings.AUTO, *DRAFTERS) if auto else DRAFTERS,
+                        help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = "
+                             "prompt lookup where it matches, else the draft model; auto: hybrid for greedy runs where "
+                             "a draft is shipped for the model, else ngram, none for sampled runs (whose acceptance "
+                             "test is not one arithmetic order on every CPU) (default %(default)s)")
     engine.add_argument("--draft", default="auto", metavar="auto|PATH",
                         help="draft model for --speculate draft or hybrid (auto: the one shipped for the preset); "
                              "a PATH without one of them is refused")
@@ -231,8 +244,12 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """The engine's config from the flags; QuenchError naming the flag whose value EngineConfig rejects."""
+    """The engine's config from the flags; QuenchError naming the flag whose value EngineConfig rejects. A flag
+    still `auto` (before `resolve_auto_settings`) is checked at the engine's own default."""
     values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field in ENGINE_FLAGS.items()}
+    values = {field: getattr(ENGINE_DEFAULTS, field) if value == work_settings.AUTO else value
+              for field, value in values.items()}
+    values["batch_size"] = int(values["batch_size"])
     try:
         return EngineConfig(**values)
     except ConfigError as err:
@@ -246,17 +263,15 @@ def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
 
 
 def engine_count(args: argparse.Namespace) -> int:
-    """--engines as a number (auto: one per torch thread on a CPU, else 1); QuenchError when it is not one."""
+    """--engines as a number (auto, before `resolve_auto_settings`: 1); QuenchError when it is not one."""
     value = str(getattr(args, "engines", "1") or "1")
-    if value == "auto":
-        return max(1, torch_threads()) if args.device == "cpu" else 1
-    if not value.isdigit() or int(value) < 1:
-        raise QuenchError(f"--engines must be a positive number or auto, got {value!r}")
-    return int(value)
+    work_settings.check_value("--engines", value)
+    return 1 if value == work_settings.AUTO else int(value)
 
 
 def check_engines(args: argparse.Namespace) -> None:
-    """QuenchError where several engine processes do not apply (checked before anything loads)."""
+    """QuenchError where several engine processes do not apply (checked before anything loads; auto never
+    chooses several there)."""
     if engine_count(args) == 1:
         return
     if args.device != "cpu":
@@ -316,10 +331,38 @@ def prompt_formatter(loaded) -> Callable[[str], str]:
     return lambda text: format_prompt(loaded, text)
 
 
-def backend_from_args(args: argparse.Namespace, loaded):
-    """The local backend, a server's (--backend openai), or generation actors on the Ray cluster of --ray."""
+def work_of(args: argparse.Namespace, loaded, rows: int) -> work_settings.Work:
+    """The run's generation work as `work_settings` sees it."""
+    from quench.models.draft import shipped_draft_path
+
+    model = getattr(loaded, "model", None)
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()) if model is not None else 0
+    return work_settings.Work(
+        rows=rows, greedy=args.temperature == 0, backend=args.backend, device=args.device, threads=torch_threads(),
+        one_engine_only=bool(getattr(args, "ray", None)) or getattr(args, "time_budget", None) is not None,
+        draft_shipped=shipped_draft_path(getattr(loaded, "name", args.model)).is_file(),
+        weight_bytes=weight_bytes, free_bytes=work_settings.available_memory())
+
+
+def resolve_auto_settings(args: argparse.Namespace, loaded, rows: int) -> None:
+    """Replace each `auto` of --engines, --batch-size and --speculate by its choice for `rows` samples (in `args`),
+    and say what was chosen where anything was."""
+    flags = (str(getattr(args, "engines", "1")), str(args.batch_size), args.speculate)
+    if work_settings.AUTO not in flags:
+        return
+    choice = work_settings.choose(work_of(args, loaded, rows), *flags)
+    args.engines, args.batch_size, args.speculate = str(choice.engines), choice.batch_size, choice.drafter
+    from quench.cli import console
+
+    console.say(f"engine: {choice.describe()} (auto, for {rows} samples)")
+
+
+def backend_from_args(args: argparse.Namespace, loaded, rows: int | None = None):
+    """The local backend, a server's (--backend openai), or generation actors on the Ray cluster of --ray; `rows`:
+    the samples the run generates, from which `auto` settings are chosen."""
     if args.backend == "openai":
         return remote.openai_backend(args)
+    resolve_auto_settings(args, loaded, rows if rows is not None else int(ENGINE_DEFAULTS.batch_size))
     options = backend_options_from_args(args)
     if not getattr(args, "ray", None):
         engines = engine_count(args)
