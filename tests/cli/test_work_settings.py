@@ -77,3 +77,25 @@ def test_auto_settings_give_the_samples_of_one_plain_engine(tmp_path: Path):
     assert "(auto" not in plain.stderr
     rows = lambda d: {(r["task_id"], r["raw"]) for r in map(json.loads, (tmp_path / d / "samples.jsonl").read_text().splitlines())}  # noqa: E731
     assert len(rows("auto")) == 40 and rows("auto") == rows("plain")
+
+
+def stop_rule_for(tmp_path: Path, *flags: str, recorded: dict | None = None) -> str:
+    from quench.cli.common import resolve_stop_rule
+
+    if recorded is not None:
+        (tmp_path / "config.json").write_text(json.dumps(recorded))
+    args = build_parser(SUBCOMMANDS).parse_args(["run", *flags])
+    resolve_stop_rule(args, tmp_path)
+    return args.stop_rule
+
+
+def test_the_auto_stop_rule_ends_greedy_loops_only(tmp_path: Path):
+    assert stop_rule_for(tmp_path) == "loop"
+    assert stop_rule_for(tmp_path, "--temperature", "0.8") == "none"
+    assert stop_rule_for(tmp_path, "--stop-rule", "function") == "function"
+
+
+def test_a_resumed_run_keeps_the_stop_rule_it_was_started_with(tmp_path: Path):
+    assert stop_rule_for(tmp_path, recorded={"stop_rule": None}) == "none"  # runs made before the auto default
+    assert stop_rule_for(tmp_path, recorded={"stop_rule": "function"}) == "function"
+    assert stop_rule_for(tmp_path, "--overwrite", recorded={"stop_rule": None}) == "loop"

@@ -25,7 +25,8 @@ from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
 
 ENGINE_DEFAULTS = EngineConfig()  # the flags' defaults are the engine's own
-SAMPLING_DEFAULTS = SamplingParams()  # ... and the sampling flags' are SamplingParams'
+SAMPLING_DEFAULTS = SamplingParams()
+AUTO_STOP_RULE = "auto"  # --stop-rule's default: `resolve_stop_rule`  # ... and the sampling flags' are SamplingParams'
 ENGINE_FLAGS = {  # flag -> EngineConfig field
     "--batch-size": "batch_size", "--speculate": "drafter", "--draft-length": "draft_length",
     "--draft-tokens": "draft_tokens", "--draft-confidence": "draft_confidence", "--draft-stop": "draft_stop",
@@ -133,11 +134,13 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
                         help="sample from the k likeliest tokens (default %(default)s: off)")
     parser.add_argument("--max-new-tokens", type=int, default=SAMPLING_DEFAULTS.max_new_tokens, help="default %(default)s")
     parser.add_argument("--stop", action="append", default=None, help="a stop sequence (repeatable); default per benchmark")
-    parser.add_argument("--stop-rule", default="none", choices=STOP_RULES, metavar="RULE",
-                        help=f"one of {', '.join(STOP_RULES)} (default %(default)s). function: stop an answer once its "
-                        "function is complete; loop: once it only repeats itself (its last 300 characters equal those "
-                        "one period earlier); function,loop: either (docs/stopping.md); the hf backend cuts the text "
-                        "after generation instead")
+    parser.add_argument("--stop-rule", default=AUTO_STOP_RULE, choices=(AUTO_STOP_RULE, *STOP_RULES), metavar="RULE",
+                        help=f"auto or one of {', '.join(STOP_RULES)} (default %(default)s). function: stop an answer "
+                        "once its function is complete; loop: once it only repeats itself (its last 300 characters "
+                        "equal those one period earlier); function,loop: either (docs/stopping.md); auto: loop for "
+                        "greedy answers (one that only repeats itself would repeat to the token limit), none for "
+                        "sampled ones, and a resumed run's own rule; the hf backend cuts the text after generation "
+                        "instead")
     parser.add_argument("--seed", type=int, default=SAMPLING_DEFAULTS.seed, help="sampling seed (default %(default)s)")
 
 
@@ -188,6 +191,25 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
 
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "seed")  # each one's flag: --top-p, ...
+
+
+def resolve_stop_rule(args: argparse.Namespace, out: Path) -> None:
+    """--stop-rule auto (in `args`): the rule a resumed run in `out` was started with, else loop for greedy answers
+    and none for sampled ones."""
+    if args.stop_rule != AUTO_STOP_RULE:
+        return
+    import json
+
+    config_path = out / "config.json"
+    if config_path.is_file() and not getattr(args, "overwrite", False):
+        try:
+            recorded = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            recorded = None  # the run-directory checks name what is wrong with it
+        if isinstance(recorded, dict):
+            args.stop_rule = recorded.get("stop_rule") or "none"
+            return
+    args.stop_rule = "loop" if args.temperature == 0 else "none"
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:

@@ -58,6 +58,7 @@ def stopping_config(args: argparse.Namespace) -> dict:
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[dict]:
     """Check the run directory, load the model, prepare the run directory, generate what is missing; print progress."""
     sampling = common.sampling_from_args(args)
+    common.resolve_stop_rule(args, out)
     rundir.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
     finished = None if args.overwrite else finished_samples(args, problems, out)
     if finished is not None:

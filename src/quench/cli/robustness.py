@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = common.sampling_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
+    common.resolve_stop_rule(args, out)
     known = settings_before_load(args, problems, transforms, not_applicable)
     rundir.check_run_dir(out, known if args.dtype == "auto" else {**known, "dtype": args.dtype}, args.overwrite)
     if not args.overwrite and report_finished(args, out, ks):

@@ -61,6 +61,8 @@ def run_with_budget(args: argparse.Namespace) -> int:
         raise QuenchError("--time-budget needs --temperature > 0: greedy decoding gives the same sample every time")
     if args.backend != "quench":
         raise QuenchError("--time-budget needs --backend quench (the engine keeps the batch busy with new samples)")
+    if args.stop_rule == common.AUTO_STOP_RULE:
+        args.stop_rule = "none"  # sampling within a budget: no rule stops a sample
     if args.stop_rule != "none":
         raise QuenchError(f"--stop-rule {args.stop_rule} does not apply with --time-budget yet; use --guard or drop it")
     problems = common.problems_from_args(args)
