@@ -29,9 +29,10 @@ def test_a_large_greedy_run_gets_an_engine_per_thread_the_largest_batch_and_the_
 @pytest.mark.parametrize("change, expected", [
     ({"greedy": False}, EngineChoice(2, 64, "none")),  # sampled: no speculation
     ({"draft_shipped": False}, EngineChoice(2, 64, "ngram")),
-    ({"rows": 20}, EngineChoice(1, 32, "hybrid")),  # one engine's share: too few rows for a second model
+    ({"rows": 20}, EngineChoice(1, 32, "hybrid")),  # too few rows for a second model
     ({"rows": 3}, EngineChoice(1, 8, "hybrid")),
-    ({"rows": 40}, EngineChoice(2, 32, "hybrid")),
+    ({"rows": 255}, EngineChoice(1, 64, "hybrid")),
+    ({"rows": 256}, EngineChoice(2, 64, "hybrid")),
     ({"threads": 1}, EngineChoice(1, 64, "hybrid")),
     ({"device": "cuda"}, EngineChoice(1, 64, "hybrid")),
     ({"one_engine_only": True}, EngineChoice(1, 64, "hybrid")),
@@ -67,16 +68,17 @@ def quench(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(600)
 def test_auto_settings_give_the_samples_of_one_plain_engine(tmp_path: Path):
     tiny = save_tiny_model(tmp_path / "tiny")
-    common = ["--threads", "2", "generate", "--model", str(tiny), "--prompt-format", "completion", "--tasks", "0-39",
-              "--max-new-tokens", "24", "--dtype", "float32"]
+    common = ["--threads", "2", "generate", "--model", str(tiny), "--prompt-format", "completion", "--tasks", "0-127",
+              "-n", "2", "--max-new-tokens", "24", "--dtype", "float32"]
     auto = quench(*common, "--out", str(tmp_path / "auto"))
     plain = quench(*common, "--engines", "1", "--batch-size", "4", "--speculate", "none", "--out", str(tmp_path / "plain"))
     assert auto.returncode == 0, auto.stderr[-2000:]
     assert plain.returncode == 0, plain.stderr[-2000:]
-    assert "engine: 2 engines, batch 32, speculate ngram (auto, for 40 samples)" in auto.stderr
+    assert "engine: 2 engines, batch 64, speculate ngram (auto, for 256 samples)" in auto.stderr
     assert "(auto" not in plain.stderr
-    rows = lambda d: {(r["task_id"], r["raw"]) for r in map(json.loads, (tmp_path / d / "samples.jsonl").read_text().splitlines())}  # noqa: E731
-    assert len(rows("auto")) == 40 and rows("auto") == rows("plain")
+    rows = lambda d: {(r["task_id"], r["sample_index"], r["raw"])  # noqa: E731
+                      for r in map(json.loads, (tmp_path / d / "samples.jsonl").read_text().splitlines())}
+    assert len(rows("auto")) == 256 and rows("auto") == rows("plain")
 
 
 def stop_rule_for(tmp_path: Path, *flags: str, recorded: dict | None = None) -> str:

@@ -29,7 +29,8 @@ from quench.errors import QuenchError
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
-MIN_ROWS_PER_ENGINE = 16  # below this a second engine's model load costs more than its share of the decoding saves
+MIN_ROWS_PER_ENGINE = 128  # below this a second engine's model load and its run's tail (a few long answers on few
+# rows) cost more than its share of the decoding saves
 MIN_AUTO_BATCH = 8
 MAX_AUTO_BATCH = 64  # past this a CPU step's cost grows with its rows (arithmetic-bound): no gain, more memory
 MODEL_COPIES_PER_ENGINE = 3  # an engine's resident size over its weights' bytes (weights, KV cache, activations)
