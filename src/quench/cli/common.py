@@ -361,7 +361,8 @@ def work_of(args: argparse.Namespace, loaded, rows: int) -> work_settings.Work:
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()) if model is not None else 0
     return work_settings.Work(
         rows=rows, greedy=args.temperature == 0, backend=args.backend, device=args.device, threads=torch_threads(),
-        one_engine_only=bool(getattr(args, "ray", None)) or getattr(args, "time_budget", None) is not None,
+        one_engine_only=(bool(getattr(args, "ray", None)) or getattr(args, "time_budget", None) is not None
+                         or getattr(args, "weights", "dequantized") != "dequantized"),  # block weights: this process
         draft_shipped=shipped_draft_path(getattr(loaded, "name", args.model)).is_file(),
         weight_bytes=weight_bytes, free_bytes=work_settings.available_memory())
 
