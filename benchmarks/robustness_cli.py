@@ -2,6 +2,7 @@
 
     python benchmarks/robustness_cli.py                                  # Ray figures in docs/ray.md
     python benchmarks/robustness_cli.py --setups quench-1t,hf-1t --repeats 1   # docs/robustness.md
+    python benchmarks/robustness_cli.py --setups plain,defaults --dtype auto    # the auto defaults: docs/benchmarks.md
 
 Setups, interleaved per repeat (best wall of the repeats is reported, ratios against local):
   local      `quench robustness` with a local engine (torch's default threads) and SandboxPool
@@ -10,6 +11,9 @@ Setups, interleaved per repeat (best wall of the repeats is reported, ratios aga
              (its start-up and the actors' model loading included)
   quench-1t  `--threads 1` (the default backend, quench's engine)
   hf-1t      `--threads 1 --backend hf` (Hugging Face generate)
+  plain      one engine, batch 8, no speculation (`--engines 1 --batch-size 8 --speculate none`), 2 threads
+  defaults   no engine flags (engines, batch size and speculation `auto`: quench.cli.work_settings), 2 threads
+Every setup but `defaults` runs at batch 8.
 Two-node clusters are measured with `ray.cluster_utils.Cluster` in benchmarks/ray_scaleout.py.
 Every setup must write the same metrics (float32, greedy: batch layout cannot change a token).
 """
@@ -51,12 +55,14 @@ def main() -> None:
     args = parser.parse_args()
     common = ["--tasks", args.tasks, "--transforms", args.transforms, "--seeds", str(args.seeds),
               "--max-new-tokens", str(args.max_new_tokens), "--dtype", args.dtype,
-              "--batch-size", "8", "--workers", "2", "--timeout", "5", "--overwrite"]
+              "--workers", "2", "--timeout", "5", "--overwrite"]
     temp = tempfile.mkdtemp(prefix="qrb")
-    known = {"local": ([], {}), "local-1t": ([], {"OMP_NUM_THREADS": "1"}),
-             "ray-auto": (["--ray", "auto", "--ray-actors", "2"], {}),
-             "quench-1t": (["--backend", "quench"], {"OMP_NUM_THREADS": "1"}),
-             "hf-1t": (["--backend", "hf"], {"OMP_NUM_THREADS": "1"})}
+    one = ["--engines", "1", "--batch-size", "8", "--speculate", "none"]
+    known = {"local": (one, {}), "local-1t": (one, {"OMP_NUM_THREADS": "1"}),
+             "ray-auto": (["--ray", "auto", "--ray-actors", "2", "--batch-size", "8", "--speculate", "none"], {}),
+             "quench-1t": (["--backend", "quench", *one], {"OMP_NUM_THREADS": "1"}),
+             "hf-1t": (["--backend", "hf", "--batch-size", "8"], {"OMP_NUM_THREADS": "1"}),
+             "plain": (one, {"OMP_NUM_THREADS": "2"}), "defaults": ([], {"OMP_NUM_THREADS": "2"})}
     names = [name.strip() for name in args.setups.split(",") if name.strip()]
     if unknown := [name for name in names if name not in known]:
         raise SystemExit(f"--setups: unknown {unknown}; choose from {', '.join(known)}")

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
-from quench.cli import remote
+from quench.cli import remote, work_settings
 from quench.datasets import Problem, language_of, load_benchmark, parse_tasks
 from quench.datasets.problem import PLUS_BENCHMARK
 from quench.errors import QuenchError
@@ -25,7 +25,8 @@ from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
 
 ENGINE_DEFAULTS = EngineConfig()  # the flags' defaults are the engine's own
-SAMPLING_DEFAULTS = SamplingParams()  # ... and the sampling flags' are SamplingParams'
+SAMPLING_DEFAULTS = SamplingParams()
+AUTO_STOP_RULE = "auto"  # --stop-rule's default: `resolve_stop_rule`  # ... and the sampling flags' are SamplingParams'
 ENGINE_FLAGS = {  # flag -> EngineConfig field
     "--batch-size": "batch_size", "--speculate": "drafter", "--draft-length": "draft_length",
     "--draft-tokens": "draft_tokens", "--draft-confidence": "draft_confidence", "--draft-stop": "draft_stop",
@@ -52,9 +53,10 @@ BACKEND_HELP = {"hf": "hf: Hugging Face generate", "quench": "quench: quench's e
 
 
 def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = ("hf", "quench", "openai"),
-                   engines: bool = True, batch_size: int = ENGINE_DEFAULTS.batch_size) -> None:
+                   engines: bool = True, batch_size: int = ENGINE_DEFAULTS.batch_size, auto: bool = False) -> None:
     """The model flags; `backends` and `engines` (several engine processes) are those the command accepts,
-    so that its help lists nothing it would refuse; `batch_size`: the command's default slots."""
+    so that its help lists nothing it would refuse; `batch_size`: the command's default slots; `auto`: engines,
+    batch size and speculation default to `auto`, chosen from the work and the machine (`work_settings`)."""
     parser.add_argument("--model", default=DEFAULT_PRESET, help="preset, HF model directory, or .gguf file")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
     parser.add_argument("--weights", default="dequantized", choices=["dequantized", "gguf"],
@@ -68,18 +70,30 @@ def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = 
                             help="; ".join(BACKEND_HELP[name] for name in backends))
     else:
         parser.set_defaults(backend=backends[0])
-    parser.add_argument("--batch-size", type=int, default=batch_size,
-                        help="rows decoded together (default %(default)s)")
+    if auto:
+        parser.add_argument("--batch-size", type=work_settings.batch_size_value, default=work_settings.AUTO,
+                            metavar="N|auto", help="rows decoded together (default auto: each engine's share of the "
+                                                   f"samples, a power of two from {work_settings.MIN_AUTO_BATCH} to "
+                                                   f"{work_settings.MAX_AUTO_BATCH})")
+    else:
+        parser.add_argument("--batch-size", type=int, default=batch_size,
+                            help="rows decoded together (default %(default)s)")
     if engines:
-        parser.add_argument("--engines", default="1", metavar="N|auto",
+        parser.add_argument("--engines", default=work_settings.AUTO if auto else "1", metavar="N|auto",
                             help="generation processes on this machine, each with its own model and --threads/N torch "
-                                 "threads (auto: one per thread); on a CPU several one-thread engines decode more "
-                                 "than one engine with several threads (docs/engine.md, Engine processes)")
+                                 "threads (auto: one per thread on a CPU where each gets at least "
+                                 f"{work_settings.MIN_ROWS_PER_ENGINE} samples and memory holds their models; default "
+                                 "%(default)s); on a CPU several one-thread engines decode more than one engine with "
+                                 "several threads (docs/engine.md, Engine processes)")
     else:
         parser.set_defaults(engines="1")
     engine = parser.add_argument_group("quench engine")
-    engine.add_argument("--speculate", default=ENGINE_DEFAULTS.drafter, choices=DRAFTERS,
-                        help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = prompt lookup where it matches, else the draft model")
+    engine.add_argument("--speculate", default=work_settings.AUTO if auto else ENGINE_DEFAULTS.drafter,
+                        choices=(work_settings.AUTO, *DRAFTERS) if auto else DRAFTERS,
+                        help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = "
+                             "prompt lookup where it matches, else the draft model; auto: hybrid for greedy runs where "
+                             "a draft is shipped for the model, else ngram, none for sampled runs (whose acceptance "
+                             "test is not one arithmetic order on every CPU) (default %(default)s)")
     engine.add_argument("--draft", default="auto", metavar="auto|PATH",
                         help="draft model for --speculate draft or hybrid (auto: the one shipped for the preset); "
                              "a PATH without one of them is refused")
@@ -120,11 +134,13 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
                         help="sample from the k likeliest tokens (default %(default)s: off)")
     parser.add_argument("--max-new-tokens", type=int, default=SAMPLING_DEFAULTS.max_new_tokens, help="default %(default)s")
     parser.add_argument("--stop", action="append", default=None, help="a stop sequence (repeatable); default per benchmark")
-    parser.add_argument("--stop-rule", default="none", choices=STOP_RULES, metavar="RULE",
-                        help=f"one of {', '.join(STOP_RULES)} (default %(default)s). function: stop an answer once its "
-                        "function is complete; loop: once it only repeats itself (its last 300 characters equal those "
-                        "one period earlier); function,loop: either (docs/stopping.md); the hf backend cuts the text "
-                        "after generation instead")
+    parser.add_argument("--stop-rule", default=AUTO_STOP_RULE, choices=(AUTO_STOP_RULE, *STOP_RULES), metavar="RULE",
+                        help=f"auto or one of {', '.join(STOP_RULES)} (default %(default)s). function: stop an answer "
+                        "once its function is complete; loop: once it only repeats itself (its last 300 characters "
+                        "equal those one period earlier); function,loop: either (docs/stopping.md); auto: loop for "
+                        "greedy answers (one that only repeats itself would repeat to the token limit), none for "
+                        "sampled ones, and a resumed run's own rule; the hf backend cuts the text after generation "
+                        "instead")
     parser.add_argument("--seed", type=int, default=SAMPLING_DEFAULTS.seed, help="sampling seed (default %(default)s)")
 
 
@@ -175,6 +191,25 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
 
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "seed")  # each one's flag: --top-p, ...
+
+
+def resolve_stop_rule(args: argparse.Namespace, out: Path) -> None:
+    """--stop-rule auto (in `args`): the rule a resumed run in `out` was started with, else loop for greedy answers
+    and none for sampled ones."""
+    if args.stop_rule != AUTO_STOP_RULE:
+        return
+    import json
+
+    config_path = out / "config.json"
+    if config_path.is_file() and not getattr(args, "overwrite", False):
+        try:
+            recorded = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            recorded = None  # the run-directory checks name what is wrong with it
+        if isinstance(recorded, dict):
+            args.stop_rule = recorded.get("stop_rule") or "none"
+            return
+    args.stop_rule = "loop" if args.temperature == 0 else "none"
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
@@ -231,8 +266,12 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """The engine's config from the flags; QuenchError naming the flag whose value EngineConfig rejects."""
+    """The engine's config from the flags; QuenchError naming the flag whose value EngineConfig rejects. A flag
+    still `auto` (before `resolve_auto_settings`) is checked at the engine's own default."""
     values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field in ENGINE_FLAGS.items()}
+    values = {field: getattr(ENGINE_DEFAULTS, field) if value == work_settings.AUTO else value
+              for field, value in values.items()}
+    values["batch_size"] = int(values["batch_size"])
     try:
         return EngineConfig(**values)
     except ConfigError as err:
@@ -246,17 +285,15 @@ def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:
 
 
 def engine_count(args: argparse.Namespace) -> int:
-    """--engines as a number (auto: one per torch thread on a CPU, else 1); QuenchError when it is not one."""
+    """--engines as a number (auto, before `resolve_auto_settings`: 1); QuenchError when it is not one."""
     value = str(getattr(args, "engines", "1") or "1")
-    if value == "auto":
-        return max(1, torch_threads()) if args.device == "cpu" else 1
-    if not value.isdigit() or int(value) < 1:
-        raise QuenchError(f"--engines must be a positive number or auto, got {value!r}")
-    return int(value)
+    work_settings.check_value("--engines", value)
+    return 1 if value == work_settings.AUTO else int(value)
 
 
 def check_engines(args: argparse.Namespace) -> None:
-    """QuenchError where several engine processes do not apply (checked before anything loads)."""
+    """QuenchError where several engine processes do not apply (checked before anything loads; auto never
+    chooses several there)."""
     if engine_count(args) == 1:
         return
     if args.device != "cpu":
@@ -316,10 +353,39 @@ def prompt_formatter(loaded) -> Callable[[str], str]:
     return lambda text: format_prompt(loaded, text)
 
 
-def backend_from_args(args: argparse.Namespace, loaded):
-    """The local backend, a server's (--backend openai), or generation actors on the Ray cluster of --ray."""
+def work_of(args: argparse.Namespace, loaded, rows: int) -> work_settings.Work:
+    """The run's generation work as `work_settings` sees it."""
+    from quench.models.draft import shipped_draft_path
+
+    model = getattr(loaded, "model", None)
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()) if model is not None else 0
+    return work_settings.Work(
+        rows=rows, greedy=args.temperature == 0, backend=args.backend, device=args.device, threads=torch_threads(),
+        one_engine_only=(bool(getattr(args, "ray", None)) or getattr(args, "time_budget", None) is not None
+                         or getattr(args, "weights", "dequantized") != "dequantized"),  # block weights: this process
+        draft_shipped=shipped_draft_path(getattr(loaded, "name", args.model)).is_file(),
+        weight_bytes=weight_bytes, free_bytes=work_settings.available_memory())
+
+
+def resolve_auto_settings(args: argparse.Namespace, loaded, rows: int) -> None:
+    """Replace each `auto` of --engines, --batch-size and --speculate by its choice for `rows` samples (in `args`),
+    and say what was chosen where anything was."""
+    flags = (str(getattr(args, "engines", "1")), str(args.batch_size), args.speculate)
+    if work_settings.AUTO not in flags:
+        return
+    choice = work_settings.choose(work_of(args, loaded, rows), *flags)
+    args.engines, args.batch_size, args.speculate = str(choice.engines), choice.batch_size, choice.drafter
+    from quench.cli import console
+
+    console.say(f"engine: {choice.describe()} (auto, for {rows} samples)")
+
+
+def backend_from_args(args: argparse.Namespace, loaded, rows: int | None = None):
+    """The local backend, a server's (--backend openai), or generation actors on the Ray cluster of --ray; `rows`:
+    the samples the run generates, from which `auto` settings are chosen."""
     if args.backend == "openai":
         return remote.openai_backend(args)
+    resolve_auto_settings(args, loaded, rows if rows is not None else int(ENGINE_DEFAULTS.batch_size))
     options = backend_options_from_args(args)
     if not getattr(args, "ray", None):
         engines = engine_count(args)

@@ -16,7 +16,7 @@ from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="sample completions into samples.jsonl")
     common.add_benchmark_args(parser)
-    common.add_model_args(parser)
+    common.add_model_args(parser, auto=True)
     common.add_sampling_args(parser)
     add_output_args(parser)
     common.add_ray_args(parser)
@@ -59,6 +59,7 @@ def stopping_config(args: argparse.Namespace) -> dict:
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[SampleRecord]:
     """Check the run directory, load the model, prepare the run directory, generate what is missing; print progress."""
     sampling = common.sampling_from_args(args)
+    common.resolve_stop_rule(args, out)
     rundir.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
     finished = None if args.overwrite else finished_samples(args, problems, out)
     if finished is not None:
@@ -67,7 +68,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
         return finished
     loaded = common.load_model_from_args(args)
     stops = common.stops_from_args(args, loaded.prompt_format)
-    backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
+    backend = common.backend_from_args(args, loaded, len(problems) * args.samples)  # a missing draft or guard fails
     rundir.prepare_run_dir(out, run_config(args, problems, loaded, stops), args.overwrite)
     config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
     samples_path = out / "samples.jsonl"

@@ -30,7 +30,7 @@ def check_remote_args(args: argparse.Namespace) -> None:
         raise QuenchError("--backend openai needs --base-url URL (e.g. http://127.0.0.1:8000/v1)")
     if getattr(args, "ray", None):
         raise QuenchError("--ray does not apply to --backend openai (the server does the generation)")
-    if args.speculate != "none" or args.guard:
+    if args.speculate not in ("none", "auto") or args.guard:
         raise QuenchError("--speculate and --guard apply to quench's engine; the server decides how it decodes")
     if args.request_timeout <= 0:
         raise QuenchError(f"--request-timeout must be positive, got {args.request_timeout:g}")

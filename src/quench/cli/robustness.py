@@ -31,7 +31,7 @@ ETA_REFRESH_S = 1.0  # the time left is recomputed at most this often (a few ms 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("robustness", help="perturb, generate, execute and report ReCode robustness")
     common.add_benchmark_args(parser, partial=False)  # robustness runs full and partial prompts itself
-    common.add_model_args(parser)
+    common.add_model_args(parser, auto=True)
     common.add_sampling_args(parser)
     common.add_execution_args(parser)
     add_output_args(parser)
@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = common.sampling_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
+    common.resolve_stop_rule(args, out)
     known = settings_before_load(args, problems, transforms, not_applicable)
     rundir.check_run_dir(out, known if args.dtype == "auto" else {**known, "dtype": args.dtype}, args.overwrite)
     if not args.overwrite and report_finished(args, out, ks):
@@ -123,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
                               time_limits=common.time_limit_rule(args))
     settings = {**known, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
                 "prompt_format": loaded.prompt_format, "stop": list(stops)}
-    backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
+    rows = len(problems) * (2 + len(transforms) * args.seeds) * args.samples  # nominal, partial and every variant
+    backend = common.backend_from_args(args, loaded, rows)  # a missing draft or guard fails before --out is written
     rundir.prepare_run_dir(out, settings, args.overwrite)
     bars = console.StageBars(own_eta=("generate",))
     with common.pool_from_args(args, problems) as pool:

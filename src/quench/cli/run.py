@@ -16,7 +16,7 @@ from quench.stats.figures import rounded
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="generate and evaluate: pass@k of a model on a benchmark")
     common.add_benchmark_args(parser)
-    common.add_model_args(parser)
+    common.add_model_args(parser, auto=True)
     common.add_sampling_args(parser)
     common.add_execution_args(parser)
     add_output_args(parser)
@@ -61,6 +61,8 @@ def run_with_budget(args: argparse.Namespace) -> int:
         raise QuenchError("--time-budget needs --temperature > 0: greedy decoding gives the same sample every time")
     if args.backend != "quench":
         raise QuenchError("--time-budget needs --backend quench (the engine keeps the batch busy with new samples)")
+    if args.stop_rule == common.AUTO_STOP_RULE:
+        args.stop_rule = "none"  # sampling within a budget: no rule stops a sample
     if args.stop_rule != "none":
         raise QuenchError(f"--stop-rule {args.stop_rule} does not apply with --time-budget yet; use --guard or drop it")
     problems = common.problems_from_args(args)
@@ -71,7 +73,7 @@ def run_with_budget(args: argparse.Namespace) -> int:
     loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format, args.weights)
     stops = common.stops_from_args(args, loaded.prompt_format)
     settings = {**run_config(args, problems, loaded, stops), "time_budget": args.time_budget}
-    backend = common.backend_from_args(args, loaded)  # a missing draft or guard fails before --out is written
+    backend = common.backend_from_args(args, loaded, len(problems))  # a missing draft or guard fails before --out is written
     rundir.prepare_run_dir(out, settings, args.overwrite)
     bar = console.bar(total=len(problems), desc="budget", unit="problem")
     try:

@@ -176,8 +176,10 @@ def check_model_args(args: argparse.Namespace) -> None:
         check_device(getattr(args, "device", "cpu"))
     weights = getattr(args, "weights", "dequantized")
     check_weights(weights, args.dtype, args.model)
-    if weights == "gguf" and (getattr(args, "backend", "quench") != "quench" or str(getattr(args, "engines", "1")) != "1"):
-        raise QuenchError("--weights gguf runs in quench's own engine in this process: use --backend quench --engines 1")
+    if weights != "dequantized" and (getattr(args, "backend", "quench") != "quench"
+                                     or str(getattr(args, "engines", "1")) not in ("1", "auto")):
+        raise QuenchError(f"--weights {weights} runs in quench's own engine in this process: use --backend quench "
+                          "--engines 1")
     speculate = getattr(args, "speculate", "none")
     draft = getattr(args, "draft", "auto")
     if draft != "auto":
