@@ -30,7 +30,7 @@ from quench.datasets import load_benchmark
 from quench.datasets.mbppplus import mbppplus_path
 from quench.execution import SandboxLimits, SandboxPool
 from quench.execution.plus import PlusPool, prepare_oracles, sandbox_limits
-from quench.execution.sanitize import program_for
+from quench.execution.program_build import program_for
 
 # (pattern, replacement) tried in order on a reference's body; the first two that match make mutants
 MUTATIONS = [

@@ -36,7 +36,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.kv_cache import KVCache
-from quench.engine.scheduler import Runner
+from quench.engine.runners.protocol import Runner
 from quench.engine.types import GenerationRequest, SamplingParams
 
 METHODS = ("hf", "quench", "quench-self-draft")

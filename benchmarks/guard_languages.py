@@ -34,7 +34,8 @@ from quench.engine.config import EngineConfig
 from quench.errors import QuenchError
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.execution import SandboxPool
-from quench.execution.sanitize import program_for, sanitize
+from quench.execution.program_build import program_for
+from quench.execution.sanitize import sanitize
 from quench.models import encode_prompt, load_model
 from quench.runs.backends import BackendOptions, make_backend
 from quench.stats.intervals import BootstrapConfig, mean_intervals

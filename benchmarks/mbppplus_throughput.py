@@ -16,7 +16,7 @@ from quench.datasets import load_benchmark
 from quench.datasets.mbppplus import plus_task
 from quench.execution import SandboxLimits, SandboxPool
 from quench.execution.plus import PlusPool, prepare_oracles, sandbox_limits
-from quench.execution.sanitize import program_for
+from quench.execution.program_build import program_for
 
 
 def main() -> None:

@@ -160,7 +160,7 @@ def end_to_end(args: argparse.Namespace, model: str, out: Path, ray_run: bool, o
         results = execute_samples(samples, problems_by_key(problems), pool, out / "results.jsonl")
     done = time.perf_counter()
     summary = summarize(results, (1,))
-    texts = sorted((s["task_id"], s["sample_index"], s["raw"]) for s in samples)
+    texts = sorted((s.task_id, s.sample_index, s.raw) for s in samples)
     return {"wall": done - started, "start": ready - started, "generate": generated - ready, "execute": done - generated,
             "samples": len(samples), "pass@1": summary.pass_at_k.get(1), "texts": texts,
             "requeued": stats.get("chunks_requeued", 0), "lost": stats.get("actors_lost", 0)}

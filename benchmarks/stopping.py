@@ -28,7 +28,8 @@ import torch
 
 from quench.datasets import Problem, load_humaneval, load_mbpp
 from quench.execution import SandboxPool
-from quench.execution.sanitize import program_for, sanitize
+from quench.execution.program_build import program_for
+from quench.execution.sanitize import sanitize
 from quench.engine.config import EngineConfig
 from quench.runs.backends import BackendOptions, make_backend
 from quench.engine.types import GenerationRequest, SamplingParams

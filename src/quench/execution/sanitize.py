@@ -16,7 +16,7 @@ import re
 from quench.datasets.problem import Problem
 from quench.execution.program_build import program_for  # noqa: F401  # imported from here by callers outside execution
 from quench.execution.sanitize_braces import sanitize_braced_chat, sanitize_braced_completion
-from quench.execution.sanitized import FENCE, Sanitized, fenced_blocks  # noqa: F401  # FENCE: read by stopping.labels
+from quench.execution.sanitized import FENCE, Sanitized, fenced_blocks
 
 KEPT_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
 

@@ -24,8 +24,8 @@ from typing import Any, Sequence
 from quench.datasets import Problem
 from quench.datasets.languages import LANGUAGES
 from quench.execution.sanitize_braces import cut_after_close, definition_start, open_depth
+from quench.execution.sanitized import FENCE
 from quench.execution.sanitize import (
-    FENCE,
     KEPT_TOP_LEVEL,
     cut_at_top_level,
     defines,
