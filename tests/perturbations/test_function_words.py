@@ -50,7 +50,7 @@ def pairs_after_function_words(text: str) -> set[tuple[str, str]]:
 def test_articles_prepositions_pronouns_and_auxiliaries_stay(profile: str, name: str) -> None:
     transform = create(name, profile=profile)
     variants = [apply_seeded(transform, PROBLEM, seed).prompt for seed in range(20)]
-    assert len(set(variants)) > 2  # content words do change
+    assert len(set(variants)) > 1  # content words do change (quench inserts one synonym a sentence)
     for variant in variants:
         assert "angstrom" not in variant and "ampere" not in variant and "past" not in variant
         assert lost_function_words(PROMPT, variant, ALLOWED[profile]) == []

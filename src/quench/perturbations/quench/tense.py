@@ -2,7 +2,10 @@
 
 Only finite present-tense verbs change: the copula and auxiliaries (`is`, `are`, `has`, `does`)
 and third-person verbs after a subject (`it returns`, `that contains`, `the list has`).
-Imperatives (`Return the sum`) and participles (`given`, `sorted`) stay as they are.
+Imperatives (`Return the sum`), base forms (`Let CAP be`, `to be`) and participles (`given`,
+`sorted`) stay as they are. English puts no `will` in a conditional or temporal clause (`If n is
+greater than m, return -1`, never `If n will be greater`): the future leaves those clauses, from
+`if`, `when`, `whether` and the like to the next punctuation, in the present.
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ NEGATED_FUTURE = {"is": "will not be", "are": "will not be", "am": "will not be"
                   "were": "will not be", "has": "will not have", "have": "will not have",
                   "does": "will not", "do": "will not"}
 SUBJECTS = frozenset("it he she this that which who there what one".split())
-PLURAL_SUBJECTS = frozenset("they we you i".split())
+# `ones that contain`: a relative pronoun before a base-form verb stands for a plural antecedent.
+PLURAL_SUBJECTS = frozenset("they we you i that which who".split())
 NEEDS_SUBJECT = frozenset({"has", "have", "does", "do"})
+CONDITIONS = frozenset("if when whenever unless until once whether while before after".split())
+CLAUSE_ENDS = ",.;:!?"
+SENTENCE_ENDS = ".;:!?"
 
 
 def is_subject(previous: str, plural: bool) -> bool:
@@ -34,9 +41,13 @@ def is_subject(previous: str, plural: bool) -> bool:
 def shift_verb(word: str, previous: str, when: str, following: str = "") -> str | None:
     """The shifted form of a present-tense verb, or None when `word` is not one here."""
     lower = word.lower()
+    if previous == "<value>":
+        return None
     if lower in MODALS:
         return None  # `n can be written`, never `n will can be written` (WordNet's `can`: to tin)
     if lower in FUTURE or lower in PAST:
+        if when == "future" and following == "to":
+            return None  # `are to be used`, `is to compute`: no `will be to`
         if lower in NEEDS_SUBJECT and not (is_subject(previous, plural=lower in ("have", "do"))):
             return None
         return (PAST if when == "past" else FUTURE).get(lower)
@@ -58,7 +69,7 @@ def shift_verb(word: str, previous: str, when: str, following: str = "") -> str 
 def plural_verb(lower: str, previous: str, when: str) -> str | None:
     """`the numbers differ` -> `differed` / `will differ`: a base-form verb after a plural subject."""
     readings = lexicon().analyses(lower)
-    if not readings or readings[0].pos != "VERB" or readings[0].tag != "VB" or not is_subject(previous, plural=True):
+    if lower == "be" or not readings or readings[0].pos != "VERB" or readings[0].tag != "VB" or not is_subject(previous, plural=True):
         return None
     if any(a.pos != "VERB" and a.count * DOMINANT_READING > readings[0].count for a in readings):
         return None  # `elements present in another list`: an adjective as likely as the verb
@@ -71,6 +82,8 @@ def previous_word(piece: Piece) -> str:
     """What a piece tells about the subject: a word, a protected name, or nothing."""
     if piece.kind == WORD:
         return piece.text.lower()
+    if piece.text in ("True", "False", "None") or piece.text.strip(".,;:()").isdigit():
+        return "<value>"  # `Return True is list ...` (a typo for `if`), `1 duplicate`: no subject
     if piece.kind == FIXED and piece.text.strip("`'\"").replace("_", "").isalnum():
         return "<name>"
     return ""
@@ -80,17 +93,28 @@ def transform(pieces: list[Piece], when: str) -> str:
     out: list[str] = []
     previous = ""
     skip_not = False
+    condition = False  # inside an `if`/`when` clause: no future there
+    shifted_before = False  # a lexical verb of this sentence changed: one joined by `and` changes with it
     for i, piece in enumerate(pieces):
+        if piece.kind == WORD and piece.text.lower() in CONDITIONS:
+            condition = True
+        elif piece.kind == FIXED and any(c in piece.text for c in CLAUSE_ENDS):
+            condition = False
+            shifted_before = shifted_before and not any(c in piece.text for c in SENTENCE_ENDS)
         if skip_not and piece.kind == WORD and piece.text.lower() == "not":
             skip_not = False
             out.pop()  # the space before `not`
             continue
         if piece.kind != SPACE:
             skip_not = False
-        if piece.kind == WORD:
+        if piece.kind == WORD and not (condition and when == "future"):
             following = pieces[i + 2].text.lower() if i + 2 < len(pieces) and pieces[i + 1].kind == SPACE else ""
-            shifted = shift_verb(piece.text, previous, when, following)
+            readings = lexicon().analyses(piece.text.lower())
+            joined = shifted_before and previous in ("and", "or") and bool(readings) and readings[0].pos == "VERB"
+            subject = "<name>" if joined else previous  # `took a list and returned`, never `and forwarded`
+            shifted = shift_verb(piece.text, subject, when, following)
             if shifted:
+                shifted_before = piece.text.lower() not in FUTURE  # a lexical verb, not `is` or `has`
                 if when == "future" and following == "not":
                     shifted = NEGATED_FUTURE[piece.text.lower()]
                     skip_not = True
