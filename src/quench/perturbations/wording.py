@@ -64,12 +64,12 @@ def starts_with_vowel(word: str) -> bool:
     return word[:1].lower() in "aeiou"
 
 
-def replacements(word: str, previous: str, following: str) -> list[str]:
-    """What `word` may become between `previous` and `following` (lower case; `^` opens a sentence);
-    none where `a`/`an` before it would no longer fit."""
+def replacements(word: str, previous: str, following: str, pos: str | None = None) -> list[str]:
+    """What `word` may become between `previous` and `following` (lower case; `^` opens a sentence),
+    from rows of part of speech `pos` alone where given; none where `a`/`an` before it would no longer fit."""
     lower = word.lower()
     for choice in table().get(lower, ()):
-        if choice.fits(previous, following):
+        if choice.fits(previous, following) and pos in (None, choice.pos):
             if previous in ("a", "an"):
                 return [r for r in choice.replacements if starts_with_vowel(r) == starts_with_vowel(lower)]
             return list(choice.replacements)

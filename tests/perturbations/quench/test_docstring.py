@@ -29,12 +29,9 @@ EXPECTED = {
     # no word of these lines has a synonym that reads right here (data/wording.tsv)
     "SynonymInsertion": ORIGINAL,
     "SynonymSubstitution": ORIGINAL,
-    "TenseTransformationPast": [
-        '    """Return the number of words in `text_line` that were longer than max_count.',
-        '    It split the text on "single spaces" and was case-sensitive.'],
-    "TenseTransformationFuture": [
-        '    """Return the number of words in `text_line` that will be longer than max_count.',
-        '    It will split the text on "single spaces" and will be case-sensitive.'],
+    # an instruction (`Return ...`) keeps its tense; the description changes
+    "TenseTransformationPast": [ORIGINAL[0], '    It split the text on "single spaces" and was case-sensitive.'],
+    "TenseTransformationFuture": [ORIGINAL[0], '    It will split the text on "single spaces" and will be case-sensitive.'],
     "WhitespacePerturbation": [
         '    """Retur n then umber of words in `text_line` that are longer than max_count.', ORIGINAL[1]],
 }
@@ -94,8 +91,10 @@ def test_docstring_span_stops_before_examples(problem: Problem) -> None:
 
 @pytest.mark.parametrize("before, past, future", [
     ("It returns the sum.", "It returned the sum.", "It will return the sum."),
-    # no `will` in a conditional clause: `if the list will be empty` is no English
-    ("Return True if the list is empty.", "Return True if the list was empty.", "Return True if the list is empty."),
+    # an instruction keeps its tense; no `will` in a conditional clause (`if the list will be empty`)
+    ("Return True if the list is empty.", "Return True if the list is empty.", "Return True if the list is empty."),
+    ("It returns True if the list is empty.", "It returned True if the list was empty.",
+     "It will return True if the list is empty."),
     ("The function does not sort.", "The function did not sort.", "The function will not sort."),
     ("The numbers differ.", "The numbers differed.", "The numbers will differ."),
     ("Sort the list and return it.", "Sort the list and return it.", "Sort the list and return it."),

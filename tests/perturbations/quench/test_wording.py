@@ -101,14 +101,23 @@ def test_no_inflection_frame_no_change(prose: str) -> None:
 
 
 @pytest.mark.parametrize(("before", "past", "future"), [
-    ("If n is greater than m, return -1.", "If n was greater than m, return -1.", "If n is greater than m, return -1."),
+    ("If n is greater than m, return -1.", "If n is greater than m, return -1.", "If n is greater than m, return -1."),
     ("Let CAP be the count of capitals.", "Let CAP be the count of capitals.", "Let CAP be the count of capitals."),
-    ("The extensions are to be used.", "The extensions were to be used.", "The extensions are to be used."),
-    ("Keep the ones that contain a prefix.", "Keep the ones that contained a prefix.",
-     "Keep the ones that will contain a prefix."),
-    ("Return the sum. Sort it first.", "Return the sum. Sort it first.", "Return the sum. Sort it first."),
-    ("You are given a list. Check whether it is empty.", "You were given a list. Check whether it was empty.",
+    ("The extensions are to be used.", "The extensions are to be used.", "The extensions are to be used."),
+    ("Write a function that takes a list.", "Write a function that takes a list.", "Write a function that takes a list."),
+    ("Given a list, return what it has.", "Given a list, return what it has.", "Given a list, return what it has."),
+    ("The function should return x if n is prime.", "The function should return x if n is prime.",
+     "The function should return x if n is prime."),
+    ("You are given a list. Check whether it is empty.", "You were given a list. Check whether it is empty.",
      "You will be given a list. Check whether it is empty."),
+    ("The function takes a list and returns its sum.", "The function took a list and returned its sum.",
+     "The function will take a list and will return its sum."),
+    ("It returns True if the list is empty.", "It returned True if the list was empty.",
+     "It will return True if the list is empty."),
+    ("The input has x, y point coordinates.", "The input had x, y point coordinates.",
+     "The input will have x, y point coordinates."),
+    ("Return True is list elements are sorted.", "Return True is list elements are sorted.",
+     "Return True is list elements are sorted."),
 ])
 def test_tense_leaves_imperatives_base_forms_and_conditions(before: str, past: str, future: str) -> None:
     pieces = segment(before, frozenset({"CAP"}))
@@ -118,8 +127,8 @@ def test_tense_leaves_imperatives_base_forms_and_conditions(before: str, past: s
 
 # The least share of the fixed set's (task, seed 0) prompts each default transformation changes
 # (docs/benchmarks.md gives the measured shares over ten seeds beside ReCode's).
-LEAST_SHARE = {"SynonymSubstitution": 0.93, "SynonymInsertion": 0.75, "EnglishInflectionalVariation": 0.72,
-               "TenseTransformationPast": 0.3, "TenseTransformationFuture": 0.2}
+LEAST_SHARE = {"SynonymSubstitution": 0.93, "SynonymInsertion": 0.66, "EnglishInflectionalVariation": 0.73,
+               "TenseTransformationPast": 0.11, "TenseTransformationFuture": 0.1}
 
 
 @pytest.mark.parametrize("name", DEFAULT_DOCSTRING)

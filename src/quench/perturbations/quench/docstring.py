@@ -133,24 +133,25 @@ def at_least_one(candidates: list, prob: float, rng: random.Random) -> list:
     return chosen or ([rng.choice(candidates)] if candidates else [])
 
 
-def synonym_candidates(pieces: list[Piece]) -> list[tuple[int, list[str]]]:
-    """(piece index, replacements) of each word the wording table lets change here; technical terms
-    and the word before a variable (`Let CAP be`) stay."""
+def synonym_candidates(pieces: list[Piece], pos: str | None = None) -> list[tuple[int, list[str]]]:
+    """(piece index, replacements) of each word the wording table lets change here (of part of speech
+    `pos` alone where given); technical terms and the word before a variable (`Let CAP be`) stay."""
     fixed = technical_pieces(pieces)
     out = []
     for i, piece in enumerate(pieces):
         if piece.kind != WORD or i in fixed or names_a_variable(next_word(pieces, i)):
             continue
-        options = wording.replacements(piece.text, wording.previous_word(pieces, i), wording.following_word(pieces, i))
+        options = wording.replacements(piece.text, wording.previous_word(pieces, i), wording.following_word(pieces, i),
+                                       pos)
         if options:
             out.append((i, options))
     return out
 
 
-# `Write or implement a function` (an instruction), `need or have to` (a split phrase), `less or smaller
-# than` and `the given or provided list` (near-identical words) are no phrases a person writes.
-NO_INSERTION = frozenset({"write", "implement", "create", "complete", "need", "given", "specified", "provided",
-                          "less", "smaller", "greater", "larger", "consisting"})
+# Verbs only: `find or determine`, `check or verify` are phrases a person writes; `task or job`, `largest
+# or biggest`, `elements or items` are not. Nor are `Write or implement a function` (an instruction) and
+# `need or have to` (a split phrase).
+NO_INSERTION = frozenset({"write", "implement", "create", "complete", "need"})
 
 
 class SynonymSubstitution(DocstringPerturbation):
@@ -169,15 +170,15 @@ class SynonymSubstitution(DocstringPerturbation):
 
 class SynonymInsertion(DocstringPerturbation):
     name = "SynonymInsertion"
-    description = "`word or synonym` for words with a fitting synonym (data/wording.tsv), p=0.5, at most one a sentence"
+    description = "`verb or synonym` for verbs with a fitting synonym (data/wording.tsv), p=0.5, at most one a sentence"
 
     def __init__(self, prob: float = 0.5) -> None:
         self.prob = prob
 
     def edit(self, pieces: list[Piece], rng: random.Random) -> str:
         sentence = wording.sentence_of(pieces)
-        candidates = [(i, options) for i, options in synonym_candidates(pieces)
-                      if pieces[i].text.lower() not in NO_INSERTION and options != ["with"]]
+        candidates = [(i, options) for i, options in synonym_candidates(pieces, pos="V")
+                      if pieces[i].text.lower() not in NO_INSERTION]
         out, used = list(pieces), set()
         for i, options in at_least_one(candidates, self.prob, rng):
             if sentence[i] not in used:

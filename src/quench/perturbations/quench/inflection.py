@@ -69,15 +69,21 @@ def noun_number(word: str) -> str | None:
     return readings[0].tag
 
 
-def coordinated(pieces: list[Piece], i: int, tag: str) -> list[int]:
+def coordinated(pieces: list[Piece], i: int, tag: str) -> list[int] | None:
     """The piece indices of further verbs of form `tag` joined to the clause after piece `i` (`that
-    takes x and returns y`), up to the sentence's end: they change form with the first."""
+    takes x and returns y`), up to the sentence's end: they change form with the first. None where
+    `and` joins a word that may be such a verb but is not in the lexicon (`and encodes`)."""
     found = []
     for j in range(i + 1, len(pieces) - 2):
         if ends_sentence(pieces[j]) or pieces[j].text.rstrip().endswith(";"):
             break
-        if word_at(pieces, j) in ("and", "or") and spaced(pieces, j + 1) and any(
-                a.pos == "VERB" and a.tag == tag for a in lexicon().analyses(word_at(pieces, j + 2))):
+        if word_at(pieces, j) not in ("and", "or") or not spaced(pieces, j + 1):
+            continue
+        readings = lexicon().analyses(word := word_at(pieces, j + 2))
+        if not readings and word.endswith("s") and tag == "VBZ":
+            return None
+        # verb-dominant only: `greater than or equal to` joins an adjective
+        if readings and readings[0].pos == "VERB" and any(a.pos == "VERB" and a.tag == tag for a in readings):
             found.append(j + 2)
     return found
 
@@ -85,7 +91,10 @@ def coordinated(pieces: list[Piece], i: int, tag: str) -> list[int]:
 def reform(pieces: list[Piece], start: int, verb: int, tag: str, lead: str, new_tag: str) -> Edit | None:
     """Replace `pieces[start:verb + 1]` (a verb and the words that introduce it) by `lead` and the
     verb in form `new_tag`; coordinated verbs of form `tag` change with it."""
-    verbs = [verb, *coordinated(pieces, verb, tag)]
+    joined = coordinated(pieces, verb, tag)
+    if joined is None:
+        return None
+    verbs = [verb, *joined]
     forms = {}
     for index in verbs:
         lemma = next((a.lemma for a in lexicon().analyses(word_at(pieces, index)) if a.pos == "VERB" and a.tag == tag),

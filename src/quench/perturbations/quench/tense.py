@@ -3,14 +3,17 @@
 Only finite present-tense verbs change: the copula and auxiliaries (`is`, `are`, `has`, `does`)
 and third-person verbs after a subject (`it returns`, `that contains`, `the list has`).
 Imperatives (`Return the sum`), base forms (`Let CAP be`, `to be`) and participles (`given`,
-`sorted`) stay as they are. English puts no `will` in a conditional or temporal clause (`If n is
+`sorted`) stay as they are, and so does every sentence that instructs (one with an imperative
+clause, `Given ...`, a modal or `your task is to`): `Write a function that took a list`, `Return 0
+if all digits were even` and `you will implement a function that took` are no English a person
+writes. English puts no `will` in a conditional or temporal clause (`If n is
 greater than m, return -1`, never `If n will be greater`): the future leaves those clauses, from
 `if`, `when`, `whether` and the like to the next punctuation, in the present.
 """
 
 from __future__ import annotations
 
-from quench.perturbations.lexicon import lexicon
+from quench.perturbations.lexicon import DETERMINERS, lexicon
 from quench.perturbations.text import FIXED, SPACE, WORD, Piece, match_case
 from quench.perturbations.words import DOMINANT_READING, MODALS
 
@@ -38,8 +41,9 @@ def is_subject(previous: str, plural: bool) -> bool:
     return reading is not None and reading.pos == "NOUN" and reading.tag == ("NNS" if plural else "NN")
 
 
-def shift_verb(word: str, previous: str, when: str, following: str = "") -> str | None:
-    """The shifted form of a present-tense verb, or None when `word` is not one here."""
+def shift_verb(word: str, previous: str, when: str, following: str = "", before: str = "") -> str | None:
+    """The shifted form of a present-tense verb, or None when `word` is not one here (`previous`:
+    the word before it, `before`: the word before that)."""
     lower = word.lower()
     if previous == "<value>":
         return None
@@ -48,6 +52,8 @@ def shift_verb(word: str, previous: str, when: str, following: str = "") -> str 
     if lower in FUTURE or lower in PAST:
         if when == "future" and following == "to":
             return None  # `are to be used`, `is to compute`: no `will be to`
+        if when == "future" and lower in ("has", "have") and lexicon().is_participle(following):
+            return None  # `has been tasked`: no `will have been tasked`
         if lower in NEEDS_SUBJECT and not (is_subject(previous, plural=lower in ("have", "do"))):
             return None
         return (PAST if when == "past" else FUTURE).get(lower)
@@ -61,6 +67,8 @@ def shift_verb(word: str, previous: str, when: str, following: str = "") -> str 
     noun = next((a for a in lexicon().analyses(lower) if a.pos == "NOUN"), None)
     if previous not in SUBJECTS and noun is not None and noun.count > verb.count:
         return None  # `list numbers`: more likely a noun than a verb
+    if previous not in SUBJECTS | {"<name>"} and noun is not None and before not in DETERMINERS:
+        return None  # `polar coordinates`, `x, y point coordinates`: a compound noun, no subject and verb
     if when == "past":
         return lexicon().inflect(verb.lemma, "VERB", "VBD")
     return f"will {verb.lemma}"
@@ -89,13 +97,58 @@ def previous_word(piece: Piece) -> str:
     return ""
 
 
+# Verbs that open an instruction (`Write a function`, `Given a list, return`), beside any word whose
+# likeliest reading is a base-form verb.
+IMPERATIVES = frozenset("""write return find check create implement complete sort count filter concatenate insert
+add remove compute calculate convert determine get given round replace reverse use consider imagine evaluate
+change make print extract split merge generate""".split())
+
+
+def opens_instruction(word: str) -> bool:
+    readings = lexicon().analyses(word)
+    return word in IMPERATIVES or bool(readings and readings[0].pos == "VERB" and readings[0].tag == "VB")
+
+
+def sentences(pieces: list[Piece]) -> list[list[int]]:
+    """The piece indices of each sentence (ended by `.`, `!`, `?`, `:` or `;`)."""
+    out: list[list[int]] = [[]]
+    for i, piece in enumerate(pieces):
+        out[-1].append(i)
+        if piece.kind == FIXED and piece.text.strip()[-1:] in SENTENCE_ENDS and piece.text.strip():
+            out.append([])
+    return [s for s in out if s]
+
+
+def instructs(pieces: list[Piece], sentence: list[int]) -> bool:
+    """The sentence has an imperative clause, a modal, or `is to` (`your task is to`)."""
+    words = [(i, pieces[i].text.lower()) for i in sentence if pieces[i].kind == WORD]
+    if not words:
+        return False
+    if opens_instruction(words[0][1]) or any(w in MODALS for _, w in words):
+        return True
+    for (i, word), (_, after) in zip(words, words[1:]):
+        if word in ("is", "are") and after == "to":
+            return True
+    for k, (i, word) in enumerate(words[1:], 1):
+        before = pieces[i - 1].text if pieces[i - 1].kind != SPACE else pieces[i - 2].text if i >= 2 else ""
+        if word in IMPERATIVES and (before.rstrip().endswith(",") or "\n" in before or words[k - 1][1] == "then"):
+            return True
+    return False
+
+
 def transform(pieces: list[Piece], when: str) -> str:
     out: list[str] = []
     previous = ""
     skip_not = False
     condition = False  # inside an `if`/`when` clause: no future there
     shifted_before = False  # a lexical verb of this sentence changed: one joined by `and` changes with it
+    kept = {i for sentence in sentences(pieces) if instructs(pieces, sentence) for i in sentence}
+    before = ""
     for i, piece in enumerate(pieces):
+        if i in kept:
+            out.append(piece.text)
+            before, previous = "", ""
+            continue
         if piece.kind == WORD and piece.text.lower() in CONDITIONS:
             condition = True
         elif piece.kind == FIXED and any(c in piece.text for c in CLAUSE_ENDS):
@@ -112,16 +165,16 @@ def transform(pieces: list[Piece], when: str) -> str:
             readings = lexicon().analyses(piece.text.lower())
             joined = shifted_before and previous in ("and", "or") and bool(readings) and readings[0].pos == "VERB"
             subject = "<name>" if joined else previous  # `took a list and returned`, never `and forwarded`
-            shifted = shift_verb(piece.text, subject, when, following)
+            shifted = shift_verb(piece.text, subject, when, following, before)
             if shifted:
                 shifted_before = piece.text.lower() not in FUTURE  # a lexical verb, not `is` or `has`
                 if when == "future" and following == "not":
                     shifted = NEGATED_FUTURE[piece.text.lower()]
                     skip_not = True
                 out.append(match_case(piece.text, shifted))
-                previous = piece.text.lower()
+                before, previous = previous, piece.text.lower()
                 continue
         out.append(piece.text)
         if piece.kind != SPACE:
-            previous = previous_word(piece)
+            before, previous = previous, previous_word(piece)
     return "".join(out)
