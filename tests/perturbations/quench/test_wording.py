@@ -114,8 +114,12 @@ def test_no_inflection_frame_no_change(prose: str) -> None:
      "The function will take a list and will return its sum."),
     ("It returns True if the list is empty.", "It returned True if the list was empty.",
      "It will return True if the list is empty."),
-    ("The input has x, y point coordinates.", "The input had x, y point coordinates.",
-     "The input will have x, y point coordinates."),
+    # `coordinates` reads likelier as a verb the rules leave: the sentence is not left half shifted
+    ("The input has x, y point coordinates.", "The input has x, y point coordinates.",
+     "The input has x, y point coordinates."),
+    ("It returns n and it's prime. It returns x.", "It returns n and it's prime. It returned x.",
+     "It returns n and it's prime. It will return x."),
+    ("You CANNOT go off the grid.", "You CANNOT go off the grid.", "You CANNOT go off the grid."),
     ("Return True is list elements are sorted.", "Return True is list elements are sorted.",
      "Return True is list elements are sorted."),
 ])
@@ -128,7 +132,7 @@ def test_tense_leaves_imperatives_base_forms_and_conditions(before: str, past: s
 # The least share of the fixed set's (task, seed 0) prompts each default transformation changes
 # (docs/benchmarks.md gives the measured shares over ten seeds beside ReCode's).
 LEAST_SHARE = {"SynonymSubstitution": 0.93, "SynonymInsertion": 0.66, "EnglishInflectionalVariation": 0.73,
-               "TenseTransformationPast": 0.11, "TenseTransformationFuture": 0.1}
+               "TenseTransformationPast": 0.09, "TenseTransformationFuture": 0.08}
 
 
 @pytest.mark.parametrize("name", DEFAULT_DOCSTRING)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quench.perturbations.lexicon import lexicon
-from quench.perturbations.text import SPACE, WORD, Piece, match_case
-from quench.perturbations.wording import ends_sentence
+from quench.perturbations.text import FIXED, SPACE, WORD, Piece, match_case
+from quench.perturbations.wording import ends_sentence, is_blank
 from quench.perturbations.words import AUXILIARY_VERBS, MODALS
 
 PURPOSE_NOUNS = frozenset("function functions program programs method methods routine code script".split())
@@ -70,20 +70,24 @@ def noun_number(word: str) -> str | None:
 
 
 def coordinated(pieces: list[Piece], i: int, tag: str) -> list[int] | None:
-    """The piece indices of further verbs of form `tag` joined to the clause after piece `i` (`that
-    takes x and returns y`), up to the sentence's end: they change form with the first. None where
-    `and` joins a word that may be such a verb but is not in the lexicon (`and encodes`)."""
+    """The piece indices of further verbs of form `tag` joined to the clause after piece `i` by `and`,
+    `or` or a comma (`that takes x, sorts it and returns y`), up to the sentence's end: they change
+    form with the first. None where such a place holds a word that may be such a verb but is not in
+    the lexicon (`and encodes`) or is likelier another part of speech (`, sorts it`, `or equal to`):
+    the clause could be left half changed."""
     found = []
     for j in range(i + 1, len(pieces) - 2):
         if ends_sentence(pieces[j]) or pieces[j].text.rstrip().endswith(";"):
             break
-        if word_at(pieces, j) not in ("and", "or") or not spaced(pieces, j + 1):
+        joins = word_at(pieces, j) in ("and", "or") or (pieces[j].kind == FIXED and pieces[j].text == ",")
+        if not joins or not is_blank(pieces[j + 1]):
             continue
         readings = lexicon().analyses(word := word_at(pieces, j + 2))
         if not readings and word.endswith("s") and tag == "VBZ":
             return None
-        # verb-dominant only: `greater than or equal to` joins an adjective
-        if readings and readings[0].pos == "VERB" and any(a.pos == "VERB" and a.tag == tag for a in readings):
+        if any(a.pos == "VERB" and a.tag == tag for a in readings):
+            if readings[0].pos != "VERB":
+                return None  # `sorts it` or `or equal to`: a verb or not, no telling
             found.append(j + 2)
     return found
 

@@ -119,12 +119,22 @@ def sentences(pieces: list[Piece]) -> list[list[int]]:
     return [s for s in out if s]
 
 
+LIST_MARKS = frozenset({"*", "-", "•"})
+CONTRACTIONS = frozenset("it's that's there's what's here's".split())  # a present verb the shifter leaves
+
+
+def sentence_words(pieces: list[Piece], sentence: list[int]) -> list[tuple[int, str]]:
+    """(index, lower-case word) of the words of a sentence, protected ones (`CANNOT`, `add`) included."""
+    return [(i, pieces[i].text.lower()) for i in sentence
+            if pieces[i].kind == WORD or (pieces[i].kind == FIXED and pieces[i].text.isalpha())]
+
+
 def instructs(pieces: list[Piece], sentence: list[int]) -> bool:
-    """The sentence has an imperative clause, a modal, or `is to` (`your task is to`)."""
-    words = [(i, pieces[i].text.lower()) for i in sentence if pieces[i].kind == WORD]
-    if not words:
-        return False
-    if opens_instruction(words[0][1]) or any(w in MODALS for _, w in words):
+    """The sentence has an imperative clause, a modal, `is to` (`your task is to`) or list marks."""
+    words = sentence_words(pieces, sentence)
+    if not words or any(pieces[i].kind == FIXED and pieces[i].text.strip() in LIST_MARKS for i in sentence):
+        return bool(words)
+    if opens_instruction(words[0][1]) or any(w in MODALS or w == "cannot" for _, w in words):
         return True
     for (i, word), (_, after) in zip(words, words[1:]):
         if word in ("is", "are") and after == "to":
@@ -136,45 +146,55 @@ def instructs(pieces: list[Piece], sentence: list[int]) -> bool:
     return False
 
 
-def transform(pieces: list[Piece], when: str) -> str:
-    out: list[str] = []
-    previous = ""
-    skip_not = False
+def present_verb(word: str) -> bool:
+    """`is`, `has`, `it's`, `returns`: a present-tense verb, most likely one."""
+    readings = lexicon().analyses(word)
+    return (word in ("is", "are", "has", "does") or word in CONTRACTIONS
+            or bool(readings and readings[0].pos == "VERB" and readings[0].tag == "VBZ"))
+
+
+def shift_pieces(pieces: list[Piece], when: str) -> tuple[list[str], set[int], set[int]]:
+    """Each piece's new text, the indices of shifted verbs, and those inside a conditional clause."""
+    out = [piece.text for piece in pieces]
+    shifted: set[int] = set()
+    conditional: set[int] = set()
+    previous = before = ""
     condition = False  # inside an `if`/`when` clause: no future there
     shifted_before = False  # a lexical verb of this sentence changed: one joined by `and` changes with it
-    kept = {i for sentence in sentences(pieces) if instructs(pieces, sentence) for i in sentence}
-    before = ""
     for i, piece in enumerate(pieces):
-        if i in kept:
-            out.append(piece.text)
-            before, previous = "", ""
-            continue
         if piece.kind == WORD and piece.text.lower() in CONDITIONS:
             condition = True
         elif piece.kind == FIXED and any(c in piece.text for c in CLAUSE_ENDS):
             condition = False
             shifted_before = shifted_before and not any(c in piece.text for c in SENTENCE_ENDS)
-        if skip_not and piece.kind == WORD and piece.text.lower() == "not":
-            skip_not = False
-            out.pop()  # the space before `not`
-            continue
-        if piece.kind != SPACE:
-            skip_not = False
+        if condition:
+            conditional.add(i)
         if piece.kind == WORD and not (condition and when == "future"):
             following = pieces[i + 2].text.lower() if i + 2 < len(pieces) and pieces[i + 1].kind == SPACE else ""
             readings = lexicon().analyses(piece.text.lower())
             joined = shifted_before and previous in ("and", "or") and bool(readings) and readings[0].pos == "VERB"
             subject = "<name>" if joined else previous  # `took a list and returned`, never `and forwarded`
-            shifted = shift_verb(piece.text, subject, when, following, before)
-            if shifted:
+            new = shift_verb(piece.text, subject, when, following, before)
+            if new:
                 shifted_before = piece.text.lower() not in FUTURE  # a lexical verb, not `is` or `has`
                 if when == "future" and following == "not":
-                    shifted = NEGATED_FUTURE[piece.text.lower()]
-                    skip_not = True
-                out.append(match_case(piece.text, shifted))
-                before, previous = previous, piece.text.lower()
-                continue
-        out.append(piece.text)
+                    new = NEGATED_FUTURE[piece.text.lower()]
+                    out[i + 1] = out[i + 2] = ""  # the space and `not`
+                out[i] = match_case(piece.text, new)
+                shifted.add(i)
         if piece.kind != SPACE:
-            before, previous = previous, previous_word(piece)
-    return "".join(out)
+            before, previous = previous, (piece.text.lower() if i in shifted else previous_word(piece))
+    return out, shifted, conditional
+
+
+def transform(pieces: list[Piece], when: str) -> str:
+    """The text with its descriptive sentences in the past or future. A sentence that instructs, or one
+    that would be left half shifted (a present verb the rules cannot shift beside one they did), stays."""
+    out, shifted, conditional = shift_pieces(pieces, when)
+    text = []
+    for sentence in sentences(pieces):
+        left = [i for i, word in sentence_words(pieces, sentence)
+                if i not in shifted and present_verb(word) and not (when == "future" and i in conditional)]
+        keep = instructs(pieces, sentence) or not shifted.intersection(sentence) or left
+        text += [pieces[i].text if keep else out[i] for i in sentence]
+    return "".join(text)
