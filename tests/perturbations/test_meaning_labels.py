@@ -1,6 +1,7 @@
 """The blind sample of changed default-profile docstring variants, labelled by reading them for meaning and
 fluency (tests/perturbations/data/wording_labels.jsonl, drawn by benchmarks/wording_sample.py): the
-sample is still what the current code writes, and its shares are those docs/robustness.md states."""
+sample is still what the current code writes, and its shares are those docs/robustness.md and
+docs/benchmarks.md state."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ LABELS = Path(__file__).parent / "data" / "wording_labels.jsonl"
 FIELDS = {"benchmark", "task_id", "transformation", "seed", "original", "perturbed", "meaning_kept", "fluent", "why"}
 TRANSFORMS = ("SynonymSubstitution", "SynonymInsertion", "EnglishInflectionalVariation",
               "TenseTransformationPast", "TenseTransformationFuture")
-# docs/robustness.md: (variants read as keeping the meaning, as fluent, sample size), then the
+# docs/benchmarks.md: (variants read as keeping the meaning, as fluent, sample size), then the
 # Wilson 95% interval of each share in %
 STATED = {
     "SynonymSubstitution": (28, 25, 28, (87.9, 100.0), (72.8, 96.3)),

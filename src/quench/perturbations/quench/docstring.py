@@ -149,9 +149,9 @@ def synonym_candidates(pieces: list[Piece], pos: str | None = None) -> list[tupl
 
 
 # Verbs only: `find or determine`, `check or verify` are phrases a person writes; `task or job`, `largest
-# or biggest`, `elements or items` are not. Nor are `Write or implement a function` (an instruction) and
-# `need or have to` (a split phrase).
-NO_INSERTION = frozenset({"write", "implement", "create", "complete", "need"})
+# or biggest`, `elements or items` are not. Nor are `Write or implement a function` (an instruction),
+# `need or have to` (a split phrase) and `perform or carry out` (a verb beside its own paraphrase).
+NO_INSERTION = frozenset({"write", "implement", "create", "complete", "need", "perform", "performs"})
 
 
 class SynonymSubstitution(DocstringPerturbation):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from quench.perturbations.lexicon import DETERMINERS, lexicon
 from quench.perturbations.text import FIXED, SPACE, WORD, Piece, match_case
-from quench.perturbations.words import DOMINANT_READING, MODALS
+from quench.perturbations.words import AUXILIARY_VERBS, DOMINANT_READING, MODALS
 
 PAST = {"is": "was", "are": "were", "am": "was", "has": "had", "have": "had", "does": "did", "do": "did"}
 FUTURE = {"is": "will be", "are": "will be", "am": "will be", "was": "will be", "were": "will be",
@@ -123,6 +123,11 @@ LIST_MARKS = frozenset({"*", "-", "•"})
 CONTRACTIONS = frozenset("it's that's there's what's here's".split())  # a present verb the shifter leaves
 
 
+# After these a base-form verb is no instruction: `to find`, `you need`, `the count`, `of use`, `are given`.
+NOT_IMPERATIVE_AFTER = (MODALS | DETERMINERS | PLURAL_SUBJECTS | AUXILIARY_VERBS
+                        | frozenset("to not n't do does did don't doesn't cannot of in for with by on".split()))
+
+
 def sentence_words(pieces: list[Piece], sentence: list[int]) -> list[tuple[int, str]]:
     """(index, lower-case word) of the words of a sentence, protected ones (`CANNOT`, `add`) included."""
     return [(i, pieces[i].text.lower()) for i in sentence
@@ -140,17 +145,23 @@ def instructs(pieces: list[Piece], sentence: list[int]) -> bool:
         if word in ("is", "are") and after == "to":
             return True
     for k, (i, word) in enumerate(words[1:], 1):
-        before = pieces[i - 1].text if pieces[i - 1].kind != SPACE else pieces[i - 2].text if i >= 2 else ""
-        if word in IMPERATIVES and (before.rstrip().endswith(",") or "\n" in before or words[k - 1][1] == "then"):
-            return True
+        if word in IMPERATIVES and words[k - 1][1] not in NOT_IMPERATIVE_AFTER:
+            return True  # `..., return`, `(of length two) select and return`
     return False
 
 
-def present_verb(word: str) -> bool:
-    """`is`, `has`, `it's`, `returns`: a present-tense verb, most likely one."""
+def present_verb(word: str, previous: str) -> bool:
+    """`is`, `has`, `it's`, `don't`, `returns`, `we have`, `cars move`: a present-tense verb, most likely one."""
     readings = lexicon().analyses(word)
-    return (word in ("is", "are", "has", "does") or word in CONTRACTIONS
-            or bool(readings and readings[0].pos == "VERB" and readings[0].tag == "VBZ"))
+    if word in ("is", "are", "has", "does", "don't", "doesn't") or word in CONTRACTIONS:
+        return True
+    if not readings or readings[0].pos != "VERB":
+        return False
+    if readings[0].tag == "VBZ":
+        return True
+    plural = previous in ("we", "they", "you", "i") or any(a.pos == "NOUN" and a.tag == "NNS"
+                                                           for a in lexicon().analyses(previous)[:1])
+    return readings[0].tag == "VB" and plural
 
 
 def shift_pieces(pieces: list[Piece], when: str) -> tuple[list[str], set[int], set[int]]:
@@ -193,8 +204,9 @@ def transform(pieces: list[Piece], when: str) -> str:
     out, shifted, conditional = shift_pieces(pieces, when)
     text = []
     for sentence in sentences(pieces):
-        left = [i for i, word in sentence_words(pieces, sentence)
-                if i not in shifted and present_verb(word) and not (when == "future" and i in conditional)]
+        words = sentence_words(pieces, sentence)
+        left = [i for k, (i, word) in enumerate(words) if i not in shifted
+                and present_verb(word, words[k - 1][1] if k else "") and not (when == "future" and i in conditional)]
         keep = instructs(pieces, sentence) or not shifted.intersection(sentence) or left
         text += [pieces[i].text if keep else out[i] for i in sentence]
     return "".join(text)
