@@ -1,7 +1,7 @@
 """A blind, seeded sample of changed default-profile docstring variants, labelled by reading them:
 does the variant keep the task's meaning, and does it read as a person would write it?
 
-    python benchmarks/wording_sample.py draw --seed 80117 --per-cell 14 --out tests/perturbations/data/wording_labels.jsonl
+    python benchmarks/wording_sample.py draw --seed 90421 --per-cell 14 --out tests/perturbations/data/wording_labels.jsonl
     python benchmarks/wording_sample.py score tests/perturbations/data/wording_labels.jsonl
 
 `draw` takes, per transformation and benchmark (HumanEval, MBPP's 500 test problems), `--per-cell`
