@@ -68,29 +68,14 @@ def names_a_variable(word: str) -> bool:
 
 
 class WordwiseDocstringPerturbation(DocstringPerturbation):
-    keeps_terms = False  # word-level edits (synonyms, inflections) leave technical terms whole
+    """Character noise: each editable word changed on its own."""
 
     def edit(self, pieces: list[Piece], rng: random.Random) -> str:
-        out, previous = [], ""
-        fixed = technical_pieces(pieces) if self.keeps_terms else set()
-        for i, piece in enumerate(pieces):
-            following = next_word(pieces, i)
-            # The word before a variable binds it (`Let CAP be`, `let SM be`): left as written.
-            if piece.kind == WORD and (i in fixed or (self.keeps_terms and names_a_variable(following))):
-                out.append(piece)
-                previous = piece.text.lower()
-            elif piece.kind == WORD:
-                out.append(Piece(self.edit_word(piece.text, previous, following.lower(), rng), WORD))
-                previous = piece.text.lower()
-            else:
-                out.append(piece)
-                if piece.kind != SPACE:
-                    previous = ""
-        return join(out)
+        return join([Piece(self.edit_word(p.text, rng), WORD) if p.kind == WORD else p for p in pieces])
 
     @abstractmethod
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
-        """The replacement for one editable word (`previous`, `following`: the words around it, lower case)."""
+    def edit_word(self, word: str, rng: random.Random) -> str:
+        """The replacement for one editable word."""
 
 
 class ButterFingersPerturbation(WordwiseDocstringPerturbation):
@@ -100,7 +85,7 @@ class ButterFingersPerturbation(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.05) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, rng: random.Random) -> str:
         return butter_fingers(word, rng, self.prob)
 
 
@@ -111,7 +96,7 @@ class ChangeCharCase(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.35) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, rng: random.Random) -> str:
         return change_case(word, rng, self.prob)
 
 
@@ -122,7 +107,7 @@ class SwapCharactersPerturbation(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.05) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, rng: random.Random) -> str:
         return swap_characters(word, rng, self.prob)
 
 
