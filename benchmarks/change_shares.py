@@ -72,7 +72,8 @@ def main() -> int:
     if missing:
         print(f"error: --release {args.release}: no humaneval sets for {', '.join(missing)}", file=sys.stderr)
         return 2
-    benchmarks = {"HumanEval": load_humaneval(), "MBPP": load_mbpp(None if args.mbpp_split == "all" else args.mbpp_split)}
+    mbpp = load_mbpp(None if args.mbpp_split == "all" else args.mbpp_split)
+    benchmarks = {"HumanEval": load_humaneval(), "MBPP": mbpp}
     nominal = {p.task_id: p.prompt for p in benchmarks["HumanEval"]}
     checked = meaning.available()
     print(f"HumanEval {len(benchmarks['HumanEval'])} problems, MBPP {len(benchmarks['MBPP'])} ({args.mbpp_split}); "
@@ -90,7 +91,8 @@ def main() -> int:
         rows[name] = row
         cells = [row["release_humaneval"], row["recode_humaneval"], row["recode_mbpp"], row["quench_humaneval"],
                  row["quench_mbpp"], row["quench_kept_humaneval"], row["quench_kept_mbpp"]]
-        print(f"| {name} | {len(seeds_of(name))} | " + " | ".join("-" if c is None else f"{c:.1%}" for c in cells) + " |")
+        shown = " | ".join("-" if c is None else f"{c:.1%}" for c in cells)
+        print(f"| {name} | {len(seeds_of(name))} | {shown} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0

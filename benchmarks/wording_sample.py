@@ -1,8 +1,10 @@
 """A blind, seeded sample of changed default-profile docstring variants, labelled by reading them:
 does the variant keep the task's meaning, and does it read as a person would write it?
 
-    python benchmarks/wording_sample.py draw --seed 90421 --per-cell 14 --out tests/perturbations/data/wording_labels.jsonl
-    python benchmarks/wording_sample.py score tests/perturbations/data/wording_labels.jsonl
+    python benchmarks/wording_sample.py draw --seed 90421 --per-cell 14 --out LABELS
+    python benchmarks/wording_sample.py score LABELS
+
+LABELS: tests/perturbations/data/wording_labels.jsonl.
 
 `draw` takes, per transformation and benchmark (HumanEval, MBPP's 500 test problems), `--per-cell`
 distinct tasks at random among those the transformation changes at any of seeds 0-9 (seed 0 alone
@@ -64,7 +66,8 @@ def draw(seed: int, per_cell: int) -> list[dict]:
                     changing.append((problem, hits))
             for problem, hits in rng.sample(changing, min(per_cell, len(changing))):
                 chosen = rng.choice(hits)
-                original, perturbed = changed_sentences(*prose(problem, apply_seeded(transform, problem, chosen).prompt))
+                variant = apply_seeded(transform, problem, chosen).prompt
+                original, perturbed = changed_sentences(*prose(problem, variant))
                 rows.append({"benchmark": benchmark, "task_id": problem.task_id, "transformation": name,
                              "seed": chosen, "original": original, "perturbed": perturbed,
                              "meaning_kept": None, "fluent": None, "why": ""})

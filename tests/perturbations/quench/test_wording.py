@@ -74,7 +74,8 @@ def test_insertion_joins_the_synonym_with_or_once_a_sentence() -> None:
 
 
 @pytest.mark.parametrize(("before", "after"), [
-    ("Write a function to find the sum.", ["Write a function that finds the sum.", "Write a function for finding the sum."]),
+    ("Write a function to find the sum.",
+     ["Write a function that finds the sum.", "Write a function for finding the sum."]),
     ("Write a function that takes a list and returns its sum.",
      ["Write a function taking a list and returning its sum."]),
     ("Count the words that start with a vowel.", ["Counts the words that start with a vowel.",
@@ -104,7 +105,8 @@ def test_no_inflection_frame_no_change(prose: str) -> None:
     ("If n is greater than m, return -1.", "If n is greater than m, return -1.", "If n is greater than m, return -1."),
     ("Let CAP be the count of capitals.", "Let CAP be the count of capitals.", "Let CAP be the count of capitals."),
     ("The extensions are to be used.", "The extensions are to be used.", "The extensions are to be used."),
-    ("Write a function that takes a list.", "Write a function that takes a list.", "Write a function that takes a list."),
+    ("Write a function that takes a list.", "Write a function that takes a list.",
+     "Write a function that takes a list."),
     ("Given a list, return what it has.", "Given a list, return what it has.", "Given a list, return what it has."),
     ("The function should return x if n is prime.", "The function should return x if n is prime.",
      "The function should return x if n is prime."),
@@ -152,7 +154,8 @@ def test_edits_stay_in_the_prose(name: str) -> None:
             assert variant == problem.prompt
             continue
         tail = len(problem.prompt) - doc.end
-        assert variant[:doc.start] == problem.prompt[:doc.start] and variant[len(variant) - tail:] == problem.prompt[doc.end:]
+        assert variant[:doc.start] == problem.prompt[:doc.start]
+        assert variant[len(variant) - tail:] == problem.prompt[doc.end:]
         old, new = problem.prompt[doc.start:doc.end], variant[doc.start:len(variant) - tail]
         for kept in [*re.findall(r"\w*\d\w*|\w+_\w+", old), *(m.group() for m in QUOTED.finditer(old))]:
             assert old.count(kept) <= new.count(kept), (problem.task_id, kept)

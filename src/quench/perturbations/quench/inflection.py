@@ -134,7 +134,8 @@ def relative(pieces: list[Piece], i: int) -> Edit | None:
 
 def reduced(pieces: list[Piece], i: int) -> Edit | None:
     verb = word_at(pieces, i)
-    if verb not in REDUCED_VERBS or not spaced(pieces, i - 1) or (number := noun_number(word_at(pieces, i - 2))) is None:
+    number = noun_number(word_at(pieces, i - 2))
+    if verb not in REDUCED_VERBS or not spaced(pieces, i - 1) or number is None:
         return None
     if word_at(pieces, i - 4) in ("with", "each", "every"):
         return None  # `with each character representing a bit`: no relative clause

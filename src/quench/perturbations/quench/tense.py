@@ -77,7 +77,9 @@ def shift_verb(word: str, previous: str, when: str, following: str = "", before:
 def plural_verb(lower: str, previous: str, when: str) -> str | None:
     """`the numbers differ` -> `differed` / `will differ`: a base-form verb after a plural subject."""
     readings = lexicon().analyses(lower)
-    if lower == "be" or not readings or readings[0].pos != "VERB" or readings[0].tag != "VB" or not is_subject(previous, plural=True):
+    if lower == "be" or not readings or (readings[0].pos, readings[0].tag) != ("VERB", "VB"):
+        return None
+    if not is_subject(previous, plural=True):
         return None
     if any(a.pos != "VERB" and a.count * DOMINANT_READING > readings[0].count for a in readings):
         return None  # `elements present in another list`: an adjective as likely as the verb
