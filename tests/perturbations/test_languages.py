@@ -54,8 +54,10 @@ def perturb(name: str, problem: Problem, seed: int = 0) -> Problem:
 
 @pytest.mark.parametrize("problem", ALL, ids=lambda p: p.language)
 def test_a_docstring_transformation_edits_only_the_comments_prose(problem: Problem) -> None:
-    variant = perturb("TenseTransformationFuture", problem)
-    assert variant.prompt == problem.prompt.replace("that returns the sum", "that will return the sum")
+    variant = perturb("SynonymSubstitution", problem)
+    edits = {problem.prompt.replace("Write a", f"{verb} a", 1).replace("the sum", f"the {noun}", 1)
+             for verb in ("Write", "Implement", "Create") for noun in ("sum", "total")}
+    assert variant.prompt in edits - {problem.prompt}
     assert (variant.test, variant.canonical_solution) == (problem.test, problem.canonical_solution)
 
 
@@ -70,7 +72,7 @@ def test_the_comments_examples_and_gos_boilerplate_stay_as_they_are() -> None:
 def test_words_in_the_harnesss_strings_are_not_taken_for_names() -> None:
     infinitive = GO.with_changes(prompt=GO.prompt.replace("that returns the sum", "to add"))
     assert perturb("TenseTransformationPast", infinitive) == infinitive  # "to add" stays, as "to" is prose
-    assert perturb("TenseTransformationPast", GO).prompt == GO.prompt.replace("returns", "returned")
+    assert perturb("EnglishInflectionalVariation", GO).prompt == GO.prompt.replace("that returns", "returning")
 
 
 def test_character_noise_keeps_every_comment_marker() -> None:

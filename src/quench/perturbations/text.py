@@ -17,7 +17,9 @@ from quench.perturbations.source import Source, docstring_node, find_function, p
 
 WORD, SPACE, FIXED = "word", "space", "fixed"
 EXAMPLE_LINE = re.compile(r"==|!=|->|=>|>>>|<=|>=|^\s*[A-Za-z_][\w.]*\(")
-QUOTED = re.compile(r"(?<![A-Za-z])'[^'\n]*'(?![A-Za-z])|\"[^\"\n]*\"|`[^`\n]*`")
+# A double-quoted string may run over a line break (an expected output quoted in the prose); a single
+# quote may not, as an apostrophe (`file's`) would open one.
+QUOTED = re.compile(r"(?<![A-Za-z])'[^'\n]*'(?![A-Za-z])|\"[^\"]*\"|`[^`\n]*`")
 ESCAPE = re.compile(r"\\.", re.DOTALL)
 TOKEN = re.compile(r"(\n[ \t]*)|([ \t]+)|(\S+)")
 WORD_CHARS = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*")

@@ -12,13 +12,11 @@ from abc import abstractmethod
 
 from quench.datasets import Problem
 from quench.perturbations.base import DOCSTRING, Perturbation
-from quench.perturbations.lexicon import DETERMINERS, Analysis, lexicon
+from quench.perturbations import wording
 from quench.perturbations.quench import tense
+from quench.perturbations.quench.inflection import apply_edits, inflection_edits
 from quench.perturbations.text import FIXED, SPACE, WORD, Piece, docstring_text, join, match_case, segment
-from quench.perturbations.words import (
-    AUXILIARY_VERBS, DOMINANT_READING, FUNCTION_WORDS, NUMERALS, PREPOSITIONS, PROTECTED_VOCABULARY, STOPWORDS,
-    TECHNICAL_TERMS, butter_fingers, change_case, in_technical_terms, swap_characters,
-)
+from quench.perturbations.words import butter_fingers, change_case, in_technical_terms, swap_characters
 
 QUOTES = ('"""', "'''")
 
@@ -70,29 +68,14 @@ def names_a_variable(word: str) -> bool:
 
 
 class WordwiseDocstringPerturbation(DocstringPerturbation):
-    keeps_terms = False  # word-level edits (synonyms, inflections) leave technical terms whole
+    """Character noise: each editable word changed on its own."""
 
     def edit(self, pieces: list[Piece], rng: random.Random) -> str:
-        out, previous = [], ""
-        fixed = technical_pieces(pieces) if self.keeps_terms else set()
-        for i, piece in enumerate(pieces):
-            following = next_word(pieces, i)
-            # The word before a variable binds it (`Let CAP be`, `let SM be`): left as written.
-            if piece.kind == WORD and (i in fixed or (self.keeps_terms and names_a_variable(following))):
-                out.append(piece)
-                previous = piece.text.lower()
-            elif piece.kind == WORD:
-                out.append(Piece(self.edit_word(piece.text, previous, following.lower(), rng), WORD))
-                previous = piece.text.lower()
-            else:
-                out.append(piece)
-                if piece.kind != SPACE:
-                    previous = ""
-        return join(out)
+        return join([Piece(self.edit_word(p.text, rng), WORD) if p.kind == WORD else p for p in pieces])
 
     @abstractmethod
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
-        """The replacement for one editable word (`previous`, `following`: the words around it, lower case)."""
+    def edit_word(self, word: str, rng: random.Random) -> str:
+        """The replacement for one editable word."""
 
 
 class ButterFingersPerturbation(WordwiseDocstringPerturbation):
@@ -102,7 +85,7 @@ class ButterFingersPerturbation(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.05) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, rng: random.Random) -> str:
         return butter_fingers(word, rng, self.prob)
 
 
@@ -113,7 +96,7 @@ class ChangeCharCase(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.35) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, rng: random.Random) -> str:
         return change_case(word, rng, self.prob)
 
 
@@ -124,146 +107,82 @@ class SwapCharactersPerturbation(WordwiseDocstringPerturbation):
     def __init__(self, prob: float = 0.05) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
+    def edit_word(self, word: str, rng: random.Random) -> str:
         return swap_characters(word, rng, self.prob)
 
 
-def eligible(word: str) -> bool:
-    lower = word.lower()
-    return len(lower) > 2 and lower not in STOPWORDS
+def at_least_one(candidates: list, prob: float, rng: random.Random) -> list:
+    """Each candidate with probability `prob`; one drawn at random where none was (a variant that
+    can change does)."""
+    chosen = [c for c in candidates if rng.random() < prob]
+    return chosen or ([rng.choice(candidates)] if candidates else [])
 
 
-def protected(lower: str, reading: Analysis) -> bool:
-    """A stop-listed word in any inflection (`sums`, `closing` as `sum`, `close`)."""
-    return lower in PROTECTED_VOCABULARY or reading.lemma in PROTECTED_VOCABULARY
+def synonym_candidates(pieces: list[Piece], pos: str | None = None) -> list[tuple[int, list[str]]]:
+    """(piece index, replacements) of each word the wording table lets change here (of part of speech
+    `pos` alone where given); technical terms and the word before a variable (`Let CAP be`) stay."""
+    fixed = technical_pieces(pieces)
+    out = []
+    for i, piece in enumerate(pieces):
+        if piece.kind != WORD or i in fixed or names_a_variable(next_word(pieces, i)):
+            continue
+        options = wording.replacements(piece.text, wording.previous_word(pieces, i), wording.following_word(pieces, i),
+                                       pos)
+        if options:
+            out.append((i, options))
+    return out
 
 
-# After a determiner, a numeral, a preposition or an adjective the next word is no verb: `four beats`,
-# `musical notes`, `the number of triples`, `a supplied string`, `an underscore` (WordNet lists the
-# last three as verbs only). Not after `that`, as often a relative pronoun (`palindromes that fall`)
-# as a determiner, nor after `to`. Before `of` a word that can be a noun is one (`the string reverse
-# of a prefix`, `the sum of`); a verb only where it cannot (`consists of`).
-NOUN_CONTEXT = (DETERMINERS - {"that"}) | NUMERALS | (PREPOSITIONS - {"to"})
+# Verbs only: `find or determine`, `check or verify` are phrases a person writes; `task or job`, `largest
+# or biggest`, `elements or items` are not. Nor are `Write or implement a function` (an instruction),
+# `need or have to` (a split phrase) and `perform or carry out` (a verb beside its own paraphrase).
+NO_INSERTION = frozenset({"write", "implement", "create", "complete", "need", "perform", "performs"})
 
 
-def readings_in_context(lower: str, previous: str, following: str = "") -> list[Analysis]:
-    """The plausible readings of a word between `previous` and `following`, the likeliest first."""
-    readings = lexicon().analyses(lower)
-    before = lexicon().analyses(previous) if previous else []
-    if (previous in NOUN_CONTEXT or (before and before[0].pos == "ADJ")
-            or (following == "of" and any(a.pos == "NOUN" for a in readings))):
-        return [a for a in readings if a.pos != "VERB"]
-    chosen = lexicon().analyse(lower, previous)
-    return [chosen, *(a for a in readings if a != chosen)] if chosen else []
-
-
-def participle(reading: Analysis, lower: str) -> bool:
-    """`separated`, `considered`: a past form that is also the participle, most often used as one."""
-    return reading.tag == "VBD" and lexicon().inflect(reading.lemma, "VERB", "VBN") == lower
-
-
-# Inflections that keep the meaning: a noun's number, a finite verb's person or tense. An
-# adjective's degree (`largest` -> `large`) and a participle used as an adjective (`missing`,
-# `closed`, `a supplied string`) change what the task asks for: left as they are.
-MEANING_NEUTRAL_TAGS = {"NN": ("NN", "NNS"), "NNS": ("NN", "NNS"), "VB": ("VB", "VBZ", "VBD"),
-                        "VBZ": ("VB", "VBZ", "VBD"), "VBD": ("VB", "VBZ", "VBD")}
-
-
-class EnglishInflectionalVariation(WordwiseDocstringPerturbation):
-    name = "EnglishInflectionalVariation"
-    description = "nouns and finite verbs replaced by a random inflection of the same lemma (number, person, tense)"
-    keeps_terms = True
-
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
-        if not eligible(word):
-            return word
-        lower = word.lower()
-        readings = readings_in_context(lower, previous, following)
-        if not readings or protected(lower, readings[0]):
-            return word
-        # A form right under every reading: `guesses` (noun or verb) -> `guess`, never `guessed`.
-        forms = [f for f in neutral_forms(readings[0], lower)
-                 if all(f in neutral_forms(a, lower) for a in readings[1:] if a.pos != readings[0].pos)]
-        return match_case(word, rng.choice(forms)) if forms else word
-
-
-def neutral_forms(reading: Analysis, lower: str) -> list[str]:
-    """The forms a word may take under one reading; only itself where no inflection keeps the meaning."""
-    if reading.tag not in MEANING_NEUTRAL_TAGS or participle(reading, lower):
-        return [lower]
-    forms = (lexicon().inflect(reading.lemma, reading.pos, tag) for tag in MEANING_NEUTRAL_TAGS[reading.tag])
-    return list(dict.fromkeys(f for f in forms if f))
-
-
-def synonyms(word: str, previous: str, following: str = "") -> list[str]:
-    """Synonyms of the word's reading in context, same part of speech and same sense; none for a
-    stop-listed word or one whose part of speech is in doubt. Function words and technical terms
-    (`pile` -> `heap`) never come in as synonyms."""
-    lower = word.lower()
-    if not eligible(word):
-        return []
-    readings = readings_in_context(lower, previous, following)
-    if not readings or any(a.pos != readings[0].pos and a.count * DOMINANT_READING > readings[0].count
-                           for a in readings):
-        return []
-    reading = readings[0]
-    if protected(lower, reading):
-        return []
-    if participle(reading, lower) and previous in AUXILIARY_VERBS:
-        reading = Analysis(reading.lemma, reading.pos, "VBN", reading.count)  # `is considered` -> `is regarded`
-    lemmas = [s for s in lexicon().synonyms.get((reading.lemma, reading.pos), ())
-              if not FUNCTION_WORDS.intersection(s.split()) and s not in PROTECTED_VOCABULARY
-              and (s,) not in TECHNICAL_TERMS and common(s, reading) and same_sense(s, reading)]
-    forms = (lexicon().inflect(s, reading.pos, reading.tag) for s in lemmas)
-    return list(dict.fromkeys(f for f in forms if f and f != lower))
-
-
-# A synonym must be a word in common use in that part of speech: WordNet's sense-tagged count at
-# least this share of the original's (`compute` -> `cipher`, `ignore` -> `snub` are not).
-COMMON_SHARE = 0.25
-
-
-def common(synonym: str, reading: Analysis) -> bool:
-    if " " in synonym:
-        return False  # `patterned advance`, `bring forth`: multi-word synonyms read as a different phrase
-    counts = [a.count for a in lexicon().analyses(synonym) if a.pos == reading.pos]
-    return bool(counts) and max(counts) >= COMMON_SHARE * reading.count
-
-
-def same_sense(synonym: str, reading: Analysis) -> bool:
-    """The synonym's own most frequent sense is the word's, so a reader takes it in that sense:
-    `example` -> `instance`, never `representative`; `meet` -> never `see`, `reverse` -> never `turn`."""
-    return reading.lemma in lexicon().synonyms.get((synonym, reading.pos), ())
-
-
-class SynonymSubstitution(WordwiseDocstringPerturbation):
+class SynonymSubstitution(DocstringPerturbation):
     name = "SynonymSubstitution"
-    description = "words replaced by a WordNet synonym (most frequent sense, inflected alike) with p=0.5"
-    keeps_terms = True
+    description = "words replaced by a synonym that fits the context (data/wording.tsv) with p=0.5, at least one"
 
     def __init__(self, prob: float = 0.5) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
-        options = synonyms(word, previous, following)
-        if options and rng.random() < self.prob:
-            return match_case(word, rng.choice(options))
-        return word
+    def edit(self, pieces: list[Piece], rng: random.Random) -> str:
+        out = list(pieces)
+        for i, options in at_least_one(synonym_candidates(pieces), self.prob, rng):
+            out[i] = Piece(match_case(pieces[i].text, rng.choice(options)), WORD)
+        return join(out)
 
 
-class SynonymInsertion(WordwiseDocstringPerturbation):
+class SynonymInsertion(DocstringPerturbation):
     name = "SynonymInsertion"
-    description = "a WordNet synonym inserted after words with p=0.5"
-    keeps_terms = True
+    description = "`verb or synonym` for verbs with a fitting synonym (data/wording.tsv), p=0.5, at most one a sentence"
 
     def __init__(self, prob: float = 0.5) -> None:
         self.prob = prob
 
-    def edit_word(self, word: str, previous: str, following: str, rng: random.Random) -> str:
-        options = synonyms(word, previous, following)
-        if options and rng.random() < self.prob:
-            return f"{word} {rng.choice(options)}"
-        return word
+    def edit(self, pieces: list[Piece], rng: random.Random) -> str:
+        sentence = wording.sentence_of(pieces)
+        candidates = [(i, options) for i, options in synonym_candidates(pieces, pos="V")
+                      if pieces[i].text.lower() not in NO_INSERTION]
+        out, used = list(pieces), set()
+        for i, options in at_least_one(candidates, self.prob, rng):
+            if sentence[i] not in used:
+                used.add(sentence[i])
+                out[i] = Piece(f"{pieces[i].text} or {rng.choice(options)}", WORD)
+        return join(out)
+
+
+class EnglishInflectionalVariation(DocstringPerturbation):
+    name = "EnglishInflectionalVariation"
+    description = "a verb in another form with the words it needs (`to find` -> `that finds`), p=0.5, at least one"
+
+    def __init__(self, prob: float = 0.5) -> None:
+        self.prob = prob
+
+    def edit(self, pieces: list[Piece], rng: random.Random) -> str:
+        edits = inflection_edits(pieces)
+        chosen = {e.start: rng.choice(e.options) for e in at_least_one(edits, self.prob, rng)}
+        return apply_edits(pieces, chosen, edits)
 
 
 class WhitespacePerturbation(DocstringPerturbation):
