@@ -14,7 +14,6 @@ import ast
 import re
 
 from quench.datasets.problem import Problem
-from quench.execution.program_build import program_for  # noqa: F401  # imported from here by callers outside execution
 from quench.execution.sanitize_braces import sanitize_braced_chat, sanitize_braced_completion
 from quench.execution.sanitized import FENCE, Sanitized, fenced_blocks
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from quench.datasets import Problem
-from quench.execution.sanitize import program_for
+from quench.execution.program_build import program_for
 from quench.perturbations import languages, meaning
 from quench.perturbations.base import CODE_FORMAT, CODE_SYNTAX, DOCSTRING, FUNCTION_NAME, refusal
 from quench.perturbations.source import cached_partial, parse
