@@ -18,7 +18,8 @@ from sandbox_helpers import mode_python, needs_language, pool_processes, skip_re
 
 from quench.datasets import LANGUAGES, Problem, load_benchmark
 from quench.execution import Outcome, SandboxLimits, SandboxPool
-from quench.execution.sanitize import program_for, sanitize
+from quench.execution.program_build import program_for
+from quench.execution.sanitize import sanitize
 from quench.execution.sanitize_braces import definition_start
 from quench.execution.toolchains import has_toolchain, toolchain_dir
 

@@ -17,7 +17,7 @@ from quench.execution import Outcome, SandboxLimits, SandboxPool
 from quench.execution.plus import (FACTOR, MIN_LIMIT_S, PlusPool, oracle_for, plus_program, prepare_oracles,
                                    sandbox_limits, time_limits)
 from quench.execution.plus_oracle import DIGEST_BYTES
-from quench.execution.sanitize import program_for
+from quench.execution.program_build import program_for
 
 WRONG_ORDER = "  return tuple(sorted(set(test_tup1) & set(test_tup2)))\n"  # Mbpp/2: a set-compared task
 WRONG = "  return tuple(sorted(set(test_tup1) | set(test_tup2)))\n"

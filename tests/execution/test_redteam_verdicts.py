@@ -19,7 +19,7 @@ from sandbox_helpers import MODES, mode_python, skip_reason
 
 from quench.datasets import Problem, load_benchmark
 from quench.execution import Outcome, SandboxLimits, SandboxPool
-from quench.execution.sanitize import program_for
+from quench.execution.program_build import program_for
 from quench.execution.toolchains import has_toolchain, prepare
 
 NOT_PASSED = None  # any outcome but `passed`
