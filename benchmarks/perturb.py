@@ -54,7 +54,7 @@ def main() -> int:
     if args.model_subset:
         subset = load_humaneval()[:args.model_subset]
         start = time.perf_counter()
-        from quench.perturbations.quench.model_based import HFTextModel
+        from quench.perturbations.checked.model_based import HFTextModel
 
         model = HFTextModel.default()
         load_s = time.perf_counter() - start

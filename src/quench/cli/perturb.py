@@ -95,7 +95,7 @@ def print_stats(result: PerturbationSet) -> None:
 def load_model(name: str | None) -> object | None:
     if name is None:
         return None
-    from quench.perturbations.quench.model_based import HFTextModel
+    from quench.perturbations.checked.model_based import HFTextModel
 
     return HFTextModel(console.load_model(name))
 

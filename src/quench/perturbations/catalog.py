@@ -12,20 +12,20 @@ from typing import Iterable
 
 from quench.errors import QuenchError
 from quench.perturbations.base import CATEGORIES, CATEGORY_ALIASES, RECODE_ORDER, Perturbation
-from quench.perturbations.quench.code_format import (
+from quench.perturbations.checked.code_format import (
     Doc2Comments, NewLineAfterCode, NewLineAfterDoc, NewLines, SplitLines, TabIndent,
 )
-from quench.perturbations.quench.code_syntax import DeadCodeInserter, DeadCodeInserterLast, ForWhileTransformer, OperandSwap
-from quench.perturbations.quench.docstring import (
+from quench.perturbations.checked.code_syntax import DeadCodeInserter, DeadCodeInserterLast, ForWhileTransformer, OperandSwap
+from quench.perturbations.checked.docstring import (
     ButterFingersPerturbation, ChangeCharCase, EnglishInflectionalVariation, SwapCharactersPerturbation, SynonymInsertion,
     SynonymSubstitution, TenseTransformationFuture, TenseTransformationPast, WhitespacePerturbation,
 )
-from quench.perturbations.quench.function_name import (
+from quench.perturbations.checked.function_name import (
     FuncRenameButterFinger, FuncRenameCamelCase, FuncRenameChangeChar, FuncRenameInflectionalVariation,
     FuncRenameSwapChar, FuncRenameSynonymSub,
 )
-from quench.perturbations.quench.model_based import BackTranslation, VarRenamerCB
-from quench.perturbations.quench.renaming import VarRenamerNaive, VarRenamerRN
+from quench.perturbations.checked.model_based import BackTranslation, VarRenamerCB
+from quench.perturbations.checked.renaming import VarRenamerNaive, VarRenamerRN
 from quench.perturbations.recode.chars import (
     RecodeButterFingers, RecodeChangeCharCase, RecodeFuncRenameButterFinger, RecodeFuncRenameChangeChar,
     RecodeFuncRenameSwapChar, RecodeSwapCharacters, RecodeWhitespace,

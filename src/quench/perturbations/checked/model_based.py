@@ -16,9 +16,9 @@ import re
 import textwrap
 from typing import Any, Protocol, Sequence
 
-from quench.perturbations.quench.code_syntax import Analysed, CodePerturbation
-from quench.perturbations.quench.renaming import rename_choice
-from quench.perturbations.quench.docstring import QUOTES, DocstringPerturbation
+from quench.perturbations.checked.code_syntax import Analysed, CodePerturbation
+from quench.perturbations.checked.renaming import rename_choice
+from quench.perturbations.checked.docstring import QUOTES, DocstringPerturbation
 from quench.perturbations.source import Edit, docstring_node
 from quench.perturbations.text import FIXED, Piece, join
 

@@ -6,7 +6,7 @@ import pytest
 
 from quench.datasets import Problem
 from quench.perturbations import apply_seeded, create
-from quench.perturbations.quench.model_based import HFTextModel
+from quench.perturbations.checked.model_based import HFTextModel
 
 
 class ScriptedModel:

@@ -6,7 +6,7 @@ import pytest
 
 from quench.datasets import Problem
 from quench.perturbations import DOCSTRING, apply_seeded, create, names
-from quench.perturbations.quench import tense
+from quench.perturbations.checked import tense
 from quench.perturbations.text import docstring_text, segment
 from quench.perturbations.validate import check_docstring
 

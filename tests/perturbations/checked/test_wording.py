@@ -11,8 +11,8 @@ import pytest
 from quench.datasets import Problem, load_humaneval, load_mbpp
 from quench.perturbations.base import apply_seeded
 from quench.perturbations.catalog import create
-from quench.perturbations.quench import tense
-from quench.perturbations.quench.inflection import apply_edits, inflection_edits
+from quench.perturbations.checked import tense
+from quench.perturbations.checked.inflection import apply_edits, inflection_edits
 from quench.perturbations.text import QUOTED, docstring_text, segment
 from quench.perturbations.wording import table
 

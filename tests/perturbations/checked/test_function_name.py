@@ -8,7 +8,7 @@ import pytest
 
 from quench.datasets import Problem
 from quench.perturbations import FUNCTION_NAME, apply_seeded, create, names
-from quench.perturbations.quench.function_name import FuncRenameCamelCase, name_words, rename
+from quench.perturbations.checked.function_name import FuncRenameCamelCase, name_words, rename
 
 EXPECTED = {  # seed 0, pinned
     "FuncRenameCamelCase": "countWords",

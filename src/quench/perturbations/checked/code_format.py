@@ -15,7 +15,7 @@ import random
 import tokenize
 
 from quench.perturbations.base import CODE_FORMAT
-from quench.perturbations.quench.code_syntax import Analysed, CodePerturbation
+from quench.perturbations.checked.code_syntax import Analysed, CodePerturbation
 from quench.perturbations.source import Edit, body_indent_unit, docstring_node
 
 

@@ -13,8 +13,8 @@ from abc import abstractmethod
 from quench.datasets import Problem
 from quench.perturbations.base import DOCSTRING, Perturbation
 from quench.perturbations import wording
-from quench.perturbations.quench import tense
-from quench.perturbations.quench.inflection import apply_edits, inflection_edits
+from quench.perturbations.checked import tense
+from quench.perturbations.checked.inflection import apply_edits, inflection_edits
 from quench.perturbations.text import FIXED, SPACE, WORD, Piece, docstring_text, join, match_case, segment
 from quench.perturbations.words import butter_fingers, change_case, in_technical_terms, swap_characters
 

@@ -13,7 +13,7 @@ import random
 import re
 import string
 
-from quench.perturbations.quench.code_syntax import Analysed, CodePerturbation
+from quench.perturbations.checked.code_syntax import Analysed, CodePerturbation
 from quench.perturbations.source import Edit, docstring_node
 
 # ReCode never renames these (type names and the like).
