@@ -78,12 +78,12 @@ from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 from quench.models.loading import DTYPES
 from quench.models.draft import load_draft
+from quench.models.presets import DEFAULT_PRESET, PRESETS, preset_gguf_parts
 from quench.models.prompts import encode_prompt
-from peer_backends import (LLAMA_BIN_ENV, LLAMACPP_ENV, OPENVINO_ENV, PEERS, DecodeOnly, PeerSetup, batched_bench, byte_floor_lines,
-                           check_llama_bin, llamacpp_backend, median_ms, openvino_backend, peer_table)
+from peer_backends import (LLAMA_BIN_ENV, LLAMACPP_ENV, OPENVINO_ENV, PEERS, DecodeOnly, PeerSetup, batched_bench,
+                           byte_floor_lines, check_llama_bin, llamacpp_backend, median_ms, openvino_backend, peer_table)
 from peer_client import WorkerBackend
 from peer_client import check_python as check_peer_python
-from quench.models.presets import DEFAULT_PRESET, PRESETS, preset_gguf_parts
 from vllm_client import PYTHON_ENV, VLLMBackend, check_python
 
 BACKENDS = ("hf", "quench", "vllm", "openvino", "llamacpp", "quench-defaults", "quench-defaults-regular", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant", "quench-invariant-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
