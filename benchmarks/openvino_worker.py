@@ -80,6 +80,8 @@ def generation_config(command: dict[str, Any], n: int) -> Any:
 
 
 def generate(pipeline: Any, eos: int, command: dict[str, Any]) -> dict[str, Any]:
+    import openvino_genai
+
     requests = command["requests"]
     n = requests[0]["n"]
     if any(request["n"] != n for request in requests):
@@ -88,7 +90,8 @@ def generate(pipeline: Any, eos: int, command: dict[str, Any]) -> dict[str, Any]
     start, cpu = time.perf_counter(), time.process_time()
     result = pipeline.generate(inputs, config)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-    samples = [finished(ids, eos) for ids in result.tokens]  # grouped by prompt, in the prompts' order
+    stopped = [reason == openvino_genai.GenerationFinishReason.STOP for reason in result.finish_reasons]
+    samples = [finished(ids, eos, stop) for ids, stop in zip(result.tokens, stopped)]  # by prompt, in their order
     return {
         "outputs": [[ids for ids, _ in samples[i * n:(i + 1) * n]] for i in range(len(requests))],
         "finish": [[reason for _, reason in samples[i * n:(i + 1) * n]] for i in range(len(requests))],
@@ -97,12 +100,13 @@ def generate(pipeline: Any, eos: int, command: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def finished(ids: list[int], eos: int) -> tuple[list[int], str]:
-    """A sample's tokens and finish reason as quench reports them: an EOS ends it as "eos", the EOS left out."""
+def finished(ids: list[int], eos: int, stopped: bool) -> tuple[list[int], str]:
+    """A sample's tokens and finish reason as quench reports them: an EOS ends it as "eos", the EOS left out
+    (`stopped`: the pipeline's finish reason is STOP, which only the EOS triggers here: no stop strings)."""
     ids = list(ids)
-    if ids and ids[-1] == eos:
-        return ids[:-1], "eos"
-    return ids, "length"
+    if not stopped:
+        return ids, "length"
+    return (ids[:-1] if ids and ids[-1] == eos else ids), "eos"
 
 
 def serve(pipeline: Any, commands: TextIO, answers: TextIO) -> None:
