@@ -1,10 +1,13 @@
-"""Side-by-side generation throughput: Hugging Face `generate` (plain and assisted) vs quench regular and speculative.
+"""Side-by-side generation throughput: Hugging Face `generate` (plain and assisted) vs quench regular and speculative,
+and the CPU peers (vLLM, OpenVINO GenAI, llama.cpp) where their environments are given.
 
     python benchmarks/generation.py --quick            # a short run (a few minutes)
     python benchmarks/generation.py --json out.json    # batch 1, 4, 8, 16; greedy and sampling
     python benchmarks/generation.py --plot out.png     # also a figure: throughput and latency vs batch size
     python benchmarks/generation.py --fixed-length     # EOS ends nothing: every sample has --max-new-tokens tokens
     python benchmarks/generation.py --vllm-python /path/to/vllm-venv/bin/python --ttft   # also vLLM's CPU build
+    python benchmarks/generation.py --backends quench-defaults openvino llamacpp --openvino-python OV/bin/python \
+        --llamacpp-python LL/bin/python --llama-bin llama-build/bin --fixed-length --ttft --ttft-prompts 1
 
 Backends: `hf` (`generate`, left-padded batches), `quench` (regular; a prompt that starts like a
 recent one copies those positions' keys/values), `quench-whole-prefill` (regular, every prompt
