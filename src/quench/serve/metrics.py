@@ -145,7 +145,7 @@ class Metrics:
         if channel is not None:
             metric("engine_messages_total", "counter", "Step messages from the engine process.",
                    [f"{p}_engine_messages_total {channel.messages}"])
-            metric("engine_send_seconds_total", "counter", "Engine process time spent sending its step messages.",
+            metric("engine_send_seconds_total", "counter", "CPU seconds the engine loop spent sending its step messages.",
                    [f"{p}_engine_send_seconds_total {channel.engine_s!r}"])
             metric("engine_transit_seconds_total", "counter", "From the engine's send of a step message to its delivery.",
                    [f"{p}_engine_transit_seconds_total {channel.transit_s!r}"])

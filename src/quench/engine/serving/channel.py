@@ -44,7 +44,7 @@ class StepEvents:
     events: tuple[tuple[int, LiveEvent], ...]  # (ticket, event), in the order the sinks were told
     started: tuple[int, ...]  # tickets whose first sample took a slot (no longer waiting)
     gauges: EngineGauges
-    flush_s: float  # seconds the engine spent on its previous message (gathering, pickling, writing)
+    flush_s: float  # CPU seconds the engine's loop thread spent on its previous message (gathering, pickling, writing)
     sent: float  # time.perf_counter() when sent (CLOCK_MONOTONIC: comparable across processes)
 
 

@@ -60,7 +60,7 @@ class EngineCore:
         self._started: list[int] = []  # queue indices whose first sample took a slot since the last flush
         self._index_of: dict[int, int] = {}  # ticket -> queue index
         self._ticket_of: dict[int, int] = {}  # queue index -> ticket
-        self._flush_s = 0.0  # the last flush's seconds (building, pickling and writing its message)
+        self._flush_s = 0.0  # the last flush's CPU seconds on the loop's thread (gathering, pickling, writing)
         engine.flush = self.flush
         engine.queue.on_start = self._note_start
 
@@ -111,17 +111,17 @@ class EngineCore:
 
     def flush(self) -> None:
         """Send the events since the last flush, with the requests started and the gauges, as one message."""
-        began = time.perf_counter()
+        cpu = time.thread_time()
         with self._lock:
             events, self._outbox = self._outbox, []
             started, self._started = self._started, []
             tickets = tuple(self._ticket_of[i] for i in started if i in self._ticket_of)
         if not events and not tickets:
             return
-        message = StepEvents(tuple(events), tickets, self.engine.gauges(), self._flush_s, began)
+        message = StepEvents(tuple(events), tickets, self.engine.gauges(), self._flush_s, time.perf_counter())
         try:
             with self._send_lock:
                 self.conn.send(message)
         except OSError:  # the front end went away: the reader stops the engine
             return
-        self._flush_s = time.perf_counter() - began
+        self._flush_s = time.thread_time() - cpu

@@ -59,8 +59,8 @@ class OpenRequest:
 
 @dataclass
 class ChannelStats:
-    """The pipe's cost, over the engine's life: per step message, the engine's time to send it and the
-    time from its send to its delivery here."""
+    """The pipe's cost, over the engine's life: per step message, the CPU time the engine's loop spent sending
+    it and the (wall) time from its send to its delivery here."""
 
     messages: int = 0
     engine_s: float = 0.0
