@@ -34,6 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="prompt tokens prefilled per decode step, at most, so arrivals never stall the running rows for "
                              "long: a longer prompt goes in chunks over several steps where batch invariance "
                              "keeps the bits, else whole (default: 512)")
+    server.add_argument("--prefill-share", type=float, default=None, metavar="S",
+                        help="while rows decode, prefill arrivals in chunks of about S times a decode step's time (measured "
+                             "as it runs), so a stream's inter-token latency stays within (1 + S) steps; arrivals wait "
+                             "longer for their first token (default: off, --prefill-budget alone)")
     server.add_argument("--engine-loop", choices=("process", "thread"), default="process",
                         help="where the engine loop runs: a process of its own, which only steps while this one serves "
                              "HTTP (default), or a thread of the server's process (docs/serving.md, Engine process)")
@@ -63,6 +67,8 @@ def check_args(args: argparse.Namespace) -> None:
                         ("--max-body-bytes", args.max_body_bytes), ("--prefill-budget", args.prefill_budget)):
         if value is not None and value < 1:
             raise QuenchError(f"{flag} must be at least 1, got {value}")
+    if args.prefill_share is not None and not args.prefill_share > 0:
+        raise QuenchError(f"--prefill-share must be > 0, got {args.prefill_share}")
     if args.ray is None:
         validate.check_device(args.device)
     if args.shutdown_timeout < 0:
@@ -113,7 +119,7 @@ def start_service(args: argparse.Namespace, options):  # -> quench.serve.service
                         notify=lambda message: print(message, file=sys.stderr))
     config = ServeConfig(args.served_model_name or args.model, context_length(loaded, args.max_model_len),
                          args.max_n, args.max_waiting, args.shutdown_timeout,
-                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET)
+                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET, args.prefill_share)
     if args.engine_loop == "thread":
         return build_service(loaded, options, config)
     tokenizer = loaded.tokenizer
@@ -141,7 +147,7 @@ def run_on_ray(args: argparse.Namespace, options) -> int:
     gpus = args.gpus_per_replica if args.gpus_per_replica is not None else float(args.device.startswith("cuda"))
     spec = ModelSpec(args.model, args.dtype, args.device, args.prompt_format, options)
     config = ServeConfig(args.served_model_name or args.model, 0, args.max_n, args.max_waiting, args.shutdown_timeout,
-                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET)
+                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET, args.prefill_share)
     fleet = replicas.ReplicaOptions(args.replicas, args.cpus_per_replica, gpus, 2 * options.engine.batch_size)
     connect(args.ray)
     stopping = threading.Event()

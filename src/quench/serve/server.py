@@ -48,13 +48,15 @@ def context_length(loaded: LoadedModel, wanted: int | None) -> int:
 def build_service(loaded: LoadedModel, options: BackendOptions, config: ServeConfig) -> Service:
     """The engine in a thread of this process (started) and the service over it."""
     backend = make_engine(loaded, options.check())
-    engine = LiveEngine(backend, config.max_model_len, config.max_waiting, config.prefill_budget).start()
+    engine = LiveEngine(backend, config.max_model_len, config.max_waiting, config.prefill_budget,
+                        config.prefill_share).start()
     return Service(engine, loaded.tokenizer, config)
 
 
 def build_process_service(model: ServedModel, tokenizer, config: ServeConfig, threads: int) -> Service:
     """The engine process (started: its model loaded) and the service over it; QuenchError if it does not start."""
-    spec = EngineSpec(model.build, config.max_model_len, config.max_waiting, config.prefill_budget, threads)
+    spec = EngineSpec(model.build, config.max_model_len, config.max_waiting, config.prefill_budget, threads,
+                      config.prefill_share)
     return Service(EngineProcess(spec).start(), tokenizer, config)
 
 

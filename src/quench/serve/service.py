@@ -33,6 +33,7 @@ class ServeConfig:
     shutdown_timeout: float = 30.0  # SIGTERM: seconds in-flight requests get to finish before they are cancelled
     max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies: 413 before they are read
     prefill_budget: int = PREFILL_BUDGET  # prompt tokens prefilled per decode step (quench.engine.serving.live)
+    prefill_share: float | None = None  # while rows decode, prefill paced to this share of a step (prefill_pacer)
 
 
 @dataclass(frozen=True)

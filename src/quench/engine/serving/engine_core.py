@@ -40,7 +40,8 @@ def run_engine(conn: Connection, spec: EngineSpec) -> None:  # the engine proces
     except Exception as err:  # noqa: BLE001 - reported to the front end, which raises it
         conn.send(Ready(0, f"{type(err).__name__}: {err}"))
         return
-    core = EngineCore(conn, LiveEngine(backend, spec.max_len, spec.max_waiting, spec.prefill_budget))
+    core = EngineCore(conn, LiveEngine(backend, spec.max_len, spec.max_waiting, spec.prefill_budget,
+                                          spec.prefill_share))
     conn.send(Ready(backend.config.batch_size))
     threading.Thread(target=core.read, name="quench-engine-reader", daemon=True).start()
     core.engine.serve()

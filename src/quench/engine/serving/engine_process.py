@@ -48,6 +48,7 @@ class EngineSpec:
     max_waiting: int = 256
     prefill_budget: int = PREFILL_BUDGET
     threads: int = 1  # torch threads of the engine process
+    prefill_share: float | None = None  # LiveEngine.prefill_share
 
 
 @dataclass

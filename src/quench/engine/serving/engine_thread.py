@@ -45,6 +45,7 @@ class LiveEngine:
     max_len: int  # prompt + generated tokens of one row, at most (the server's context length)
     max_waiting: int = 256
     prefill_budget: int = PREFILL_BUDGET  # prompt tokens prefilled per step, at most (quench.engine.serving.live)
+    prefill_share: float | None = None  # while rows decode, prefill per step paced to this share of a step (prefill_pacer)
     flush: Callable[[], None] | None = None  # called after each step's events, and after a failure's
     queue: LiveQueue = field(init=False)
     loop: LiveLoop | None = field(default=None, init=False)  # the latest decode loop (its `stats`)
@@ -116,6 +117,7 @@ class LiveEngine:
             self.queue,
             LiveStopRules(backend.tokenizer, backend.eos_ids, self.max_len, self.queue),
             self.prefill_budget,
+            self.prefill_share,
         )
         if self.flush is not None:
             loop.listeners.append(AfterCommit(self.flush))  # after `LiveSinks`: the step's events are out

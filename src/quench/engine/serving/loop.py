@@ -8,6 +8,7 @@ the requests' sinks comes from `LiveSinks`, a listener on the loop.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import replace
 from typing import Iterator, Sequence
@@ -21,6 +22,7 @@ from quench.engine.sampling import next_tokens
 from quench.engine.scheduler import WorkItem, splits_exactly
 from quench.engine.serving.chunked_prefill import ChunkedPrefills
 from quench.engine.serving.live_queue import LiveQueue
+from quench.engine.serving.prefill_pacer import PrefillPacer
 from quench.engine.serving.sinks import LiveSinks
 from quench.engine.types import GenerationResult, SamplingParams
 from quench.engine.verify import Verdict
@@ -79,13 +81,16 @@ class LiveLoop(DecodeLoop):
     Its runner is a `RecordingRunner`, so a step's logits are at hand when a row asked for log-probabilities."""
 
     def __init__(
-        self, parts: LoopParts, live: LiveQueue, stop: LiveStopRules, prefill_budget: int = PREFILL_BUDGET
+        self, parts: LoopParts, live: LiveQueue, stop: LiveStopRules, prefill_budget: int = PREFILL_BUDGET,
+        prefill_share: float | None = None,
     ) -> None:
         # each step draws with its rows' own settings (`step`); the loop-wide one carries the context bound
         super().__init__(replace(parts, runner=RecordingRunner(parts.runner)), live, stop,
                          SamplingParams(max_new_tokens=stop.max_new_tokens))
         self.live = live
         self.prefill_budget = prefill_budget
+        # None: every admission may prefill the whole budget; else paced to a share of a decode step
+        self.pacer = PrefillPacer(prefill_share, prefill_budget) if prefill_share is not None else None
         self.max_len = stop.max_new_tokens  # the context bound: every step setting carries it
         self.step_start: dict[int, int] = {}  # slot -> its generated tokens before this step's
         self.settings: dict[int, SamplingParams] = {}  # request index -> how its rows draw
@@ -108,9 +113,14 @@ class LiveLoop(DecodeLoop):
 
     def _admit_once(self) -> Iterator[GenerationResult]:
         """Feed the prompts under way their next chunks, then fill free slots fairly, prefilling at most
-        `prefill_budget` prompt tokens in all (at least one prompt); the first tokens are drawn per setting."""
+        `prefill_budget` prompt tokens in all (at least one prompt), or while rows decode what the pacer allows
+        (`quench.engine.serving.prefill_pacer`); the first tokens are drawn per setting."""
         self._drop_cancelled()
-        items, spent = self.prefilling.advance(self.prefill_budget)
+        began = time.perf_counter()
+        budget = self.prefill_budget
+        if self.pacer is not None:
+            budget = self.pacer.tokens(decoding=any(row is not None for row in self.slots))
+        items, spent = self.prefilling.advance(budget)
         taken = self.prefilling.held() | {slot for slot, _ in items}  # under way, or starting from a completed prompt
         free = [slot for slot, row in enumerate(self.slots) if row is None and slot not in taken]
         fresh: set[int] = set()  # requests whose prompt this admission prefills whole
@@ -118,7 +128,7 @@ class LiveLoop(DecodeLoop):
             entry = self.live.next_entry(len(free))
             if entry is None:
                 break
-            length, room = len(entry.request.prompt_ids), self.prefill_budget - spent
+            length, room = len(entry.request.prompt_ids), budget - spent
             prefilled = entry.index in self.prefixes or entry.index in fresh or entry.index in self.prefilling
             chunked = not prefilled and length > room > 0 and splits_exactly(self.runner, length)
             if not prefilled and not chunked and spent and length > room:
@@ -146,6 +156,8 @@ class LiveLoop(DecodeLoop):
         for setting, group in by_setting.items():
             self.sampling = setting
             yield from self.start_rows(group)
+        if self.pacer is not None:
+            self.pacer.prefilled(spent, time.perf_counter() - began)
 
     def _drop_cancelled(self) -> None:
         cancelled = set(self.live.cancelled())
@@ -199,6 +211,12 @@ class LiveLoop(DecodeLoop):
         return set(left) - short
 
     def step(self) -> Iterator[GenerationResult]:
+        began = time.perf_counter()
+        yield from self._step()
+        if self.pacer is not None:
+            self.pacer.stepped(time.perf_counter() - began)
+
+    def _step(self) -> Iterator[GenerationResult]:
         self.waiting = self._short_first()
         rows = self.stepping()
         active = [b for b, row in enumerate(rows) if row is not None]
