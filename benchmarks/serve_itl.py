@@ -6,12 +6,13 @@ thread and in a process of its own, side by side.
 
 Both servers run at once on loopback (`quench serve --engine-loop thread` and `--engine-loop process`, the
 server's defaults otherwise, `--max-model-len 512`), each idle while the other is measured. In each of --rounds
-rounds, per client count C: the engine's own step at batch C (`QuenchBackend.generate` in this process, the
-server's engine settings and threads: (time for T tokens - time for 1) / (T - 1)), then each server with C
+rounds, per client count C: the engine's own step at batch C (the server's live loop, `LiveEngine`, in this process
+with the server's engine settings, context and threads, C requests submitted at once and no HTTP: the median gap
+between a row's consecutive tokens), then each server with C
 streaming clients, each sending --requests-per-client completions of a distinct prompt of about 170 tokens
 asking for T tokens with ignore_eos. Interleaving the rounds spreads the machine's other load over all three.
 ITL: the gaps between a stream's consecutive text chunks, p50 and p99 over all streams of all rounds (vLLM's
-definition); the engine step: the median over rounds. For the engine process, the pipe's cost per step
+definition); the engine step: the median over rounds of each round's median. For the engine process, the pipe's cost per step
 message from its /metrics: the engine loop's CPU time to send it and the time from its send to its delivery
 in the front end. On a shared machine only the ratios within one run count; the run prints the load average.
 """
@@ -42,6 +43,9 @@ PROMPT = ("def quicksort(items: list[int]) -> list[int]:\n    \"\"\"Sort items w
           "target in the sorted items, or -1.\"\"\"\n")
 
 
+MAX_MODEL_LEN = 512  # the servers' context length, and the engine's here: the same cache
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -67,25 +71,39 @@ def serve_backend(args: argparse.Namespace):  # -> QuenchBackend
 
 
 def engine_step(backend, batch: int, tokens: int) -> float:
-    """Seconds per decode step at `batch` rows: (time for `tokens` tokens - time for 1) / (tokens - 1)."""
+    """Seconds per decode step at `batch` rows: the median gap between consecutive tokens of a row, with the
+    server's live loop (`LiveEngine`, the servers' context length) in this process and nothing else running."""
+    import threading
+
+    from quench.engine.serving.live import Finished, LiveEngine, Tokens
     from quench.engine.types import GenerationRequest, SamplingParams
 
-    requests = [GenerationRequest(f"seed:{i}", tuple(backend.tokenizer(f"# {i}\n" + PROMPT)["input_ids"]), 1)
-                for i in range(batch)]
+    engine = LiveEngine(backend, MAX_MODEL_LEN).start()
+    arrivals: dict[int, list[float]] = {i: [] for i in range(batch)}
+    done = threading.Semaphore(0)
 
-    def timed(count: int) -> float:
-        began = time.perf_counter()
-        for _ in backend.generate(requests, SamplingParams(max_new_tokens=count, ignore_eos=True)):
-            pass
-        return time.perf_counter() - began
+    def sink(index: int):
+        def take(event) -> None:
+            if isinstance(event, Tokens):
+                arrivals[index].append(time.perf_counter())
+            elif isinstance(event, Finished):
+                done.release()
+        return take
 
-    return (timed(tokens) - timed(1)) / (tokens - 1)
+    for i in range(batch):
+        prompt = tuple(backend.tokenizer(f"# engine {i}\n" + PROMPT)["input_ids"])
+        engine.submit(GenerationRequest(f"seed:{i}", prompt), SamplingParams(max_new_tokens=tokens, ignore_eos=True),
+                      sink(i))
+    for _ in range(batch):
+        done.acquire()
+    engine.stop()
+    return statistics.median(b - a for times in arrivals.values() for a, b in zip(times, times[1:]))
 
 
 def start_server(args: argparse.Namespace, loop: str, port: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "quench.cli.main", "--threads", str(args.threads), "serve", "--model", args.model,
                "--dtype", args.dtype, "--served-model-name", "bench", "--port", str(port), "--no-access-log",
-               "--engine-loop", loop, "--max-model-len", "512"]
+               "--engine-loop", loop, "--max-model-len", str(MAX_MODEL_LEN)]
     log = open(Path(args.log_dir) / f"serve-itl-{loop}.log", "w")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

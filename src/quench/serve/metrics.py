@@ -1,8 +1,8 @@
 """The operator's view of `quench serve`: one access-log line per request and Prometheus `/metrics`.
 
 Counters and histograms are updated on the asyncio thread as each request ends (`Metrics.record`);
-gauges (requests running and waiting, KV-cache use) are read from the engine when `/metrics` is
-scraped. The text is Prometheus' exposition format 0.0.4, written here (no client library needed).
+gauges (requests running and waiting, KV-cache use) are the engine's when `/metrics` is scraped (an
+engine process's as of its last step message, with its pipe's counters). The text is Prometheus' exposition format 0.0.4, written here (no client library needed).
 """
 
 from __future__ import annotations
