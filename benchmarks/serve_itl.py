@@ -12,7 +12,11 @@ between a row's consecutive tokens), then each server with C
 streaming clients, each sending --requests-per-client completions of a distinct prompt of about 170 tokens
 asking for T tokens with ignore_eos. Interleaving the rounds spreads the machine's other load over all three.
 ITL: the gaps between a stream's consecutive text chunks, p50 and p99 over all streams of all rounds (vLLM's
-definition); the engine step: the median over rounds of each round's median. For the engine process, the pipe's cost per step
+definition). The engine step is timed again after each server's cell, and each cell's ITL p50 is divided by the
+mean of the steps timed just before and just after it; the table gives the median of those ratios over the
+rounds (the machine's other load moves slower than one cell) for the mean gap (time per output token: what
+a stream gets) and for the p50 (a front end that falls behind sends tokens in bursts, gaps near 0 and a long
+one); "engine step" is the median of all. For the engine process, the pipe's cost per step
 message from its /metrics: the engine loop's CPU time to send it and the time from its send to its delivery
 in the front end. On a shared machine only the ratios within one run count; the run prints the load average.
 """
@@ -175,6 +179,8 @@ def main() -> None:
     backend = serve_backend(args)
     timings: dict[int, list[float]] = {}
     gaps: dict[tuple[str, int], list[float]] = {}
+    ratios: dict[tuple[str, int], list[float]] = {}  # per round: mean ITL over the mean of the steps timed around it
+    medians: dict[tuple[str, int], list[float]] = {}  # per round: ITL p50 over the same
     pipe: dict[int, list[float]] = {}  # clients -> [messages, send seconds, transit seconds]
     try:
         for loop in loops:
@@ -183,16 +189,23 @@ def main() -> None:
         engine_step(backend, 1, 4)  # warm-up
         for round_ in range(args.rounds):
             for clients in counts:
-                timings.setdefault(clients, []).append(engine_step(backend, clients, args.tokens))
-                for loop in loops:
-                    before = channel(ports[loop])
-                    gaps.setdefault((loop, clients), []).extend(
-                        asyncio.run(run_clients(ports[loop], clients, args.requests_per_client, args.tokens)))
+                before = engine_step(backend, clients, args.tokens)
+                for loop in (loops if round_ % 2 == 0 else loops[::-1]):  # neither server always goes first
+                    metrics = channel(ports[loop])
+                    cell = asyncio.run(run_clients(ports[loop], clients, args.requests_per_client, args.tokens))
+                    after = engine_step(backend, clients, args.tokens)
+                    gaps.setdefault((loop, clients), []).extend(cell)
+                    step = (before + after) / 2
+                    ratios.setdefault((loop, clients), []).append(statistics.fmean(cell) / step)
+                    medians.setdefault((loop, clients), []).append(percentile(cell, 50) / step)
+                    timings.setdefault(clients, []).extend([before, after])
+                    before = after
                     if loop == "process":
                         totals = pipe.setdefault(clients, [0.0, 0.0, 0.0])
-                        for k, (a, b) in enumerate(zip(channel(ports[loop]), before)):
+                        for k, (a, b) in enumerate(zip(channel(ports[loop]), metrics)):
                             totals[k] += a - b
-                print(f"round {round_ + 1} clients {clients}: step {timings[clients][-1] * 1e3:.1f} ms", flush=True)
+                print(f"round {round_ + 1} clients {clients}: mean / step " + ", ".join(
+                    f"{loop} {ratios[loop, clients][-1]:.2f}x" for loop in loops), flush=True)
     finally:
         for server in servers.values():
             os.killpg(server.pid, signal.SIGTERM)
@@ -200,13 +213,15 @@ def main() -> None:
     steps = {clients: statistics.median(values) for clients, values in timings.items()}
     results = {loop: {clients: {"itl_p50_ms": percentile(gaps[loop, clients], 50) * 1e3,
                                 "itl_p99_ms": percentile(gaps[loop, clients], 99) * 1e3,
-                                "itl_mean_ms": statistics.fmean(gaps[loop, clients]) * 1e3}
+                                "itl_mean_ms": statistics.fmean(gaps[loop, clients]) * 1e3,
+                                "mean_over_step": statistics.median(ratios[loop, clients]),
+                                "p50_over_step": statistics.median(medians[loop, clients])}
                       for clients in counts} for loop in loops}
     for clients, (messages, send_s, transit_s) in pipe.items():
         results["process"][clients].update(send_us=send_s / messages * 1e6 if messages else 0.0,
                                            transit_us=transit_s / messages * 1e6 if messages else 0.0)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-    print("| clients | engine step (ms) | " + " | ".join(f"ITL p50 / p99 ({loop}, ms) | p50 / step ({loop})"
+    print("| clients | engine step (ms) | " + " | ".join(f"ITL mean / p50 / p99 ({loop}, ms) | mean / step, p50 / step ({loop})"
                                                          for loop in loops) + " | pipe per step: send / transit (us) |")
     print("|---|---|" + "---|---|" * len(loops) + "---|")
     for clients in counts:
@@ -214,7 +229,8 @@ def main() -> None:
         row = [f"{clients}", f"{step:.1f}"]
         for loop in loops:
             cell = results[loop][clients]
-            row += [f"{cell['itl_p50_ms']:.1f} / {cell['itl_p99_ms']:.1f}", f"{cell['itl_p50_ms'] / step:.2f}x"]
+            row += [f"{cell['itl_mean_ms']:.1f} / {cell['itl_p50_ms']:.1f} / {cell['itl_p99_ms']:.1f}",
+                    f"{cell['mean_over_step']:.2f}x, {cell['p50_over_step']:.2f}x"]
         process = results.get("process", {}).get(clients)
         row.append(f"{process['send_us']:.0f} / {process['transit_us']:.0f}" if process else "-")
         print("| " + " | ".join(row) + " |")
