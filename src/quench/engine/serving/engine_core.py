@@ -30,7 +30,10 @@ PR_SET_PDEATHSIG = 1  # prctl: a signal for this process when the thread that st
 
 def run_engine(conn: Connection, spec: EngineSpec) -> None:  # the engine process's target
     """Load the backend, say `Ready`, then serve until the front end says `Stop` or goes away."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the front end's to handle; it stops us
+    # Ctrl-C and SIGTERM to the server's process group are the front end's to handle: it lets requests in flight
+    # finish, then says `Stop`
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a front end killed outright takes us with it
     import torch
 
