@@ -104,11 +104,13 @@ def engine_step(backend, batch: int, tokens: int) -> float:
     return statistics.median(b - a for times in arrivals.values() for a, b in zip(times, times[1:]))
 
 
-def start_server(args: argparse.Namespace, loop: str, port: int) -> subprocess.Popen:
+def start_server(args: argparse.Namespace, name: str, port: int) -> subprocess.Popen:
+    """A server named by its `--engine-loop` value, with `+share=S` for `--prefill-share S`."""
+    loop, _, share = name.partition("+share=")
     command = [sys.executable, "-m", "quench.cli.main", "--threads", str(args.threads), "serve", "--model", args.model,
                "--dtype", args.dtype, "--served-model-name", "bench", "--port", str(port), "--no-access-log",
-               "--engine-loop", loop, "--max-model-len", str(MAX_MODEL_LEN)]
-    log = open(Path(args.log_dir) / f"serve-itl-{loop}.log", "w")
+               "--engine-loop", loop, "--max-model-len", str(MAX_MODEL_LEN), *(["--prefill-share", share] if share else [])]
+    log = open(Path(args.log_dir) / f"serve-itl-{name}.log", "w")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -166,7 +168,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="tokens per answer (ignore_eos)")
     parser.add_argument("--requests-per-client", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every cell, interleaved")
-    parser.add_argument("--loops", default="thread,process", help="the servers' --engine-loop values")
+    parser.add_argument("--loops", default="thread,process",
+                        help="the servers' --engine-loop values; `process+share=1` adds --prefill-share 1")
     parser.add_argument("--log-dir", default="/tmp")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
