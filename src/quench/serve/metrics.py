@@ -1,8 +1,8 @@
 """The operator's view of `quench serve`: one access-log line per request and Prometheus `/metrics`.
 
 Counters and histograms are updated on the asyncio thread as each request ends (`Metrics.record`);
-gauges (requests running and waiting, KV-cache use) are read from the engine when `/metrics` is
-scraped. The text is Prometheus' exposition format 0.0.4, written here (no client library needed).
+gauges (requests running and waiting, KV-cache use) are the engine's when `/metrics` is scraped (an
+engine process's as of its last step message, with its pipe's counters). The text is Prometheus' exposition format 0.0.4, written here (no client library needed).
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ import bisect
 import logging
 import time
 from dataclasses import dataclass, field
+
+from quench.engine.serving.engine_process import ChannelStats
+from quench.engine.serving.gauges import EngineGauges
 
 log = logging.getLogger("quench.serve.access")
 
@@ -80,20 +83,6 @@ class Histogram:
         return out + [f"{name}_sum {self.sum!r}", f"{name}_count {total}"]
 
 
-@dataclass(frozen=True)
-class EngineGauges:
-    """What the engine holds at one moment."""
-
-    requests_running: int
-    requests_waiting: int
-    rows_running: int
-    rows_waiting: int  # of rows_running, those that wait out steps for short requests
-    slots: int
-    kv_cache_usage: float  # positions of running rows / positions the cache holds
-    drafted: int  # draft tokens proposed, over the engine's life
-    accepted: int
-
-
 class Metrics:
     """The server's counters and histograms; `text(gauges)` is the /metrics page."""
 
@@ -118,7 +107,8 @@ class Metrics:
         self.e2e.observe(time.perf_counter() - record.started)
         log.info("%s", record.line(status))
 
-    def text(self, gauges: EngineGauges) -> str:
+    def text(self, gauges: EngineGauges, channel: ChannelStats | None = None) -> str:
+        """The /metrics page; `channel`: the engine process's pipe, where the engine runs in one."""
         p = PREFIX
         lines: list[str] = []
 
@@ -152,18 +142,11 @@ class Metrics:
                self.itl.lines(f"{p}_inter_token_latency_seconds"))
         metric("request_duration_seconds", "histogram", "From a request's arrival to its end.",
                self.e2e.lines(f"{p}_request_duration_seconds"))
+        if channel is not None:
+            metric("engine_messages_total", "counter", "Step messages from the engine process.",
+                   [f"{p}_engine_messages_total {channel.messages}"])
+            metric("engine_send_seconds_total", "counter", "CPU seconds the engine loop spent sending its step messages.",
+                   [f"{p}_engine_send_seconds_total {channel.engine_s!r}"])
+            metric("engine_transit_seconds_total", "counter", "From the engine's send of a step message to its delivery.",
+                   [f"{p}_engine_transit_seconds_total {channel.transit_s!r}"])
         return "\n".join(lines) + "\n"
-
-
-def gauges_of(engine) -> EngineGauges:
-    """The gauges of a `quench.engine.serving.live.LiveEngine` (read without stopping it: a moment's snapshot)."""
-    running, waiting = engine.queue.counts()
-    loop = engine.loop
-    rows = [row for row in loop.slots if row is not None] if loop is not None else []
-    slots = engine.backend.config.batch_size
-    capacity = slots * loop.cache.max_len if loop is not None else 0
-    used = sum(row.length for row in rows)
-    paused = loop.waiting if loop is not None else set()  # replaced, never changed in place: a safe read
-    drafted, accepted = engine.draft_totals()
-    return EngineGauges(running, waiting, len(rows), sum(row.request_index in paused for row in rows), slots,
-                        used / capacity if capacity else 0.0, drafted, accepted)

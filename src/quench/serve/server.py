@@ -1,4 +1,4 @@
-"""Build the service from a loaded model and run it under uvicorn until SIGTERM or SIGINT."""
+"""Build the service (the engine in a process of its own, or in a thread) and run it under uvicorn until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import socket
 import uvicorn
 
 from quench.engine.engine import position_limit
-from quench.engine.serving.live import LiveEngine
+from quench.engine.serving.live import EngineProcess, EngineSpec, LiveEngine
 from quench.errors import QuenchError
 from quench.models.loading import LoadedModel
 from quench.runs.backends import BackendOptions, make_engine
 from quench.serve.app import make_app
+from quench.serve.served_model import ServedModel
 from quench.serve.service import ServeConfig, Service
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,18 @@ def context_length(loaded: LoadedModel, wanted: int | None) -> int:
 
 
 def build_service(loaded: LoadedModel, options: BackendOptions, config: ServeConfig) -> Service:
-    """The engine thread (started) and the service over it."""
+    """The engine in a thread of this process (started) and the service over it."""
     backend = make_engine(loaded, options.check())
-    engine = LiveEngine(backend, config.max_model_len, config.max_waiting, config.prefill_budget).start()
+    engine = LiveEngine(backend, config.max_model_len, config.max_waiting, config.prefill_budget,
+                        config.prefill_share).start()
     return Service(engine, loaded.tokenizer, config)
+
+
+def build_process_service(model: ServedModel, tokenizer, config: ServeConfig, threads: int) -> Service:
+    """The engine process (started: its model loaded) and the service over it; QuenchError if it does not start."""
+    spec = EngineSpec(model.build, config.max_model_len, config.max_waiting, config.prefill_budget, threads,
+                      config.prefill_share)
+    return Service(EngineProcess(spec).start(), tokenizer, config)
 
 
 def make_server(service: Service, host: str, port: int) -> uvicorn.Server:

@@ -1,4 +1,5 @@
-"""Between HTTP and the engine thread: prompts to token ids, API fields to engine requests, events to asyncio."""
+"""Between HTTP and the engine (its process, or its thread): prompts to token ids, API fields to engine requests,
+events to asyncio."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable, Sequence
 
-from quench.engine.serving.live import PREFILL_BUDGET, EngineStopped, Failed, Finished, LiveEngine, LiveEvent, QueueFull, Tokens
+from quench.engine.serving.live import (PREFILL_BUDGET, EngineProcess, EngineStopped, Failed, Finished, LiveEngine, LiveEvent,
+                                        QueueFull, Tokens)
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.serve.metrics import Metrics, RequestRecord
 from quench.serve.protocol import APIError, ChatRequest, CompletionRequest, Message, SamplingFields
@@ -31,6 +33,7 @@ class ServeConfig:
     shutdown_timeout: float = 30.0  # SIGTERM: seconds in-flight requests get to finish before they are cancelled
     max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies: 413 before they are read
     prefill_budget: int = PREFILL_BUDGET  # prompt tokens prefilled per decode step (quench.engine.serving.live)
+    prefill_share: float | None = None  # while rows decode, prefill paced to this share of a step (prefill_pacer)
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ class TextStream:
 class Service:
     """Turns validated API requests into engine jobs and streams their events back."""
 
-    def __init__(self, engine: LiveEngine, tokenizer: Any, config: ServeConfig) -> None:
+    def __init__(self, engine: EngineProcess | LiveEngine, tokenizer: Any, config: ServeConfig) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config

@@ -61,8 +61,9 @@ class LiveEntry:
 class LiveQueue:
     """A thread-safe `WorkQueue` that grows while the loop runs, handing out samples fairly (module docstring)."""
 
-    def __init__(self, max_waiting: int) -> None:
+    def __init__(self, max_waiting: int, on_start: Callable[[int], None] | None = None) -> None:
         self.max_waiting = max_waiting  # requests not started yet; beyond that `add` raises QueueFull
+        self.on_start = on_start  # told the index of each request whose first sample takes a slot
         self.closed = False
         self._entries: OrderedDict[int, LiveEntry] = OrderedDict()
         self._next_index = 0
@@ -111,6 +112,8 @@ class LiveQueue:
                 return None
             sample = entry.request.sample_offset + entry.started
             entry.started += 1
+            if entry.started == 1 and self.on_start is not None:
+                self.on_start(entry.index)
             return WorkItem(entry.index, entry.request, sample)
 
     def pop(self) -> WorkItem | None:

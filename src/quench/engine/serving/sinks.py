@@ -1,0 +1,77 @@
+"""The listener that serves a live loop's requests: tokens, log-probabilities and finished samples to their sinks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from quench.engine.holdback import GUARD_HOLDBACK, settled_text, tokens_before
+from quench.engine.logprobs import ScoredPrefixes, TokenLogprob, score_token
+from quench.engine.rows import Row
+from quench.engine.serving.events import Finished, Tokens, notify
+from quench.engine.types import GenerationResult
+
+if TYPE_CHECKING:
+    from quench.engine.serving.loop import LiveLoop
+
+
+class LiveSinks:
+    """The listener that serves a `LiveLoop`'s requests: each committed token's log-probability for rows that
+    asked, new tokens to the sinks after every step (a guarded row's only once the guard cannot take them
+    back), and each finished sample."""
+
+    def __init__(self, loop: LiveLoop) -> None:
+        self.loop = loop
+        self.published: dict[tuple[int, int], int] = {}  # (request index, sample index) -> tokens published
+        self.pieces: dict[tuple[int, int], list[str]] = {}  # with a guard: each generated token's text
+        self.scores: dict[tuple[int, int], list[TokenLogprob]] = {}  # rows that asked: per sample, per token
+
+    def on_token(self, slot: int, row: Row, token: int) -> None:
+        """Keep the log-probability of `token`, about to be appended to `row` (see quench.engine.logprobs)."""
+        loop = self.loop
+        if row.request_index not in loop.scored:
+            return
+        assert isinstance(loop.prefixes, ScoredPrefixes)
+        entry = loop.live.entry(row.request_index)
+        top = (entry.top_logprobs or 0) if entry is not None else 0
+        if not row.generated:  # the first token: from the prompt's logits
+            logits = loop.prefixes.handed[row.request_index]
+        else:
+            last = loop.runner.last  # type: ignore[attr-defined]
+            logits = last.at(slot, len(row.generated) - loop.step_start[slot])
+        self.scores.setdefault((row.request_index, row.sample_index), []).append(score_token(logits, token, top))
+
+    def on_commit(self, slots: Sequence[Row | None]) -> None:
+        for row in slots:
+            if row is None:
+                continue
+            key = (row.request_index, row.sample_index)
+            sent = self.published.get(key, 0)
+            ready = len(row.generated) if self.loop.guard is None else self._settled(key, row.generated)
+            entry = self.loop.live.entry(row.request_index)
+            if ready > sent and entry is not None and not entry.cancelled:
+                self.published[key] = ready
+                notify(entry, Tokens(row.sample_index, tuple(row.generated[sent:ready]), self._logprobs(key, sent, ready)))
+
+    def on_finish(self, slot: int, row: Row, result: GenerationResult) -> None:
+        """Hand the finished sample to its request's sink; the request ends with its last sample."""
+        key = (row.request_index, row.sample_index)
+        self.published.pop(key, None)
+        self.pieces.pop(key, None)
+        logprobs = self._logprobs(key, 0, len(result.token_ids))
+        self.scores.pop(key, None)
+        entry = self.loop.live.entry(row.request_index)
+        if entry is not None and not entry.cancelled:
+            entry.finished += 1
+            if entry.finished >= entry.request.n:
+                self.loop.live.remove(row.request_index)
+                self.loop.forget(row.request_index)
+            notify(entry, Finished(result, logprobs))
+
+    def _settled(self, key: tuple[int, int], generated: list[int]) -> int:
+        """How many of a guarded row's tokens the guard can no longer take back (see GUARD_HOLDBACK)."""
+        pieces = self.pieces.setdefault(key, [])
+        pieces.extend(self.loop.stop.decode([token]) for token in generated[len(pieces):])
+        return min(len(pieces) - GUARD_HOLDBACK, tokens_before(pieces, settled_text("".join(pieces))))
+
+    def _logprobs(self, key: tuple[int, int], start: int, end: int) -> tuple[TokenLogprob, ...] | None:
+        return tuple(self.scores.get(key, ())[start:end]) if key[0] in self.loop.scored else None
