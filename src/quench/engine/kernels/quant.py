@@ -86,6 +86,26 @@ def gemm(x: torch.Tensor, weights: list[QuantWeight]) -> torch.Tensor:
     return out
 
 
+def gemm_x8(x: torch.Tensor, weights: list[QuantWeight]) -> torch.Tensor:
+    """x (M, K) float32 -> (M, N) float32: x quantized to 8 bits per block times W's stored integers, integer sums
+    (qdot.c's definition), W the weights stacked along N."""
+    rows, in_features = x.shape
+    assert x.dtype == torch.float32 and all(w.in_features == in_features for w in weights)
+    x = x.contiguous()
+    width = sum(w.out_features for w in weights)
+    out = torch.empty(rows, width, dtype=torch.float32)
+    library, threads, column = _library(), torch.get_num_threads(), 0
+    for w in weights:
+        y = out.data_ptr() + 4 * column
+        status = library.quant_gemm_x8(x.data_ptr(), w.data.data_ptr(), y, width, rows, w.out_features, in_features, w.type, threads)
+        if status == 2:
+            raise MemoryError(f"quant_gemm_x8: no memory for {rows} rows of {in_features} quantized values")
+        if status:
+            raise ValueError(f"quant_gemm_x8 refused type {w.type} with K={in_features}")
+        column += w.out_features
+    return out
+
+
 def dequantize(weight: QuantWeight) -> torch.Tensor:
     """W (N, K) float32 from the kernels' own expansion (tests compare it with gguf's dequantize)."""
     out = torch.empty(weight.out_features, weight.in_features, dtype=torch.float32)
