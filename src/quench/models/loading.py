@@ -29,8 +29,10 @@ PROMPT_FORMATS = ("chat", "completion")
 QUENCH_META = "quench.json"  # written into checkpoints by `quench train`: {"prompt_format": ...}
 DTYPES = ("auto", "bfloat16", "float16", "float32")  # torch is imported only when a model loads
 # dequantized: every weight from the float32 safetensors cache; gguf: the projections and head run on the GGUF's
-# blocks as stored (quench.engine.kernels.quant), float32 activations
-WEIGHTS = ("dequantized", "gguf")
+# blocks as stored (quench.engine.kernels.quant), float32 activations and sums; gguf-int8: on the blocks as stored
+# times 8-bit activations, integer sums (llama.cpp's scheme in one fixed order)
+GGUF_WEIGHTS = ("gguf", "gguf-int8")
+WEIGHTS = ("dequantized", *GGUF_WEIGHTS)
 GGUF_MAGIC = b"GGUF"
 GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
 
@@ -77,13 +79,13 @@ def resolve_dtype(dtype: str, device: str) -> "torch.dtype":
 
 
 def check_weights(weights: str, dtype: str, name_or_path: str) -> None:
-    """--weights: one of WEIGHTS; gguf only for a GGUF model (a preset or a .gguf file), in float32."""
+    """--weights: one of WEIGHTS; gguf and gguf-int8 only for a GGUF model (a preset or a .gguf file), in float32."""
     if weights not in WEIGHTS:
         raise QuenchError(f"--weights: unknown weights {weights!r}; choose one of {', '.join(WEIGHTS)}")
-    if weights == "gguf" and dtype not in ("auto", "float32"):
-        raise QuenchError(f"--weights gguf runs float32 activations, not --dtype {dtype}")
-    if weights == "gguf" and name_or_path not in PRESETS and not name_or_path.endswith(".gguf"):
-        raise QuenchError(f"--weights gguf: {name_or_path} is not a GGUF model (give a preset or a .gguf file)")
+    if weights in GGUF_WEIGHTS and dtype not in ("auto", "float32"):
+        raise QuenchError(f"--weights {weights} runs float32 activations, not --dtype {dtype}")
+    if weights in GGUF_WEIGHTS and name_or_path not in PRESETS and not name_or_path.endswith(".gguf"):
+        raise QuenchError(f"--weights {weights}: {name_or_path} is not a GGUF model (give a preset or a .gguf file)")
 
 
 def gguf_file(parts: list[Path]) -> Path:
@@ -252,8 +254,9 @@ def load_model(
     weights: str = "dequantized",
 ) -> LoadedModel:
     """Load a causal LM for generation. Nothing is ever downloaded; `notify` hears what takes time.
-    weights="gguf": the model also carries the path of its GGUF (`quench_gguf_file`), whose quantized tensors as
-    stored quench's engine runs its projections and head on (`quench.engine.kernels.quant.gguf_weights_of`)."""
+    weights="gguf" or "gguf-int8": the model also carries the path of its GGUF (`quench_gguf_file`) and the mode
+    (`quench_weights`): quench's engine runs its projections and head on the quantized tensors as stored
+    (`quench.engine.kernels.quant.gguf_weights_of`)."""
     check_model(name_or_path)
     check_dtype(dtype)
     check_weights(weights, dtype, name_or_path)
@@ -265,7 +268,7 @@ def load_model(
 
     hf_logging.disable_progress_bar()  # quench shows its own progress; the CLI owns the terminal
     source, default_format = resolve_source(name_or_path, notify)
-    torch_dtype = resolve_dtype("float32" if weights == "gguf" else dtype, device)
+    torch_dtype = resolve_dtype("float32" if weights in GGUF_WEIGHTS else dtype, device)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
@@ -273,9 +276,10 @@ def load_model(
     except (OSError, ValueError) as err:
         raise QuenchError(f"{source}: cannot load model: {err}") from None
     model.to(device).eval()
-    if weights == "gguf":  # the engine reads its blocks (quench.engine.kernels.quant.gguf_weights_of)
+    if weights in GGUF_WEIGHTS:  # the engine reads its blocks (quench.engine.kernels.quant.gguf_weights_of)
         parts = preset_gguf_parts(PRESETS[name_or_path]) if name_or_path in PRESETS else [Path(name_or_path).expanduser()]
         model.quench_gguf_file = str(gguf_file(parts))
+        model.quench_weights = weights
     chosen = prompt_format or default_format
     if chosen == "chat" and not getattr(tokenizer, "chat_template", None):
         raise QuenchError(f"{name_or_path}: prompt format 'chat' needs a tokenizer with a chat template")

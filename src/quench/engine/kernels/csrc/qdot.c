@@ -238,18 +238,8 @@ ALWAYS __m256i weights32(int type, const uint8_t* b, int g) {
     }
 }
 
-/* part[i] = 8 int32 whose sum is block_dot_scalar(type, b, x[i]), for mt rows of x. */
-ALWAYS void block_dots(int type, const uint8_t* b, const int8_t* const* x, int mt, __m256i* part) {
-    if (block_values(type) == 32) {
-        __m256i w = weights32(type, b, 0);
-        __m256i sign = _mm256_loadu_si256((const __m256i*)(b + 2));
-        for (int i = 0; i < mt; i++) {
-            __m256i xv = _mm256_loadu_si256((const __m256i*)x[i]);
-            if (type == GGML_TYPE_Q8_0) xv = _mm256_sign_epi8(xv, sign);
-            part[i] = dot32(w, xv);
-        }
-        return;
-    }
+/* part[i] = 8 int32 whose sum is block_dot_scalar(type, b, x[i]) for a 256-value block, mt rows of x. */
+ALWAYS void superblock_dots(int type, const uint8_t* b, const int8_t* const* x, int mt, __m256i* part) {
     for (int i = 0; i < mt; i++) part[i] = _mm256_setzero_si256();
     for (int g = 0; g < 8; g++) {
         int lo, hi;
@@ -269,8 +259,21 @@ ALWAYS __m256i sum8x8(const __m256i* p) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
+ALWAYS uint16_t u16(const uint8_t* p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+/* The f16 at byte `at` of 8 blocks, widened (exact). */
+ALWAYS __m256 halves8(const uint8_t* const* rows, int at) {
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)u16(rows[0] + at), (short)u16(rows[1] + at), (short)u16(rows[2] + at),
+                                          (short)u16(rows[3] + at), (short)u16(rows[4] + at), (short)u16(rows[5] + at),
+                                          (short)u16(rows[6] + at), (short)u16(rows[7] + at)));
+}
+
 #define QDOT_ROWS 8  /* W rows per tile: one per lane */
+#if defined(__AVX512VL__)
+#define QDOT_XROWS 8  /* 32 vector registers */
+#else
 #define QDOT_XROWS 4
+#endif
 /* Outputs (m0 + i, n + r) for i < mt, r < nr, nr <= 8 W rows (lanes past nr repeat the last row, unstored). */
 ALWAYS void tile(int type, const uint8_t* w, int64_t row_bytes, int n, int nr, const acts* a, int m0, int mt, int K,
                  float* y, int64_t ldy) {
@@ -282,25 +285,42 @@ ALWAYS void tile(int type, const uint8_t* w, int64_t row_bytes, int n, int nr, c
         const int8_t* x[QDOT_XROWS];
         for (int r = 0; r < QDOT_ROWS; r++) rows[r] = w + (int64_t)(n + (r < nr ? r : nr - 1)) * row_bytes + (int64_t)blk * bytes;
         for (int i = 0; i < mt; i++) x[i] = a->q + (int64_t)(m0 + i) * K + (int64_t)blk * B;
-        __m256i part[QDOT_XROWS][QDOT_ROWS];
-        int32_t offset[QDOT_XROWS][QDOT_ROWS], j[QDOT_XROWS][QDOT_ROWS];
-        float dw[QDOT_ROWS], mw[QDOT_ROWS];
-        for (int r = 0; r < QDOT_ROWS; r++) {
-            __m256i p[QDOT_XROWS];
-            block_dots(type, rows[r], x, mt, p);
+        __m256 dw = halves8(rows, type == GGML_TYPE_Q6_K ? 208 : 0), mw = _mm256_setzero_ps();
+        if (type == GGML_TYPE_Q4_1) mw = halves8(rows, 2);
+        if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) mw = _mm256_xor_ps(halves8(rows, 2), _mm256_set1_ps(-0.0f));  /* -dmin: the sign flipped, as C's - */
+        __m256i isum[QDOT_XROWS], jsum[QDOT_XROWS];
+        if (B == 32) {
+            __m256i wv[QDOT_ROWS];
+            for (int r = 0; r < QDOT_ROWS; r++) wv[r] = weights32(type, rows[r], 0);
             for (int i = 0; i < mt; i++) {
-                part[i][r] = p[i];
-                block_terms(type, rows[r], a->s + ((int64_t)(m0 + i) * K + (int64_t)blk * B) / 16, &offset[i][r], &j[i][r]);
+                __m256i xv = _mm256_loadu_si256((const __m256i*)x[i]), p[QDOT_ROWS];
+                for (int r = 0; r < QDOT_ROWS; r++)
+                    p[r] = dot32(wv[r], type == GGML_TYPE_Q8_0 ? _mm256_sign_epi8(xv, _mm256_loadu_si256((const __m256i*)(rows[r] + 2))) : xv);
+                const int32_t* s = a->s + ((int64_t)(m0 + i) * K + (int64_t)blk * B) / 16;
+                isum[i] = sum8x8(p);
+                if (type == GGML_TYPE_Q4_0) isum[i] = _mm256_sub_epi32(isum[i], _mm256_set1_epi32(8 * (s[0] + s[1])));
+                jsum[i] = _mm256_set1_epi32(s[0] + s[1]);
             }
-            block_floats(type, rows[r], &dw[r], &mw[r]);
+        } else {
+            __m256i p[QDOT_XROWS][QDOT_ROWS];
+            int32_t offset[QDOT_XROWS][QDOT_ROWS], j[QDOT_XROWS][QDOT_ROWS];
+            for (int r = 0; r < QDOT_ROWS; r++) {
+                __m256i part[QDOT_XROWS];
+                superblock_dots(type, rows[r], x, mt, part);
+                for (int i = 0; i < mt; i++) {
+                    p[i][r] = part[i];
+                    block_terms(type, rows[r], a->s + ((int64_t)(m0 + i) * K + (int64_t)blk * B) / 16, &offset[i][r], &j[i][r]);
+                }
+            }
+            for (int i = 0; i < mt; i++) {
+                isum[i] = _mm256_add_epi32(sum8x8(p[i]), _mm256_loadu_si256((const __m256i*)offset[i]));
+                jsum[i] = _mm256_loadu_si256((const __m256i*)j[i]);
+            }
         }
-        __m256 dwv = _mm256_loadu_ps(dw), mwv = _mm256_loadu_ps(mw);
         for (int i = 0; i < mt; i++) {
             __m256 dx = _mm256_set1_ps(a->d[(int64_t)(m0 + i) * blocks + blk]);
-            __m256i isum = _mm256_add_epi32(sum8x8(part[i]), _mm256_loadu_si256((const __m256i*)offset[i]));
-            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, dx), _mm256_cvtepi32_ps(isum), acc[i]);
-            if (has_min(type))
-                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(mwv, dx), _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)j[i])), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[i]), acc[i]);
+            if (has_min(type)) acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_cvtepi32_ps(jsum[i]), acc[i]);
         }
     }
     for (int i = 0; i < mt; i++) {
@@ -340,6 +360,12 @@ ALWAYS void gemm_rows(int type, const acts* a, const uint8_t* w, float* y, int64
         for (int n = n0; n < n1; n += QDOT_ROWS) {
             int nr = n1 - n < QDOT_ROWS ? n1 - n : QDOT_ROWS;
             switch (mt) {  /* constant tile shapes, so the accumulators stay in registers */
+#if QDOT_XROWS >= 8
+                case 8: tile(type, w, row_bytes, n, nr, a, m0, 8, K, y, ldy); break;
+                case 7: tile(type, w, row_bytes, n, nr, a, m0, 7, K, y, ldy); break;
+                case 6: tile(type, w, row_bytes, n, nr, a, m0, 6, K, y, ldy); break;
+                case 5: tile(type, w, row_bytes, n, nr, a, m0, 5, K, y, ldy); break;
+#endif
 #if QDOT_XROWS >= 4
                 case 4: tile(type, w, row_bytes, n, nr, a, m0, 4, K, y, ldy); break;
                 case 3: tile(type, w, row_bytes, n, nr, a, m0, 3, K, y, ldy); break;
