@@ -21,7 +21,7 @@
      acc = fmaf(mw_b * dx_b, (float)J_b, acc),
    dw the block's f16 d (Q6_K's d; its sub-block scales are in I), mw Q4_1's m or the K types' -dmin, every f16
    widened exactly. The vector builds compute the integer sums with other instructions (AVX2 maddubs + madd,
-   AVX512-VNNI dpbusd) and reduce them exactly, and run the float steps with one output per lane, blocks in
+   AVX512-VNNI dpbusd, NEON sdot or smull) and reduce them exactly, and run the float steps with one output per lane, blocks in
    sequence: the same operations on the same values, so the same bits on every build, for every M and thread
    count (threads split N). */
 #include "quench_native.h"
@@ -32,6 +32,8 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define QDOT_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define QDOT_NEON 1
 #endif
 #if defined(QDOT_AVX2) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define QDOT_VNNI 1
@@ -44,6 +46,8 @@ int qdot_level(void) {
     return 2;
 #elif defined(QDOT_AVX2)
     return 1;
+#elif defined(QDOT_NEON)
+    return 3;
 #else
     return 0;
 #endif
@@ -329,6 +333,8 @@ ALWAYS void tile(int type, const uint8_t* w, int64_t row_bytes, int n, int nr, c
         for (int r = 0; r < nr; r++) y[(int64_t)(m0 + i) * ldy + n + r] = out[r];
     }
 }
+#elif defined(QDOT_NEON)
+#include "qdot_neon.h"
 #else
 #define QDOT_ROWS 1
 #define QDOT_XROWS 1

@@ -106,7 +106,7 @@ int quant_gemm_f32(const float* x, const uint8_t* w, float* y, int64_t ldy, int 
 int dequantize_rows(const uint8_t* w, float* out, int N, int K, int type);
 
 /* ---- qdot.c: GGUF blocks times 8-bit activations, integer sums (its header comment gives the definition) ---- */
-/* 2 AVX512-VNNI, 1 AVX2, 0 scalar. */
+/* 3 NEON, 2 AVX512-VNNI, 1 AVX2, 0 scalar. */
 int qdot_level(void);
 /* x (M, K) float32 -> q (M, K) int8 and d (M, K / block) float32, block 32 or 256. Returns 0, 1 for a bad shape. */
 int quantize_x8(const float* x, int8_t* q, float* d, int M, int K, int block);
