@@ -1,7 +1,7 @@
 """The kernels of every aarch64 level, cross-compiled with Debian's gcc-aarch64-linux-gnu and checked under
 qemu-user by the C self-test (tests/engine/kernels/native_selftest.c): correctness only, qemu says nothing of speed.
-Every aarch64 level runs the NEON paths of the fixed-order GEMMs, the GGUF block products (float and integer) and the fixed attention,
-which the self-test compares bit for bit with their written order. The same self-test also runs natively at every x86
+Every aarch64 level runs the NEON paths of the fixed-order GEMMs, the GGUF block products (float and integer) and the
+fixed attention, which the self-test compares bit for bit with their written order. The same self-test also runs natively at every x86
 level this machine can execute. Every build's digests of its outputs equal tests/engine/golden_digests.json: the
 same bits on every CPU (written once; a difference is a bug, never a reason to rewrite the file)."""
 
