@@ -215,3 +215,21 @@ def test_the_scalar_avx2_avx512_and_vnni_builds_give_the_same_bits(tmp_path):
                 outputs.append(y)
             assert all(same_floats(outputs[0], y) for y in outputs[1:]), (qtype.name, hostile)
             assert same_floats(outputs[0], gemm_reference(x, qtype, data)), (qtype.name, hostile)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_a_tiny_model_in_the_integer_mode_runs_every_product_on_the_integer_kernel(qtype):
+    """Every projection and the head are QuantLinears in the mode; their outputs are gemm_x8's on any rows."""
+    from dataclasses import replace
+
+    from quench.engine.engine import EngineConfig, make_runner
+    from tests.engine.kernels.test_quant import quantized_tiny_llama
+
+    model = quantized_tiny_llama(qtype, seed=int(qtype))
+    model.quench_gguf_weights = replace(model.quench_gguf_weights, mode="gguf-int8")
+    runner = make_runner(model, EngineConfig(batch_invariant=False))
+    linears = [runner.lm_head, *runner._projections()]
+    assert all(isinstance(linear, quant.QuantLinear) and linear.mode == "gguf-int8" for linear in linears)
+    assert runner.plan.weights == "gguf-int8"
+    x = torch.randn(quant.SMALL_ROWS + 3, runner.lm_head.weights[0].in_features, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(runner.lm_head(x), quant.gemm_x8(x, runner.lm_head.weights))  # past SMALL_ROWS too
