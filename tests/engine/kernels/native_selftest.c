@@ -481,7 +481,7 @@ static void check_qdot(void) {
     for (int t = 0; t < 6; t++) {
         int type = types[t], big = type >= GGML_TYPE_Q4_K, values = big ? 256 : 32;
         int64_t size = quant_row_bytes(type, values);
-        int exact = 1, invariant = 1;
+        int exact = 1, invariant = 1, packed = 1;
         for (int mode = 0; mode < 3; mode++)  /* finite; hostile scales; hostile x (values of kind 1, 2 and 3) */
             for (int blocks = 1; blocks <= (big ? 3 : 13); blocks += big ? 1 : 4) {
                 int K = blocks * values;
@@ -504,6 +504,18 @@ static void check_qdot(void) {
                     invariant &= quant_gemm_x8(x + m * K, w, alone, N, 1, N, K, type, 2) == 0;
                     for (int n = 0; n < N; n++) invariant &= same_float(alone[n], y[m * N + n]);
                 }
+                int64_t pack_size = qpack_bytes(type, N, K);
+                if (pack_size > 0) {  /* the interleaved copy's product: the same bits, all rows and one at a time */
+                    uint8_t* pack = malloc((size_t)pack_size);
+                    float again[M * N];
+                    packed &= qpack(w, pack, N, K, type) == 0 && quant_gemm_x8_packed(x, pack, again, N, M, N, K, type, 2) == 0;
+                    for (int i = 0; i < M * N; i++) packed &= same_float(again[i], y[i]);
+                    for (int m = 0; m < M; m++) {
+                        packed &= quant_gemm_x8_packed(x + m * K, pack, alone, N, 1, N, K, type, 1) == 0;
+                        for (int n = 0; n < N; n++) packed &= same_float(alone[n], y[m * N + n]);
+                    }
+                    free(pack);
+                }
                 free(w); free(x);
             }
         char name[160];
@@ -511,6 +523,10 @@ static void check_qdot(void) {
         check(exact, name);
         snprintf(name, sizeof name, "quant_gemm_x8 %s gives each row the bits it gets alone on 2 threads", names[t]);
         check(invariant, name);
+        if (!big) {
+            snprintf(name, sizeof name, "quant_gemm_x8_packed %s gives quant_gemm_x8's bits", names[t]);
+            check(packed, name);
+        }
     }
 }
 

@@ -148,9 +148,13 @@ def test_the_integer_product_equals_the_written_definition_bit_for_bit(qtype, ca
         data = random_blocks(qtype, rows=N, blocks=nb, seed=int(rng.integers(1 << 30)), hostile=case == 3)
         K = nb * values
         x = hostile_x(rng, M, K) if case >= 2 else (rng.standard_normal((M, K)) * 10.0 ** (case - 1)).astype(np.float32)
-        got = quant.gemm_x8(torch.from_numpy(x), [weight_of(qtype, data)]).numpy()
+        weight = weight_of(qtype, data)
         want = gemm_reference(x, qtype, data)
-        assert same_floats(got, want), (qtype.name, case, trial, M, N, K)
+        assert same_floats(quant.gemm_x8(torch.from_numpy(x), [weight]).numpy(), want), (qtype.name, case, trial, M, N, K)
+        pack = quant.packed(weight)  # the interleaved copy, where this build runs it
+        if pack is not None:
+            got = quant.gemm_x8(torch.from_numpy(x), [weight], [pack]).numpy()
+            assert same_floats(got, want), ("packed", qtype.name, case, trial, M, N, K)
 
 
 def test_activation_quantization_is_the_written_definition():
@@ -173,12 +177,15 @@ def test_a_rows_bits_do_not_depend_on_the_other_rows_or_the_threads(qtype):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
+        packs = [quant.packed(w) for w in weights]
         alone = torch.cat([quant.gemm_x8(x[m : m + 1], weights) for m in range(13)])  # (13, 73) one row per call
         torch.set_num_threads(2)
         together = quant.gemm_x8(x, weights)
+        together_packed = quant.gemm_x8(x, weights, packs)
     finally:
         torch.set_num_threads(before)
     assert torch.equal(alone.view(torch.int32), together.view(torch.int32))
+    assert torch.equal(alone.view(torch.int32), together_packed.view(torch.int32))
 
 
 X86_BUILDS = {"x86-64-v2": (0, set()), "x86-64-v3": (1, {"avx2", "fma", "f16c"}),
@@ -196,9 +203,13 @@ def test_the_scalar_avx2_avx512_and_vnni_builds_give_the_same_bits(tmp_path):
             continue
         library = tmp_path / f"qdot-{len(builds)}.so"
         subprocess.run([compiler, "-shared", "-fPIC", "-O2", *f"-march={march}".split(), "-ffp-contract=off", f"-I{CSRC}",
-                        str(CSRC / "quant.c"), str(CSRC / "qdot.c"), "-o", str(library), "-lm"], check=True, capture_output=True)
+                        *(str(CSRC / f"{unit}.c") for unit in ("quant", "qdot", "qpack")), "-o", str(library), "-lm"],
+                       check=True, capture_output=True)
         cdll = ctypes.CDLL(str(library))
         cdll.quant_gemm_x8.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_int] * 5
+        cdll.quant_gemm_x8_packed.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_int] * 5
+        cdll.qpack_bytes.restype = ctypes.c_int64
+        cdll.qpack.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 3
         assert cdll.qdot_level() == level, march
         builds[march] = cdll
     rng = np.random.default_rng(3)
@@ -213,6 +224,12 @@ def test_the_scalar_avx2_avx512_and_vnni_builds_give_the_same_bits(tmp_path):
                 y = np.empty((11, 29), np.float32)
                 assert cdll.quant_gemm_x8(x.ctypes.data, data.ctypes.data, y.ctypes.data, 29, 11, 29, K, int(qtype), 1) == 0
                 outputs.append(y)
+                size = cdll.qpack_bytes(int(qtype), 29, K)
+                if size > 0:  # the interleaved copy's product, on every build (scalar included)
+                    pack, y = np.empty(size, np.uint8), np.empty((11, 29), np.float32)
+                    assert cdll.qpack(data.ctypes.data, pack.ctypes.data, 29, K, int(qtype)) == 0
+                    assert cdll.quant_gemm_x8_packed(x.ctypes.data, pack.ctypes.data, y.ctypes.data, 29, 11, 29, K, int(qtype), 1) == 0
+                    outputs.append(y)
             assert all(same_floats(outputs[0], y) for y in outputs[1:]), (qtype.name, hostile)
             assert same_floats(outputs[0], gemm_reference(x, qtype, data)), (qtype.name, hostile)
 
