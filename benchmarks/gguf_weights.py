@@ -12,6 +12,9 @@ projections and the LM head; the embedding rows and norms are a few KB); the flo
 bandwidth of a 512 MB sum at the same threads. "same tokens": the greedy token ids equal the first system's.
 
     .venv/bin/python benchmarks/gguf_weights.py --threads 1 2 --batch-sizes 1 8 16
+
+--agreement DIR DIR ...: no timing; the share of problems whose first 64 greedy tokens (the answer's text up to its
+stop, tokenized again) are the same in each pair of `quench run --out DIR` folders (e.g. one per --weights).
     QUENCH_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/gguf_weights.py ...   # the AVX2 build
 """
 
@@ -66,6 +69,29 @@ def kernel_rates(gguf_weights, repeats: int = 50) -> None:
             print(f"| {name} | {rows} | {f32 * 1e6:.0f} | {x8 * 1e6:.0f} | {f32 / x8:.2f}x |")
 
 
+def agreement(folders: list[str], tokens: int = 64) -> None:
+    """Per pair of run folders: problems whose first `tokens` greedy tokens agree, of those both answered."""
+    import itertools
+    import json
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(load_model().source, local_files_only=True)
+    answers = {}
+    for folder in folders:
+        rows = (json.loads(line) for line in (Path(folder) / "samples.jsonl").read_text().splitlines())
+        answers[folder] = {row["task_id"]: tuple(tokenizer(row["raw"])["input_ids"][:tokens]) for row in rows}
+    print(f"| run A | run B | same first {tokens} tokens |")
+    print("|---|---|---:|")
+    for a, b in itertools.combinations(folders, 2):
+        common = sorted(answers[a].keys() & answers[b].keys())
+        if not common:  # runs of different benchmarks
+            continue
+        same = sum(answers[a][task] == answers[b][task] for task in common)
+        print(f"| {a} | {b} | {same}/{len(common)} = {same / max(len(common), 1):.1%} |")
+
+
 def backend(loaded, gguf_weights, weights: str, batch_size: int) -> QuenchBackend:
     """An engine over `loaded` with weights "dequantized" (its parameters), "gguf" or "gguf-int8" (the blocks)."""
     model = loaded.model
@@ -91,7 +117,11 @@ def main() -> None:
     parser.add_argument("--kernels", action="store_true", help="only the products alone, in CPU time per call")
     parser.add_argument("--systems", default="bfloat16,gguf,gguf-int8",
                         help="comma-separated: bfloat16, dequantized (float32), gguf, gguf-int8")
+    parser.add_argument("--agreement", nargs="+", metavar="DIR", help="`quench run --out` folders to compare (no timing)")
     args = parser.parse_args()
+    if args.agreement:
+        agreement(args.agreement)
+        return
     names = args.systems.split(",")
     if not set(names) <= {"bfloat16", "dequantized", *quant.MODES}:
         parser.error(f"--systems: unknown {sorted(set(names) - {'bfloat16', 'dequantized', *quant.MODES})}")

@@ -31,8 +31,9 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")  # torch is imported only wh
 # dequantized: every weight from the float32 safetensors cache; gguf: the projections and head run on the GGUF's
 # blocks as stored (quench.engine.kernels.quant), float32 activations and sums; gguf-int8: on the blocks as stored
 # times 8-bit activations, integer sums (llama.cpp's scheme in one fixed order)
+# auto (the CLI's default): gguf-int8 wherever `resolve_weights` finds it can run, else dequantized
 GGUF_WEIGHTS = ("gguf", "gguf-int8")
-WEIGHTS = ("dequantized", *GGUF_WEIGHTS)
+WEIGHTS = ("auto", "dequantized", *GGUF_WEIGHTS)
 GGUF_MAGIC = b"GGUF"
 GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
 
@@ -86,6 +87,20 @@ def check_weights(weights: str, dtype: str, name_or_path: str) -> None:
         raise QuenchError(f"--weights {weights} runs float32 activations, not --dtype {dtype}")
     if weights in GGUF_WEIGHTS and name_or_path not in PRESETS and not name_or_path.endswith(".gguf"):
         raise QuenchError(f"--weights {weights}: {name_or_path} is not a GGUF model (give a preset or a .gguf file)")
+
+
+def resolve_weights(weights: str, name_or_path: str, dtype: str, device: str) -> str:
+    """--weights auto: gguf-int8 for a GGUF model (a preset or a .gguf file) with --dtype auto or float32 on a CPU
+    where quench's native kernels build (Linux, a C compiler), else dequantized; any other value is itself."""
+    if weights != "auto":
+        return weights
+    import platform
+
+    from quench.native_target import compiler
+
+    gguf_model = name_or_path in PRESETS or name_or_path.endswith(".gguf")
+    runs = dtype in ("auto", "float32") and device == "cpu" and platform.system() == "Linux" and compiler() is not None
+    return "gguf-int8" if gguf_model and runs else "dequantized"
 
 
 def gguf_file(parts: list[Path]) -> Path:
@@ -254,12 +269,13 @@ def load_model(
     weights: str = "dequantized",
 ) -> LoadedModel:
     """Load a causal LM for generation. Nothing is ever downloaded; `notify` hears what takes time.
-    weights="gguf" or "gguf-int8": the model also carries the path of its GGUF (`quench_gguf_file`) and the mode
+    weights="auto": `resolve_weights` picks. weights="gguf" or "gguf-int8": the model also carries the path of its GGUF (`quench_gguf_file`) and the mode
     (`quench_weights`): quench's engine runs its projections and head on the quantized tensors as stored
     (`quench.engine.kernels.quant.gguf_weights_of`)."""
     check_model(name_or_path)
     check_dtype(dtype)
     check_weights(weights, dtype, name_or_path)
+    weights = resolve_weights(weights, name_or_path, dtype, device)
     if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
         raise QuenchError(f"unknown prompt format {prompt_format!r}; choose chat or completion")
     notify(f"loading {name_or_path} …")
@@ -288,12 +304,15 @@ def load_model(
     return LoadedModel(model, tokenizer, name_or_path, chosen, torch_dtype, str(source))
 
 
-def model_skeleton(name_or_path: str = DEFAULT_PRESET, dtype: str = "auto", device: str = "cpu") -> Any:
+def model_skeleton(name_or_path: str = DEFAULT_PRESET, dtype: str = "auto", device: str = "cpu",
+                   weights: str = "auto") -> Any:
     """The model `load_model` would give, built on the meta device: its config, modules and dtype, no weight read
-    or allocated (`quench doctor` prints its forward plan). A GGUF the first load has not converted yet raises
-    QuenchError instead of converting it here."""
+    or allocated (`quench doctor` prints its forward plan; a GGUF mode is marked as `load_model` marks it, the file
+    unread). A GGUF the first load has not converted yet raises QuenchError instead of converting it here."""
     check_model(name_or_path)
     check_dtype(dtype)
+    check_weights(weights, dtype, name_or_path)
+    weights = resolve_weights(weights, name_or_path, dtype, device)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -309,4 +328,9 @@ def model_skeleton(name_or_path: str = DEFAULT_PRESET, dtype: str = "auto", devi
     except (OSError, ValueError) as err:
         raise QuenchError(f"{source}: cannot read the model's config: {err}") from None
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype, device))
+        torch_dtype = resolve_dtype("float32" if weights in GGUF_WEIGHTS else dtype, device)
+        skeleton = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    if weights in GGUF_WEIGHTS:
+        parts = preset_gguf_parts(PRESETS[name_or_path]) if name_or_path in PRESETS else [path]
+        skeleton.quench_gguf_file, skeleton.quench_weights = str(parts[0]), weights
+    return skeleton
