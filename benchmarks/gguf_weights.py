@@ -54,19 +54,21 @@ def kernel_rates(gguf_weights, repeats: int = 50) -> None:
     torch.set_num_threads(1)
     print("| product | rows | gguf CPU us / call | gguf-int8 CPU us / call | gguf / gguf-int8 |")
     print("|---|---:|---:|---:|---:|")
-    for name, weights in cases.items():
+    for case, weights in cases.items():
         for rows in (1, 8, 16):
             x = torch.randn(rows, weights[0].in_features, generator=torch.Generator().manual_seed(0))
             calls = max(3, repeats * 1536 // sum(w.out_features for w in weights))
+            packs = [quant.packed(w) for w in weights]  # as QuantLinear holds them
+            products = {"gguf": lambda: quant.gemm(x, weights), "gguf-int8": lambda: quant.gemm_x8(x, weights, packs)}
             seconds = {}
-            for product in (quant.gemm, quant.gemm_x8):
-                product(x, weights)
+            for name, product in products.items():
+                product()
                 start = time.thread_time()
                 for _ in range(calls):
-                    product(x, weights)
-                seconds[product] = (time.thread_time() - start) / calls
-            f32, x8 = seconds[quant.gemm], seconds[quant.gemm_x8]
-            print(f"| {name} | {rows} | {f32 * 1e6:.0f} | {x8 * 1e6:.0f} | {f32 / x8:.2f}x |")
+                    product()
+                seconds[name] = (time.thread_time() - start) / calls
+            f32, x8 = seconds["gguf"], seconds["gguf-int8"]
+            print(f"| {case} | {rows} | {f32 * 1e6:.0f} | {x8 * 1e6:.0f} | {f32 / x8:.2f}x |")
 
 
 def agreement(folders: list[str], tokens: int = 64) -> None:
