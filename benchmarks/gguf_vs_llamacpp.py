@@ -7,7 +7,8 @@ T new tokens) from the llama.cpp sources in the llama-cpp-python sdist, built wi
     cmake -S llama_cpp_python-*/vendor/llama.cpp -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
     cmake --build build -j2 --target llama-batched-bench
 
-quench: `load_model(weights="gguf")` (the GGUF's blocks executed by quench.engine.kernels.quant), greedy, EOS ignored,
+quench: the GGUF's blocks executed by quench.engine.kernels.quant, in --weights' mode (gguf-int8, the CLI's default:
+8-bit activations and integer sums, llama.cpp's scheme; gguf: float32 activations), greedy, EOS ignored,
 B HumanEval prompts in the chat template; decode tokens/s is B (T - 1) new tokens over the wall time of a
 T-token call minus that of a 1-token call; prefill tokens/s is the prompts' tokens over that 1-token call.
 Each system gets the same threads; rounds alternate between them; the best of --repeats is kept.
@@ -57,6 +58,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--weights", default="gguf-int8", choices=quant.MODES, help="quench's GGUF mode")
     args = parser.parse_args()
     binary = args.llama_bin / "llama-batched-bench"
     if not binary.is_file():
@@ -67,7 +69,8 @@ def main() -> None:
     loaded = load_model(args.preset, weights="gguf")
     gguf_weights = quant.gguf_weights_of(loaded.model)
     problems = load_humaneval()[: max(args.batch_sizes)]
-    print(f"{parts[0].name}; quench native build {native.build_result().march}; torch {torch.__version__}")
+    print(f"{parts[0].name}; quench --weights {args.weights}, native build {native.build_result().march}; "
+          f"torch {torch.__version__}")
     print("| batch | threads | decode tok/s quench / llama.cpp | ratio | prefill tok/s quench / llama.cpp | ratio |")
     print("|---:|---:|---:|---:|---:|---:|")
     for threads in args.threads:
@@ -75,7 +78,7 @@ def main() -> None:
         for batch in args.batch_sizes:
             requests = [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt)) for p in problems[:batch]]
             prompt = round(sum(len(r.prompt_ids) for r in requests) / batch)
-            system = backend(loaded, gguf_weights, "gguf", batch)
+            system = backend(loaded, gguf_weights, args.weights, batch)
             ours, theirs = (0.0, 0.0), (0.0, 0.0)
             for _ in range(args.repeats):
                 mine = quench_rates(system, requests, args.max_new_tokens)

@@ -1,15 +1,20 @@
 """(Not gguf.py: a script of that name would shadow the gguf package it imports.)
 
-The default preset's GGUF run two ways in one process: its weights dequantized to float32 (today's path) and
-its blocks executed as stored (quench.engine.kernels.quant), at batch 1 and 8 and the given thread counts.
+The default preset's GGUF run several ways in one process (--systems): bfloat16 (the preset loaded with --dtype
+auto's bfloat16), its weights dequantized to float32, and its blocks executed as stored (quench.engine.kernels.quant)
+with float32 activations (gguf) or 8-bit activations and integer sums (gguf-int8), at the given batch sizes and
+thread counts.
 
 Decode tokens/s: B (T - 1) new tokens over the wall time of a T-token call minus that of a 1-token call (the
 prefill and the first token), EOS ignored, the first B HumanEval prompts in the chat template; the best of
 --repeats interleaved rounds. Bytes per decode step: the nbytes of every weight tensor a step reads (the 30 layers'
 projections and the LM head; the embedding rows and norms are a few KB); the floor is those bytes over the read
-bandwidth of a 512 MB sum at the same threads. "same tokens": both ways gave the same greedy token ids.
+bandwidth of a 512 MB sum at the same threads. "same tokens": the greedy token ids equal the first system's.
 
-    .venv/bin/python benchmarks/gguf_weights.py --threads 1 2 --batch-sizes 1 8
+    .venv/bin/python benchmarks/gguf_weights.py --threads 1 2 --batch-sizes 1 8 16
+
+--agreement DIR DIR ...: no timing; the share of problems whose first 64 greedy tokens (the answer's text up to its
+stop, tokenized again) are the same in each pair of `quench run --out DIR` folders (e.g. one per --weights).
     QUENCH_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/gguf_weights.py ...   # the AVX2 build
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import torch
 
@@ -33,36 +39,65 @@ def step_weight_bytes(runner) -> int:
     """Bytes of the weights one decode step reads: each projection and the head once."""
     total = 0
     for linear in [runner.lm_head, *runner._projections()]:
-        total += linear.nbytes if isinstance(linear, QuantLinear) else linear.out_features * linear.weight.shape[-1] * 4
+        total += linear.nbytes if isinstance(linear, QuantLinear) else linear.out_features * linear.weight.shape[-1] * linear.weight.element_size()
     return total
 
 
 def kernel_rates(gguf_weights, repeats: int = 50) -> None:
-    """quant_gemm_f32 alone on the preset's own tensors, one thread: CPU seconds of this thread per call
-    (time.thread_time, so time the thread spends descheduled on a busy machine does not count)."""
+    """quant_gemm_f32 (gguf) and quant_gemm_x8 (gguf-int8) alone on the preset's own tensors, one thread: CPU seconds
+    of this thread per call (time.thread_time, so time the thread spends descheduled on a busy machine does not
+    count)."""
     tensors = gguf_weights.tensors
     cases = {"layer 3 gate/up (Q4_1)": [tensors["model.layers.3.mlp.gate_proj.weight"], tensors["model.layers.3.mlp.up_proj.weight"]],
              "layer 3 down (Q4_1)": [tensors["model.layers.3.mlp.down_proj.weight"]],
              "head (Q8_0)": [tensors["lm_head.weight"]]}
     torch.set_num_threads(1)
-    print("| product | rows | CPU us / call | GMAC/s |")
-    print("|---|---:|---:|---:|")
-    for name, weights in cases.items():
-        for rows in (1, 8):
+    print("| product | rows | gguf CPU us / call | gguf-int8 CPU us / call | gguf / gguf-int8 |")
+    print("|---|---:|---:|---:|---:|")
+    for case, weights in cases.items():
+        for rows in (1, 8, 16):
             x = torch.randn(rows, weights[0].in_features, generator=torch.Generator().manual_seed(0))
             calls = max(3, repeats * 1536 // sum(w.out_features for w in weights))
-            quant.gemm(x, weights)
-            start = time.thread_time()
-            for _ in range(calls):
-                quant.gemm(x, weights)
-            seconds = (time.thread_time() - start) / calls
-            macs = rows * weights[0].in_features * sum(w.out_features for w in weights)
-            print(f"| {name} | {rows} | {seconds * 1e6:.0f} | {macs / seconds / 1e9:.1f} |")
+            packs = [quant.packed(w) for w in weights]  # as QuantLinear holds them
+            products = {"gguf": lambda: quant.gemm(x, weights), "gguf-int8": lambda: quant.gemm_x8(x, weights, packs)}
+            seconds = {}
+            for name, product in products.items():
+                product()
+                start = time.thread_time()
+                for _ in range(calls):
+                    product()
+                seconds[name] = (time.thread_time() - start) / calls
+            f32, x8 = seconds["gguf"], seconds["gguf-int8"]
+            print(f"| {case} | {rows} | {f32 * 1e6:.0f} | {x8 * 1e6:.0f} | {f32 / x8:.2f}x |")
+
+
+def agreement(folders: list[str], tokens: int = 64) -> None:
+    """Per pair of run folders: problems whose first `tokens` greedy tokens agree, of those both answered."""
+    import itertools
+    import json
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(load_model().source, local_files_only=True)
+    answers = {}
+    for folder in folders:
+        rows = (json.loads(line) for line in (Path(folder) / "samples.jsonl").read_text().splitlines())
+        answers[folder] = {row["task_id"]: tuple(tokenizer(row["raw"])["input_ids"][:tokens]) for row in rows}
+    print(f"| run A | run B | same first {tokens} tokens |")
+    print("|---|---|---:|")
+    for a, b in itertools.combinations(folders, 2):
+        common = sorted(answers[a].keys() & answers[b].keys())
+        if not common:  # runs of different benchmarks
+            continue
+        same = sum(answers[a][task] == answers[b][task] for task in common)
+        print(f"| {a} | {b} | {same}/{len(common)} = {same / max(len(common), 1):.1%} |")
 
 
 def backend(loaded, gguf_weights, weights: str, batch_size: int) -> QuenchBackend:
+    """An engine over `loaded` with weights "dequantized" (its parameters), "gguf" or "gguf-int8" (the blocks)."""
     model = loaded.model
-    model.quench_gguf_weights = gguf_weights if weights == "gguf" else None
+    model.quench_gguf_weights = replace(gguf_weights, mode=weights) if weights in quant.MODES else None
     built = QuenchBackend(model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
     model.quench_gguf_weights = gguf_weights
     return built
@@ -82,9 +117,19 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kernels", action="store_true", help="only the products alone, in CPU time per call")
+    parser.add_argument("--systems", default="bfloat16,gguf,gguf-int8",
+                        help="comma-separated: bfloat16, dequantized (float32), gguf, gguf-int8")
+    parser.add_argument("--agreement", nargs="+", metavar="DIR", help="`quench run --out` folders to compare (no timing)")
     args = parser.parse_args()
+    if args.agreement:
+        agreement(args.agreement)
+        return
+    names = args.systems.split(",")
+    if not set(names) <= {"bfloat16", "dequantized", *quant.MODES}:
+        parser.error(f"--systems: unknown {sorted(set(names) - {'bfloat16', 'dequantized', *quant.MODES})}")
 
     loaded = load_model(weights="gguf")
+    bf16 = load_model(dtype="bfloat16") if "bfloat16" in names else None
     gguf_weights = quant.gguf_weights_of(loaded.model)
     problems = load_humaneval()[: max(args.batch_sizes)]
     result = native.build_result()
@@ -99,7 +144,8 @@ def main() -> None:
         bandwidth = read_bandwidth_gbs()
         for batch_size in args.batch_sizes:
             requests = [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt)) for p in problems[:batch_size]]
-            systems = {weights: backend(loaded, gguf_weights, weights, batch_size) for weights in ("dequantized", "gguf")}
+            systems = {name: QuenchBackend(bf16.model, bf16.tokenizer, EngineConfig(batch_size=batch_size)) if name == "bfloat16"
+                       else backend(loaded, gguf_weights, name, batch_size) for name in names}
             best = {weights: (float("inf"), float("inf")) for weights in systems}
             tokens = {}
             for _ in range(args.repeats):
@@ -112,7 +158,7 @@ def main() -> None:
                 decode = batch_size * (args.max_new_tokens - 1) / best[weights][0]
                 floor = batch_size * bandwidth * 1e9 / step_bytes
                 print(f"| {weights} | {batch_size} | {threads} | {step_bytes / 2**20:.1f} MiB | {floor:.0f} | {decode:.1f} | "
-                      f"{best[weights][1]:.3f} | {tokens['gguf'] == tokens['dequantized']} |")
+                      f"{best[weights][1]:.3f} | {tokens[weights] == tokens[names[0]]} |")
         print(f"<!-- read bandwidth at {threads} thread(s): {bandwidth:.1f} GB/s -->")
 
 

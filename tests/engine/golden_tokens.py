@@ -6,9 +6,10 @@ runs it once per level this machine can execute and compares each case with the 
 cases FILE lacks and never changes one it holds: an entry changes only by hand, in a commit that redefines its
 mode's arithmetic and says why.
 
-Each case: a model (the default preset as `quench run` loads it, bfloat16 and on its GGUF blocks, and tiny models of
-each family and weight format), fixed prompts, 64 new tokens (EOS ignored), at batch 1, at batch 8 and at batch 8
-with n-gram speculation. Batch invariance makes the three the same; each is kept, so a failure says which one moved.
+Each case: a model (the default preset as `quench run` loads it, bfloat16 and on its GGUF blocks in both modes, and
+tiny models of each family and weight format, both GGUF modes), fixed prompts, 64 new tokens (EOS ignored), at batch 1,
+at batch 8 and at batch 8 with n-gram speculation. Batch invariance makes the three the same; each is kept, so a failure
+says which one moved.
 """
 
 from __future__ import annotations
@@ -77,15 +78,19 @@ def save_tiny_models(folder: Path) -> None:
             torch.save(build()[0], folder / (name.replace("/", "--") + ".pt"))
 
 
-def _quantized(name: str) -> Callable[[], torch.nn.Module]:
+def _quantized(name: str, mode: str = "gguf") -> Callable[[], torch.nn.Module]:
     def make():
+        from dataclasses import replace
+
         from gguf import GGMLQuantizationType
 
         sys.path.insert(0, str(Path(__file__).parent / "kernels"))
         from test_quant import quantized_tiny_llama
 
         qtype = GGMLQuantizationType[name]
-        return quantized_tiny_llama(qtype, seed=int(qtype))
+        model = quantized_tiny_llama(qtype, seed=int(qtype))
+        model.quench_gguf_weights = replace(model.quench_gguf_weights, mode=mode)
+        return model
 
     return make
 
@@ -98,6 +103,7 @@ def _cases() -> dict[str, Callable[[], tuple[torch.nn.Module, object, list[tuple
     cases = {
         "smollm2-135m-instruct/bfloat16": _preset("bfloat16"),
         "smollm2-135m-instruct/gguf": _preset("float32", "gguf"),
+        "smollm2-135m-instruct/gguf-int8": _preset("float32", "gguf-int8"),
         "tiny-llama/float32": _tiny(lambda: tiny_llama(dtype=torch.float32)),
         "tiny-llama/bfloat16": _tiny(lambda: tiny_llama(dtype=torch.bfloat16)),
         "llama-head64/bfloat16": _tiny(lambda: llama_head_dim_64(torch.bfloat16, vocab_size=vocab)),
@@ -107,6 +113,7 @@ def _cases() -> dict[str, Callable[[], tuple[torch.nn.Module, object, list[tuple
     }
     for name in ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"):
         cases[f"tiny-llama/gguf-{name}"] = _tiny(_quantized(name))
+        cases[f"tiny-llama/gguf-int8-{name}"] = _tiny(_quantized(name, "gguf-int8"))
     return cases
 
 

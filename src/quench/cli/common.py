@@ -59,9 +59,12 @@ def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = 
     batch size and speculation default to `auto`, chosen from the work and the machine (`work_settings`)."""
     parser.add_argument("--model", default=DEFAULT_PRESET, help="preset, HF model directory, or .gguf file")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16, float32")
-    parser.add_argument("--weights", default="dequantized", choices=["dequantized", "gguf"],
-                        help="GGUF models: dequantized (float32 weights, the default) or gguf (the projections and "
-                             "head run on the file's blocks as stored, float32 activations; docs/engine.md)")
+    parser.add_argument("--weights", default="auto", choices=["auto", "dequantized", "gguf", "gguf-int8"],
+                        help="GGUF models: gguf-int8 (the projections and head run on the file's blocks as stored "
+                             "times 8-bit activations, integer sums), gguf (the blocks, float32 activations) or "
+                             "dequantized (weights dequantized once, --dtype's); auto (default): gguf-int8 for a "
+                             "preset or .gguf file on a CPU with quench's native kernels, else dequantized "
+                             "(docs/engine.md)")
     parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
     parser.add_argument("--prompt-format", default=None, choices=["chat", "completion"],
                         help="default: the preset's, or what a quench checkpoint records, else completion")

@@ -29,8 +29,11 @@ PROMPT_FORMATS = ("chat", "completion")
 QUENCH_META = "quench.json"  # written into checkpoints by `quench train`: {"prompt_format": ...}
 DTYPES = ("auto", "bfloat16", "float16", "float32")  # torch is imported only when a model loads
 # dequantized: every weight from the float32 safetensors cache; gguf: the projections and head run on the GGUF's
-# blocks as stored (quench.engine.kernels.quant), float32 activations
-WEIGHTS = ("dequantized", "gguf")
+# blocks as stored (quench.engine.kernels.quant), float32 activations and sums; gguf-int8: on the blocks as stored
+# times 8-bit activations, integer sums (llama.cpp's scheme in one fixed order)
+# auto (the CLI's default): gguf-int8 wherever `resolve_weights` finds it can run, else dequantized
+GGUF_WEIGHTS = ("gguf", "gguf-int8")
+WEIGHTS = ("auto", "dequantized", *GGUF_WEIGHTS)
 GGUF_MAGIC = b"GGUF"
 GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
 
@@ -77,13 +80,27 @@ def resolve_dtype(dtype: str, device: str) -> "torch.dtype":
 
 
 def check_weights(weights: str, dtype: str, name_or_path: str) -> None:
-    """--weights: one of WEIGHTS; gguf only for a GGUF model (a preset or a .gguf file), in float32."""
+    """--weights: one of WEIGHTS; gguf and gguf-int8 only for a GGUF model (a preset or a .gguf file), in float32."""
     if weights not in WEIGHTS:
         raise QuenchError(f"--weights: unknown weights {weights!r}; choose one of {', '.join(WEIGHTS)}")
-    if weights == "gguf" and dtype not in ("auto", "float32"):
-        raise QuenchError(f"--weights gguf runs float32 activations, not --dtype {dtype}")
-    if weights == "gguf" and name_or_path not in PRESETS and not name_or_path.endswith(".gguf"):
-        raise QuenchError(f"--weights gguf: {name_or_path} is not a GGUF model (give a preset or a .gguf file)")
+    if weights in GGUF_WEIGHTS and dtype not in ("auto", "float32"):
+        raise QuenchError(f"--weights {weights} runs float32 activations, not --dtype {dtype}")
+    if weights in GGUF_WEIGHTS and name_or_path not in PRESETS and not name_or_path.endswith(".gguf"):
+        raise QuenchError(f"--weights {weights}: {name_or_path} is not a GGUF model (give a preset or a .gguf file)")
+
+
+def resolve_weights(weights: str, name_or_path: str, dtype: str, device: str) -> str:
+    """--weights auto: gguf-int8 for a GGUF model (a preset or a .gguf file) with --dtype auto or float32 on a CPU
+    where quench's native kernels build (Linux, a C compiler), else dequantized; any other value is itself."""
+    if weights != "auto":
+        return weights
+    import platform
+
+    from quench.native_target import compiler
+
+    gguf_model = name_or_path in PRESETS or name_or_path.endswith(".gguf")
+    runs = dtype in ("auto", "float32") and device == "cpu" and platform.system() == "Linux" and compiler() is not None
+    return "gguf-int8" if gguf_model and runs else "dequantized"
 
 
 def gguf_file(parts: list[Path]) -> Path:
@@ -252,11 +269,13 @@ def load_model(
     weights: str = "dequantized",
 ) -> LoadedModel:
     """Load a causal LM for generation. Nothing is ever downloaded; `notify` hears what takes time.
-    weights="gguf": the model also carries the path of its GGUF (`quench_gguf_file`), whose quantized tensors as
-    stored quench's engine runs its projections and head on (`quench.engine.kernels.quant.gguf_weights_of`)."""
+    weights="auto": `resolve_weights` picks. weights="gguf" or "gguf-int8": the model also carries the path of its GGUF (`quench_gguf_file`) and the mode
+    (`quench_weights`): quench's engine runs its projections and head on the quantized tensors as stored
+    (`quench.engine.kernels.quant.gguf_weights_of`)."""
     check_model(name_or_path)
     check_dtype(dtype)
     check_weights(weights, dtype, name_or_path)
+    weights = resolve_weights(weights, name_or_path, dtype, device)
     if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
         raise QuenchError(f"unknown prompt format {prompt_format!r}; choose chat or completion")
     notify(f"loading {name_or_path} …")
@@ -265,7 +284,7 @@ def load_model(
 
     hf_logging.disable_progress_bar()  # quench shows its own progress; the CLI owns the terminal
     source, default_format = resolve_source(name_or_path, notify)
-    torch_dtype = resolve_dtype("float32" if weights == "gguf" else dtype, device)
+    torch_dtype = resolve_dtype("float32" if weights in GGUF_WEIGHTS else dtype, device)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
@@ -273,9 +292,10 @@ def load_model(
     except (OSError, ValueError) as err:
         raise QuenchError(f"{source}: cannot load model: {err}") from None
     model.to(device).eval()
-    if weights == "gguf":  # the engine reads its blocks (quench.engine.kernels.quant.gguf_weights_of)
+    if weights in GGUF_WEIGHTS:  # the engine reads its blocks (quench.engine.kernels.quant.gguf_weights_of)
         parts = preset_gguf_parts(PRESETS[name_or_path]) if name_or_path in PRESETS else [Path(name_or_path).expanduser()]
         model.quench_gguf_file = str(gguf_file(parts))
+        model.quench_weights = weights
     chosen = prompt_format or default_format
     if chosen == "chat" and not getattr(tokenizer, "chat_template", None):
         raise QuenchError(f"{name_or_path}: prompt format 'chat' needs a tokenizer with a chat template")
@@ -284,12 +304,15 @@ def load_model(
     return LoadedModel(model, tokenizer, name_or_path, chosen, torch_dtype, str(source))
 
 
-def model_skeleton(name_or_path: str = DEFAULT_PRESET, dtype: str = "auto", device: str = "cpu") -> Any:
+def model_skeleton(name_or_path: str = DEFAULT_PRESET, dtype: str = "auto", device: str = "cpu",
+                   weights: str = "auto") -> Any:
     """The model `load_model` would give, built on the meta device: its config, modules and dtype, no weight read
-    or allocated (`quench doctor` prints its forward plan). A GGUF the first load has not converted yet raises
-    QuenchError instead of converting it here."""
+    or allocated (`quench doctor` prints its forward plan; a GGUF mode is marked as `load_model` marks it, the file
+    unread). A GGUF the first load has not converted yet raises QuenchError instead of converting it here."""
     check_model(name_or_path)
     check_dtype(dtype)
+    check_weights(weights, dtype, name_or_path)
+    weights = resolve_weights(weights, name_or_path, dtype, device)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -305,4 +328,9 @@ def model_skeleton(name_or_path: str = DEFAULT_PRESET, dtype: str = "auto", devi
     except (OSError, ValueError) as err:
         raise QuenchError(f"{source}: cannot read the model's config: {err}") from None
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype, device))
+        torch_dtype = resolve_dtype("float32" if weights in GGUF_WEIGHTS else dtype, device)
+        skeleton = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    if weights in GGUF_WEIGHTS:
+        parts = preset_gguf_parts(PRESETS[name_or_path]) if name_or_path in PRESETS else [path]
+        skeleton.quench_gguf_file, skeleton.quench_weights = str(parts[0]), weights
+    return skeleton

@@ -77,9 +77,10 @@ static int same_float(float a, float b) { return (isnan(a) && isnan(b)) || memcm
 
 /* FNV-1a of a kernel's outputs (every NaN as one), printed per kernel so builds of two architectures can be
    compared: the same inputs on every machine, so the same digest where the bits are the same. */
-enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT, DIGEST_ATTEND, DIGEST_SILU, DIGEST_SAMPLE, DIGESTS };
+enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT, DIGEST_ATTEND, DIGEST_SILU, DIGEST_SAMPLE, DIGEST_QDOT, DIGESTS };
 static uint64_t digests[DIGESTS] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull,
-                                   0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
+                                   0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull,
+                                   0xcbf29ce484222325ull};
 static void fold(int which, float v) {
     uint32_t bits = 0x7fc00000u;
     if (!isnan(v)) memcpy(&bits, &v, 4);
@@ -405,6 +406,130 @@ static void check_quant(void) {
     }
 }
 
+/* ---- GGUF blocks times 8-bit activations: qdot.c's definition, written out from its header comment. ---- */
+
+/* Value j's stored integer: the nibble, int8, 5-bit or 6-bit q (Q6_K before its - 32); *group its scale group. */
+static int stored_int(int type, const uint8_t* b, int j) {
+    int l = j % 32, g = j / 32;
+    switch (type) {
+        case GGML_TYPE_Q8_0: return (int8_t)b[2 + l];
+        case GGML_TYPE_Q4_0: return (b[2 + l % 16] >> 4 * (l / 16)) & 15;
+        case GGML_TYPE_Q4_1: return (b[4 + l % 16] >> 4 * (l / 16)) & 15;
+        case GGML_TYPE_Q6_K: {
+            int h = j / 128, k = (j / 32) % 4;
+            return ((b[64 * h + 32 * (k % 2) + l] >> 4 * (k / 2)) & 15) | ((b[128 + 32 * h + l] >> 2 * k) & 3) << 4;
+        }
+        default: {
+            int q = (b[(type == GGML_TYPE_Q4_K ? 16 : 48) + 32 * (g / 2) + l] >> 4 * (g & 1)) & 15;
+            return type == GGML_TYPE_Q5_K ? q | ((b[16 + l] >> g) & 1) << 4 : q;
+        }
+    }
+}
+
+static void k_pair(const uint8_t* b, int g, int* scale, int* min) {
+    const uint8_t* s = b + 4;
+    *scale = g < 4 ? s[g] & 63 : (s[g + 4] & 15) | (s[g - 4] >> 6) << 4;
+    *min = g < 4 ? s[g + 4] & 63 : (s[g + 4] >> 4) | (s[g] >> 6) << 4;
+}
+
+/* One block of B activations: d and q as the header comment defines them. */
+static float quantize_block(const float* x, int B, int8_t* q) {
+    float a = 0.0f;
+    int special = 0;
+    for (int i = 0; i < B; i++) {
+        if (isnan(x[i]) || isinf(x[i])) special = 1;
+        else if (fabsf(x[i]) > a) a = fabsf(x[i]);
+    }
+    float d = special ? NAN : a / 127.0f;
+    for (int i = 0; i < B; i++) {
+        float t = special || d == 0.0f ? 0.0f : rintf(x[i] / d);
+        q[i] = (int8_t)(t > 127.0f ? 127 : t < -127.0f ? -127 : t);
+    }
+    return d;
+}
+
+/* x . w for one row pair, block by block: acc = fmaf(dw dx, I, acc) then fmaf(mw dx, J, acc). */
+static float qdot_reference(int type, const uint8_t* row, const float* x, int K) {
+    int B = type >= GGML_TYPE_Q4_K ? 256 : 32, size = (int)quant_row_bytes(type, B);
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += B) {
+        const uint8_t* b = row + (k0 / B) * size;
+        int8_t q[256];
+        float dx = quantize_block(x + k0, B, q), dw, mw = 0.0f;
+        int64_t I = 0, J = 0;
+        for (int j = 0; j < B; j++) {
+            int w = stored_int(type, b, j), scale = 1, min = 0;
+            if (type == GGML_TYPE_Q4_0) w -= 8;
+            if (type == GGML_TYPE_Q6_K) { w -= 32; scale = (int8_t)b[192 + j / 16]; }
+            if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) k_pair(b, j / 32, &scale, &min);
+            I += (int64_t)scale * w * q[j];
+            J += type == GGML_TYPE_Q4_1 ? q[j] : (int64_t)min * q[j];
+        }
+        dw = half(type == GGML_TYPE_Q6_K ? b + 208 : b);
+        if (type == GGML_TYPE_Q4_1) mw = half(b + 2);
+        if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) mw = -half(b + 2);
+        acc = fmaf(dw * dx, (float)I, acc);
+        if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) acc = fmaf(mw * dx, (float)J, acc);
+    }
+    return acc;
+}
+
+static void check_qdot(void) {
+    static const int types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    static const char* names[] = {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"};
+    enum { M = 11, N = 21 };
+    for (int t = 0; t < 6; t++) {
+        int type = types[t], big = type >= GGML_TYPE_Q4_K, values = big ? 256 : 32;
+        int64_t size = quant_row_bytes(type, values);
+        int exact = 1, invariant = 1, packed = 1;
+        for (int mode = 0; mode < 3; mode++)  /* finite; hostile scales; hostile x (values of kind 1, 2 and 3) */
+            for (int blocks = 1; blocks <= (big ? 3 : 13); blocks += big ? 1 : 4) {
+                int K = blocks * values;
+                uint8_t* w = malloc((size_t)(N * blocks * size));
+                float *x = malloc(sizeof(float) * M * K), y[M * N], alone[N];
+                random_blocks(type, w, N * blocks, mode == 1);
+                for (int i = 0; i < M * K; i++) x[i] = value_of(mode == 2 ? 1 + i % 3 : 0);
+                if (mode == 2) for (int i = 0; i < 32; i++) x[K + i] = (float)i - 15.5f;  /* x / d at .5 */
+                exact &= quant_gemm_x8(x, w, y, N, M, N, K, type, 1) == 0;
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) {
+                        float want = qdot_reference(type, w + n * blocks * size, x + m * K, K);
+                        if (exact && !same_float(want, y[m * N + n]))
+                            printf("     %s mode %d K %d: y[%d][%d] = %a, the definition gives %a\n", names[t], mode, K, m,
+                                   n, y[m * N + n], want);
+                        exact &= same_float(want, y[m * N + n]);
+                        fold(DIGEST_QDOT, y[m * N + n]);
+                    }
+                for (int m = 0; m < M; m++) {
+                    invariant &= quant_gemm_x8(x + m * K, w, alone, N, 1, N, K, type, 2) == 0;
+                    for (int n = 0; n < N; n++) invariant &= same_float(alone[n], y[m * N + n]);
+                }
+                int64_t pack_size = qpack_bytes(type, N, K);
+                if (pack_size > 0) {  /* the interleaved copy's product: the same bits, all rows and one at a time */
+                    uint8_t* pack = malloc((size_t)pack_size);
+                    float again[M * N];
+                    packed &= qpack(w, pack, N, K, type) == 0 && quant_gemm_x8_packed(x, pack, again, N, M, N, K, type, 2) == 0;
+                    for (int i = 0; i < M * N; i++) packed &= same_float(again[i], y[i]);
+                    for (int m = 0; m < M; m++) {
+                        packed &= quant_gemm_x8_packed(x + m * K, pack, alone, N, 1, N, K, type, 1) == 0;
+                        for (int n = 0; n < N; n++) packed &= same_float(alone[n], y[m * N + n]);
+                    }
+                    free(pack);
+                }
+                free(w); free(x);
+            }
+        char name[160];
+        snprintf(name, sizeof name, "quant_gemm_x8 %s equals the written integer definition, bit for bit", names[t]);
+        check(exact, name);
+        snprintf(name, sizeof name, "quant_gemm_x8 %s gives each row the bits it gets alone on 2 threads", names[t]);
+        check(invariant, name);
+        if (!big) {
+            snprintf(name, sizeof name, "quant_gemm_x8_packed %s gives quant_gemm_x8's bits", names[t]);
+            check(packed, name);
+        }
+    }
+}
+
 static void check_argmax(void) {
     enum { R = 5, V = 333 };
     float x[R * V];
@@ -520,7 +645,7 @@ static void check_rope(void) {
 }
 
 int main(void) {
-    printf("levels: fixed %d quant %d\n", fixed_vector_available(), quant_level());  /* 3: NEON */
+    printf("levels: fixed %d quant %d qdot %d\n", fixed_vector_available(), quant_level(), qdot_level());  /* 3: NEON */
     check_fixed_gemm_f32();
     check_fixed_gemm_bf16();
     check_quant();
@@ -531,12 +656,14 @@ int main(void) {
     check_rope();
     check_attend();
     check_sample();
+    check_qdot();  /* last: the checks before it draw the inputs their digests were written with */
     printf("digest fixed_gemm_f32 %016llx\n", (unsigned long long)digests[DIGEST_F32]);
     printf("digest fixed_gemm_bf16 %016llx\n", (unsigned long long)digests[DIGEST_BF16]);
     printf("digest quant_gemm_f32 %016llx\n", (unsigned long long)digests[DIGEST_QUANT]);
     printf("digest attend_fixed %016llx\n", (unsigned long long)digests[DIGEST_ATTEND]);
     printf("digest silu_fixed %016llx\n", (unsigned long long)digests[DIGEST_SILU]);
     printf("digest sample_f32 %016llx\n", (unsigned long long)digests[DIGEST_SAMPLE]);
+    printf("digest quant_gemm_x8 %016llx\n", (unsigned long long)digests[DIGEST_QDOT]);
     printf("selftest: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -1,7 +1,7 @@
 """The kernels of every aarch64 level, cross-compiled with Debian's gcc-aarch64-linux-gnu and checked under
 qemu-user by the C self-test (tests/engine/kernels/native_selftest.c): correctness only, qemu says nothing of speed.
-Every aarch64 level runs the NEON paths of the fixed-order GEMMs, the GGUF block products and the fixed attention,
-which the self-test compares bit for bit with their written order. The same self-test also runs natively at every x86
+Every aarch64 level runs the NEON paths of the fixed-order GEMMs, the GGUF block products (float and integer) and the
+fixed attention, which the self-test compares bit for bit with their written order. The same self-test also runs natively at every x86
 level this machine can execute. Every build's digests of its outputs equal tests/engine/golden_digests.json: the
 same bits on every CPU (written once; a difference is a bug, never a reason to rewrite the file)."""
 
@@ -61,7 +61,7 @@ def test_each_aarch64_level_builds_without_warnings_and_passes_the_selftest_unde
     flags = next(item.compiler_flags for item in levels_of("aarch64") if item.name == level)
     binary = build_selftest(CROSS_CC, flags, tmp_path, static=True)
     report = assert_selftest_passes([QEMU, "-cpu", "max", str(binary)])
-    assert "levels: fixed 3 quant 3" in report  # the NEON paths ran, not the scalar loops they are checked against
+    assert "levels: fixed 3 quant 3 qdot 3" in report  # the NEON paths ran, not the scalar loops they are checked against
     assert digests(report) == GOLDEN_DIGESTS
 
 

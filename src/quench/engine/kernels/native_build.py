@@ -51,10 +51,12 @@ UNITS: dict[str, tuple[str, ...]] = {
     "screen": ("-O3", "-march"),
     "fixed": ("-O3", "-march", "-ffp-contract=off"),
     "quant": ("-O3", "-march", "-ffp-contract=off"),
+    "qdot": ("-O3", "-march", "-ffp-contract=off"),
+    "qpack": ("-O3", "-march", "-ffp-contract=off"),
 }
 # Attention and the GEMMs split their work over torch's threads with OpenMP: built with -fopenmp, the library
 # asks for libgomp.so.1 and the dynamic loader hands it the copy torch already loaded (one thread pool).
-OPENMP = frozenset({"attend", "gemm", "screen", "fixed", "quant"})
+OPENMP = frozenset({"attend", "gemm", "screen", "fixed", "quant", "qdot", "qpack"})
 _CTYPES = {"void": None, "int": ctypes.c_int, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
 _INT_RANGES = {ctypes.c_int: (-(2**31), 2**31 - 1), ctypes.c_int64: (-(2**63), 2**63 - 1)}
 

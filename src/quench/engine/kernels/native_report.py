@@ -31,7 +31,7 @@ def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset
     names = ("attention (RoPE + KV write + attention)", "norm and argmax glue", "small bfloat16 GEMM (AVX512-BF16)",
              "layer loop in C (bfloat16, head size 64)", "AMX tiles (GEMM, attention)", "screened greedy head (AMX int8)",
              "int8 draft weights (AMX int8)", "fixed-order GEMM (batch invariance)",
-             "GGUF block products (Q4_0 to Q6_K, as stored)")
+             "GGUF block products (Q4_0 to Q6_K, as stored)", "GGUF integer products (gguf-int8)")
     if library is None:
         return [KernelStatus(name, False, result.reason) for name in names]
     features = cpu_flags() if features is None else features
@@ -51,6 +51,7 @@ def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset
         KernelStatus(names[6], screen, screen_reason),
         KernelStatus(names[7], True, _FIXED_ISA.get(int(library.fixed_vector_available()), "portable C loops")),
         KernelStatus(names[8], True, _QUANT_ISA.get(int(library.quant_level()), "portable C loops")),
+        KernelStatus(names[9], True, _QDOT_ISA.get(int(library.qdot_level()), "portable C loops")),
     ]
 
 
@@ -58,6 +59,7 @@ def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset
 # scalar loops; the same order, so the same bits, on each).
 _FIXED_ISA = {1: "AVX2 + FMA", 2: "AVX-512", 3: "NEON"}
 _QUANT_ISA = {1: "AVX2 + FMA + F16C", 2: "AVX-512", 3: "NEON"}
+_QDOT_ISA = {1: "AVX2 maddubs", 2: "AVX512-VNNI dpbusd", 3: "NEON"}
 
 
 def _layer_loop(name: str, built: bool, small_gemm: bool, bf16_reason: str) -> KernelStatus:

@@ -1,5 +1,5 @@
-"""GGUF weights executed as stored (C kernels in `csrc/quant.c`): the projections and the LM head read the
-GGUF's block bytes, expanded in registers inside each product, never into a float32 copy.
+"""GGUF weights executed as stored (C kernels in `csrc/quant.c` and `csrc/qdot.c`): the projections and the LM head
+read the GGUF's block bytes, never a float32 copy, in one of two numeric modes (MODES).
 
 Glossary:
   block      ggml's unit of quantization along a row: 32 values (Q4_0, Q4_1, Q8_0) or 256 (Q4_K, Q5_K, Q6_K),
@@ -7,9 +7,11 @@ Glossary:
   QuantWeight  one GGUF tensor's rows as stored, (N, row_bytes) uint8, in Hugging Face row order.
   QuantLinear  a projection whose W is one or more QuantWeights stacked along N (q/k/v, gate/up fused).
 
-What reaches the arithmetic is each weight's value as gguf's `dequantize` computes it (the float32 path's
-weights, bit for bit); the sums run in quant.c's fixed order, so the outputs differ from the float32 path's
-by summation order only, and a row's bits never depend on the other rows or the threads (docs/engine.md).
+gguf: what reaches the arithmetic is each weight's value as gguf's `dequantize` computes it (the float32 path's
+weights, bit for bit), the blocks expanded in registers; the sums run in quant.c's fixed order, so the outputs differ
+from the float32 path's by summation order only. gguf-int8: each row of x is quantized to 8 bits per block and
+multiplied with the stored integers, integer sums, block scales applied in float in one order (llama.cpp's scheme;
+qdot.c). In both a row's bits never depend on the other rows, the threads or the build (docs/engine.md).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from quench.engine.kernels import native
 
 log = logging.getLogger(__name__)
 
-# ggml type id -> name, the block formats quant.c serves
+# --weights modes on a GGUF's blocks: float32 activations and sums / 8-bit activations, integer sums
+MODES = ("gguf", "gguf-int8")
+# ggml type id -> name, the block formats quant.c and qdot.c serve
 QUANT_TYPES = {2: "Q4_0", 3: "Q4_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
 # GGUF tensor name (per layer) -> the Hugging Face projection it holds
 LAYER_TENSORS = {
@@ -86,6 +90,44 @@ def gemm(x: torch.Tensor, weights: list[QuantWeight]) -> torch.Tensor:
     return out
 
 
+def packed(weight: QuantWeight) -> torch.Tensor | None:
+    """qpack.c's interleaved copy of W (uint8), where this build's vector code runs it (Q4_0, Q4_1, Q8_0 on AVX2 and
+    AVX512-VNNI); else None (quant_gemm_x8 reads W as stored)."""
+    library = _library()
+    size = library.qpack_bytes(weight.type, weight.out_features, weight.in_features)
+    if size < 0 or library.qdot_level() not in (1, 2):
+        return None
+    out = torch.empty(size, dtype=torch.uint8)
+    if library.qpack(weight.data.data_ptr(), out.data_ptr(), weight.out_features, weight.in_features, weight.type):
+        raise ValueError(f"qpack refused type {weight.type}")
+    return out
+
+
+def gemm_x8(x: torch.Tensor, weights: list[QuantWeight], packs: list[torch.Tensor | None] | None = None) -> torch.Tensor:
+    """x (M, K) float32 -> (M, N) float32: x quantized to 8 bits per block times W's stored integers, integer sums
+    (qdot.c's definition), W the weights stacked along N; `packs` their `packed` copies (same bits, faster)."""
+    rows, in_features = x.shape
+    assert x.dtype == torch.float32 and all(w.in_features == in_features for w in weights)
+    x = x.contiguous()
+    width = sum(w.out_features for w in weights)
+    out = torch.empty(rows, width, dtype=torch.float32)
+    library, threads, column = _library(), torch.get_num_threads(), 0
+    for w, pack in zip(weights, packs or [None] * len(weights)):
+        y = out.data_ptr() + 4 * column
+        if pack is not None:
+            status = library.quant_gemm_x8_packed(x.data_ptr(), pack.data_ptr(), y, width, rows, w.out_features, in_features,
+                                                  w.type, threads)
+        else:
+            status = library.quant_gemm_x8(x.data_ptr(), w.data.data_ptr(), y, width, rows, w.out_features, in_features,
+                                           w.type, threads)
+        if status == 2:
+            raise MemoryError(f"quant_gemm_x8: no memory for {rows} rows of {in_features} quantized values")
+        if status:
+            raise ValueError(f"quant_gemm_x8 refused type {w.type} with K={in_features}")
+        column += w.out_features
+    return out
+
+
 def dequantize(weight: QuantWeight) -> torch.Tensor:
     """W (N, K) float32 from the kernels' own expansion (tests compare it with gguf's dequantize)."""
     out = torch.empty(weight.out_features, weight.in_features, dtype=torch.float32)
@@ -115,21 +157,28 @@ def expanded(weights: list[QuantWeight]) -> torch.Tensor:
 
 
 class QuantLinear:
-    """y = x W^T with W as GGUF blocks (no bias): what `linear.Linear` does, from the stored bytes. every_row
-    (batch-invariant runners): every product on the kernel, whatever its rows, so a row's bits never depend on
-    the others; else products of more than SMALL_ROWS rows go through `expanded`."""
+    """y = x W^T with W as GGUF blocks (no bias): what `linear.Linear` does, from the stored bytes. mode "gguf":
+    every_row (batch-invariant runners) runs every product on the kernel, whatever its rows, so a row's bits never
+    depend on the others; else products of more than SMALL_ROWS rows go through `expanded`. mode "gguf-int8": every
+    product on qdot.c's integer kernel (its arithmetic is the mode)."""
 
     fixed = small = int8 = bias = None  # the runner's bfloat16 layer table and int8 copies never apply
 
-    def __init__(self, weights: list[QuantWeight], every_row: bool = False) -> None:
+    def __init__(self, weights: list[QuantWeight], every_row: bool = False, mode: str = "gguf") -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown GGUF weights mode {mode!r}; choose one of {', '.join(MODES)}")
         self.weights = weights
         self.every_row = every_row
+        self.mode = mode
+        self.packs = [packed(w) for w in weights] if mode == "gguf-int8" else None
         self.out_features = sum(w.out_features for w in weights)
         self.nbytes = sum(w.data.nbytes for w in weights)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])  # (M, K)
-        if flat.shape[0] > SMALL_ROWS and not self.every_row:
+        if self.mode == "gguf-int8":
+            y = gemm_x8(flat, self.weights, self.packs)  # (M, N)
+        elif flat.shape[0] > SMALL_ROWS and not self.every_row:
             y = F.linear(flat, expanded(self.weights))
         else:
             y = gemm(flat, self.weights)  # (M, N)
@@ -143,6 +192,7 @@ class GGUFWeights:
 
     path: str
     tensors: dict[str, QuantWeight]
+    mode: str = "gguf"  # how the products run (MODES)
 
 
 def _llama_rows(rows: int, heads: int) -> np.ndarray:
@@ -151,7 +201,7 @@ def _llama_rows(rows: int, heads: int) -> np.ndarray:
     return index.reshape(heads, rows // heads // 2, 2).swapaxes(2, 1).reshape(rows)
 
 
-def read_gguf_weights(path: Path, heads: int, kv_heads: int) -> GGUFWeights:
+def read_gguf_weights(path: Path, heads: int, kv_heads: int, mode: str = "gguf") -> GGUFWeights:
     """The served quantized tensors of one GGUF file, rows in Hugging Face order."""
     from gguf import GGUFReader
 
@@ -174,19 +224,21 @@ def read_gguf_weights(path: Path, heads: int, kv_heads: int) -> GGUFWeights:
                 weight = QuantWeight(qtype, in_features, weight.data[torch.from_numpy(order)].contiguous())
             block = "mlp" if parts[2].startswith("ffn") else "self_attn"
             tensors[f"model.layers.{parts[1]}.{block}.{LAYER_TENSORS[parts[2]]}.weight"] = weight
-    return GGUFWeights(str(path), tensors)
+    return GGUFWeights(str(path), tensors, mode)
 
 
 def gguf_weights_of(model) -> GGUFWeights | None:
     """The GGUF blocks a model runs on: its `quench_gguf_weights` where set (None: its float32 parameters), else
-    those of the file `load_model(weights="gguf")` named (`quench_gguf_file`), read once and kept on the model."""
+    those of the file `load_model(weights="gguf" or "gguf-int8")` named (`quench_gguf_file`, in the mode
+    `quench_weights`), read once and kept on the model."""
     if hasattr(model, "quench_gguf_weights"):
         return model.quench_gguf_weights
     path = getattr(model, "quench_gguf_file", None)
     if path is None:
         return None
     config = model.config.get_text_config()
-    model.quench_gguf_weights = read_gguf_weights(Path(path), config.num_attention_heads, config.num_key_value_heads)
+    mode = getattr(model, "quench_weights", "gguf")
+    model.quench_gguf_weights = read_gguf_weights(Path(path), config.num_attention_heads, config.num_key_value_heads, mode)
     return model.quench_gguf_weights
 
 
@@ -202,9 +254,20 @@ def use_gguf_weights(runner, weights: GGUFWeights) -> int:
         for attribute, (block, projections) in fused.items():
             names = [f"model.layers.{index}.{block}.{name}.weight" for name in projections]
             if all(name in tensors for name in names) and getattr(layer, attribute).bias is None:
-                setattr(layer, attribute, QuantLinear([tensors[name] for name in names], runner.batch_invariant))
+                setattr(layer, attribute, QuantLinear([tensors[name] for name in names], runner.batch_invariant, weights.mode))
     if "lm_head.weight" in tensors and runner.lm_head.bias is None:
-        runner.lm_head = QuantLinear([tensors["lm_head.weight"]], runner.batch_invariant)
+        runner.lm_head = QuantLinear([tensors["lm_head.weight"]], runner.batch_invariant, weights.mode)
         runner.head_screen = None  # the screened head reads a bfloat16 pack of the float32 head
     linears = [runner.lm_head, *runner._projections()]
     return sum(linear.nbytes for linear in linears if isinstance(linear, QuantLinear))
+
+
+def weights_mode(model) -> str:
+    """What a model's projections and head read, from its attributes alone (no file read): "dequantized" (its
+    parameters) or one of MODES."""
+    weights = getattr(model, "quench_gguf_weights", None)
+    if weights is not None:
+        return weights.mode
+    if hasattr(model, "quench_gguf_weights") or getattr(model, "quench_gguf_file", None) is None:
+        return "dequantized"
+    return getattr(model, "quench_weights", "gguf")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from quench.engine.kernels import invariant, native
+from quench.engine.kernels import invariant, native, quant
 from quench.engine.config import EngineConfig
 from quench.engine.runners.families import Family, family_of
 from quench.engine.kernels.native_config import KernelConfig
@@ -51,6 +51,9 @@ class ForwardPlan:
     int8: bool  # products of a few rows read int8 weight copies (draft models)
     screen: bool  # greedy steps read the LM head's int8 screen first (`screen.py`)
     window: int | None  # the smallest sliding window: packed steps only while every position is below it
+    # what the projections and head read: dequantized (the model's parameters), gguf (the GGUF's blocks, float32
+    # sums) or gguf-int8 (the blocks times 8-bit activations, integer sums; `quant.py`)
+    weights: str = "dequantized"
 
     def packed(self, num_new: int, end: int | None = None) -> bool:
         """Whether a step feeding num_new tokens per row, the last row's positions ending before `end` (None:
@@ -121,6 +124,7 @@ def plan_forward(
         native=use_native, packed_tokens=(None if batch_invariant else packed_tokens) if use_native else 0, glue=glue,
         c_layers=long_feeds and window is None and _layer_packs(model, fixed, small), batch_invariant=batch_invariant,
         fixed=fixed, amx=native.use_amx(kernels) and not batch_invariant, int8=int8, screen=screen, window=window,
+        weights=quant.weights_mode(model),
     )
 
 

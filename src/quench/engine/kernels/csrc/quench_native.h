@@ -105,4 +105,19 @@ int quant_gemm_f32(const float* x, const uint8_t* w, float* y, int64_t ldy, int 
 /* out (N, K) float32: W's values, bit for bit those of gguf's dequantize (tests). Returns 0, 1 as above. */
 int dequantize_rows(const uint8_t* w, float* out, int N, int K, int type);
 
+/* ---- qdot.c: GGUF blocks times 8-bit activations, integer sums (its header comment gives the definition) ---- */
+/* 3 NEON, 2 AVX512-VNNI, 1 AVX2, 0 scalar. */
+int qdot_level(void);
+/* x (M, K) float32 -> q (M, K) int8 and d (M, K / block) float32, block 32 or 256. Returns 0, 1 for a bad shape. */
+int quantize_x8(const float* x, int8_t* q, float* d, int M, int K, int block);
+/* y (M, N) float32, row m at y + m ldy, = x quantized (quantize_x8, the type's block) times W (N, quant_row_bytes) as
+   stored, integer sums. Returns 0, 1 for a bad type, K or ldy < N, 2 where out of memory. */
+int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads);
+/* qpack.c: the same product on W interleaved 8 rows at a time (Q4_0, Q4_1, Q8_0; its header comment gives the
+   layout): the bytes of the copy (-1 for another type or a bad K), the copy, and the product (same bits, returns as
+   quant_gemm_x8). */
+int64_t qpack_bytes(int type, int N, int K);
+int qpack(const uint8_t* w, uint8_t* out, int N, int K, int type);
+int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ldy, int M, int N, int K, int type, int threads);
+
 #endif

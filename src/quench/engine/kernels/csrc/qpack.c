@@ -1,0 +1,227 @@
+/* qdot.c's product on an interleaved copy of W (32-value types: Q4_0, Q4_1, Q8_0): the same definition, the same
+   bits, faster. Eight W rows form a group; per group and block one record:
+     Q4_0, Q4_1  f16 d[8], f16 m[8] (Q4_0: zero), then 4 runs of 32 bytes: run j holds bytes 4 j .. 4 j + 3 of each
+                 row's 16 nibble bytes, row r at 4 r (low nibbles: values 4 j + t, high: 16 + 4 j + t)      160 bytes
+     Q8_0        f16 d[8], int32 wsum[8] (each row's sum of w), then 8 runs of 32 bytes: run j holds w[4 j .. 4 j + 3]
+                 of each row, row r at 4 r                                                                   304 bytes
+   Rows past N are zero. So one 32-byte load holds 4 values of 8 rows, and VPDPBUSD (or VPMADDUBSW + VPMADDWD)
+   against 4 activation bytes broadcast adds them straight into the row's own int32 lane: no reduction across lanes.
+   Q8_0 on VNNI takes the activations as unsigned bytes q + 128 and subtracts 128 wsum (exact). Float steps: qdot.c's,
+   one output per lane, blocks in sequence. */
+#include "quench_native.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define QPACK_AVX2 1
+#endif
+#if defined(QPACK_AVX2) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define QPACK_VNNI 1
+#endif
+
+#define ALWAYS static inline __attribute__((always_inline))
+#define GROUP 8
+
+static int record_bytes(int type) {
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 ? 160 : type == GGML_TYPE_Q8_0 ? 304 : 0;
+}
+
+int64_t qpack_bytes(int type, int N, int K) {
+    if (record_bytes(type) == 0 || quant_row_bytes(type, K) < 0 || N < 0) return -1;
+    return (int64_t)((N + GROUP - 1) / GROUP) * (K / 32) * record_bytes(type);
+}
+
+int qpack(const uint8_t* w, uint8_t* out, int N, int K, int type) {
+    int64_t total = qpack_bytes(type, N, K), row_bytes = quant_row_bytes(type, K);
+    if (total < 0) return 1;
+    memset(out, 0, (size_t)total);
+    int blocks = K / 32, size = type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_1 ? 20 : 18;
+    for (int n = 0; n < N; n++)
+        for (int b = 0; b < blocks; b++) {
+            const uint8_t* src = w + n * row_bytes + (int64_t)b * size;
+            uint8_t* rec = out + ((int64_t)(n / GROUP) * blocks + b) * record_bytes(type);
+            int r = n % GROUP;
+            memcpy(rec + 2 * r, src, 2);
+            if (type == GGML_TYPE_Q8_0) {
+                int32_t sum = 0;
+                for (int i = 0; i < 32; i++) sum += (int8_t)src[2 + i];
+                memcpy(rec + 16 + 4 * r, &sum, 4);
+                for (int j = 0; j < 8; j++) memcpy(rec + 48 + 32 * j + 4 * r, src + 2 + 4 * j, 4);
+            } else {
+                if (type == GGML_TYPE_Q4_1) memcpy(rec + 16 + 2 * r, src + 2, 2);
+                const uint8_t* qs = src + (type == GGML_TYPE_Q4_1 ? 4 : 2);
+                for (int j = 0; j < 4; j++) memcpy(rec + 32 + 32 * j + 4 * r, qs + 4 * j, 4);
+            }
+        }
+    return 0;
+}
+
+ALWAYS float half(const uint8_t* p) {  /* IEEE half -> float, exact */
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
+    if (exponent == 31) bits = sign | 0x7f800000u | mantissa << 13;
+    else if (exponent) bits = sign | (exponent + 112) << 23 | mantissa << 13;
+    else {
+        float f = (float)mantissa * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* A call's quantized x (qdot.c's quantize_x8): q (M, K), d (M, K / 32), sum of q per block (M, K / 32). */
+typedef struct { int8_t* q; float* d; int32_t* sum; } acts;
+
+#if defined(QPACK_AVX2)
+#if defined(__AVX512VL__)
+#define XROWS 8
+#else
+#define XROWS 4
+#endif
+ALWAYS __m256i bcast4(const int8_t* p) { int32_t v; memcpy(&v, p, 4); return _mm256_set1_epi32(v); }
+
+/* acc += the u8 w times s8 x products of each int32 lane's 4 bytes. */
+ALWAYS __m256i dp(__m256i acc, __m256i w, __m256i x) {
+#if defined(QPACK_VNNI)
+    return _mm256_dpbusd_epi32(acc, w, x);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+#endif
+}
+
+ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m0, int mt, int K, float* y, int64_t ldy, int n) {
+    int blocks = K / 32, rec = record_bytes(type);
+    __m256 acc[XROWS];
+    for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        const uint8_t* r = wp + (int64_t)b * rec;
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)r));
+        __m256i isum[XROWS];
+        const int8_t* x[XROWS];
+        for (int i = 0; i < mt; i++) x[i] = a->q + (int64_t)(m0 + i) * K + 32 * b, isum[i] = _mm256_setzero_si256();
+        if (type == GGML_TYPE_Q8_0) {
+            for (int j = 0; j < 8; j++) {
+                __m256i w = _mm256_loadu_si256((const __m256i*)(r + 48 + 32 * j));
+#if defined(QPACK_VNNI)
+                for (int i = 0; i < mt; i++)  /* (q + 128) as u8 times w; 128 wsum taken off below */
+                    isum[i] = _mm256_dpbusd_epi32(isum[i], _mm256_xor_si256(bcast4(x[i] + 4 * j), _mm256_set1_epi8((char)0x80)), w);
+#else
+                __m256i aw = _mm256_abs_epi8(w);
+                for (int i = 0; i < mt; i++) isum[i] = dp(isum[i], aw, _mm256_sign_epi8(bcast4(x[i] + 4 * j), w));
+#endif
+            }
+#if defined(QPACK_VNNI)
+            __m256i wsum = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i*)(r + 16)), 7);
+            for (int i = 0; i < mt; i++) isum[i] = _mm256_sub_epi32(isum[i], wsum);
+#endif
+        } else {
+            for (int j = 0; j < 4; j++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i*)(r + 32 + 32 * j));
+                __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(15));
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15));
+                for (int i = 0; i < mt; i++) isum[i] = dp(dp(isum[i], lo, bcast4(x[i] + 4 * j)), hi, bcast4(x[i] + 16 + 4 * j));
+            }
+        }
+        for (int i = 0; i < mt; i++) {
+            int64_t at = (int64_t)(m0 + i) * blocks + b;
+            __m256 dx = _mm256_set1_ps(a->d[at]);
+            if (type == GGML_TYPE_Q4_0) isum[i] = _mm256_sub_epi32(isum[i], _mm256_set1_epi32(8 * a->sum[at]));
+            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[i]), acc[i]);
+            if (type == GGML_TYPE_Q4_1) {
+                __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(r + 16)));
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_set1_ps((float)a->sum[at]), acc[i]);
+            }
+        }
+    }
+    for (int i = 0; i < mt; i++) {
+        float out[GROUP];
+        _mm256_storeu_ps(out, acc[i]);
+        for (int k = 0; k < nr; k++) y[(int64_t)(m0 + i) * ldy + n + k] = out[k];
+    }
+}
+#else
+#define XROWS 1
+/* The packed layout read back one output at a time: qdot.c's scalar loop. */
+ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m0, int mt, int K, float* y, int64_t ldy, int n) {
+    int blocks = K / 32, rec = record_bytes(type);
+    (void)mt;
+    for (int k = 0; k < nr; k++) {
+        float acc = 0.0f;
+        for (int b = 0; b < blocks; b++) {
+            const uint8_t* r = wp + (int64_t)b * rec;
+            const int8_t* x = a->q + (int64_t)m0 * K + 32 * b;
+            int64_t at = (int64_t)m0 * blocks + b;
+            int32_t isum = 0;
+            if (type == GGML_TYPE_Q8_0)
+                for (int v = 0; v < 32; v++) isum += (int8_t)r[48 + 32 * (v / 4) + 4 * k + v % 4] * x[v];
+            else
+                for (int v = 0; v < 32; v++) {
+                    int byte = r[32 + 32 * (v % 16 / 4) + 4 * k + v % 4];
+                    isum += (v < 16 ? byte & 15 : byte >> 4) * x[v];
+                }
+            if (type == GGML_TYPE_Q4_0) isum -= 8 * a->sum[at];
+            float dx = a->d[at];
+            acc = fmaf(half(r + 2 * k) * dx, (float)isum, acc);
+            if (type == GGML_TYPE_Q4_1) acc = fmaf(half(r + 16 + 2 * k) * dx, (float)a->sum[at], acc);
+        }
+        y[(int64_t)m0 * ldy + n + k] = acc;
+    }
+}
+#endif
+
+ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t ldy, int M, int g0, int g1, int N, int K) {
+    int64_t group_bytes = (int64_t)(K / 32) * record_bytes(type);
+    for (int m0 = 0; m0 < M; m0 += XROWS) {
+        int mt = M - m0 < XROWS ? M - m0 : XROWS;
+        for (int g = g0; g < g1; g++) {
+            int nr = N - GROUP * g < GROUP ? N - GROUP * g : GROUP;
+            const uint8_t* p = wp + g * group_bytes;
+            switch (mt) {  /* constant tile shapes, so the accumulators stay in registers */
+#if XROWS >= 8
+                case 8: group_tile(type, p, nr, a, m0, 8, K, y, ldy, GROUP * g); break;
+                case 7: group_tile(type, p, nr, a, m0, 7, K, y, ldy, GROUP * g); break;
+                case 6: group_tile(type, p, nr, a, m0, 6, K, y, ldy, GROUP * g); break;
+                case 5: group_tile(type, p, nr, a, m0, 5, K, y, ldy, GROUP * g); break;
+#endif
+#if XROWS >= 4
+                case 4: group_tile(type, p, nr, a, m0, 4, K, y, ldy, GROUP * g); break;
+                case 3: group_tile(type, p, nr, a, m0, 3, K, y, ldy, GROUP * g); break;
+                case 2: group_tile(type, p, nr, a, m0, 2, K, y, ldy, GROUP * g); break;
+#endif
+                default: group_tile(type, p, nr, a, m0, 1, K, y, ldy, GROUP * g); break;
+            }
+        }
+    }
+}
+
+#define QPACK_TYPE(T) \
+    static void groups_##T(const acts* a, const uint8_t* wp, float* y, int64_t ldy, int M, int g0, int g1, int N, int K) { \
+        groups(GGML_TYPE_##T, a, wp, y, ldy, M, g0, g1, N, K);                                                         \
+    }
+QPACK_TYPE(Q4_0) QPACK_TYPE(Q4_1) QPACK_TYPE(Q8_0)
+
+int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+    if (qpack_bytes(type, N, K) < 0 || M < 0 || ldy < N) return 1;
+    acts a;
+    a.q = malloc((size_t)M * (size_t)K + 1);
+    a.d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / 32) + 1));
+    a.sum = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 32) + 1));
+    if (!a.q || !a.d || !a.sum) { free(a.q); free(a.d); free(a.sum); return 2; }
+    quantize_x8(x, a.q, a.d, M, K, 32);
+    for (int64_t j = 0; j < (int64_t)M * (K / 32); j++) {
+        int32_t t = 0;
+        for (int i = 0; i < 32; i++) t += a.q[32 * j + i];
+        a.sum[j] = t;
+    }
+    void (*run)(const acts*, const uint8_t*, float*, int64_t, int, int, int, int, int) =
+        type == GGML_TYPE_Q4_0 ? groups_Q4_0 : type == GGML_TYPE_Q4_1 ? groups_Q4_1 : groups_Q8_0;
+    threads = threads < 1 ? 1 : threads;
+    int count = (N + GROUP - 1) / GROUP, chunks = (count + 1) / 2;  /* 2 groups (16 W rows) per chunk: threads split N */
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
+    for (int c = 0; c < chunks; c++) run(&a, wp, y, ldy, M, 2 * c, 2 * c + 2 < count ? 2 * c + 2 : count, N, K);
+    free(a.q); free(a.d); free(a.sum);
+    return 0;
+}
