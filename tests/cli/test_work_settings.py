@@ -101,3 +101,19 @@ def test_a_resumed_run_keeps_the_stop_rule_it_was_started_with(tmp_path: Path):
     assert stop_rule_for(tmp_path, recorded={"stop_rule": None}) == "none"  # runs made before the auto default
     assert stop_rule_for(tmp_path, recorded={"stop_rule": "function"}) == "function"
     assert stop_rule_for(tmp_path, "--overwrite", recorded={"stop_rule": None}) == "loop"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_engine_processes_run_the_weights_the_run_resolved(tmp_path: Path):
+    """The default preset under --weights auto runs on its GGUF blocks (gguf-int8) in every engine process: two
+    engines write one engine's samples."""
+    common = ["--threads", "2", "generate", "--tasks", "0-7", "--max-new-tokens", "64", "--batch-size", "4",
+              "--speculate", "none"]
+    one = quench(*common, "--engines", "1", "--out", str(tmp_path / "one"))
+    two = quench(*common, "--engines", "2", "--out", str(tmp_path / "two"))
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert two.returncode == 0, two.stderr[-2000:]
+    rows = lambda d: {(r["task_id"], r["raw"])  # noqa: E731
+                      for r in map(json.loads, (tmp_path / d / "samples.jsonl").read_text().splitlines())}
+    assert len(rows("two")) == 8 and rows("two") == rows("one")

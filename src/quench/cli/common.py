@@ -318,7 +318,7 @@ def local_engines(args: argparse.Namespace, loaded, options: BackendOptions, eng
     from quench.distributed import ModelSpec
     from quench.distributed.local import LocalEngines
 
-    spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options)
+    spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options, weights_of(loaded))
     backend = LocalEngines(spec, engines, max(1, torch_threads() // engines))
     atexit.register(backend.close)
     return backend
@@ -331,7 +331,19 @@ def load_model_from_args(args: argparse.Namespace):
         return remote.remote_model(args)
     from quench.cli import console
 
-    return console.load_model(args.model, args.dtype, args.device, args.prompt_format, getattr(args, "weights", "dequantized"))
+    return console.load_model(args.model, args.dtype, args.device, args.prompt_format, weights_from_args(args))
+
+
+def weights_from_args(args: argparse.Namespace) -> str:
+    """--weights as `load_model` takes it: auto stays auto (`resolve_weights`) except for Hugging Face `generate`,
+    which multiplies dequantized weights only."""
+    weights = getattr(args, "weights", "dequantized")
+    return "dequantized" if weights == "auto" and getattr(args, "backend", "quench") == "hf" else weights
+
+
+def weights_of(loaded) -> str:
+    """The weights mode a loaded model runs (`load_model` marks GGUF modes on the model), for other processes."""
+    return getattr(getattr(loaded, "model", None), "quench_weights", "dequantized")
 
 
 def prompt_encoder(loaded) -> Callable[[str], tuple[int, ...]]:
@@ -364,8 +376,7 @@ def work_of(args: argparse.Namespace, loaded, rows: int) -> work_settings.Work:
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()) if model is not None else 0
     return work_settings.Work(
         rows=rows, greedy=args.temperature == 0, backend=args.backend, device=args.device, threads=torch_threads(),
-        one_engine_only=(bool(getattr(args, "ray", None)) or getattr(args, "time_budget", None) is not None
-                         or getattr(args, "weights", "dequantized") != "dequantized"),  # block weights: this process
+        one_engine_only=bool(getattr(args, "ray", None)) or getattr(args, "time_budget", None) is not None,
         draft_shipped=shipped_draft_path(getattr(loaded, "name", args.model)).is_file(),
         weight_bytes=weight_bytes, free_bytes=work_settings.available_memory())
 
@@ -395,7 +406,7 @@ def backend_from_args(args: argparse.Namespace, loaded, rows: int | None = None)
         return local_engines(args, loaded, options, engines) if engines > 1 else make_backend(loaded, options)
     from quench.distributed import ModelSpec, RayOptions, make_ray_backend
 
-    spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options)
+    spec = ModelSpec(args.model, args.dtype, args.device, loaded.prompt_format, options, weights_of(loaded))
     return make_ray_backend(args.ray, spec, RayOptions(num_actors=args.ray_actors, cpus_per_actor=args.ray_cpus_per_actor))
 
 

@@ -168,7 +168,7 @@ def check_device(device: str) -> None:
 
 def check_model_args(args: argparse.Namespace) -> None:
     """--model, --dtype, --device, --draft, --guard and --prompt-format, without loading anything."""
-    from quench.models.loading import check_dtype, check_model, check_weights
+    from quench.models.loading import GGUF_WEIGHTS, check_dtype, check_model, check_weights
 
     check_model(args.model)
     check_dtype(args.dtype)
@@ -176,10 +176,8 @@ def check_model_args(args: argparse.Namespace) -> None:
         check_device(getattr(args, "device", "cpu"))
     weights = getattr(args, "weights", "dequantized")
     check_weights(weights, args.dtype, args.model)
-    if weights != "dequantized" and (getattr(args, "backend", "quench") != "quench"
-                                     or str(getattr(args, "engines", "1")) not in ("1", "auto")):
-        raise QuenchError(f"--weights {weights} runs in quench's own engine in this process: use --backend quench "
-                          "--engines 1")
+    if weights in GGUF_WEIGHTS and getattr(args, "backend", "quench") != "quench":
+        raise QuenchError(f"--weights {weights} runs in quench's engine: use --backend quench")
     speculate = getattr(args, "speculate", "none")
     draft = getattr(args, "draft", "auto")
     if draft != "auto":

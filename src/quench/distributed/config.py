@@ -6,7 +6,7 @@ Nothing here imports Ray: the CLI builds these from flags before deciding to sta
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from quench.runs.backends import BackendOptions
@@ -21,19 +21,21 @@ class ModelSpec:
     device: str = "cpu"  # "cuda" inside an actor that holds a GPU
     prompt_format: str | None = None
     backend: BackendOptions = BackendOptions()  # which backend each actor builds, and how
+    weights: str = "dequantized"  # a GGUF model's weights as `load_model` takes them (the mode the run resolved)
 
     def build(self):  # -> Backend
         """Load the model and build its backend in this process (a Ray actor's or an engine process's)."""
         from quench.models import load_model
         from quench.runs.backends import make_backend
 
-        return make_backend(load_model(self.name, self.dtype, self.device, self.prompt_format), self.backend)
+        loaded = load_model(self.name, self.dtype, self.device, self.prompt_format, weights=self.weights)
+        return make_backend(loaded, self.backend)
 
     def portable(self) -> "ModelSpec":
         """The same spec with a relative model path made absolute, so other processes find it."""
         path = Path(self.name).expanduser()
         if path.exists():
-            return ModelSpec(str(path.resolve()), self.dtype, self.device, self.prompt_format, self.backend)
+            return replace(self, name=str(path.resolve()))
         return self
 
 
