@@ -81,14 +81,18 @@ def test_auto_settings_give_the_samples_of_one_plain_engine(tmp_path: Path):
     assert len(rows("auto")) == 256 and rows("auto") == rows("plain")
 
 
-def stop_rule_for(tmp_path: Path, *flags: str, recorded: dict | None = None) -> str:
-    from quench.cli.common import resolve_stop_rule
+def resolved(tmp_path: Path, *flags: str, recorded: dict | None = None):
+    from quench.cli.common import resolve_run_defaults
 
     if recorded is not None:
         (tmp_path / "config.json").write_text(json.dumps(recorded))
     args = build_parser(SUBCOMMANDS).parse_args(["run", *flags])
-    resolve_stop_rule(args, tmp_path)
-    return args.stop_rule
+    resolve_run_defaults(args, tmp_path)
+    return args
+
+
+def stop_rule_for(tmp_path: Path, *flags: str, recorded: dict | None = None) -> str:
+    return resolved(tmp_path, *flags, recorded=recorded).stop_rule
 
 
 def test_the_auto_stop_rule_ends_greedy_loops_only(tmp_path: Path):
@@ -117,3 +121,10 @@ def test_engine_processes_run_the_weights_the_run_resolved(tmp_path: Path):
     rows = lambda d: {(r["task_id"], r["raw"])  # noqa: E731
                       for r in map(json.loads, (tmp_path / d / "samples.jsonl").read_text().splitlines())}
     assert len(rows("two")) == 8 and rows("two") == rows("one")
+
+
+def test_a_resumed_run_keeps_the_weights_it_was_started_with(tmp_path: Path):
+    assert resolved(tmp_path).weights == "auto"  # a new run: the model's loader resolves it
+    assert resolved(tmp_path, recorded={"stop_rule": None}).weights == "dequantized"  # recorded before the default
+    assert resolved(tmp_path, recorded={"weights": "gguf-int8"}).weights == "gguf-int8"
+    assert resolved(tmp_path, "--weights", "gguf", recorded={"weights": "gguf-int8"}).weights == "gguf"

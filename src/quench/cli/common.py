@@ -25,8 +25,8 @@ from quench.models import DEFAULT_PRESET
 from quench.stopping import default_stop_sequences
 
 ENGINE_DEFAULTS = EngineConfig()  # the flags' defaults are the engine's own
-SAMPLING_DEFAULTS = SamplingParams()
-AUTO_STOP_RULE = "auto"  # --stop-rule's default: `resolve_stop_rule`  # ... and the sampling flags' are SamplingParams'
+SAMPLING_DEFAULTS = SamplingParams()  # ... and the sampling flags' are SamplingParams'
+AUTO_STOP_RULE = "auto"  # --stop-rule's default: `resolve_run_defaults`
 ENGINE_FLAGS = {  # flag -> EngineConfig field
     "--batch-size": "batch_size", "--speculate": "drafter", "--draft-length": "draft_length",
     "--draft-tokens": "draft_tokens", "--draft-confidence": "draft_confidence", "--draft-stop": "draft_stop",
@@ -196,23 +196,32 @@ def problems_from_args(args: argparse.Namespace) -> list[Problem]:
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "seed")  # each one's flag: --top-p, ...
 
 
-def resolve_stop_rule(args: argparse.Namespace, out: Path) -> None:
-    """--stop-rule auto (in `args`): the rule a resumed run in `out` was started with, else loop for greedy answers
-    and none for sampled ones."""
-    if args.stop_rule != AUTO_STOP_RULE:
-        return
+def recorded_config(out: Path, args: argparse.Namespace) -> dict | None:
+    """The config.json of a run that `out` holds and these flags resume (None: a new run, or --overwrite)."""
     import json
 
     config_path = out / "config.json"
-    if config_path.is_file() and not getattr(args, "overwrite", False):
-        try:
-            recorded = json.loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            recorded = None  # the run-directory checks name what is wrong with it
-        if isinstance(recorded, dict):
+    if getattr(args, "overwrite", False) or not config_path.is_file():
+        return None
+    try:
+        recorded = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the run-directory checks name what is wrong with it
+    return recorded if isinstance(recorded, dict) else None
+
+
+def resolve_run_defaults(args: argparse.Namespace, out: Path) -> None:
+    """--stop-rule auto and --weights auto (in `args`) as a resumed run in `out` was started: its own rule and
+    weights (runs recorded before either default: none, dequantized); for a new run, the stop rule loop for greedy
+    answers and none for sampled ones (the weights resolve when the model loads)."""
+    recorded = recorded_config(out, args)
+    if args.stop_rule == AUTO_STOP_RULE:
+        if recorded is not None:
             args.stop_rule = recorded.get("stop_rule") or "none"
-            return
-    args.stop_rule = "loop" if args.temperature == 0 else "none"
+        else:
+            args.stop_rule = "loop" if args.temperature == 0 else "none"
+    if getattr(args, "weights", None) == "auto" and recorded is not None:
+        args.weights = recorded.get("weights") or "dequantized"
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:

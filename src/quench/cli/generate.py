@@ -36,7 +36,7 @@ def default_out(args: argparse.Namespace) -> Path:
 def run_config(args: argparse.Namespace, problems: list[Problem], loaded, stops: tuple[str, ...]) -> dict:
     """The run's settings for config.json: `dtype` as asked (e.g. auto), `dtype_used` what the model loaded as."""
     return {**settings_before_load(args, problems), "dtype_used": str(loaded.dtype).removeprefix("torch."),
-            "prompt_format": loaded.prompt_format, "stop": list(stops)}
+            "weights": common.weights_of(loaded), "prompt_format": loaded.prompt_format, "stop": list(stops)}
 
 
 def settings_before_load(args: argparse.Namespace, problems: list[Problem]) -> dict:
@@ -59,7 +59,7 @@ def stopping_config(args: argparse.Namespace) -> dict:
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[SampleRecord]:
     """Check the run directory, load the model, prepare the run directory, generate what is missing; print progress."""
     sampling = common.sampling_from_args(args)
-    common.resolve_stop_rule(args, out)
+    common.resolve_run_defaults(args, out)
     rundir.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
     finished = None if args.overwrite else finished_samples(args, problems, out)
     if finished is not None:

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = common.sampling_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
-    common.resolve_stop_rule(args, out)
+    common.resolve_run_defaults(args, out)
     known = settings_before_load(args, problems, transforms, not_applicable)
     rundir.check_run_dir(out, known if args.dtype == "auto" else {**known, "dtype": args.dtype}, args.overwrite)
     if not args.overwrite and report_finished(args, out, ks):
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                               nominal_partial=args.nominal_partial, order_seed=args.seed,
                               time_limits=common.time_limit_rule(args))
     settings = {**known, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
-                "prompt_format": loaded.prompt_format, "stop": list(stops)}
+                "weights": common.weights_of(loaded), "prompt_format": loaded.prompt_format, "stop": list(stops)}
     rows = len(problems) * (2 + len(transforms) * args.seeds) * args.samples  # nominal, partial and every variant
     backend = common.backend_from_args(args, loaded, rows)  # a missing draft or guard fails before --out is written
     rundir.prepare_run_dir(out, settings, args.overwrite)

@@ -16,7 +16,7 @@ from quench.runs.calibration import CONFIG_KEY as CALIBRATION_KEY
 
 log = logging.getLogger(__name__)
 
-ADDED_SETTINGS = ("dtype_used",)  # recorded since a later version: absent from older run directories
+ADDED_SETTINGS = ("dtype_used", "weights")  # recorded since a later version: absent from older run directories
 RUN_RECORDS = (CALIBRATION_KEY,)  # what the run itself writes into config.json: measured, not a setting
 RESTARTED_FILES = ("samples.jsonl", "results.jsonl", "summary.json", "elapsed.json")  # removed by --overwrite
 
