@@ -25,6 +25,7 @@
    sequence: the same operations on the same values, so the same bits on every build, for every M and thread
    count (threads split N). */
 #include "quench_native.h"
+#include "half.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -67,25 +68,6 @@ static int block_bytes(int type) {
 
 ALWAYS int block_values(int type) { return type >= GGML_TYPE_Q4_K ? 256 : 32; }
 ALWAYS int has_min(int type) { return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K; }
-
-/* IEEE half -> float, exact (subnormals, infinities, NaN payloads). */
-ALWAYS float half(const uint8_t* p) {
-    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-#if defined(QDOT_AVX2)
-    return _cvtsh_ss(h);
-#else
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
-    if (exponent == 31) bits = sign | 0x7f800000u | mantissa << 13;
-    else if (exponent) bits = sign | (exponent + 112) << 23 | mantissa << 13;
-    else {
-        float f = (float)mantissa * 0x1p-24f;
-        return sign ? -f : f;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-#endif
-}
 
 /* ---- activations ---- */
 
@@ -146,10 +128,10 @@ ALWAYS void block_terms(int type, const uint8_t* b, const int32_t* s, int32_t* o
 
 ALWAYS void block_floats(int type, const uint8_t* b, float* dw, float* mw) {
     *mw = 0.0f;
-    if (type == GGML_TYPE_Q6_K) *dw = half(b + 208);
-    else *dw = half(b);
-    if (type == GGML_TYPE_Q4_1) *mw = half(b + 2);
-    else if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) *mw = -half(b + 2);
+    if (type == GGML_TYPE_Q6_K) *dw = half_to_float(b + 208);
+    else *dw = half_to_float(b);
+    if (type == GGML_TYPE_Q4_1) *mw = half_to_float(b + 2);
+    else if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) *mw = -half_to_float(b + 2);
 }
 
 /* Stored integer i (< 32) of group g of a block, as the formula's w (Q6_K: 0 .. 63, before its - 32). */

@@ -34,7 +34,8 @@ ALWAYS void weights32_neon(int type, const uint8_t* b, int g, int8x16_t* w) {
 
 /* The f16 at byte `at` of 4 blocks, widened (exact). */
 ALWAYS float32x4_t halves4(const uint8_t* const* rows, int at) {
-    float v[4] = {half(rows[0] + at), half(rows[1] + at), half(rows[2] + at), half(rows[3] + at)};
+    float v[4] = {half_to_float(rows[0] + at), half_to_float(rows[1] + at), half_to_float(rows[2] + at),
+                  half_to_float(rows[3] + at)};
     return vld1q_f32(v);
 }
 

@@ -9,6 +9,7 @@
    Q8_0 on VNNI takes the activations as unsigned bytes q + 128 and subtracts 128 wsum (exact). Float steps: qdot.c's,
    one output per lane, blocks in sequence. */
 #include "quench_native.h"
+#include "half.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -56,20 +57,6 @@ int qpack(const uint8_t* w, uint8_t* out, int N, int K, int type) {
             }
         }
     return 0;
-}
-
-ALWAYS float half(const uint8_t* p) {  /* IEEE half -> float, exact */
-    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
-    if (exponent == 31) bits = sign | 0x7f800000u | mantissa << 13;
-    else if (exponent) bits = sign | (exponent + 112) << 23 | mantissa << 13;
-    else {
-        float f = (float)mantissa * 0x1p-24f;
-        return sign ? -f : f;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
 }
 
 /* A call's quantized x (qdot.c's quantize_x8): q (M, K), d (M, K / 32), sum of q per block (M, K / 32). */
@@ -164,8 +151,8 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
                 }
             if (type == GGML_TYPE_Q4_0) isum -= 8 * a->sum[at];
             float dx = a->d[at];
-            acc = fmaf(half(r + 2 * k) * dx, (float)isum, acc);
-            if (type == GGML_TYPE_Q4_1) acc = fmaf(half(r + 16 + 2 * k) * dx, (float)a->sum[at], acc);
+            acc = fmaf(half_to_float(r + 2 * k) * dx, (float)isum, acc);
+            if (type == GGML_TYPE_Q4_1) acc = fmaf(half_to_float(r + 16 + 2 * k) * dx, (float)a->sum[at], acc);
         }
         y[(int64_t)m0 * ldy + n + k] = acc;
     }

@@ -26,6 +26,7 @@
    ((s1 + s5) + (s3 + s7)). So an output's bits depend on its x row and W row only: not on M, on the other
    rows, on the threads (which split N), nor on the build (scalar, AVX2 + FMA + F16C, AVX-512, NEON). */
 #include "quench_native.h"
+#include "half.h"
 
 #include <math.h>
 #include <string.h>
@@ -71,29 +72,6 @@ int quant_level(void) {
     return 3;
 #else
     return 0;
-#endif
-}
-
-/* IEEE half -> float, exact (subnormals, infinities and NaN payloads kept, as numpy's astype). */
-ALWAYS float half_to_float(const uint8_t* p) {
-    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-#if defined(QUANT_AVX2)
-    return _cvtsh_ss(h);
-#elif defined(QUANT_NEON)
-    __fp16 f;  /* FCVT: exact, as F16C (a signalling NaN comes back quiet) */
-    memcpy(&f, &h, 2);
-    return (float)f;
-#else
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
-    if (exponent == 31) bits = sign | 0x7f800000u | mantissa << 13;
-    else if (exponent) bits = sign | (exponent + 112) << 23 | mantissa << 13;
-    else {
-        float f = (float)mantissa * 0x1p-24f;  /* exact: a 10-bit integer times a power of two */
-        return sign ? -f : f;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
 #endif
 }
 
