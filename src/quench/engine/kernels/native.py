@@ -28,11 +28,9 @@ import torch
 from quench.engine.kernels.native_build import BuildResult, NativeLibrary, build
 from quench.engine.kernels.native_config import KernelConfig  # noqa: F401  (re-exported: kernels and their choices)
 
-SMALL_GEMM_ROWS = 32  # measured per step of the default model (30 layers + head) against oneDNN:
-# 1 row 12.0 vs 19.6 ms, 8 rows 14.1 vs 21.4, 16 rows 23.0 vs 29.9, 32 rows 42.7 vs 49.8
-AMX_GEMM_ROWS = 256  # with AMX tiles (30 layers + head, one thread, against oneDNN's prepacked kernel): 8 rows
-# 20 vs 38 ms (AVX512: 38), 16 rows 17 vs 28, 32 rows 29 vs 44 (AVX512: 133), 128 rows 86 vs 109, 256 rows
-# 183 vs 197; at 1024 rows oneDNN's own blocking wins (338 vs 249).
+SMALL_GEMM_ROWS = 32  # up to this many rows the small GEMM's step beats oneDNN's (docs/benchmarks.md,
+# "Where the small GEMM hands over to oneDNN")
+AMX_GEMM_ROWS = 256  # with AMX tiles, up to this many rows (ibid.); past it oneDNN's own blocking wins
 
 
 def _cache_dir() -> Path:

@@ -20,9 +20,8 @@ from quench.engine.kernels import native
 log = logging.getLogger(__name__)
 
 TILE_K = 64  # inputs per AMX int8 tile row
-# Rows per call; more go through the whole head. The C kernel takes up to 64, but its cost grows by ~1.6 ms
-# per 8 rows (benchmarks/head.py, one thread: 1.43-1.58x the whole head at 1-8 rows, 1.09x at 16, 1.02x at
-# 24, 0.73-0.81x at 32-64).
+# Rows per call; more go through the whole head. The C kernel takes up to 64, but past 16 rows its cost grows
+# faster than the whole head's (docs/benchmarks.md, "The screened greedy head").
 MAX_ROWS = 16
 KERNEL_MAX_ROWS = 64  # SCREEN_MAX_ROWS in quench_native.h: what a call may ask for with max_rows (checked in tests)
 VNNI_ROWS = 4  # SCREEN_VNNI_ROWS in quench_native.h: calls of up to this many rows take AVX512-VNNI, not AMX tiles
