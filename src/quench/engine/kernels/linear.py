@@ -11,7 +11,7 @@ from quench.engine.kernels.screen import Int8Weight, int8_weight
 
 
 # Int8 weights (draft models) serve products of up to this many rows; more take the bfloat16 kernels, which are
-# faster there (the draft's 2 layers + head, one thread: int8 1.2-1.65x at 1-8 rows, 0.7-0.9x at 16-48).
+# faster there (docs/draft.md, "Run in int8").
 INT8_MAX_ROWS = 8
 
 
