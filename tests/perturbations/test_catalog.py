@@ -18,6 +18,7 @@ from quench.perturbations import catalog
 from quench.perturbations.base import CATEGORIES, RECODE_ORDER, Perturbation
 
 PACKAGE = "quench.perturbations"
+FOLDERS = {"quench": "checked", "recode": "recode"}  # profile -> the folder of its transformations
 ROOT = Path(quench.perturbations.__file__).parent
 
 
@@ -59,7 +60,7 @@ def import_graph() -> dict[str, set[str]]:
 def test_the_perturbation_modules_import_one_another_without_a_circle():
     graph = import_graph()
     assert f"{PACKAGE}.catalog" in graph[f"{PACKAGE}.release"]  # the scan sees real imports
-    assert f"{PACKAGE}.quench.tense" in graph[f"{PACKAGE}.quench.docstring"]  # `from package import module`
+    assert f"{PACKAGE}.checked.tense" in graph[f"{PACKAGE}.checked.docstring"]  # `from package import module`
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check can see one
     assert find_cycle(graph) is None
 
@@ -68,11 +69,11 @@ def test_a_profile_folder_imports_the_shared_modules_never_the_other_profile():
     graph = import_graph()
     for profile, other in (("quench", "recode"), ("recode", "quench")):
         for module, imported in graph.items():
-            if module.startswith(f"{PACKAGE}.{profile}."):
-                assert not {m for m in imported if m.startswith(f"{PACKAGE}.{other}")}, module
+            if module.startswith(f"{PACKAGE}.{FOLDERS[profile]}."):
+                assert not {m for m in imported if m.startswith(f"{PACKAGE}.{FOLDERS[other]}")}, module
     # the shared modules below the catalog import no profile
     for shared in ("base", "text", "words", "lexicon", "source", "marker", "meaning", "profile"):
-        assert not {m for m in graph[f"{PACKAGE}.{shared}"] if m.startswith((f"{PACKAGE}.quench", f"{PACKAGE}.recode"))}
+        assert not {m for m in graph[f"{PACKAGE}.{shared}"] if m.startswith((f"{PACKAGE}.checked", f"{PACKAGE}.recode"))}
 
 
 @pytest.mark.parametrize("profile", sorted(catalog.CATALOGS))
@@ -89,7 +90,7 @@ def test_each_profile_names_every_transformation_once_under_its_own_name(profile
 @pytest.mark.parametrize("profile", sorted(catalog.CATALOGS))
 def test_every_transformation_class_in_a_profile_folder_is_in_its_catalog(profile: str):
     """A class written but left out of the catalog would silently not exist: none is."""
-    folder = importlib.import_module(f"{PACKAGE}.{profile}")
+    folder = importlib.import_module(f"{PACKAGE}.{FOLDERS[profile]}")
     defined = set()
     for info in pkgutil.iter_modules(folder.__path__, folder.__name__ + "."):
         module = importlib.import_module(info.name)

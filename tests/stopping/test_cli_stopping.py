@@ -57,8 +57,9 @@ def test_function_rule_from_the_cli(bench: Path, tmp_path: Path, backend: str) -
 def test_resume_with_other_stopping_is_refused(bench: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     assert generate(bench, out, "--backend", "quench", "--stop-rule", "function") == 0
-    assert generate(bench, out, "--backend", "quench") == 2
+    assert generate(bench, out, "--backend", "quench", "--stop-rule", "none") == 2
     assert "stop_rule" in capsys.readouterr().err
+    assert generate(bench, out, "--backend", "quench") == 0  # --stop-rule auto resumes with the recorded rule
     guard = tmp_path / "g.safetensors"
     GenGuard(nn.Sequential(nn.Linear(SCRIPT.model.config.hidden_size, 2)), GuardPolicy(), GuardInfo(SCRIPT.model.config.hidden_size)).save(guard)
     assert generate(bench, out, "--backend", "quench", "--stop-rule", "function", "--guard", str(guard)) == 2

@@ -254,7 +254,7 @@ def test_the_default_model_on_its_gguf_blocks_answers_humaneval_as_the_float32_p
     (("--weights", "gguf", "--dtype", "bfloat16"), "--weights gguf runs float32 activations"),
     (("--weights", "gguf-int8", "--dtype", "float16"), "--weights gguf-int8 runs float32 activations"),
     (("--weights", "gguf-int8", "--model", "no/such/dir"), "no/such/dir"),
-    (("--weights", "gguf", "--engines", "2"), "--weights gguf runs in quench's own engine"),
+    (("--weights", "gguf", "--backend", "hf"), "--weights gguf runs in quench's engine"),
 ])
 def test_bad_weights_flags_exit_2_before_the_model_loads(tmp_path, argv, expected):
     import sys

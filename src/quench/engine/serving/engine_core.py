@@ -12,20 +12,32 @@ import logging
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import Callable
 
+from quench.engine.engine import QuenchBackend
 from quench.engine.serving.channel import Cancel, Ready, StepEvents, Stop, Submit
 from quench.engine.serving.engine_thread import LiveEngine
 from quench.engine.serving.events import Failed, Finished, LiveEvent, Sink
 from quench.engine.serving.live_queue import EngineStopped, QueueFull
-
-if TYPE_CHECKING:
-    from quench.engine.serving.engine_process import EngineSpec
+from quench.engine.serving.loop import PREFILL_BUDGET
 
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1  # prctl: a signal for this process when the thread that started it ends
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What the engine process needs (picklable): how to build its backend, and the live engine's limits."""
+
+    build: Callable[[], QuenchBackend]  # run in the engine process: loads the model there
+    max_len: int  # prompt + generated tokens of one row, at most
+    max_waiting: int = 256
+    prefill_budget: int = PREFILL_BUDGET
+    threads: int = 1  # torch threads of the engine process
+    prefill_share: float | None = None  # LiveEngine.prefill_share
 
 
 def run_engine(conn: Connection, spec: EngineSpec) -> None:  # the engine process's target

@@ -20,15 +20,12 @@ import multiprocessing
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
-from quench.engine.engine import QuenchBackend
 from quench.engine.serving.channel import Cancel, Ready, StepEvents, Stop, Submit, ToEngine
-from quench.engine.serving.engine_core import run_engine
+from quench.engine.serving.engine_core import EngineSpec, run_engine
 from quench.engine.serving.events import Failed, Finished, LiveEvent, Sink
 from quench.engine.serving.gauges import EngineGauges
 from quench.engine.serving.live_queue import EngineStopped, QueueFull
-from quench.engine.serving.loop import PREFILL_BUDGET
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.errors import QuenchError
 
@@ -37,18 +34,6 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 600.0  # for the engine process to load the model
 RESTART_TRIES = 3  # engine processes that fail to load in a row before the front end stops trying
 EXIT_WAIT_S = 5.0  # for an engine process told to stop (or found dead) to exit
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """What the engine process needs (picklable): how to build its backend, and the live engine's limits."""
-
-    build: Callable[[], QuenchBackend]  # run in the engine process: loads the model there
-    max_len: int  # prompt + generated tokens of one row, at most
-    max_waiting: int = 256
-    prefill_budget: int = PREFILL_BUDGET
-    threads: int = 1  # torch threads of the engine process
-    prefill_share: float | None = None  # LiveEngine.prefill_share
 
 
 @dataclass

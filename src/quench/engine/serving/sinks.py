@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Protocol, Sequence
 
 from quench.engine.holdback import GUARD_HOLDBACK, settled_text, tokens_before
 from quench.engine.logprobs import ScoredPrefixes, TokenLogprob, score_token
 from quench.engine.rows import Row
 from quench.engine.serving.events import Finished, Tokens, notify
+from quench.engine.serving.live_queue import LiveQueue
 from quench.engine.types import GenerationResult
 
-if TYPE_CHECKING:
-    from quench.engine.serving.loop import LiveLoop
+
+class ServedLoop(Protocol):
+    """What the sinks read of the live loop (`quench.engine.serving.loop.LiveLoop`), which imports them."""
+
+    scored: Any  # request indices whose rows asked for log-probabilities
+    prefixes: Any  # the loop's prefix store (ScoredPrefixes where any row scores)
+    live: LiveQueue
+    runner: Any
+    step_start: Any  # per slot: the row's generated length when the step began
+    guard: Any
+    stop: Any  # the loop's stop rules (their decode)
+
+    def forget(self, request_index: int) -> None: ...
 
 
 class LiveSinks:
@@ -19,7 +31,7 @@ class LiveSinks:
     asked, new tokens to the sinks after every step (a guarded row's only once the guard cannot take them
     back), and each finished sample."""
 
-    def __init__(self, loop: LiveLoop) -> None:
+    def __init__(self, loop: ServedLoop) -> None:
         self.loop = loop
         self.published: dict[tuple[int, int], int] = {}  # (request index, sample index) -> tokens published
         self.pieces: dict[tuple[int, int], list[str]] = {}  # with a guard: each generated token's text
