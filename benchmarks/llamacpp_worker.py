@@ -25,20 +25,15 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-# benchmarks/ holds scripts whose names libraries may import as modules: this directory is no place to import from
+from worker_protocol import protocol_stream, serve
+
+# benchmarks/ holds scripts whose names libraries may import as modules: past worker_protocol, this directory is no
+# place to import from
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 CONTEXT = 2048  # positions: a HumanEval prompt in the chat template and its new tokens fit
-
-
-def protocol_stream() -> TextIO:
-    """The original stdout, kept for answers; file descriptor 1 then points at stderr."""
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return answers
 
 
 def build_model(args: argparse.Namespace) -> Any:
@@ -78,19 +73,6 @@ def generate(llm: Any, command: dict[str, Any]) -> dict[str, Any]:
     return {"outputs": outputs, "finish": finish, "seconds": seconds, "cpu_seconds": cpu_seconds}
 
 
-def serve(llm: Any, commands: TextIO, answers: TextIO) -> None:
-    for line in commands:
-        if not line.strip():
-            continue
-        command = json.loads(line)
-        if command["op"] == "quit":
-            return
-        if command["op"] != "generate":
-            answers.write(json.dumps({"error": f"unknown op {command['op']!r}"}) + "\n")
-            continue
-        answers.write(json.dumps(generate(llm, command)) + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gguf", required=True, help="the GGUF file")
@@ -101,7 +83,7 @@ def main() -> None:
     answers = protocol_stream()
     llm = build_model(args)
     answers.write(json.dumps({"ready": True}) + "\n")
-    serve(llm, sys.stdin, answers)
+    serve(llm, generate, sys.stdin, answers)
 
 
 if __name__ == "__main__":

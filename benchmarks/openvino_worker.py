@@ -22,24 +22,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-# benchmarks/ holds scripts whose names libraries may import as modules: this directory is no place to import from
+from worker_protocol import protocol_stream, serve
+
+# benchmarks/ holds scripts whose names libraries may import as modules: past worker_protocol, this directory is no
+# place to import from
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 CACHE_GB = 1  # KV cache, as the vLLM worker's
-
-
-def protocol_stream() -> TextIO:
-    """The original stdout, kept for answers; file descriptor 1 then points at stderr."""
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return answers
 
 
 def build_pipeline(args: argparse.Namespace) -> Any:
@@ -109,20 +103,6 @@ def finished(ids: list[int], eos: int, stopped: bool) -> tuple[list[int], str]:
     return (ids[:-1] if ids and ids[-1] == eos else ids), "eos"
 
 
-def serve(pipeline: Any, commands: TextIO, answers: TextIO) -> None:
-    eos = pipeline.get_generation_config().eos_token_id
-    for line in commands:
-        if not line.strip():
-            continue
-        command = json.loads(line)
-        if command["op"] == "quit":
-            return
-        if command["op"] != "generate":
-            answers.write(json.dumps({"error": f"unknown op {command['op']!r}"}) + "\n")
-            continue
-        answers.write(json.dumps(generate(pipeline, eos, command)) + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gguf", required=True, help="the GGUF file the pipeline loads")
@@ -132,7 +112,8 @@ def main() -> None:
     answers = protocol_stream()
     pipeline = build_pipeline(args)
     answers.write(json.dumps({"ready": True}) + "\n")
-    serve(pipeline, sys.stdin, answers)
+    eos = pipeline.get_generation_config().eos_token_id
+    serve(pipeline, lambda model, command: generate(model, eos, command), sys.stdin, answers)
 
 
 if __name__ == "__main__":

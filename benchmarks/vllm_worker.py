@@ -23,23 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-# benchmarks/ holds scripts whose names libraries may import as modules: this directory is no place to import from
+from worker_protocol import protocol_stream, serve
+
+# benchmarks/ holds scripts whose names libraries may import as modules: past worker_protocol, this directory is no
+# place to import from
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-
-
-def protocol_stream() -> TextIO:
-    """The original stdout, kept for answers; file descriptor 1 then points at stderr so that whatever vLLM
-    prints (logs, progress) cannot break the JSON lines."""
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return answers
 
 
 def build_engine(args: argparse.Namespace) -> Any:
@@ -83,19 +76,6 @@ def finished(sample: Any) -> tuple[list[int], str]:
     return ids, sample.finish_reason
 
 
-def serve(llm: Any, commands: TextIO, answers: TextIO) -> None:
-    for line in commands:
-        if not line.strip():
-            continue
-        command = json.loads(line)
-        if command["op"] == "quit":
-            return
-        if command["op"] != "generate":
-            answers.write(json.dumps({"error": f"unknown op {command['op']!r}"}) + "\n")
-            continue
-        answers.write(json.dumps(generate(llm, command)) + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a Hugging Face model directory (config, safetensors, tokenizer)")
@@ -107,7 +87,7 @@ def main() -> None:
     answers = protocol_stream()
     llm = build_engine(args)
     answers.write(json.dumps({"ready": True}) + "\n")
-    serve(llm, sys.stdin, answers)
+    serve(llm, generate, sys.stdin, answers)
 
 
 if __name__ == "__main__":
