@@ -47,6 +47,15 @@ def serving(backend: QuenchBackend, max_model_len: int = 512, max_waiting: int =
     engine = LiveEngine(backend, max_model_len, max_waiting, prefill_budget)
     if start_engine:
         engine.start()
+    with served_app(engine, backend, max_model_len, max_waiting, model_name) as served:
+        yield served
+
+
+@contextmanager
+def served_app(engine, backend: QuenchBackend, max_model_len: int, max_waiting: int,
+               model_name: str = MODEL) -> Iterator[Served]:
+    """The app over a started `engine` (a thread's or a process's) on 127.0.0.1 at a free port, in a thread;
+    the engine stopped when the app is."""
     service = Service(engine, backend.tokenizer, ServeConfig(model_name, max_model_len, max_n=8, max_waiting=max_waiting,
                                                             shutdown_timeout=2))
     server = make_server(service, "127.0.0.1", 0)

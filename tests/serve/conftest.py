@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from contextlib import contextmanager
 from functools import partial
 from typing import Callable, Iterator
@@ -12,11 +10,9 @@ import pytest
 import torch
 
 from helpers import torch_threads
-from live_server import MODEL, Served, serving, tiny_backend
+from live_server import Served, served_app, serving, tiny_backend
 from quench.engine.config import EngineConfig
 from quench.engine.serving.live import PREFILL_BUDGET, EngineProcess, EngineSpec
-from quench.serve.server import make_server
-from quench.serve.service import ServeConfig, Service
 
 
 @pytest.fixture(autouse=True)
@@ -41,23 +37,8 @@ def serving_process(config: EngineConfig = EngineConfig(batch_size=4), max_model
     `Served.backend` is a copy of the engine's backend in this process (its tokenizer; answers served alone)."""
     backend = tiny_backend(config)
     spec = EngineSpec(partial(tiny_backend, config), max_model_len, max_waiting, prefill_budget, threads=1)
-    engine = EngineProcess(spec).start()
-    service = Service(engine, backend.tokenizer, ServeConfig(MODEL, max_model_len, max_n=8, max_waiting=max_waiting,
-                                                            shutdown_timeout=2))
-    server = make_server(service, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield Served(f"http://127.0.0.1:{port}/v1", service, backend)
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        engine.stop()
+    with served_app(EngineProcess(spec).start(), backend, max_model_len, max_waiting) as served:
+        yield served
 
 
 @pytest.fixture(scope="session")
