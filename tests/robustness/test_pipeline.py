@@ -122,6 +122,25 @@ def test_generation_order_is_a_seeded_shuffle_of_every_prompt():
     assert generation_order(prompts, seed=None) == prompts
 
 
+def test_generation_order_keeps_each_tasks_prompts_together_sorted_so_neighbours_share_beginnings():
+    from quench.robustness.pipeline import generation_order
+
+    prompts = order_problems(40)
+    task_of = {p.task_id: f"task{int(p.task_id[1:]) % 5}" for p in prompts}  # 5 tasks of 8 prompts each
+    ordered = generation_order(prompts, seed=3, task_of=task_of)
+    assert sorted(p.task_id for p in ordered) == sorted(p.task_id for p in prompts)
+    tasks = [task_of[p.task_id] for p in ordered]
+    runs = [task for i, task in enumerate(tasks) if i == 0 or task != tasks[i - 1]]
+    assert sorted(runs) == sorted(set(tasks))  # each task's prompts in one stretch
+    for task in set(tasks):
+        texts = [p.prompt for p in ordered if task_of[p.task_id] == task]
+        assert texts == sorted(texts)  # neighbours share the longest beginnings
+    orders = {tuple(runs)} | {tuple(dict.fromkeys(task_of[p.task_id] for p in generation_order(prompts, s, task_of)))
+                               for s in range(1, 6)}
+    assert len(orders) > 1  # the tasks' order follows the seed
+    assert ordered == generation_order(list(reversed(prompts)), seed=3, task_of=task_of)  # whatever the built order
+
+
 def test_the_generation_order_changes_no_greedy_output_under_batch_invariance_and_resumes(tmp_path):
     import torch
 

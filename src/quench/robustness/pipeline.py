@@ -59,7 +59,7 @@ class RobustnessConfig:
     nominal_partial: Path | None = None  # the partial-code baseline file (ReCode's nominal/*_partial.jsonl)
     stop_rule: str = "none"  # a text rule beyond stop sequences: "function", "loop" or both (STOP_RULES; docs/stopping.md)
     examples_per_category: int = 3
-    order_seed: int | None = 0  # generation order: the distinct prompts shuffled with this seed (None: as built)
+    order_seed: int | None = 0  # generation order: tasks shuffled with this seed, each task's prompts together (None: as built)
     time_limits: TimeLimitRule | None = None  # each task's limit (runs/calibration.py); None: the pool's for every program
 
 
@@ -219,16 +219,26 @@ def unique_prompts(units: Sequence[Unit]) -> list[Problem]:
     return list(first.values())
 
 
-def generation_order(prompts: Sequence[Problem], seed: int | None) -> list[Problem]:
-    """The prompts in a seeded random order, so that any stretch of generation (the first tenth the ETA
-    extrapolates from) is a fair sample of the run: transformations differ in prompt and answer length,
-    and the built order runs them one after another. Sampled rows draw from (seed, prompt id, sample
-    index) and greedy rows under `--batch-invariant` do not depend on their batch, so there the order
-    changes no output; a resumed run shuffles the same prompts the same way and skips those on disk."""
-    order = list(prompts)
-    if seed is not None:
-        random.Random(seed).shuffle(order)
-    return order
+def generation_order(prompts: Sequence[Problem], seed: int | None, task_of: Mapping[str, str] | None = None) -> list[Problem]:
+    """The prompts with their tasks in a seeded random order and each task's prompts together, sorted by text.
+
+    Tasks in random order, so that any stretch of generation (the first tenth the ETA extrapolates from) is a
+    fair sample of the run: tasks differ in prompt and answer length, and each stretch holds every
+    transformation. A task's variants together and sorted, so that consecutive prompts share their longest
+    beginnings and the engine's prefix store copies those keys/values instead of prefilling them again.
+    `task_of`: prompt id (each prompt's `task_id` here) -> its task (`prompt_labels`); None: each prompt its own
+    task. Sampled rows draw from (seed, prompt id, sample index) and greedy rows under `--batch-invariant` do not
+    depend on their batch, so there the order changes no output; a resumed run orders the same prompts the same
+    way and skips those on disk."""
+    if seed is None:
+        return list(prompts)
+    groups: dict[str, list[Problem]] = {}
+    for prompt in prompts:
+        task = task_of.get(prompt.task_id, prompt.task_id) if task_of else prompt.task_id
+        groups.setdefault(task, []).append(prompt)
+    tasks = sorted(groups)
+    random.Random(seed).shuffle(tasks)
+    return [prompt for task in tasks for prompt in sorted(groups[task], key=lambda p: (p.prompt, p.task_id))]
 
 
 def prompt_labels(units: Sequence[Unit]) -> dict[str, SampleLabels]:
@@ -342,8 +352,10 @@ def run_robustness(
     generate_config = GenerateConfig(config.n, config.sampling, config.stop_sequences, config.prompt_format,
                                      config.stop_rule)
     reporting = StartReporting(backend, progress.planned, progress.started)
-    records = generate_samples(generation_order(prompts, config.order_seed), reporting, encode, generate_config,
-                               out / SAMPLES_FILE, progress.sample, labels=prompt_labels(units))
+    labels = prompt_labels(units)
+    order = generation_order(prompts, config.order_seed, {key: label.task_id for key, label in labels.items()})
+    records = generate_samples(order, reporting, encode, generate_config, out / SAMPLES_FILE, progress.sample,
+                               labels=labels)
     samples = {r.generation_key: r for r in records}  # (prompt id, index); runs from before labels: (task id, index)
     jobs, program_of = execution_jobs(units, samples, config.n)
     progress.stage("execute", len(jobs))
