@@ -20,8 +20,10 @@ virtual environment, run as a worker process fed the same token ids: benchmarks/
 `LLMPipeline` on the default preset's GGUF with the continuous-batching scheduler: --openvino-python) and `llamacpp`
 (llama-cpp-python on the same GGUF, batch 1; above it, greedy, llama-batched-bench's decode-only rate: --llamacpp-python,
 --llama-bin), each a worker process in its own virtual environment fed the same token ids (benchmarks/peer_backends.py;
-without its environment each is skipped with a line saying so), `quench-defaults` (`EngineConfig` with nothing but
-the batch size: what `quench run` gets) and `quench-defaults-regular` (the same with speculation off), and
+without its environment each is skipped with a line saying so), `quench-defaults` (what `quench run` gets at the
+row's batch size: the speculation `--speculate auto` picks, greedy rows drafting with the shipped draft and prompt
+lookup, sampled rows not drafting; pass `--weights auto` for the CLI's weights) and `quench-defaults-regular` (the
+same with speculation off), and
 Hugging Face assisted generation. HF refuses batch > 1 there, so `hf-assisted-*` run one sequence
 at a time whatever the row's batch size (n samples = n `generate` calls, each with its own seed;
 ms/token/seq = 1000 / throughput). `hf-assisted-ngram`: HF's prompt lookup (--draft-tokens tokens
@@ -76,11 +78,13 @@ from torch import nn
 from quench.datasets import load_benchmark
 from quench.engine.engine import EngineConfig, QuenchBackend
 from quench.engine.hf_backend import HFBackend
+from quench.engine.kernels import quant
 from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 from quench.models.loading import DTYPES
-from quench.models.draft import load_draft
+from quench.cli.work_settings import Work, choose_drafter
+from quench.models.draft import load_draft, shipped_draft_path
 from quench.models.presets import DEFAULT_PRESET, PRESETS, preset_gguf_parts
 from quench.models.prompts import encode_prompt
 from peer_backends import (LLAMA_BIN_ENV, LLAMACPP_ENV, OPENVINO_ENV, PEERS, DecodeOnly, PeerSetup, batched_bench,
@@ -208,8 +212,8 @@ def make_backends(
                               kernels=kernels, batch_invariant=invariant)
         return QuenchBackend(model, tokenizer, config, draft_model=draft if config.runs_draft_model else None)
 
-    def defaults(drafter: str | None = None) -> QuenchBackend:  # what `quench run` builds, at this batch size
-        config = EngineConfig(batch_size=batch_size) if drafter is None else EngineConfig(batch_size=batch_size, drafter=drafter)
+    def defaults(drafter: str) -> QuenchBackend:  # what `quench run` builds at this batch size, with this drafter
+        config = EngineConfig(batch_size=batch_size, drafter=drafter)
         return QuenchBackend(model, tokenizer, config, draft_model=draft if config.runs_draft_model else None)
 
     def assisted(options: AssistOptions) -> HFBackend:
@@ -230,23 +234,59 @@ def make_backends(
         "vllm": lambda: VLLMBackend(vllm_python, loaded.source, batch_size, threads),  # the same weights, as saved
         "openvino": lambda: openvino_backend(peers, batch_size, threads),  # the preset's GGUF
         "llamacpp": lambda: llamacpp_backend(peers, threads),
-        "quench-defaults": lambda: defaults(),
+        "quench-defaults": lambda: CliDefaults(defaults(cli_drafter(loaded, greedy=True)), defaults(cli_drafter(loaded, greedy=False))),
         "quench-defaults-regular": lambda: defaults("none"),  # speculation off
     }
     runs = lambda name: name != "llamacpp" or (batch_size == 1 and peers.llamacpp_python is not None)  # noqa: E731
     return {name: build[name]() for name in names if runs(name)}
 
 
-def needs_draft(names: list[str], batch_sizes: list[int]) -> bool:
-    """Whether a backend of the run decodes with the draft model (quench's defaults: at some batch size)."""
+def step_weight_bytes(model: nn.Module) -> int:
+    """The weight bytes a decode step streams: the GGUF's blocks as stored where the model runs on them (`--weights
+    gguf`, `gguf-int8`: the projections and head, plus the norms), else every parameter (a tied embedding/head once)."""
+    gguf = quant.gguf_weights_of(model)
+    if gguf is None or gguf.mode not in quant.MODES:
+        return sum(t.numel() * t.element_size() for t in model.parameters())
+    served = sum(t.data.nbytes for t in gguf.tensors.values())
+    norms = sum(t.numel() * t.element_size() for name, t in model.named_parameters() if name.endswith("norm.weight"))
+    return served + norms
+
+
+def cli_drafter(loaded, greedy: bool) -> str:
+    """The drafter `quench run --speculate auto` picks for this model (`work_settings.choose_drafter`)."""
+    work = Work(rows=1, greedy=greedy, backend="quench", device="cpu", threads=1, one_engine_only=False,
+                draft_shipped=shipped_draft_path(loaded.name).is_file(), weight_bytes=0, free_bytes=0)
+    return choose_drafter(work)
+
+
+class CliDefaults:
+    """What `quench run` decodes with at a batch size: the speculation `--speculate auto` picks for each call's
+    sampling (greedy: the shipped draft with prompt lookup, else prompt lookup; sampled: none)."""
+
+    def __init__(self, greedy: QuenchBackend, sampled: QuenchBackend) -> None:
+        self.greedy, self.sampled = greedy, sampled
+        self.config = greedy.config
+        self.last = greedy
+
+    def generate(self, requests, sampling: SamplingParams, **kwargs):
+        self.last = self.greedy if sampling.greedy else self.sampled
+        return self.last.generate(requests, sampling, **kwargs)
+
+    @property
+    def last_stats(self):
+        return self.last.last_stats
+
+
+def needs_draft(names: list[str], loaded) -> bool:
+    """Whether a backend of the run decodes with the draft model (quench's defaults: where `auto` picks it)."""
     if {"quench-draft", "quench-hybrid", "quench-invariant-hybrid", "hf-assisted-draft"} & set(names):
         return True
-    return "quench-defaults" in names and any(EngineConfig(batch_size=b).runs_draft_model for b in batch_sizes)
+    return "quench-defaults" in names and cli_drafter(loaded, greedy=True) in ("draft", "hybrid")
 
 
 def decoded_together(backend: Backend) -> int:
     """How many sequences share the backend's throughput (HF assisted generation: always 1)."""
-    return backend.config.batch_size if isinstance(backend, QuenchBackend) else backend.batch_size
+    return backend.config.batch_size if isinstance(backend, (QuenchBackend, CliDefaults)) else backend.batch_size
 
 
 def prefill_models(backend: HFBackend) -> list[nn.Module]:
@@ -357,8 +397,8 @@ def run(args) -> RunResult:
     loaded = load_model(dtype=args.dtype) if args.weights is None else load_model(dtype=args.dtype, weights=args.weights)
     print(f"dtype: {loaded.dtype} (--dtype {args.dtype}); weights: {args.weights or 'the default'}")
     model = loaded.model
-    weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())  # tied embedding/head: once
-    draft = load_draft("auto", loaded) if needs_draft(args.backends, args.batch_sizes) else None
+    weight_bytes = step_weight_bytes(model)
+    draft = load_draft("auto", loaded) if needs_draft(args.backends, loaded) else None
     result = RunResult([], {}, weight_bytes, kv_bytes_per_position(model))
     for batch_size in args.batch_sizes:
         backends = make_backends(loaded, draft, batch_size, args.backends, args.draft_tokens, args.vllm_python, args.threads,
