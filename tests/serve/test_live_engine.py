@@ -137,7 +137,7 @@ def test_rows_with_different_sampling_settings_share_a_batch_and_draw_what_they_
     alone, together, engine = served_alone_and_together(
         lambda: tiny_backend(EngineConfig(batch_size=8, batch_invariant=True)), prompts)
     assert together == alone
-    assert engine.loop.mixed_steps > 0  # the rows did share steps
+    assert engine.loop.stats.mixed_steps > 0  # the rows did share steps
     assert alone["hot"][0] != alone["hot"][1]  # the samples are sampled, not all alike
 
 
