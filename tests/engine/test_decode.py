@@ -9,6 +9,7 @@ from quench.engine.draft_length import FixedDraftLength
 from quench.engine.drafters import ModelDrafter
 from quench.engine.engine import EngineConfig, make_runner
 from quench.engine.kernels import invariant
+from quench.engine.observers import PAD
 from quench.engine.rows import StopRules
 from quench.engine.scheduler import WorkQueue, prefill
 from quench.engine.types import GenerationRequest, SamplingParams
@@ -76,9 +77,31 @@ MIXED = {  # (prompt, settings): argmax, the C kernel, PyTorch's top-k / top-p; 
 EOS = frozenset(range(3, 9))  # "a" to "f" end a sample: tiny random models rarely pick </s>
 
 
-def run_loop(runner, tokenizer, requests, sampling, slots, row_sampling=None) -> dict:
+class StopAtFed:
+    """A stop observer that stops a row once `keep` of its generated tokens were fed, keeping those (the loop's
+    guard path: padded logits with hidden states)."""
+
+    def __init__(self, slots: int, keep: int) -> None:
+        self.keep = keep
+        self.fed = [0] * slots  # generated tokens fed, per slot
+
+    def reset(self, slot: int) -> None:
+        self.fed[slot] = 0
+
+    def step(self, hidden: torch.Tensor, token_ids: torch.Tensor) -> list[int | None]:
+        out: list[int | None] = [None] * len(self.fed)
+        for b, row in enumerate(token_ids.tolist()):
+            fed = sum(token != PAD for token in row)
+            self.fed[b] += fed
+            if fed and self.fed[b] >= self.keep:
+                out[b] = self.keep
+        return out
+
+
+def run_loop(runner, tokenizer, requests, sampling, slots, row_sampling=None, guard=False) -> dict:
     """(key, sample index) -> (tokens, finish reason) of a decode loop over `requests` in `slots` slots."""
-    loop = DecodeLoop(LoopParts(runner, runner.new_cache(slots, 128)), WorkQueue(requests),
+    stopper = StopAtFed(slots, keep=7) if guard else None
+    loop = DecodeLoop(LoopParts(runner, runner.new_cache(slots, 128), guard=stopper), WorkQueue(requests),
                       StopRules(tokenizer, EOS, sampling.max_new_tokens, ignore_eos=sampling.ignore_eos), sampling,
                       row_sampling=row_sampling)
     results = {(r.key, r.sample_index): (r.token_ids, r.finish_reason) for r in loop.run()}
@@ -86,8 +109,9 @@ def run_loop(runner, tokenizer, requests, sampling, slots, row_sampling=None) ->
 
 
 @pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
+@pytest.mark.parametrize("guard", [False, True])  # True: the guard's path (padded logits, hidden states)
 @pytest.mark.parametrize("slots", [4, 11])  # 4: rows refill slots freed by others of other settings
-def test_rows_with_different_settings_share_the_core_loop_and_each_draws_what_it_draws_alone(slots):
+def test_rows_with_different_settings_share_the_core_loop_and_each_draws_what_it_draws_alone(slots, guard):
     tokenizer = char_tokenizer()
     runner = make_runner(tiny_llama(), EngineConfig(batch_invariant=True))
 
@@ -96,12 +120,14 @@ def test_rows_with_different_settings_share_the_core_loop_and_each_draws_what_it
 
     alone: dict = {}
     for key, (_, sampling) in MIXED.items():
-        alone |= run_loop(runner, tokenizer, [request(key)], sampling, 2)
+        alone |= run_loop(runner, tokenizer, [request(key)], sampling, 2, guard=guard)
     together = run_loop(runner, tokenizer, [request(key) for key in MIXED], SamplingParams(max_new_tokens=64), slots,
-                        row_sampling=lambda item: MIXED[item.request.key][1])
+                        row_sampling=lambda item: MIXED[item.request.key][1], guard=guard)
     assert together.pop("mixed steps") > 0 and alone.pop("mixed steps") == 0
     assert together == alone
-    assert {"eos", "length"} <= {reason for _, reason in together.values()}
+    assert {"eos", "guard" if guard else "length"} <= {reason for _, reason in together.values()}
+    if guard:
+        return
     assert alone["hot", 0] != alone["hot-seed", 0] and alone["hot", 0] != alone["hot", 1]
     for sample in (0, 1):  # EOS kept, and the row goes on to its max_new_tokens
         kept, reason = together["hot-ignore-eos", sample]
