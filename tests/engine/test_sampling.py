@@ -1,10 +1,11 @@
-"""Regular decoding's sampled tokens: the C kernel (`native.sample`) against PyTorch's inverse CDF."""
+"""Regular decoding's sampled tokens: the C kernel (`native.sample`) against PyTorch's inverse CDF; rows that
+draw with different settings in one batch."""
 
 import pytest
 import torch
 
 from quench.engine.kernels import native
-from quench.engine.sampling import logits_to_probs, next_tokens, row_generator, sample_rows
+from quench.engine.sampling import draw_rows, logits_to_probs, next_tokens, row_generator, sample_rows
 from quench.engine.types import SamplingParams
 
 pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason=native.build_result().reason)
@@ -60,3 +61,23 @@ def test_top_k_and_top_p_keep_pytorchs_path():
     for sampling in (SamplingParams(temperature=0.8, top_k=5), SamplingParams(temperature=0.8, top_p=0.9)):
         drawn = next_tokens(logits, sampling, generators(0, 8))
         assert drawn.tolist() == pytorch_tokens(logits, sampling, 0).tolist()
+
+
+SETTINGS = [  # argmax, the C kernel, PyTorch's top-k / top-p; greedy whatever its top-k
+    SamplingParams(), HOT, SamplingParams(temperature=1.3), SamplingParams(temperature=0.8, top_k=5),
+    SamplingParams(temperature=0.8, top_p=0.9, top_k=12), SamplingParams(top_k=3),
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rows_with_their_own_settings_draw_what_each_draws_alone(seed):
+    rng = torch.Generator().manual_seed(seed)
+    logits = torch.randn(12, 700, generator=rng) * 4  # (N, V)
+    picked = torch.randperm(12, generator=rng)[:9]  # (A,)
+    draws = [SETTINGS[int(i)] for i in torch.randint(len(SETTINGS), (9,), generator=rng)]
+    drawn = draw_rows(logits.clone(), draws, generators(seed, 9), rows=picked)
+    alone = [next_tokens(logits[[int(row)]].clone(), draw, [row_generator(seed, "task", a)]).item()
+             for a, (row, draw) in enumerate(zip(picked, draws))]
+    assert drawn.tolist() == alone
+    whole = draw_rows(logits.clone(), draws[:1] * 12, generators(seed, 12))  # one setting: next_tokens itself
+    assert whole.tolist() == next_tokens(logits.clone(), draws[0], generators(seed, 12)).tolist()

@@ -137,8 +137,33 @@ def test_rows_with_different_sampling_settings_share_a_batch_and_draw_what_they_
     alone, together, engine = served_alone_and_together(
         lambda: tiny_backend(EngineConfig(batch_size=8, batch_invariant=True)), prompts)
     assert together == alone
-    assert engine.loop.mixed_steps > 0  # the rows did share steps
+    assert engine.loop.stats.mixed_steps > 0  # the rows did share steps
     assert alone["hot"][0] != alone["hot"][1]  # the samples are sampled, not all alike
+
+
+def test_the_loop_ends_each_request_with_its_last_sample_after_its_sink_has_it() -> None:
+    backend = tiny_backend()
+    engine = LiveEngine(backend, max_len=512)
+    seen = Recorder()
+    held_at_finish: list[int] = []  # what the queue held as each sample reached its sink
+
+    def noting_the_queue(sink):
+        def receive(event: LiveEvent) -> None:
+            if isinstance(event, Finished):
+                held_at_finish.append(engine.queue.held())
+            sink(event)
+        return receive
+
+    for name, n, logprobs in (("a", 3, None), ("b", 2, 2)):
+        engine.submit(request(backend, f"{name} = 1", n), SamplingParams(temperature=0.9, max_new_tokens=6 + n),
+                      noting_the_queue(seen.sink(name, n)), logprobs)
+    loop = engine._loop()  # in this thread, to its end
+    results = list(loop.run())
+    assert sorted((r.key, r.sample_index) for r in results) == [("a = 1", 0), ("a = 1", 1), ("a = 1", 2),
+                                                                ("b = 1", 0), ("b = 1", 1)]
+    assert [len(seen.results(name)) for name in "ab"] == [3, 2]
+    assert min(held_at_finish) >= 1  # a request's sink has its last sample before the loop ends the request
+    assert engine.queue.held() == 0 and not loop.settings and not loop.scored  # then it is gone
 
 
 def test_a_small_request_is_not_starved_by_the_samples_of_a_large_one() -> None:

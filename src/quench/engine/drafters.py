@@ -20,11 +20,11 @@ import torch
 from quench.engine.kernels import native
 from quench.engine.config import EngineConfig
 from quench.engine.kv_cache import KVCache
+from quench.engine.row_settings import DrawSettings
 from quench.engine.rows import Row
 from quench.engine.sampling import logits_to_probs, sample_rows
 from quench.engine.runners.protocol import Runner
 from quench.engine.scheduler import PrefixStore, WorkItem
-from quench.engine.types import SamplingParams
 from quench.engine.verify import PLACEHOLDER, HeadColumns
 
 CATCH_UP = 16  # tokens per row per catch-up forward of a draft model (a decode-sized step)
@@ -54,7 +54,7 @@ class Drafter(Protocol):
         """No further sample of this request will start."""
         ...
 
-    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
+    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: DrawSettings) -> Draft:
         """Up to limits[b] tokens for each row (0 for empty slots)."""
         ...
 
@@ -156,7 +156,7 @@ class NgramDrafter:
             proposal = [loop[i % period] for i in range(limit)]
         return proposal
 
-    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
+    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: DrawSettings) -> Draft:
         k = max(limits, default=0)
         tokens = torch.full((len(rows), k), PLACEHOLDER, dtype=torch.long)  # (B, K)
         for b, row in enumerate(rows):
@@ -229,7 +229,7 @@ class ModelDrafter:
         return min(self.base[slot] + kept, len(row.tokens) - 1)
 
     @torch.inference_mode()
-    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
+    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: DrawSettings) -> Draft:
         batch, k = len(rows), max(limits, default=0)
         tokens = torch.full((batch, k), PLACEHOLDER, dtype=torch.long)  # (B, K)
         if k == 0:
@@ -341,7 +341,7 @@ class HybridDrafter:
     def reach(self, slot: int, row: Row) -> int:
         return self.ngram.reach(slot, row)
 
-    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: SamplingParams) -> Draft:
+    def propose(self, rows: Sequence[Row | None], limits: Sequence[int], sampling: DrawSettings) -> Draft:
         self._learn(rows)
         caps = [min(limit, cap or limit) for limit, cap in zip(limits, self.copy_cap)]
         copies = [self.ngram.lookup(b, row, cap) for b, (row, cap) in enumerate(zip(rows, caps))]

@@ -5,8 +5,9 @@ states (what the LM head reads) at every position it fed, and the tokens fed the
 answers, per row, whether the row stops and how many of its generated tokens it keeps.
 
 Listeners (e.g. the server's streaming, `quench.engine.serving.live`) are told what the loop does and
-change nothing: each token as it is appended, each step once committed, each sample as it finishes.
-The engine knows only these protocols.
+change nothing of the loop or its queue: each token as it is appended, each step once committed, each
+sample as it finishes. What a finished sample means for its request is the loop's (`DecodeLoop.completed`,
+called after the listeners). The engine knows only these protocols.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class StopObserver(Protocol):
 
 @runtime_checkable
 class LoopListener(Protocol):
-    """What `DecodeLoop(listeners=...)` tells, in order, from the loop's thread; a listener only reads."""
+    """What `DecodeLoop(listeners=...)` tells, in order, from the loop's thread; a listener only reads the loop and
+    its queue (it may hand what it reads elsewhere: the server's sinks)."""
 
     def on_token(self, slot: int, row: Row, token: int) -> None:
         """`token` is about to be appended to `row` (in `slot`); the step's logits are still the runner's last.
@@ -66,5 +68,6 @@ class LoopListener(Protocol):
         ...
 
     def on_finish(self, slot: int, row: Row, result: GenerationResult) -> None:
-        """`row` has left `slot`, finished as `result` (the value the loop yields next)."""
+        """`row` has left `slot`, finished as `result` (the value the loop yields next); the loop completes the
+        sample's request after every listener was told."""
         ...

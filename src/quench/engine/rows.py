@@ -1,4 +1,5 @@
-"""One sequence being generated (a row of the batch) and the rules that finish it."""
+"""One sequence being generated (a row of the batch), with what it draws with and when it stops, and the rules
+that finish it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import torch
 
+from quench.engine.row_settings import GREEDY, DrawSettings, RowLimits
 from quench.engine.types import GenerationRequest, GenerationResult, StopHook, cut_at_stop
 
 
@@ -16,7 +18,9 @@ class Row:
     """Sample `sample_index` of request `request_index`, living in one slot of the batch.
 
     `tokens` holds the prompt and every generated token. The last token has not been fed to the
-    model yet, so the target's KV cache is valid for exactly `len(tokens) - 1` positions.
+    model yet, so the target's KV cache is valid for exactly `len(tokens) - 1` positions. The row draws
+    with `draw` and `generator` (seeded from its request's seed, key and its sample index) and stops
+    within `limits`, whatever else shares the batch.
     """
 
     request_index: int
@@ -25,6 +29,8 @@ class Row:
     generator: torch.Generator
     tokens: list[int]
     prompt_len: int
+    draw: DrawSettings = GREEDY
+    limits: RowLimits = RowLimits()
     started: float = field(default_factory=time.perf_counter)
     steps: int = 0  # target forward passes this row took part in
     drafted: int = 0  # draft tokens proposed for this row
@@ -47,7 +53,8 @@ class Row:
 class StopRules:
     """EOS, max new tokens, text stop sequences and the stopping hook, checked after each token.
 
-    ignore_eos: an EOS token is kept like any other (`SamplingParams.ignore_eos`).
+    A row stops within its own `RowLimits` and within the rules' bounds over every row: `max_new_tokens`
+    (the earlier of the two ends a row) and `ignore_eos` (every row keeps EOS like any other token).
     """
 
     def __init__(
@@ -60,11 +67,15 @@ class StopRules:
         self.hook = hook
         self.ignore_eos = ignore_eos
 
+    def most_new_tokens(self, row: Row) -> int:
+        """The generated tokens `row` may hold, at most."""
+        return min(self.max_new_tokens, row.limits.max_new_tokens)
+
     def append(self, row: Row, token: int) -> str | None:
         """Append one token; return the finish reason if the row is now done."""
         row.tokens.append(token)
         generated = row.generated
-        if token in self.eos_ids and not self.ignore_eos:
+        if token in self.eos_ids and not (self.ignore_eos or row.limits.ignore_eos):
             return "eos"
         if row.request.stop_sequences or self.hook is not None:
             text = self.decode(generated)
@@ -72,7 +83,7 @@ class StopRules:
                 return "stop"
             if self.hook is not None and self.hook(row.request, generated, text):
                 return "hook"
-        if len(generated) >= self.max_new_tokens:
+        if len(generated) >= self.most_new_tokens(row):
             return "length"
         return None
 

@@ -1,23 +1,25 @@
 """Pure tensor functions that turn logits into probabilities and draw tokens with per-row generators.
 
 Every row of a batch owns a `torch.Generator`, so a row's random draws do not depend on which other
-rows share its batch (batch invariance), and a sample is reproducible from its seed.
+rows share its batch (batch invariance), and a sample is reproducible from its seed. Rows of one batch
+may draw with different settings (`draw_rows`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from collections import defaultdict
+from typing import Iterable, Sequence
 
 import torch
 
 from quench.engine.kernels import native
-from quench.engine.types import SamplingParams
+from quench.engine.row_settings import DrawSettings
 
 
 def forbid_tokens(logits: torch.Tensor, spans: Iterable[tuple[int, int]], token_ids: Iterable[int]) -> torch.Tensor:
     """logits (N, V), in place: -inf at `token_ids` in rows start..end-1 of each (start, end) span
-    (`SamplingParams.min_tokens` forbids EOS this way, as vLLM and Hugging Face do)."""
+    (`RowLimits.min_tokens` forbids EOS this way, as vLLM and Hugging Face do)."""
     columns = torch.tensor(sorted(token_ids), dtype=torch.long)  # (E,)
     with torch.inference_mode():  # the runners' logits are inference tensors
         for start, end in spans:
@@ -38,7 +40,7 @@ def row_generator(seed: int, key: str, sample_index: int) -> torch.Generator:
     return generator
 
 
-def logits_to_probs(logits: torch.Tensor, sampling: SamplingParams, in_place: bool = False) -> torch.Tensor:
+def logits_to_probs(logits: torch.Tensor, sampling: DrawSettings, in_place: bool = False) -> torch.Tensor:
     """Temperature, then top-k, then top-p (as Hugging Face orders them): logits (..., V) -> probs (..., V).
 
     in_place: the caller no longer needs `logits`; float32 logits then become the probabilities in place
@@ -86,7 +88,7 @@ def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch
 
 
 def next_tokens(
-    logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator], in_place: bool = False,
+    logits: torch.Tensor, sampling: DrawSettings, generators: list[torch.Generator], in_place: bool = False,
     rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Regular decoding: logits (N, V) -> tokens (A,) of rows `rows` (A,) (None: every row, A = N), greedy
@@ -101,3 +103,23 @@ def next_tokens(
         return native.sample(logits, chosen, sampling.temperature, draw_uniforms(generators))
     chosen_logits = logits if rows is None else logits[rows]  # a gathered copy: free to change in place
     return sample_rows(logits_to_probs(chosen_logits, sampling, in_place or rows is not None), generators)
+
+
+def draw_rows(
+    logits: torch.Tensor, draws: Sequence[DrawSettings], generators: list[torch.Generator], in_place: bool = False,
+    rows: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`next_tokens` with a setting per row: logits (N, V) -> tokens (A,) of rows `rows` (A,) (None: every row),
+    row a drawn with draws[a] and generators[a]. Rows that draw alike go through one `next_tokens` call;
+    one setting for all is that one call (in_place as there), and a row draws what it draws alone."""
+    groups: dict[DrawSettings, list[int]] = defaultdict(list)
+    for a, draw in enumerate(draws):
+        groups[draw.draw].append(a)
+    if len(groups) == 1:
+        return next_tokens(logits, next(iter(groups)), generators, in_place=in_place, rows=rows)
+    tokens = torch.empty(len(draws), dtype=torch.long)  # (A,)
+    for draw, members in groups.items():
+        chosen = torch.tensor(members)  # (R,) of the A rows
+        picked = chosen if rows is None else rows[chosen]  # (R,) of the N logits rows
+        tokens[chosen] = next_tokens(logits, draw, [generators[a] for a in members], rows=picked)
+    return tokens

@@ -5,38 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
 
+from quench.engine.row_settings import DrawSettings, RowLimits
+
 # A hook the stopping rules use: (request, generated token ids so far, generated text so far) -> stop?
 StopHook = Callable[["GenerationRequest", list[int], str], bool]
 
 
 @dataclass(frozen=True)
-class SamplingParams:
-    """Decoding settings; temperature 0 means greedy."""
+class SamplingParams(DrawSettings):
+    """A request's decoding settings: how its rows draw (temperature, top-p, top-k: `DrawSettings`, temperature 0
+    means greedy), the seed of their generators and when they stop (`limits`)."""
 
-    temperature: float = 0.0
-    top_p: float = 1.0  # nucleus mass kept (1.0 = off)
-    top_k: int = 0  # 0 = off
     max_new_tokens: int = 512
-    seed: int = 0  # row generators are seeded from (seed, request index, sample index)
+    seed: int = 0  # row generators are seeded from (seed, request key, sample index)
     min_tokens: int = 0  # EOS cannot end a sample shorter than this: its logits are masked until then (vLLM's
     # min_tokens, Hugging Face's min_new_tokens); stop sequences and stop rules still apply
     ignore_eos: bool = False  # EOS ends nothing: it is kept and generation goes on (vLLM's; fixed-length runs)
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
-
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if not 0 <= self.min_tokens <= self.max_new_tokens:
-            raise ValueError(f"min_tokens must be between 0 and max_new_tokens ({self.max_new_tokens}), got {self.min_tokens}")
+        super().__post_init__()
+        self.limits  # noqa: B018 - RowLimits checks max_new_tokens and min_tokens
+
+    @property
+    def limits(self) -> RowLimits:
+        """When each of the request's rows stops."""
+        return RowLimits(self.max_new_tokens, self.min_tokens, self.ignore_eos)
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from typing import Callable, Sequence
 
 from quench.engine.engine import QuenchBackend
 from quench.engine.kv_cache import round_up
-from quench.engine.rows import Row
+from quench.engine.rows import Row, StopRules
 from quench.engine.serving.events import Failed, Sink, notify
 from quench.engine.serving.gauges import EngineGauges, read_gauges
 from quench.engine.serving.live_queue import LiveQueue
-from quench.engine.serving.loop import PREFILL_BUDGET, LiveLoop, LiveStopRules
+from quench.engine.serving.loop import PREFILL_BUDGET, LiveLoop
 from quench.engine.types import GenerationRequest, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class LiveEngine:
         loop = LiveLoop(
             backend.loop_parts(round_up(self.max_len + backend.config.row_headroom, 64)),
             self.queue,
-            LiveStopRules(backend.tokenizer, backend.eos_ids, self.max_len, self.queue),
+            StopRules(backend.tokenizer, backend.eos_ids, self.max_len),  # each row's own limits apply within
             self.prefill_budget,
             self.prefill_share,
         )

@@ -16,19 +16,20 @@ Every request shares one batch, whatever its settings:
 - short requests first: while a request with few tokens left (SHORT_REQUEST) runs beside long ones,
   the long ones' rows wait out the step with their caches kept (at most MAX_WAIT_STEPS in a row), so a
   small request is not slowed to the pace of a batch full of another's samples (`LiveLoop._short_first`);
-- temperature, top-p and top-k are per row: a step whose rows all draw alike is the decode loop's own
-  step (speculation included); a step with several settings is a regular step whose logits each row
-  reads with its own (`LiveLoop._mixed_step`); greedy rows take the argmax of the same logits;
-- `max_new_tokens` and `ignore_eos` per request through `LiveStopRules`, the seed through the request key (each row's
-  generator is seeded from the key and the sample index, `quench.engine.sampling.row_generator`), so a
-  sample's tokens do not depend on what else is in the batch (with batch-invariant kernels, bit for bit);
+- every setting is per row: each row carries its request's draw settings (temperature, top-p, top-k), its
+  generator (seeded from the request's seed, key and the sample index, `quench.engine.sampling.row_generator`)
+  and its limits (`max_new_tokens`, `min_tokens`, `ignore_eos`), and the core decode loop draws and stops each
+  row by its own (`quench.engine.decode`): a step whose rows all draw alike may speculate, a step with several
+  settings is a regular step in which each row draws from its own logits with its own setting; so a sample's
+  tokens do not depend on what else is in the batch (with batch-invariant kernels, bit for bit);
 - log-probabilities (`quench.engine.logprobs`): the runner keeps a step's logits only when a row of
   that step asked for them (`RecordingRunner`), so other requests do not pay for them.
 
-`LiveLoop` is the decode loop with the server's admission and steps (`quench.engine.serving.loop`); what
-reaches the sinks (tokens, log-probabilities, finished samples) comes from `LiveSinks`, a listener on it
-(`quench.engine.serving.sinks`, `quench.engine.observers.LoopListener`); the events are
-`quench.engine.serving.events`. This module gathers their names.
+`LiveLoop` is the core decode loop with the server's admission (`quench.engine.serving.loop`); it ends a
+request with its last sample. What reaches the sinks (tokens, log-probabilities, finished samples) comes from
+`LiveSinks`, a listener on it that only reads (`quench.engine.serving.sinks`,
+`quench.engine.observers.LoopListener`); the events are `quench.engine.serving.events`. This module gathers
+their names.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ from quench.engine.serving.engine_thread import LiveEngine
 from quench.engine.serving.events import Failed, Finished, LiveEvent, Sink, Tokens, notify
 from quench.engine.serving.gauges import EngineGauges
 from quench.engine.serving.live_queue import EngineStopped, QueueFull
-from quench.engine.serving.loop import (MAX_WAIT_STEPS, PREFILL_BUDGET, SHORT_REQUEST, LiveLoop, LiveStopRules,
-                                        RecordingRunner)
+from quench.engine.serving.loop import MAX_WAIT_STEPS, PREFILL_BUDGET, SHORT_REQUEST, LiveLoop
+from quench.engine.serving.recording_runner import RecordingRunner
 from quench.engine.serving.sinks import LiveSinks
 
 __all__ = ["EngineGauges", "EngineProcess", "EngineSpec", "EngineStopped", "Failed", "Finished", "LiveEngine",
-           "LiveEvent", "LiveLoop", "LiveSinks", "LiveStopRules", "MAX_WAIT_STEPS", "PREFILL_BUDGET", "QueueFull",
+           "LiveEvent", "LiveLoop", "LiveSinks", "MAX_WAIT_STEPS", "PREFILL_BUDGET", "QueueFull",
            "RecordingRunner", "SHORT_REQUEST", "Sink", "Tokens", "notify", "settled_text", "tokens_before"]

@@ -49,14 +49,6 @@ class LiveEntry:
         """Rows of this request in the batch now."""
         return self.started - self.finished
 
-    def row_sampling(self, max_len: int) -> SamplingParams:
-        """How its rows draw tokens, as a decode step's setting (max_len: the loop's context bound; the
-        request's own max_new_tokens is `LiveStopRules`'): every greedy request gets the same value."""
-        sampling = self.sampling
-        if sampling.greedy:
-            return SamplingParams(max_new_tokens=max_len)
-        return SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, max_len)
-
 
 class LiveQueue:
     """A thread-safe `WorkQueue` that grows while the loop runs, handing out samples fairly (module docstring)."""
@@ -150,6 +142,19 @@ class LiveQueue:
     def cancelled(self) -> list[int]:
         with self._lock:
             return [e.index for e in self._entries.values() if e.cancelled]
+
+    def finish(self, index: int) -> bool:
+        """Count a finished sample of request `index`; whether it was the request's last (the request then
+        leaves the queue). A cancelled request's samples count nothing: the loop drops it."""
+        with self._lock:
+            entry = self._entries.get(index)
+            if entry is None or entry.cancelled:
+                return False
+            entry.finished += 1
+            if entry.finished < entry.request.n:
+                return False
+            del self._entries[index]
+            return True
 
     def remove(self, index: int) -> LiveEntry | None:
         with self._lock:

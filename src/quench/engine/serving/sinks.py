@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
+import torch
+
 from quench.engine.holdback import GUARD_HOLDBACK, settled_text, tokens_before
-from quench.engine.logprobs import ScoredPrefixes, TokenLogprob, score_token
-from quench.engine.rows import Row
+from quench.engine.logprobs import TokenLogprob, score_token
+from quench.engine.rows import Row, StopRules
 from quench.engine.serving.events import Finished, Tokens, notify
 from quench.engine.serving.live_queue import LiveQueue
 from quench.engine.types import GenerationResult
@@ -15,21 +17,21 @@ from quench.engine.types import GenerationResult
 class ServedLoop(Protocol):
     """What the sinks read of the live loop (`quench.engine.serving.loop.LiveLoop`), which imports them."""
 
-    scored: Any  # request indices whose rows asked for log-probabilities
-    prefixes: Any  # the loop's prefix store (ScoredPrefixes where any row scores)
+    scored: set[int]  # request indices whose rows asked for log-probabilities
     live: LiveQueue
-    runner: Any
-    step_start: Any  # per slot: the row's generated length when the step began
     guard: Any
-    stop: Any  # the loop's stop rules (their decode)
+    stop: StopRules  # the loop's stop rules (their decode)
 
-    def forget(self, request_index: int) -> None: ...
+    def token_logits(self, slot: int, row: Row) -> torch.Tensor:
+        """logits (V,) of the position that predicts the token about to be appended to `row` (a scored row)."""
+        ...
 
 
 class LiveSinks:
     """The listener that serves a `LiveLoop`'s requests: each committed token's log-probability for rows that
     asked, new tokens to the sinks after every step (a guarded row's only once the guard cannot take them
-    back), and each finished sample."""
+    back), and each finished sample. It reads the loop and the queue and writes only to the sinks and its own
+    records; the loop ends a request once its last sample was handed out (`LiveLoop.completed`)."""
 
     def __init__(self, loop: ServedLoop) -> None:
         self.loop = loop
@@ -42,14 +44,9 @@ class LiveSinks:
         loop = self.loop
         if row.request_index not in loop.scored:
             return
-        assert isinstance(loop.prefixes, ScoredPrefixes)
         entry = loop.live.entry(row.request_index)
         top = (entry.top_logprobs or 0) if entry is not None else 0
-        if not row.generated:  # the first token: from the prompt's logits
-            logits = loop.prefixes.handed[row.request_index]
-        else:
-            last = loop.runner.last  # type: ignore[attr-defined]
-            logits = last.at(slot, len(row.generated) - loop.step_start[slot])
+        logits = loop.token_logits(slot, row)  # (V,)
         self.scores.setdefault((row.request_index, row.sample_index), []).append(score_token(logits, token, top))
 
     def on_commit(self, slots: Sequence[Row | None]) -> None:
@@ -65,7 +62,7 @@ class LiveSinks:
                 notify(entry, Tokens(row.sample_index, tuple(row.generated[sent:ready]), self._logprobs(key, sent, ready)))
 
     def on_finish(self, slot: int, row: Row, result: GenerationResult) -> None:
-        """Hand the finished sample to its request's sink; the request ends with its last sample."""
+        """Hand the finished sample to its request's sink."""
         key = (row.request_index, row.sample_index)
         self.published.pop(key, None)
         self.pieces.pop(key, None)
@@ -73,10 +70,6 @@ class LiveSinks:
         self.scores.pop(key, None)
         entry = self.loop.live.entry(row.request_index)
         if entry is not None and not entry.cancelled:
-            entry.finished += 1
-            if entry.finished >= entry.request.n:
-                self.loop.live.remove(row.request_index)
-                self.loop.forget(row.request_index)
             notify(entry, Finished(result, logprobs))
 
     def _settled(self, key: tuple[int, int], generated: list[int]) -> int:
