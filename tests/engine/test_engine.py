@@ -269,3 +269,21 @@ def test_the_cache_grows_for_a_long_prompt_and_shrinks_after_it_without_changing
         lengths.append(backend._cache.max_len)
     assert {k: v.token_ids for k, v in fitted.items()} == {k: v.token_ids for k, v in fixed.items()}
     assert max(lengths) >= 300 + 16 and lengths[-1] <= 128  # held for the long prompt only
+
+
+def test_draft_sampled_off_drafts_greedy_steps_only_and_sampled_rows_draw_as_regular_decoding(tokenizer):
+    model = tiny_llama(dtype=torch.float64)
+    reqs = requests(tokenizer, n=2)
+    sampled = SamplingParams(temperature=1.0, top_k=20, max_new_tokens=24, seed=3)
+    greedy = SamplingParams(max_new_tokens=48)
+    config = dict(batch_size=4, drafter="ngram", ngram_min=1, draft_sampled=False)
+    plain, _ = quench_outputs(model, tokenizer, reqs, sampled, batch_size=4)
+    quiet, backend = quench_outputs(model, tokenizer, reqs, sampled, **config)
+    assert {k: v.token_ids for k, v in quiet.items()} == {k: v.token_ids for k, v in plain.items()}
+    assert backend.last_stats.drafted == 0  # no sampled step drafted
+    _, drafting = quench_outputs(model, tokenizer, reqs, sampled, batch_size=4, drafter="ngram", ngram_min=1)
+    assert drafting.last_stats.drafted > 0  # the same rows do draft where sampled steps may
+    out, backend = quench_outputs(model, tokenizer, reqs, greedy, **config)
+    assert backend.last_stats.drafted > 0  # greedy steps draft
+    for r in reqs:
+        assert list(out[r.key, 0].token_ids) == hf_greedy(model, r, 48), r.key

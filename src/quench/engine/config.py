@@ -89,6 +89,9 @@ class EngineConfig:
     draft_max_rows: int = 8  # speculation pauses (regular steps) while more rows than this are live (0: never
     # pauses). Past 8 rows a step's drafts cost more than they save (docs/engine.md, Pausing); vLLM's
     # speculative_disable_by_batch_size does the same.
+    draft_sampled: bool = True  # steps of sampled rows draft too (speculative sampling: lossless in distribution, but
+    # its acceptance test runs in PyTorch's arithmetic order, so a sampled answer can differ between CPUs); False: only
+    # steps whose rows are greedy draft, and sampled rows draw as regular decoding does (`quench serve`'s auto)
     share_prefixes: bool = True  # a prompt starting like a recent one copies those positions' keys/values
     # (where the runner promises the same bits as a whole prefill: see scheduler.PrefixStore)
     batch_invariant: bool | None = None  # the target's every step through kernels whose per-row sums do not depend

@@ -74,6 +74,7 @@ class LoopParts:
     guard: RowStopper | None = None  # a stop observer over the slots (e.g. GenGuard): reads each fed token's hidden state
     share_prefixes: bool = True
     max_draft_rows: int | None = None  # steps with more live rows than this do not draft (None: all draft)
+    draft_sampled: bool = True  # steps of sampled rows draft too (False: greedy steps only; EngineConfig.draft_sampled)
     # None: the cache keeps its length. Else positions a row needs beyond its prompt and new tokens
     # (drafts): the cache is fitted to the live rows at each admission (see _fit_cache).
     fit_cache: int | None = None
@@ -118,6 +119,7 @@ class DecodeLoop:
         self.policy = parts.policy
         self.guard = parts.guard
         self.max_draft_rows = parts.max_draft_rows
+        self.draft_sampled = parts.draft_sampled
         self.fit_cache = parts.fit_cache
         self.queue = queue
         self.stop = stop
@@ -236,6 +238,8 @@ class DecodeLoop:
             return None
         if self.max_draft_rows is not None and len(active) > self.max_draft_rows:
             return None  # a regular step; a model drafter catches up on these tokens when drafting resumes
+        if not draw.greedy and not self.draft_sampled:
+            return None  # likewise: sampled rows draw as regular decoding does
         k = self.policy.current
         limits = [0] * len(self.slots)
         for b in active:

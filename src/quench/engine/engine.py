@@ -207,6 +207,7 @@ class QuenchBackend:
             guard=self.start_guard(),
             share_prefixes=self.config.share_prefixes,
             max_draft_rows=self.config.draft_max_rows or None,
+            draft_sampled=self.config.draft_sampled,
             fit_cache=self.config.row_headroom if fitted else None,
         )
 
