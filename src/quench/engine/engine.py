@@ -13,13 +13,11 @@ from quench.errors import QuenchError
 from quench.engine.decode import DecodeLoop, LoopParts, LoopStats
 from quench.engine.draft_length import DraftLengthPolicy, make_policy
 from quench.engine.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
-from quench.engine.kernels import invariant as invariant_kernels
 from quench.engine.kernels import quant
 from quench.engine.runners.hf_runner import HFRunner
 from quench.engine.kv_cache import KVCache, slot_length
-from quench.engine.runners.families import family_of
-from quench.engine.runners.llama import LlamaRunner, on_fast_path
-from quench.engine.runners.forward_plan import runner_switches
+from quench.engine.runners.llama import LlamaRunner
+from quench.engine.runners.forward_plan import engine_plan
 from quench.engine.observers import LoopListener, RowStopper, StopObserver
 from quench.engine.rows import StopRules, eos_token_ids
 from quench.engine.runners.protocol import Runner
@@ -33,42 +31,20 @@ log = logging.getLogger(__name__)
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 
-def make_runner(model: torch.nn.Module, config: EngineConfig, int8: bool = False, target: bool = True) -> Runner:
-    """The Llama fast path when it applies (and is enabled), else the generic Hugging Face path.
-    int8: int8 weight copies for products of a few rows (draft models; `LlamaRunner`). target: the model whose
-    logits decide the output, the one `config.batch_invariant` applies to (a draft's bits never reach it)."""
+def make_runner(model: torch.nn.Module, config: EngineConfig, draft: bool = False) -> Runner:
+    """The runner `engine_plan` plans for `model` under `config`: the Llama fast path where it applies (and is
+    enabled), else the generic Hugging Face path. draft: a draft model's runner (`engine_plan`)."""
     if config.dtype != "auto":
         model.to(_DTYPES[config.dtype])
     model.eval()
-    invariant = target and config.batch_invariant is not False
-    refusal = _invariant_refusal(model, config) if invariant else None
-    if refusal is not None and config.batch_invariant:
-        raise ConfigError("batch_invariant", refusal)
-    if refusal is not None:  # the default: invariance wherever it can be served
-        log.warning("batch invariance off (greedy output may depend on the batch): it %s", refusal)
-        invariant = False
-    if config.fast_path and on_fast_path(model):
-        runner = LlamaRunner(model, **runner_switches(config), int8=int8, batch_invariant=invariant)
-        gguf_weights = quant.gguf_weights_of(model)  # loaded with weights="gguf"
-        if gguf_weights is not None:
-            quant.use_gguf_weights(runner, gguf_weights)
-        return runner
-    return HFRunner(model)
-
-
-def _invariant_refusal(model: torch.nn.Module, config: EngineConfig) -> str | None:
-    """Why `batch_invariant` cannot be served (None where it can): only the fast path running Llama's layer
-    without sliding windows (Llama; Qwen2 without a window) on the native kernels (CPU, float32 or bfloat16) has
-    a fixed reduction order per row."""
-    family = family_of(model)
-    llama_layer = family is not None and family.llama_like and family.smallest_window is None
-    if not (config.fast_path and llama_layer) or config.compile or not config.native_attention:
-        return ("needs the fast path with native kernels on Llama's layer without sliding windows (Llama, or Qwen2 "
-                "without a window; fast_path and native_attention on, compile off)")
-    weight = model.get_input_embeddings().weight
-    if weight.device.type != "cpu" or not invariant_kernels.available(weight.dtype):
-        return f"needs float32 or bfloat16 on CPU with the native kernels built, got {weight.dtype} on {weight.device.type}"
-    return None
+    plan = engine_plan(model, config, draft=draft)
+    if plan is None:
+        return HFRunner(model)
+    runner = LlamaRunner(model, plan)
+    gguf_weights = quant.gguf_weights_of(model)  # loaded with weights="gguf"
+    if gguf_weights is not None:
+        quant.use_gguf_weights(runner, gguf_weights)
+    return runner
 
 
 def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tuple[Runner, HeadColumns | None]:
@@ -78,7 +54,7 @@ def make_draft_runner(draft_model: torch.nn.Module, config: EngineConfig) -> tup
     scores only the head's rows: the drafter picks among them and maps its picks back. The generic
     Hugging Face path calls the module, whose head returns full logits (-inf elsewhere).
     """
-    runner = make_runner(draft_model, config, int8=config.draft_int8, target=False)
+    runner = make_runner(draft_model, config, draft=True)
     head = draft_model.get_output_embeddings()
     if isinstance(runner, LlamaRunner) and isinstance(head, SubsetHead):
         return runner, HeadColumns.of(head.token_ids, head.vocab_size)

@@ -20,7 +20,6 @@ from quench.engine.runners.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MA
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.kernels.linear import INT8_MAX_ROWS, Linear
 from quench.engine.runners.llama_layers import LlamaLayer, build_layer, rope_table
-from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.kernels.screen import ScreenedHead, screen_head
 
 __all__ = ["NATIVE_MAX_NEW", "NATIVE_PREFILL_MAX", "LlamaRunner", "on_fast_path"]
@@ -45,21 +44,10 @@ def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
 class LlamaRunner:
     """Runs a Llama model over a `KVCache`: `forward(cache, tokens, start)` -> float32 logits (and hidden states)."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        prepack: bool = True,
-        compile: bool = False,
-        native_attention: bool = True,
-        int8: bool = False,
-        kernels: KernelConfig = KernelConfig(),
-        batch_invariant: bool = False,
-    ) -> None:
-        """int8: run products of a few rows from int8 copies of the weights (`Linear`), for draft models.
-        kernels: AMX tiles and the screened head, where the CPU serves them (`EngineConfig.kernels`).
-        batch_invariant: every step on the packed path with the invariant kernels (`invariant`; ValueError where
-        they cannot serve the model's dtype). Every switch is resolved once, into `self.plan`."""
-        self.plan: ForwardPlan = plan_forward(model, prepack, compile, native_attention, int8, kernels, batch_invariant)
+    def __init__(self, model: torch.nn.Module, plan: ForwardPlan | None = None) -> None:
+        """plan: how every step runs, resolved once from the model and the switches (`plan_forward`, or the engine's
+        `engine_plan`); None: `plan_forward(model)`, the default switches."""
+        self.plan: ForwardPlan = plan if plan is not None else plan_forward(model)
         plan = self.plan
         config, inner = model.config, model.model
         self.family = family_of(model)
@@ -78,7 +66,6 @@ class LlamaRunner:
         # Gemma: embeddings times sqrt(hidden), the scale rounded to the model dtype first (as its embedding module)
         embed_scale = self.family.embed_scale
         self.embed_scale = torch.tensor(embed_scale).to(self.dtype) if embed_scale is not None else None
-        self.kernels = kernels
         linear_kernels = (plan.prepack, plan.int8, plan.amx, plan.fixed)  # `Linear`'s arguments after the bias
         self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, *linear_kernels)
         # greedy steps read an int8 copy of the head first (quench.engine.kernels.screen); same tokens
