@@ -74,7 +74,8 @@ import torch
 from torch import nn
 
 from quench.datasets import load_benchmark
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.hf_backend import HFBackend
 from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.types import GenerationRequest, SamplingParams

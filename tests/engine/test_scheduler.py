@@ -5,7 +5,8 @@ import torch
 
 from helpers import CHARS, char_tokenizer, llama_head_dim_64, tiny_llama
 from quench.engine.kernels import invariant, native
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner
 from quench.engine.scheduler import (

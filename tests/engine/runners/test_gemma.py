@@ -7,7 +7,8 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy
 from quench.engine.config import ConfigError
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.runners.families import family_of
 from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner, on_fast_path

@@ -6,7 +6,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from helpers import llama_head_dim_64, tiny_llama
 from quench.engine.kernels import native
-from quench.engine.engine import EngineConfig, make_runner
+from quench.engine.config import EngineConfig
+from quench.engine.runners.make import make_runner
 from quench.engine.runners.llama import LlamaRunner, on_fast_path
 from quench.engine.kernels.native import KernelConfig
 

@@ -9,7 +9,8 @@ import torch
 from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy, tiny_qwen2, torch_threads
 from quench.engine.kernels import invariant
 from quench.engine.config import ConfigError
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner, on_fast_path
 
