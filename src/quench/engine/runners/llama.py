@@ -204,8 +204,8 @@ class LlamaRunner:
 
         The packed path never builds float32 logits: it takes the first maximum of the real tokens'
         logits in the model's dtype (bfloat16 -> float32 is exact, so the token is the one `forward`'s
-        logits give) and leaves 0 at padding. A greedy verification step at batch 8 with 4 drafts per
-        row spent 2-5 ms padding and converting (B, S, V) float32 logits for this.
+        logits give) and leaves 0 at padding, so a greedy verification step never pads and converts
+        (B, S, V) float32 logits.
         """
         batch, num_new = tokens.shape
         if not self._packed(num_new, start):
@@ -230,7 +230,7 @@ class LlamaRunner:
     ) -> torch.Tensor:
         """Feed tokens (B, S) as `forward` does -> float32 logits of the real tokens only, (N, V) with
         N = counts.sum(), row after row. A sampled verification step reads nothing else; hybrid rows
-        draft 1 to 12 tokens, so the padded (B, S, V) block was up to 3x larger than its real rows."""
+        draft from 1 token to many, so a padded (B, S, V) block would be mostly padding."""
         if not self._packed(tokens.shape[1], start):
             return real_rows(self.forward(cache, tokens, start, counts=counts), counts)  # (N, V)
         h, _, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm)
