@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from quench.datasets import load_humaneval
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.hf_backend import HFBackend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.errors import QuenchError

@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 
 from quench.datasets import load_humaneval
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.scheduler import PrefixStore
 from quench.engine.types import GenerationRequest, SamplingParams

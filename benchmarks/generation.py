@@ -76,7 +76,8 @@ import torch
 from torch import nn
 
 from quench.datasets import load_benchmark
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.hf_backend import HFBackend
 from quench.engine.kernels import quant
 from quench.engine.kernels.native_config import KernelConfig

@@ -29,7 +29,8 @@ import torch
 from generation import read_bandwidth_gbs
 from quench.datasets import load_humaneval
 from quench.engine.kernels import native, quant
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.kernels.quant import QuantLinear
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model

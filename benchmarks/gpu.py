@@ -34,7 +34,8 @@ from typing import Any, Sequence
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.kv_cache import KVCache
 from quench.engine.runners.protocol import Runner
 from quench.engine.types import GenerationRequest, SamplingParams

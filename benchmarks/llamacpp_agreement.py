@@ -25,7 +25,8 @@ import torch
 from peer_backends import LLAMA_BIN_ENV, LLAMACPP_ENV, PeerSetup, llamacpp_backend
 from peer_client import check_python
 from quench.datasets import load_benchmark
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.errors import QuenchError
 from quench.models import DEFAULT_PRESET, PRESETS, encode_prompt, load_model

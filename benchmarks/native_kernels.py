@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from quench.engine.kernels import native
+from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner
 from quench.engine.kernels.native_report import kernel_report
 from quench.models import load_model
@@ -69,8 +70,8 @@ def main() -> None:
     on = [k.name for k in kernel_report(native.build_result(), native.KernelConfig.from_env()) if k.active]
     print(f"native kernels on: {'; '.join(on)}; threads {args.threads}")
     model = load_model(dtype="bfloat16").model
-    fast = LlamaRunner(model, kernels=native.KernelConfig.from_env())
-    slow = LlamaRunner(model, native_attention=False)  # PyTorch attention and norms, oneDNN GEMMs
+    fast = LlamaRunner(model, plan_forward(model, kernels=native.KernelConfig.from_env()))
+    slow = LlamaRunner(model, plan_forward(model, native_attention=False))  # PyTorch attention and norms, oneDNN GEMMs
     print("| call | native ms | PyTorch ms | PyTorch / native |")
     print("|---|---:|---:|---:|")
     for batch in args.batch_sizes:

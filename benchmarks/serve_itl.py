@@ -65,13 +65,13 @@ def serve_backend(args: argparse.Namespace):  # -> QuenchBackend
     """The server's engine (its default settings, --threads), built in this process."""
     import torch
 
-    from quench.cli import common
+    from quench.cli import settings
     from quench.cli.parser import build_parser
     from quench.serve.served_model import ServedModel
 
     torch.set_num_threads(args.threads)
     served = build_parser(["serve"]).parse_args(["serve", "--model", args.model, "--dtype", args.dtype])
-    return ServedModel(args.model, args.dtype, options=common.backend_options_from_args(served)).build()
+    return ServedModel(args.model, args.dtype, options=settings.backend_options_from_args(served)).build()
 
 
 def engine_step(backend, batch: int, tokens: int) -> float:

@@ -133,7 +133,8 @@ def quench_greedy(
     model, reqs: list[GenerationRequest], max_new_tokens: int, draft_model=None, threads: int = 1, **config
 ) -> dict[str, tuple[int, ...]]:
     """quench's greedy tokens per request key; `config` goes to EngineConfig (fast_path=False: the generic path)."""
-    from quench.engine.engine import EngineConfig, QuenchBackend
+    from quench.engine.backend import QuenchBackend
+    from quench.engine.config import EngineConfig
     from quench.engine.types import SamplingParams
 
     backend = QuenchBackend(model, char_tokenizer(), EngineConfig(**{**DRAFT_EVERYTHING, **config}), draft_model=draft_model)

@@ -16,7 +16,7 @@ _EXPORTS = {  # name -> the module that defines it
     "load_model": "quench.models", "LoadedModel": "quench.models", "encode_prompt": "quench.models",
     "format_prompt": "quench.models",
     "load_benchmark": "quench.datasets", "Problem": "quench.datasets",
-    "QuenchBackend": "quench.engine.engine", "EngineConfig": "quench.engine", "SamplingParams": "quench.engine",
+    "QuenchBackend": "quench.engine.backend", "EngineConfig": "quench.engine", "SamplingParams": "quench.engine",
     "GenerationRequest": "quench.engine", "GenerationResult": "quench.engine",
     "BackendOptions": "quench.runs.backends", "make_backend": "quench.runs.backends",
     "GenerateConfig": "quench.runs.samples", "generate_samples": "quench.runs.samples",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from quench.cli.common import engine_config_from_args
+from quench.cli.settings import engine_config_from_args
 from quench.cli.main import SUBCOMMANDS
 from quench.cli.parser import build_parser
 

@@ -177,7 +177,7 @@ def test_run_eta_adds_the_execute_stage():
 def test_the_engine_reports_each_sample_taking_a_slot_before_it_finishes():
     from helpers import char_requests, char_tokenizer, tiny_llama
     from quench.engine.config import EngineConfig
-    from quench.engine.engine import QuenchBackend
+    from quench.engine.backend import QuenchBackend
     from quench.engine.types import SamplingParams
     from quench.runs.eta import StartReporting
 

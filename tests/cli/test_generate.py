@@ -5,7 +5,7 @@ import json
 import pytest
 
 from helpers import save_tiny_model
-from quench.cli import common
+from quench.cli import builders
 from quench.cli.main import main
 
 
@@ -52,7 +52,7 @@ def test_a_finished_run_answers_without_loading_the_model(tiny_model_dir, tmp_pa
     def refuse(args):
         raise AssertionError("the model was loaded for a finished run")
 
-    monkeypatch.setattr(common, "load_model_from_args", refuse)
+    monkeypatch.setattr(builders, "load_model_from_args", refuse)
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "nothing to generate, the model is not loaded" in captured.err

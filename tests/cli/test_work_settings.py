@@ -12,7 +12,7 @@ import pytest
 
 from helpers import save_tiny_model
 from quench.cli import work_settings
-from quench.cli.common import engine_config_from_args
+from quench.cli.settings import engine_config_from_args
 from quench.cli.main import SUBCOMMANDS
 from quench.cli.parser import build_parser
 from quench.cli.work_settings import EngineChoice, Work, choose
@@ -82,7 +82,7 @@ def test_auto_settings_give_the_samples_of_one_plain_engine(tmp_path: Path):
 
 
 def resolved(tmp_path: Path, *flags: str, recorded: dict | None = None):
-    from quench.cli.common import resolve_run_defaults
+    from quench.cli.settings import resolve_run_defaults
 
     if recorded is not None:
         (tmp_path / "config.json").write_text(json.dumps(recorded))

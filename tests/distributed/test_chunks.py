@@ -5,7 +5,8 @@ import pytest
 from helpers import char_tokenizer, tiny_llama
 from quench.distributed.chunks import PLACEHOLDER, balanced_size, batched, generation_chunks, layout, split_request
 from quench.distributed.config import ModelSpec, RayOptions
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 MODULES = [
-    "quench.cli.main", "quench.cli.common", "quench.runs.samples", "quench.runs.evaluate",
+    "quench.cli.main", "quench.cli.builders", "quench.runs.samples", "quench.runs.evaluate",
     "quench.robustness.pipeline", "quench.distributed",
 ]
 

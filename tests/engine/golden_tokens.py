@@ -123,7 +123,8 @@ def case_names() -> list[str]:
 
 def greedy_tokens(name: str) -> dict[str, list[list[int]]]:
     """One case's tokens per mode: each prompt's NEW_TOKENS greedy tokens, EOS ignored, one thread."""
-    from quench.engine.engine import EngineConfig, QuenchBackend
+    from quench.engine.backend import QuenchBackend
+    from quench.engine.config import EngineConfig
     from quench.engine.types import GenerationRequest, SamplingParams
 
     model, tokenizer, prompts = _cases()[name]()

@@ -8,7 +8,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from helpers import DRAFT_EVERYTHING, char_tokenizer, perturbed, tiny_llama
 from quench.engine.config import ConfigError, DraftingDefaults, drafting_defaults
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 
 PROMPTS = ["def f(x):\n", "x = [1, 2, 3]\nfor i in x:\n    ", "a", "import os\n\nclass A:\n", "print(1)"]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from helpers import DRAFT_EVERYTHING, char_tokenizer, perturbed, tiny_llama
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.hf_backend import HFBackend
 from quench.engine.types import GenerationRequest, SamplingParams
 

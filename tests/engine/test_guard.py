@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from helpers import DRAFT_EVERYTHING, char_tokenizer, tiny_llama
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.stopping import GenGuard, GuardInfo, GuardPolicy, RowPolicy, token_shapes
 

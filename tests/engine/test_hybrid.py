@@ -11,7 +11,9 @@ from quench.errors import QuenchError
 from quench.engine.decode import DecodeLoop, LoopParts
 from quench.engine.draft_length import BassDraftLength, FixedDraftLength
 from quench.engine.drafters import CATCH_UP, HybridDrafter, ModelDrafter, NgramDrafter
-from quench.engine.engine import EngineConfig, QuenchBackend, make_runner
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
+from quench.engine.runners.make import make_runner
 from quench.engine.rows import Row, StopRules
 from quench.engine.scheduler import WorkItem, WorkQueue
 from quench.engine.kernels.screen import screen_available

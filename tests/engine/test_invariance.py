@@ -10,7 +10,9 @@ import torch
 from helpers import CHARS, DRAFT_EVERYTHING, char_tokenizer, llama_head_dim_64, perturbed, tiny_llama, torch_threads
 from quench.engine.kernels import invariant, native
 from quench.engine.config import ConfigError
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
+from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner
 from quench.engine.types import GenerationRequest, SamplingParams
 
@@ -64,7 +66,7 @@ def logits_in_chunks(runner: LlamaRunner, seqs: list[list[int]], rng: random.Ran
 @pytest.mark.parametrize("widest", [1, 5, 40])  # decode steps, verification widths, whole prefills
 def test_logits_bits_do_not_depend_on_batch_position_width_or_threads(name, widest):
     model = MODELS[name]()
-    runner = LlamaRunner(model, batch_invariant=True)
+    runner = LlamaRunner(model, plan_forward(model, batch_invariant=True))
     seqs = sequences(model.config.vocab_size, 8, seed=widest)
     with torch_threads(1):
         reference = [logits_one_by_one(runner, s) for s in seqs]
@@ -142,7 +144,7 @@ def test_batch_invariance_is_the_default_wherever_it_serves_and_off_with_a_warni
         assert not off.runner.batch_invariant
     for model, config in [(tiny_llama(dtype=torch.float64), EngineConfig()), (tiny_llama(), EngineConfig(fast_path=False))]:
         caplog.clear()
-        with caplog.at_level("WARNING", logger="quench.engine.engine"):
+        with caplog.at_level("WARNING", logger="quench.engine.runners.forward_plan"):
             backend = QuenchBackend(model, char_tokenizer(), config)
         assert not getattr(backend.runner, "batch_invariant", False)
         assert any("batch invariance off" in record.getMessage() for record in caplog.records)
@@ -150,7 +152,7 @@ def test_batch_invariance_is_the_default_wherever_it_serves_and_off_with_a_warni
 
 def test_without_the_native_kernels_the_default_falls_back_and_an_explicit_request_is_refused(monkeypatch, caplog):
     monkeypatch.setattr(native, "available", lambda dtype: False)  # as without a C compiler
-    with caplog.at_level("WARNING", logger="quench.engine.engine"):
+    with caplog.at_level("WARNING", logger="quench.engine.runners.forward_plan"):
         assert not QuenchBackend(tiny_llama(), char_tokenizer(), EngineConfig()).runner.batch_invariant
     assert any("native kernels built" in record.getMessage() for record in caplog.records)
     with pytest.raises(ConfigError, match="batch_invariant"):

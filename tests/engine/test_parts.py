@@ -10,7 +10,8 @@ from quench.runs.budget import budget_pass_rates, sample_within_budget
 from quench.engine.draft_length import BassDraftLength, FixedDraftLength, make_policy
 from quench.engine.drafters import LOOP_SPAN, NgramDrafter, NgramIndex, loop_period
 from quench.engine.rows import Row
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask
 from quench.engine.sampling import logits_to_probs, row_generator
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams

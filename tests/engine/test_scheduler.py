@@ -5,7 +5,9 @@ import torch
 
 from helpers import CHARS, char_tokenizer, llama_head_dim_64, tiny_llama
 from quench.engine.kernels import invariant, native
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
+from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner
 from quench.engine.scheduler import (
     MIN_SHARED_TOKENS, PartialPrefill, PrefixStore, WorkItem, common_length, prefill, prefill_after, splits_exactly,
@@ -153,7 +155,8 @@ def test_a_prompt_prefilled_by_other_kernels_lends_nothing(monkeypatch):
 @pytest.mark.skipif(not invariant.available(torch.float32), reason="no native kernels built here")
 @pytest.mark.parametrize("chunk", [1, 7, 16, 49, 50])
 def test_a_prompt_fed_in_chunks_gets_the_bits_of_a_whole_prefill(chunk):
-    runner = LlamaRunner(tiny_llama(), batch_invariant=True)
+    model = tiny_llama()
+    runner = LlamaRunner(model, plan_forward(model, batch_invariant=True))
     prompt = torch.randint(3, 90, (50,), generator=torch.Generator().manual_seed(chunk)).tolist()
     assert splits_exactly(runner, len(prompt))
     partial = PartialPrefill(runner, prompt)
@@ -170,7 +173,7 @@ def test_a_prompt_fed_in_chunks_gets_the_bits_of_a_whole_prefill(chunk):
 
 
 def test_a_prompt_is_not_split_where_the_runner_promises_nothing():
-    runner = LlamaRunner(tiny_llama(), batch_invariant=False)
+    runner = LlamaRunner(tiny_llama())
     assert runner.prefill_kernel(40) is None and not splits_exactly(runner, 40)
     with pytest.raises(ValueError, match="still to feed"):
         PartialPrefill(runner, [5, 6, 7]).entry()

@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers import DRAFT_EVERYTHING, char_tokenizer, tiny_llama  # noqa: E402
 from quench.errors import QuenchError  # noqa: E402
 from quench.engine.drafters import ModelDrafter  # noqa: E402
-from quench.engine.engine import EngineConfig, QuenchBackend, make_draft_runner  # noqa: E402
+from quench.engine.backend import QuenchBackend, make_draft_runner
+from quench.engine.config import EngineConfig  # noqa: E402
 from quench.engine.rows import Row  # noqa: E402
 from quench.engine.scheduler import WorkItem  # noqa: E402
 from quench.engine.types import GenerationRequest, SamplingParams  # noqa: E402

@@ -147,7 +147,7 @@ def test_the_generation_order_changes_no_greedy_output_under_batch_invariance_an
     from helpers import char_tokenizer, tiny_llama
     from quench.engine.kernels import invariant
     from quench.engine.config import EngineConfig
-    from quench.engine.engine import QuenchBackend
+    from quench.engine.backend import QuenchBackend
     from quench.engine.types import SamplingParams
     from quench.robustness.pipeline import generation_order
     from quench.runs.samples import GenerateConfig, generate_samples

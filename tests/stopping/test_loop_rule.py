@@ -7,7 +7,8 @@ import random
 import pytest
 
 from quench.datasets import Problem, load_benchmark
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.hf_backend import HFBackend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.runs.samples import GenerateConfig, generate_samples

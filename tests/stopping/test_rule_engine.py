@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from quench.datasets import Problem
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.hf_backend import HFBackend
 from quench.runs.samples import GenerateConfig, generate_samples
 from quench.engine.types import GenerationRequest, SamplingParams

@@ -86,19 +86,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def forward_plan(model: str) -> tuple[ForwardPlan | None, str | None]:
-    """(the plan `LlamaRunner` resolves for `model` under the engine's defaults, None) or (None, why there is none)."""
+    """(the plan `engine_plan` gives `model` under the engine's defaults, None) or (None, why there is none)."""
     from quench.engine.config import EngineConfig
     from quench.engine.runners.forward_plan import engine_plan
-    from quench.engine.runners.llama import on_fast_path
     from quench.models.loading import model_skeleton
 
     try:
         skeleton = model_skeleton(model)
     except QuenchError as error:
         return None, str(error)
-    if not on_fast_path(skeleton):
+    plan = engine_plan(skeleton, EngineConfig(), device="cpu")
+    if plan is None:
         return None, f"{type(skeleton).__name__} runs on the generic Hugging Face path"
-    return engine_plan(skeleton, EngineConfig(), device="cpu"), None
+    return plan, None
 
 
 def _best_level_name() -> str | None:

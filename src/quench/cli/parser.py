@@ -133,7 +133,7 @@ def run_command(argv: list[str] | None, subcommands: Sequence[str]) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from quench.cli.common import check_sandbox
+    from quench.cli.settings import check_sandbox
     from quench.cli.validate import check_device
     from quench.runs.rundir import release_run_dirs
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from quench.cli import console, validate
 from quench.datasets import BENCHMARKS, load_benchmark, parse_tasks
 from quench.errors import QuenchError
-from quench.cli.common import BENCHMARK_HELP, add_unconfined_arg, plus_limits
+from quench.cli.builders import plus_limits
+from quench.cli.flags import BENCHMARK_HELP, add_unconfined_arg
 from quench.execution import SandboxLimits, SandboxPool
 from quench.perturbations import catalog
 from quench.perturbations.languages import split_applicable

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quench.cli import common, console, validate
-from quench.cli.generate import add_output_args, stopping_config
+from quench.cli import builders, console, flags, settings, validate
+from quench.cli.generate import add_output_args, slug, stopping_config
 from quench.errors import QuenchError
 from quench.runs import rundir
 from quench.stats.figures import rounded
@@ -30,12 +30,12 @@ ETA_REFRESH_S = 1.0  # the time left is recomputed at most this often (a few ms 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("robustness", help="perturb, generate, execute and report ReCode robustness")
-    common.add_benchmark_args(parser, partial=False)  # robustness runs full and partial prompts itself
-    common.add_model_args(parser, auto=True)
-    common.add_sampling_args(parser)
-    common.add_execution_args(parser)
+    flags.add_benchmark_args(parser, partial=False)  # robustness runs full and partial prompts itself
+    flags.add_model_args(parser, auto=True)
+    flags.add_sampling_args(parser)
+    flags.add_execution_args(parser)
     add_output_args(parser)
-    common.add_ray_args(parser)
+    flags.add_ray_args(parser)
     parser.add_argument("--categories", default=",".join(CATEGORIES), help="comma-separated perturbation categories")
     parser.add_argument("--transforms", default=None, help="comma-separated transformation names (default: all non-model ones of the categories)")
     parser.add_argument("--seeds", type=int, default=None,
@@ -81,7 +81,7 @@ def apply_default_subset(args: argparse.Namespace) -> None:
 
 
 def default_out(args: argparse.Namespace) -> Path:
-    return Path("runs") / f"robustness-{common.slug(args.benchmark)}-{common.slug(args.model)}-n{args.samples}-t{args.temperature:g}"
+    return Path("runs") / f"robustness-{slug(args.benchmark)}-{slug(args.model)}-n{args.samples}-t{args.temperature:g}"
 
 
 def check_args(args: argparse.Namespace) -> tuple[int, ...]:
@@ -97,7 +97,7 @@ def check_args(args: argparse.Namespace) -> tuple[int, ...]:
     if args.nominal_partial is not None:
         validate.check_input_file(args.nominal_partial, "--nominal-partial")
     args.k = validate.resolve_ks(args.k, args.samples)
-    return common.parse_ks(args.k)
+    return validate.parse_ks(args.k)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,38 +106,38 @@ def run(args: argparse.Namespace) -> int:
 
     ks = check_args(args)
     apply_default_subset(args)
-    problems = common.problems_from_args(args)
+    problems = settings.problems_from_args(args)
     transforms, not_applicable = applicable_transforms(chosen_transforms(args), problems)
-    sampling = common.sampling_from_args(args)
+    sampling = settings.sampling_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
-    common.resolve_run_defaults(args, out)
+    settings.resolve_run_defaults(args, out)
     known = settings_before_load(args, problems, transforms, not_applicable)
     rundir.check_run_dir(out, known if args.dtype == "auto" else {**known, "dtype": args.dtype}, args.overwrite)
     if not args.overwrite and report_finished(args, out, ks):
         return 0
-    loaded = common.load_model_from_args(args)  # seconds: after the checks that need no model
-    stops = common.stops_from_args(args, loaded.prompt_format)
+    loaded = builders.load_model_from_args(args)  # seconds: after the checks that need no model
+    stops = settings.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
                               loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule, profile=args.profile,
                               nominal_partial=args.nominal_partial, order_seed=args.seed,
-                              time_limits=common.time_limit_rule(args))
-    settings = {**known, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
-                "weights": common.weights_of(loaded), "prompt_format": loaded.prompt_format, "stop": list(stops)}
+                              time_limits=settings.time_limit_rule(args))
+    recorded = {**known, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
+                "weights": builders.weights_of(loaded), "prompt_format": loaded.prompt_format, "stop": list(stops)}
     rows = len(problems) * (2 + len(transforms) * args.seeds) * args.samples  # nominal, partial and every variant
-    backend = common.backend_from_args(args, loaded, rows)  # a missing draft or guard fails before --out is written
-    rundir.prepare_run_dir(out, settings, args.overwrite)
+    backend = builders.backend_from_args(args, loaded, rows)  # a missing draft or guard fails before --out is written
+    rundir.prepare_run_dir(out, recorded, args.overwrite)
     bars = console.StageBars(own_eta=("generate",))
-    with common.pool_from_args(args, problems) as pool:
-        common.say_isolation(pool.isolation)
+    with builders.pool_from_args(args, problems) as pool:
+        builders.say_isolation(pool.isolation)
         try:
-            outcome = run_robustness(problems, config, backend, common.prompt_encoder(loaded),
-                                     common.prompt_formatter(loaded), bars.checking(pool), out,
+            outcome = run_robustness(problems, config, backend, builders.prompt_encoder(loaded),
+                                     builders.prompt_formatter(loaded), bars.checking(pool), out,
                                      stage_progress(bars, args, getattr(pool, "workers", 1)))
             bars.end()
         finally:
             bars.end(complete=False)
-    run_info = {**settings, "tasks": f"{len(problems)} problems: {problems[0].task_id} … {problems[-1].task_id}",
+    run_info = {**recorded, "tasks": f"{len(problems)} problems: {problems[0].task_id} … {problems[-1].task_id}",
                 "backend": args.backend, "isolation": pool.isolation, **outcome.stats}
     write_report(out, outcome.metrics, outcome.examples, run_info, run=outcome.run, metrics_plus=outcome.metrics_plus)
     print_table(outcome.metrics, outcome.stats, out)
@@ -155,7 +155,7 @@ def report_finished(args: argparse.Namespace, out: Path, ks: tuple[int, ...]) ->
     config_path, metrics_path = out / "config.json", out / METRICS_FILE
     if not (config_path.is_file() and metrics_path.is_file()):
         return False  # check_run_dir has compared config.json with the flags: what it holds is this run's
-    if not common.recorded_settings_match(config_path, args):
+    if not settings.recorded_settings_match(config_path, args):
         return False
     metrics, run_info = load_metrics(metrics_path)
     if tuple(metrics.ks) != tuple(ks):

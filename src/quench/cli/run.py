@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from quench.cli import common, console, validate
+from quench.cli import builders, console, flags, settings, validate
 from quench.cli.evaluate import evaluate_into, print_summary
 from quench.cli.generate import add_output_args, default_out, generate_into, run_config, settings_before_load
 from quench.errors import QuenchError
@@ -15,12 +15,12 @@ from quench.stats.figures import rounded
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="generate and evaluate: pass@k of a model on a benchmark")
-    common.add_benchmark_args(parser)
-    common.add_model_args(parser, auto=True)
-    common.add_sampling_args(parser)
-    common.add_execution_args(parser)
+    flags.add_benchmark_args(parser)
+    flags.add_model_args(parser, auto=True)
+    flags.add_sampling_args(parser)
+    flags.add_execution_args(parser)
     add_output_args(parser)
-    common.add_ray_args(parser)
+    flags.add_ray_args(parser)
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                         help="sample each prompt until SECONDS are spent; report Pass@First and Pass@All (BASS)")
     parser.set_defaults(handler=run)
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     if args.time_budget is not None:
         return run_with_budget(args)
-    problems = common.problems_from_args(args)
+    problems = settings.problems_from_args(args)
     out = args.out or default_out(args)
     validate.check_out_dir(out)
     samples = generate_into(args, problems, out)
@@ -61,20 +61,20 @@ def run_with_budget(args: argparse.Namespace) -> int:
         raise QuenchError("--time-budget needs --temperature > 0: greedy decoding gives the same sample every time")
     if args.backend != "quench":
         raise QuenchError("--time-budget needs --backend quench (the engine keeps the batch busy with new samples)")
-    if args.stop_rule == common.AUTO_STOP_RULE:
+    if args.stop_rule == flags.AUTO_STOP_RULE:
         args.stop_rule = "none"  # sampling within a budget: no rule stops a sample
     if args.stop_rule != "none":
         raise QuenchError(f"--stop-rule {args.stop_rule} does not apply with --time-budget yet; use --guard or drop it")
-    problems = common.problems_from_args(args)
+    problems = settings.problems_from_args(args)
     out = args.out or default_out(args).with_name(default_out(args).name + f"-budget{args.time_budget:g}")
     validate.check_out_dir(out)
-    sampling = common.sampling_from_args(args)
+    sampling = settings.sampling_from_args(args)
     rundir.check_run_dir(out, {**settings_before_load(args, problems), "time_budget": args.time_budget}, args.overwrite)
     loaded = console.load_model(args.model, args.dtype, args.device, args.prompt_format, args.weights)
-    stops = common.stops_from_args(args, loaded.prompt_format)
-    settings = {**run_config(args, problems, loaded, stops), "time_budget": args.time_budget}
-    backend = common.backend_from_args(args, loaded, len(problems))  # a missing draft or guard fails before --out is written
-    rundir.prepare_run_dir(out, settings, args.overwrite)
+    stops = settings.stops_from_args(args, loaded.prompt_format)
+    recorded = {**run_config(args, problems, loaded, stops), "time_budget": args.time_budget}
+    backend = builders.backend_from_args(args, loaded, len(problems))  # a missing draft or guard fails before --out is written
+    rundir.prepare_run_dir(out, recorded, args.overwrite)
     bar = console.bar(total=len(problems), desc="budget", unit="problem")
     try:
         samples = generate_within_budget(problems, backend, lambda text: encode_prompt(loaded, text), sampling, stops,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quench.cli import common, validate
+from quench.cli import flags, settings, validate
 from quench.errors import QuenchError
 
 
@@ -17,7 +17,7 @@ SERVE_BATCH_SIZE = 32
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a model over the OpenAI HTTP API (docs/serving.md)")
-    common.add_model_args(parser, backends=("quench",), engines=False,  # one engine, quench's, per process
+    flags.add_model_args(parser, backends=("quench",), engines=False,  # one engine, quench's, per process
                           batch_size=SERVE_BATCH_SIZE)
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine only)")
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)  # before the imports below: they load torch
     from quench.serve.server import check_address, make_server
 
-    options = common.backend_options_from_args(args)
+    options = settings.backend_options_from_args(args)
     check_address(args.host, args.port)
     if not args.no_access_log:
         logging.getLogger("quench.serve").setLevel(logging.INFO)  # the access log, disconnects

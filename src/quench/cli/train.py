@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from quench.cli import console, validate
-from quench.cli.common import add_unconfined_arg
+from quench.cli.flags import add_unconfined_arg
 from quench.cli.perturb import add_profile_arg
 from quench.errors import QuenchError
 from quench.models import DEFAULT_PRESET

@@ -50,15 +50,21 @@ def resolve_ks(spec: str | None, n: int, have: str = "got -n") -> str:
     """The pass@k list to report: the user's (each k <= n), else those of 1, 10, 100 that n allows."""
     if spec is None:
         return ",".join(str(k) for k in DEFAULT_KS if k <= max(n, 1))
-    try:
-        ks = sorted({int(k) for k in spec.split(",") if k.strip()})
-    except ValueError:
-        raise QuenchError(f"--k must be a comma-separated list of integers, got {spec!r}") from None
-    if not ks or ks[0] < 1:
-        raise QuenchError(f"--k values must be >= 1, got {spec!r}")
+    ks = parse_ks(spec)
     if ks[-1] > n:
         raise QuenchError(f"--k {spec}: pass@{ks[-1]} needs at least {ks[-1]} samples per problem, {have} {n}")
     return ",".join(map(str, ks))
+
+
+def parse_ks(spec: str) -> tuple[int, ...]:
+    """--k as sorted, distinct pass@k values; QuenchError unless each is an integer >= 1."""
+    try:
+        ks = tuple(sorted({int(k) for k in spec.split(",") if k.strip()}))
+    except ValueError:
+        raise QuenchError(f"--k must be a comma-separated list of integers, got {spec!r}") from None
+    if not ks or min(ks) < 1:
+        raise QuenchError(f"--k values must be >= 1, got {spec!r}")
+    return ks
 
 
 def samples_per_problem(samples: list[SampleRecord]) -> int:
@@ -242,7 +248,7 @@ def check_benchmark_args(args: argparse.Namespace) -> None:
 
 def check_generation_args(args: argparse.Namespace) -> None:
     """Everything `generate`, `run` and `robustness` share, in the order a user reads the flags."""
-    from quench.cli import common
+    from quench.cli import settings
 
     check_benchmark_args(args)
     if args.backend == "openai":
@@ -251,8 +257,8 @@ def check_generation_args(args: argparse.Namespace) -> None:
         remote.openai_options(args)  # a server generates: nothing local to load or build
     else:
         check_model_args(args)
-        common.backend_options_from_args(args)
-        common.check_engines(args)
-    common.sampling_from_args(args)
+        settings.backend_options_from_args(args)
+        settings.check_engines(args)
+    settings.sampling_from_args(args)
     check_positive(args.max_new_tokens, "--max-new-tokens")
     check_ray(args)

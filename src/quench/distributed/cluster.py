@@ -17,7 +17,7 @@ from quench.errors import QuenchError
 
 log = logging.getLogger(__name__)
 
-CONNECT_ATTEMPTS = "5"  # Ray's GCS connection attempts, about a second each (its default, 20, takes ~30 s to fail)
+CONNECT_ATTEMPTS = "5"  # Ray's GCS connection attempts, about a second each (its default, 20, is slow to fail)
 
 
 def connect(address: str = "auto") -> None:

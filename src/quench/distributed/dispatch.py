@@ -175,69 +175,101 @@ def dispatch(
     `call(actor handle, chunk)` submits one chunk and returns its ObjectRef; an exception raised by
     the work itself (not by the loss of its actor) is raised here.
     """
-    options = fleet.options
     fleet.start()
-    source = iter(chunks)
-    requeued: deque[_Work[P]] = deque()
-    flights: dict[Any, _Flight[P]] = {}
-    exhausted = False
-
-    def next_work() -> _Work[P] | None:
-        nonlocal exhausted
-        if requeued:
-            return requeued.popleft()
-        if not exhausted:
-            payload = next(source, _END)
-            if payload is not _END:
-                return _Work(payload)  # type: ignore[arg-type]
-            exhausted = True
-        return None
-
-    def lose(member: Member, reason: str) -> None:
-        for ref, flight in list(flights.items()):
-            if flight.member is member:
-                del flights[ref]
-                flight.work.attempts += 1
-                if flight.work.attempts >= options.max_attempts:
-                    raise QuenchError(f"a chunk of work failed {flight.work.attempts} times; last: {reason}")
-                requeued.append(flight.work)
-                fleet.stats.chunks_requeued += 1
-        fleet.lose(member, reason)
-
+    flights = _Flights(fleet, iter(chunks), call, timeout_for)
     try:
         while True:
-            for member in list(fleet.ready):
-                while member.load < options.inflight_per_actor and (work := next_work()) is not None:
-                    flights[call(member.handle, work.payload)] = _Flight(work, member, time.monotonic() + timeout_for(work.payload))
-                    member.load += 1
-            if not flights and not requeued and exhausted:
+            flights.hand_out()
+            if flights.done():
                 return
-            fleet.check_alive(busy=bool(flights))
-            for ref in _wait_some([*flights, *fleet.starting], options.poll_s):
+            fleet.check_alive(busy=bool(flights.flying))
+            for ref in _wait_some([*flights.flying, *fleet.starting], fleet.options.poll_s):
                 if ref in fleet.starting:
                     fleet.on_ready(ref)
                     continue
-                flight = flights.pop(ref, None)
-                if flight is None:
-                    continue  # its actor was dropped earlier in this round
-                flight.member.load -= 1
-                try:
-                    result = ray.get(ref, timeout=GET_TIMEOUT_S)
-                except RayTaskError as err:
-                    raise err.as_instanceof_cause() from None
-                except RayError as err:
-                    flights[ref] = flight  # so that lose() requeues it with the actor's other chunks
-                    lose(flight.member, _short(err))
-                    continue
-                fleet.stats.chunks_done += 1
-                fleet.stats.chunks_by_node[str(flight.member.info.get("node", "?"))] += 1
-                yield flight.work.payload, result
-            now = time.monotonic()
-            for flight in list(flights.values()):
-                if now > flight.deadline and flight.member in fleet.ready:
-                    lose(flight.member, f"no result within {timeout_for(flight.work.payload):g} s (hung?)")
+                finished = flights.land(ref)
+                if finished is not None:
+                    yield finished
+            flights.drop_hung()
     finally:
-        for ref in flights:  # abandoned by the caller: don't let them hold actors longer than needed
+        flights.cancel()
+
+
+class _Flights(Generic[P]):
+    """The chunks of one `dispatch`: those still to hand out (requeued ones first), and those in flight, each
+    with its actor and deadline, until its result is back."""
+
+    def __init__(self, fleet: Fleet, source: Iterator[P], call: Callable[[Any, P], Any],
+                 timeout_for: Callable[[P], float]) -> None:
+        self.fleet, self.source, self.call, self.timeout_for = fleet, source, call, timeout_for
+        self.requeued: deque[_Work[P]] = deque()
+        self.flying: dict[Any, _Flight[P]] = {}  # ObjectRef -> its flight
+        self.exhausted = False
+
+    def next_work(self) -> _Work[P] | None:
+        """A requeued chunk, else the source's next one (None: nothing left to hand out now)."""
+        if self.requeued:
+            return self.requeued.popleft()
+        if not self.exhausted:
+            payload = next(self.source, _END)
+            if payload is not _END:
+                return _Work(payload)  # type: ignore[arg-type]
+            self.exhausted = True
+        return None
+
+    def hand_out(self) -> None:
+        """Fill every ready actor up to its in-flight limit."""
+        for member in list(self.fleet.ready):
+            while member.load < self.fleet.options.inflight_per_actor and (work := self.next_work()) is not None:
+                deadline = time.monotonic() + self.timeout_for(work.payload)
+                self.flying[self.call(member.handle, work.payload)] = _Flight(work, member, deadline)
+                member.load += 1
+
+    def done(self) -> bool:
+        return not self.flying and not self.requeued and self.exhausted
+
+    def land(self, ref: Any) -> tuple[P, Any] | None:
+        """(chunk, result) of a ready ref; None where its actor was dropped earlier or was lost with it (its
+        chunks requeued). The work's own exception is raised."""
+        flight = self.flying.pop(ref, None)
+        if flight is None:
+            return None  # its actor was dropped earlier in this round
+        flight.member.load -= 1
+        try:
+            result = ray.get(ref, timeout=GET_TIMEOUT_S)
+        except RayTaskError as err:
+            raise err.as_instanceof_cause() from None
+        except RayError as err:
+            self.flying[ref] = flight  # so that lose() requeues it with the actor's other chunks
+            self.lose(flight.member, _short(err))
+            return None
+        stats = self.fleet.stats
+        stats.chunks_done += 1
+        stats.chunks_by_node[str(flight.member.info.get("node", "?"))] += 1
+        return flight.work.payload, result
+
+    def drop_hung(self) -> None:
+        """Lose each ready actor holding a chunk past its deadline."""
+        now = time.monotonic()
+        for flight in list(self.flying.values()):
+            if now > flight.deadline and flight.member in self.fleet.ready:
+                self.lose(flight.member, f"no result within {self.timeout_for(flight.work.payload):g} s (hung?)")
+
+    def lose(self, member: Member, reason: str) -> None:
+        """Requeue every chunk `member` holds (QuenchError for one past its attempts) and drop the actor."""
+        for ref, flight in list(self.flying.items()):
+            if flight.member is member:
+                del self.flying[ref]
+                flight.work.attempts += 1
+                if flight.work.attempts >= self.fleet.options.max_attempts:
+                    raise QuenchError(f"a chunk of work failed {flight.work.attempts} times; last: {reason}")
+                self.requeued.append(flight.work)
+                self.fleet.stats.chunks_requeued += 1
+        self.fleet.lose(member, reason)
+
+    def cancel(self) -> None:
+        """Cancel what is still in flight (abandoned by the caller: don't let it hold actors longer than needed)."""
+        for ref in self.flying:
             try:
                 ray.cancel(ref)
             except KILL_ERRORS:

@@ -86,8 +86,8 @@ class PrefixStore:
     def ensure(self, items: Sequence[WorkItem]) -> None:
         """Prefill the prompts of `items` not stored yet, one at a time.
 
-        One at a time because a padded batch wastes ~10% on HumanEval prompts for no gain: a long
-        prefill is compute bound, so batching it saves nothing but per-call overhead.
+        One at a time because a padded batch computes its padding for no gain: a long prefill is compute
+        bound, so batching it saves nothing but per-call overhead.
         """
         todo = {item.request_index: item.request.prompt_ids for item in items if item.request_index not in self}
         for request_index, prompt in todo.items():

@@ -52,7 +52,7 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS =
 CLONE_NEWNET, CLONE_NEWNS = 0x40000000, 0x00020000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
 SHM = "/dev/shm"
-# Imported once here so that children do not pay for them (typing alone costs ~10 ms per program).
+# Imported once here so that children do not pay for them (importing typing alone is a large share of a short program's time).
 PRELOAD = (
     "typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
     "operator", "copy", "hashlib", "random", "fractions", "decimal", "statistics", "datetime",

@@ -1,7 +1,7 @@
 """`SandboxPool`: N sandboxed fork-server workers that run programs in parallel.
 
 Each worker is one long-lived sandbox (see sandbox.py) around a small fork server (see
-forkserver.py) that forks one child per program, so the ~30 ms Python start-up is paid once per
+forkserver.py) that forks one child per program, so Python's start-up is paid once per
 worker instead of once per program. Workers are started with subprocess, never by forking the
 caller, so the pool works from a process that has torch loaded. A worker that dies or stops
 answering is killed as a whole and restarted; the program it was running gets an outcome. A worker

@@ -94,7 +94,7 @@ def compile_program(program):
 def setup_child(config, result_w, out_w, null_fd, workdir, host_fds=None, rlimits=None):
     """In the forked child: own session, private fds, fresh cwd, rlimits, then drop privileges.
 
-    Kept short on purpose: every page the child writes is a copy-on-write fault (~5 us here).
+    Kept short on purpose: every page the child writes is a copy-on-write fault.
     """
     os.setsid()
     os.dup2(null_fd, 0)

@@ -22,7 +22,7 @@ from quench.execution.sandbox import WORKER_ENV
 
 log = logging.getLogger(__name__)
 
-START_TIMEOUT_S = 60.0  # a cold start on a loaded machine; normally ~50 ms
+START_TIMEOUT_S = 60.0  # a cold start on a loaded machine, far above a normal start
 SCRATCH_PREFIX = "/tmp/quench-sandbox-"  # "rlimits" mode: each fork server's scratch directory
 
 

@@ -1,7 +1,7 @@
 """Load a causal LM and its tokenizer from a preset, a Hugging Face directory or a GGUF file.
 
 GGUF weights are dequantized once by transformers and cached as safetensors under `$QUENCH_CACHE`
-(default `~/.cache/quench`): the first load takes ~15 s, later ones about a second.
+(default `~/.cache/quench`): the first load dequantizes, later ones read the cache.
 """
 
 from __future__ import annotations

@@ -146,10 +146,37 @@ def perturb_problems(
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     not_applicable = languages.inapplicable(transforms, problems)
     transforms = [name for name in transforms if name not in not_applicable]
+    produced, seconds, triples = make_variants(problems, transforms, seed_list, profile, model, on_transform, on_variants)
+    start = time.perf_counter()
+    verdicts = judge_variants(triples, pool, validate_variants, meaning_check)
+    result = collect(produced, seconds, verdicts, problems, profile.keep_invalid)
+    result.profile = profile
+    result.not_applicable = not_applicable
+    result.validated = validate_variants
+    scored = validate_variants and meaning_check and meaning.available()
+    result.meaning_check = {"encoder": meaning.ENCODER, "threshold": meaning.THRESHOLD} if scored else None
+    result.validation_seconds = time.perf_counter() - start if validate_variants else 0.0
+    return result
+
+
+Triple = tuple[Problem, Problem, str]  # (the variant's baseline, the variant, its transformation's category)
+
+
+def make_variants(
+    problems: Sequence[Problem],
+    transforms: Sequence[str],
+    seed_list: list[int],
+    profile: Profile,
+    model: object | None,
+    on_transform: Callable[[str], None] | None,
+    on_variants: Callable[[str, int], None] | None,
+) -> tuple[dict[str, dict[int, list[Problem]]], dict[str, float], list[Triple]]:
+    """Each transformation's variants per seed (the code categories' made from the partial-code baselines), the
+    seconds each took, and every (baseline, variant, category) to judge, in that order."""
     partials = [profile.partial(p) for p in problems]  # the baseline of the code categories
     produced: dict[str, dict[int, list[Problem]]] = {}
     seconds: dict[str, float] = {}
-    triples = []
+    triples: list[Triple] = []
     for name in transforms:
         cls = perturbation_class(name)
         kwargs = {"model": model} if cls.model_based and model is not None else {}
@@ -166,19 +193,16 @@ def perturb_problems(
         baselines = partials if code else problems
         triples += [(original, variant, cls.category)
                     for variants in produced[name].values() for original, variant in zip(baselines, variants)]
-    start = time.perf_counter()
+    return produced, seconds, triples
+
+
+def judge_variants(triples: list[Triple], pool: Runner | None, validate_variants: bool,
+                   meaning_check: bool) -> list[Verdict]:
+    """Each variant's verdict: validated in the sandbox (`validate`), or without validation only refused where it
+    cannot run at all and marked changed where it differs from its baseline."""
     if validate_variants:
-        verdicts = validate(triples, pool, meaning_check)
-    else:
-        verdicts = [refused_verdict(v) or Verdict(True, is_changed(nominal(o, c), v)) for o, v, c in triples]
-    result = collect(produced, seconds, verdicts, problems, profile.keep_invalid)
-    result.profile = profile
-    result.not_applicable = not_applicable
-    result.validated = validate_variants
-    scored = validate_variants and meaning_check and meaning.available()
-    result.meaning_check = {"encoder": meaning.ENCODER, "threshold": meaning.THRESHOLD} if scored else None
-    result.validation_seconds = time.perf_counter() - start if validate_variants else 0.0
-    return result
+        return validate(triples, pool, meaning_check)
+    return [refused_verdict(v) or Verdict(True, is_changed(nominal(o, c), v)) for o, v, c in triples]
 
 
 def collect(produced: dict[str, dict[int, list[Problem]]], seconds: dict[str, float],

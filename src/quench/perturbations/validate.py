@@ -23,7 +23,7 @@ from quench.perturbations.source import cached_partial, parse
 from quench.perturbations.text import docstring_text
 
 log = logging.getLogger(__name__)
-VALIDATION_TIMEOUT_S = 10.0  # generous: a slow reference (MBPP/123 takes ~5 s) is not a broken one
+VALIDATION_TIMEOUT_S = 10.0  # generous: a slow reference (MBPP/123's) is not a broken one
 
 
 class Runner(Protocol):

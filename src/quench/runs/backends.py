@@ -43,7 +43,7 @@ def make_backend(loaded: LoadedModel, options: BackendOptions = BackendOptions()
 
 
 def make_engine(loaded: LoadedModel, options: BackendOptions) -> Backend:
-    from quench.engine.engine import QuenchBackend
+    from quench.engine.backend import QuenchBackend
 
     draft_model = None
     if options.engine.runs_draft_model:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Sequence
 
-from quench.engine.engine import QuenchBackend
+from quench.engine.backend import QuenchBackend
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
 
 

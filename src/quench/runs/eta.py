@@ -171,7 +171,7 @@ class ExecutePace:
     seconds_per_program: float = 0.01  # wall seconds per program through the pool (measured on the meaning check)
     workers: int = 1  # sandbox workers: timeouts run side by side
     timeout_s: float = SandboxLimits.timeout_s  # a program that loops costs this much of one worker
-    timeout_rate: float = 0.01  # share of generated programs that time out (0.7% on recorded HumanEval runs)
+    timeout_rate: float = 0.01  # share of generated programs that time out (a prior above recorded HumanEval runs')
 
     def seconds(self, programs: int) -> float:
         return programs * (self.seconds_per_program + self.timeout_rate * self.timeout_s / max(self.workers, 1))

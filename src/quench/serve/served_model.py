@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from quench.engine.engine import QuenchBackend
+from quench.engine.backend import QuenchBackend
 from quench.runs.backends import BackendOptions, make_engine
 
 

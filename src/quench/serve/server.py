@@ -8,7 +8,7 @@ import socket
 
 import uvicorn
 
-from quench.engine.engine import position_limit
+from quench.engine.backend import position_limit
 from quench.engine.serving.live import EngineProcess, EngineSpec, LiveEngine
 from quench.errors import QuenchError
 from quench.models.loading import LoadedModel

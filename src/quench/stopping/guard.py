@@ -135,7 +135,7 @@ _SHAPES: "weakref.WeakKeyDictionary[Any, list[TokenShape]]" = weakref.WeakKeyDic
 
 
 def token_shapes(tokenizer: Any) -> list[TokenShape]:
-    """Newline layout of every vocabulary entry (decoded once per tokenizer, ~1 s for 50k tokens)."""
+    """Newline layout of every vocabulary entry (decoded once per tokenizer: a pass over the whole vocabulary)."""
     cached = _SHAPES.get(tokenizer)
     if cached is not None and len(cached) == len(tokenizer):
         return cached

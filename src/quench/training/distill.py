@@ -100,7 +100,7 @@ def targets_for(
 ) -> list[TeacherTargets]:
     """The target's top-k on its own answers (and on stdlib code when asked); real next tokens otherwise.
 
-    The teacher pass is the costliest phase after generation (~1.2 s per 256-token example here);
+    The teacher pass is the costliest phase after generation (a target forward per example);
     real code's own tokens are free labels, which is what lets the recipe fit its time budget.
     """
     soft = [i for i, e in enumerate(examples) if config.stdlib_labels == "teacher" or not e.key.startswith(STDLIB_PREFIX)]

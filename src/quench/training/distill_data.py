@@ -107,7 +107,8 @@ def generate_answers(
 ) -> list[Example]:
     """The target's answers to `problems` (greedy, or sampled at `temperature` with `seed`: each answer's
     generator is seeded by its key), appended to `path` as each finishes (resumable)."""
-    from quench.engine.engine import EngineConfig, QuenchBackend
+    from quench.engine.backend import QuenchBackend
+    from quench.engine.config import EngineConfig
     from quench.engine.types import GenerationRequest, SamplingParams
 
     done = {e.key: e for e in read_examples(path)}

@@ -125,7 +125,7 @@ def trainable(draft: nn.Module) -> list[nn.Parameter]:
 
 
 def _autocast(draft: nn.Module) -> torch.autocast:
-    """bfloat16 matmuls where the frozen target weights are bfloat16 (measured ~2x faster here)."""
+    """bfloat16 matmuls where the frozen target weights are bfloat16 (faster than float32 ones on CPUs with bfloat16 units)."""
     dtype = draft.get_output_embeddings().weight.dtype
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
 

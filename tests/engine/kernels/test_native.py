@@ -9,6 +9,7 @@ import torch
 from helpers import llama_head_dim_64, tiny_llama, torch_threads
 from quench.engine.kernels import native
 from quench.engine.runners import llama
+from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner
 from quench.engine.kernels.native import KernelConfig
 from quench.engine.scheduler import prefill
@@ -28,7 +29,7 @@ def kernels(request):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_kernel_matches_pytorch_attention_on_ragged_rows(dtype):
     model = tiny_llama(dtype=dtype)
-    fast, reference = LlamaRunner(model), LlamaRunner(model, native_attention=False)
+    fast, reference = LlamaRunner(model), LlamaRunner(model, plan_forward(model, native_attention=False))
     assert fast.plan.native and not reference.plan.native
     prompt = torch.randint(3, 90, (3, 9))
     caches = [runner.new_cache(3, 64) for runner in (fast, reference)]
@@ -112,7 +113,8 @@ def _prefilled_bf16_runners(prompt_len: int, cache_len: int, kernels: KernelConf
     """The head-64 bfloat16 model as the fast runner (C kernels) and the PyTorch reference, each with its
     own cache prefilled with the same 3 random prompts (each on its own path)."""
     model = llama_head_dim_64(torch.bfloat16)
-    fast, reference = LlamaRunner(model, kernels=kernels), LlamaRunner(model, prepack=False, native_attention=False)
+    fast = LlamaRunner(model, plan_forward(model, kernels=kernels))
+    reference = LlamaRunner(model, plan_forward(model, prepack=False, native_attention=False))
     prompt = torch.randint(3, 90, (3, prompt_len))
     caches = [runner.new_cache(3, cache_len) for runner in (fast, reference)]
     for runner, cache in zip((fast, reference), caches):
@@ -147,7 +149,8 @@ def test_bfloat16_prefills_on_the_packed_path_match_the_pytorch_path(kernels):
     """Head size 64 in bfloat16: prompts up to NATIVE_PREFILL_MAX tokens go through the C kernels (ragged
     lengths in one batch: the padding is skipped), longer ones through PyTorch's attention."""
     model = llama_head_dim_64(torch.bfloat16)
-    fast, reference = LlamaRunner(model, kernels=kernels), LlamaRunner(model, prepack=False, native_attention=False)
+    fast = LlamaRunner(model, plan_forward(model, kernels=kernels))
+    reference = LlamaRunner(model, plan_forward(model, prepack=False, native_attention=False))
     assert fast._packed(llama.NATIVE_PREFILL_MAX) and not fast._packed(llama.NATIVE_PREFILL_MAX + 1)
     assert not LlamaRunner(llama_head_dim_64(torch.float32))._packed(llama.NATIVE_MAX_NEW + 1)
     torch.manual_seed(1)
@@ -165,7 +168,7 @@ def test_the_c_layer_loop_gives_the_python_loops_bits(kernels):
     """bfloat16 head-64 packed steps run every layer in one C call where the weights allow: the logits, hidden
     states and cached keys/values equal the Python loop's over the same kernels (decode, verify, prefill)."""
     model = llama_head_dim_64(torch.bfloat16)
-    runner = LlamaRunner(model, kernels=kernels)
+    runner = LlamaRunner(model, plan_forward(model, kernels=kernels))
     plan = runner.plan
     assert plan.c_layers and runner._layer_table is not None
     prompt, step = torch.randint(3, 90, (3, 40)), torch.randint(3, 90, (3, 5))
@@ -213,7 +216,7 @@ def test_kernels_give_the_same_bits_on_one_thread_and_on_several(kernels, dtype)
     (OpenMP): the work each output gets is the same, so the bits are too, with an uneven split (3 threads)
     included. The runner uses whichever kernels this CPU has (the generic attention where it lacks AVX512-BF16)."""
     model = llama_head_dim_64(dtype)
-    runner = LlamaRunner(model, kernels=kernels)
+    runner = LlamaRunner(model, plan_forward(model, kernels=kernels))
     prompt = torch.randint(3, 90, (5, 30))
     start, counts = torch.tensor([30, 21, 25, 30, 12]), torch.tensor([3, 1, 0, 2, 3])
     step = torch.randint(3, 90, (5, 3))

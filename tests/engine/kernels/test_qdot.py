@@ -239,7 +239,8 @@ def test_a_tiny_model_in_the_integer_mode_runs_every_product_on_the_integer_kern
     """Every projection and the head are QuantLinears in the mode; their outputs are gemm_x8's on any rows."""
     from dataclasses import replace
 
-    from quench.engine.engine import EngineConfig, make_runner
+    from quench.engine.config import EngineConfig
+    from quench.engine.runners.make import make_runner
     from tests.engine.kernels.test_quant import quantized_tiny_llama
 
     model = quantized_tiny_llama(qtype, seed=int(qtype))

@@ -16,7 +16,8 @@ from gguf import GGMLQuantizationType, dequantize as gguf_dequantize, quantize a
 from gguf.constants import GGML_QUANT_SIZES
 
 from quench.engine.kernels import native, quant
-from quench.engine.engine import EngineConfig, make_runner
+from quench.engine.config import EngineConfig
+from quench.engine.runners.make import make_runner
 from quench.engine.kernels.native_build import CSRC
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -227,7 +228,7 @@ def test_the_default_model_on_its_gguf_blocks_answers_humaneval_as_the_float32_p
     """The preset's Q4_1 / Q8_0 tensors: the loader's blocks expand to the float32 model's weights bit for bit
     (row order of attn_q / attn_k included), and greedy answers to HumanEval 0-7 at batch 1 and 8 are the same."""
     from quench.datasets import load_humaneval
-    from quench.engine.engine import QuenchBackend
+    from quench.engine.backend import QuenchBackend
     from quench.engine.types import GenerationRequest, SamplingParams
     from quench.models import encode_prompt, load_model
 

@@ -10,6 +10,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from helpers import llama_head_dim_64, torch_threads
 from quench.engine.kernels import native
 from quench.engine.kernels.linear import INT8_MAX_ROWS
+from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner
 from quench.engine.kernels.native import KernelConfig
 from quench.engine.kernels.native_build import HEADER
@@ -125,7 +126,7 @@ def test_greedy_steps_take_the_same_tokens_with_and_without_the_screen():
     """The runner's greedy tokens (decode and verification steps, ragged rows) with the screen and from the
     whole head's logits; up to 4 tokens per step, where the whole head runs the AVX512 kernel too."""
     model = llama_head_dim_64(torch.bfloat16, vocab_size=1000)
-    runner, unscreened = LlamaRunner(model), LlamaRunner(model, kernels=KernelConfig(screen=False))
+    runner, unscreened = LlamaRunner(model), LlamaRunner(model, plan_forward(model, kernels=KernelConfig(screen=False)))
     assert runner.head_screen is not None and unscreened.head_screen is None
     prompt = torch.randint(3, 990, (4, 20))
     caches = [runner.new_cache(4, 64), unscreened.new_cache(4, 64)]
@@ -187,7 +188,7 @@ def test_an_int8_runner_scores_close_to_the_bfloat16_one():
     config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
     model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
-    plain, int8 = LlamaRunner(model), LlamaRunner(model, int8=True)
+    plain, int8 = LlamaRunner(model), LlamaRunner(model, plan_forward(model, int8=True))
     assert int8.layers[1].down.int8 is not None and int8.lm_head.int8 is not None and int8.head_screen is None
     assert plain.layers[1].down.int8 is None
     prompt = torch.randint(0, 512, (2, INT8_MAX_ROWS + 4))

@@ -10,7 +10,7 @@ from helpers import llama_head_dim_64, save_tiny_model, tiny_llama, tiny_qwen2
 from quench.cli.main import main
 from quench.engine.kernels import native
 from quench.engine.config import EngineConfig
-from quench.engine.engine import make_runner
+from quench.engine.runners.make import make_runner
 from quench.engine.runners.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
 from quench.engine.runners.llama import LlamaRunner
 from quench.engine.kernels.native_config import KernelConfig

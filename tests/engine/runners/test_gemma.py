@@ -7,8 +7,10 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy
 from quench.engine.config import ConfigError
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.runners.families import family_of
+from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner, on_fast_path
 
 WINDOW = 12  # sliding window of the tiny models' local layers: the tests run past it
@@ -128,7 +130,7 @@ def test_speculative_greedy_equals_regular_greedy(drafter):
 
 def test_batch_invariance_is_refused_for_gemma_even_without_sliding_layers():
     with pytest.raises(ValueError, match="gemma3_text"):
-        LlamaRunner(tiny_gemma(layer_types=("full_attention",) * 3), batch_invariant=True)
+        plan_forward(tiny_gemma(layer_types=("full_attention",) * 3), batch_invariant=True)
 
 
 

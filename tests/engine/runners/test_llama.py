@@ -6,7 +6,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from helpers import llama_head_dim_64, tiny_llama
 from quench.engine.kernels import native
-from quench.engine.engine import EngineConfig, make_runner
+from quench.engine.config import EngineConfig
+from quench.engine.runners.make import make_runner
 from quench.engine.runners.llama import LlamaRunner, on_fast_path
 from quench.engine.kernels.native import KernelConfig
 
@@ -63,7 +64,7 @@ def test_the_kernel_config_reaches_every_place_a_kernel_is_chosen():
     so, the screened head only where the config allows it (and, on CPUs with it, AMX on where asked)."""
     model = llama_head_dim_64(torch.bfloat16)
     off = make_runner(model, EngineConfig(kernels=KernelConfig(amx=False, screen=False)))
-    assert off.kernels == KernelConfig(amx=False, screen=False) and off.head_screen is None
+    assert not off.plan.screen and off.head_screen is None
     assert not off.amx and not any(linear.amx for linear in off._projections() + [off.lm_head])
     on = make_runner(model, EngineConfig(kernels=KernelConfig()))
     assert on.amx == native.amx_supported() and all(linear.amx == on.amx for linear in on._projections())

@@ -9,7 +9,9 @@ import torch
 from helpers import CHARS, char_requests, char_tokenizer, hf_greedy, hf_logits, perturbed, quench_greedy, tiny_qwen2, torch_threads
 from quench.engine.kernels import invariant
 from quench.engine.config import ConfigError
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
+from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner, on_fast_path
 
 WINDOW = 10
@@ -70,7 +72,7 @@ def test_batch_invariant_logits_bits_do_not_depend_on_the_batch_or_the_step_widt
     """Each sequence fed one token at a time alone against all of them in ragged chunks of 1-6 tokens, 2 threads
     (products wide enough that PyTorch's kernels would block them by row count)."""
     model = tiny_qwen2(dtype, hidden=256)
-    runner = LlamaRunner(model, batch_invariant=True)
+    runner = LlamaRunner(model, plan_forward(model, batch_invariant=True))
     rng = random.Random(0)
     seqs = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(5, 24))] for _ in range(6)]
     alone = []
@@ -106,7 +108,7 @@ def test_batch_invariant_greedy_output_is_the_same_at_batch_1_and_8_with_prompt_
 
 def test_batch_invariance_is_refused_with_a_sliding_window():
     with pytest.raises(ValueError, match="sliding windows"):
-        LlamaRunner(tiny_qwen2(window=WINDOW), batch_invariant=True)
+        plan_forward(tiny_qwen2(window=WINDOW), batch_invariant=True)
     with pytest.raises(ConfigError, match="batch_invariant"):  # the engine refuses first, naming the field
         QuenchBackend(tiny_qwen2(window=WINDOW), char_tokenizer(), EngineConfig(batch_invariant=True))
 

@@ -2,7 +2,7 @@
 ctypes signatures generated from the one header.
 
 Why ctypes generated from the header, not cffi or a torch extension: both of those compile against
-Python's (and torch's) headers, which a user's machine may lack and which take ~30 s+ to build against;
+Python's (and torch's) headers, which a user's machine may lack and which are slow to build against;
 the kernels need only a C compiler. What makes ctypes unsafe is a hand-written signature table: a
 missing argument is read as garbage, an extra one is silently accepted (cdecl), an int past 32 bits is
 silently truncated. Here the table is parsed from `quench_native.h`, which every unit includes (so the

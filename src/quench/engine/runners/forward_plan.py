@@ -1,9 +1,10 @@
 """The forward's plan: which path and kernels `LlamaRunner` runs, every switch resolved once.
 
-The runner's arguments (prepack, compile, native attention, int8 copies, the kernel config, batch invariance)
+The forward's switches (prepack, compile, native attention, int8 copies, the kernel config, batch invariance)
 interact with the model (family, dtype, head size, biases, sliding windows) and with what this CPU's native
-library serves. `plan_forward` resolves them into one frozen `ForwardPlan`; the runner builds its weights and
-picks each step's path from it, and `quench doctor` prints it.
+library serves. `plan_forward` resolves them into one frozen `ForwardPlan`, deciding there alone whether the
+forward can be batch invariant; `engine_plan` reads the switches from an `EngineConfig`. The runner takes the
+plan, builds its weights and picks each step's path from it, and `quench doctor` prints it.
 
 Glossary:
 - packed path: a step whose real tokens alone go through the products, RoPE, KV write and attention in C
@@ -16,13 +17,14 @@ Glossary:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 
 from quench.engine.kernels import invariant, native, quant
-from quench.engine.config import EngineConfig
-from quench.engine.runners.families import Family, family_of
+from quench.engine.config import ConfigError, EngineConfig
+from quench.engine.runners.families import family_of
 from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.kernels.screen import screen_available, tiles_fit
 
@@ -31,6 +33,8 @@ NATIVE_MAX_NEW = 16  # the C kernel serves decode/verify steps; long prefills us
 # prefilled on the packed path too (its attention is O(S x keys) per row and kv head, scores in memory).
 NATIVE_PREFILL_MAX = 512
 C_LAYERS_HEAD_DIM = 64  # the head size the C layer loop and the long packed prefills serve
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,14 +94,15 @@ def plan_forward(
     native_attention: bool = True,
     int8: bool = False,
     kernels: KernelConfig = KernelConfig(),
-    batch_invariant: bool = False,
+    batch_invariant: bool | None = False,
     device: str | None = None,
 ) -> ForwardPlan:
-    """The plan of a runner over `model` built with these arguments (`LlamaRunner`'s), on this CPU's library.
+    """The plan of a `LlamaRunner` over `model` under these switches, on this CPU's library.
 
-    Reads the model's config and modules, never its weights' values: a model built on the meta device
-    (`quench doctor`) gets the plan its loaded copy gets, given the device it would run on (`device`; None:
-    the embedding's). ValueError where the fast path or the batch-invariant kernels cannot serve the model."""
+    batch_invariant: True (ConfigError where its kernels cannot serve the model), False, or None: wherever they
+    serve, logged where they do not. Reads the model's config and modules, never its weights' values: a model built
+    on the meta device (`quench doctor`) gets the plan its loaded copy gets, given the device it would run on
+    (`device`; None: the embedding's). ValueError where the fast path cannot run the model."""
     family = family_of(model)
     if family is None:
         raise ValueError(f"the fast path does not run {type(model).__name__} models")
@@ -105,8 +110,8 @@ def plan_forward(
     device = device or model.model.embed_tokens.weight.device.type
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     window = family.smallest_window
-    if batch_invariant:
-        _check_invariance(family, dtype, device, native_attention)
+    if batch_invariant is not False:
+        batch_invariant = decide_invariance(batch_invariant, invariance_refusal(model, native_attention, device))
     use_native = native_attention and device == "cpu" and native.available(dtype)
     # float32/64 keep PyTorch's ops, which follow modeling_llama bit for bit (the exactness tests run there); the C
     # glue is Llama's layer, so other families keep PyTorch's ops in bfloat16 too
@@ -128,27 +133,55 @@ def plan_forward(
     )
 
 
-def runner_switches(config: EngineConfig) -> dict:
-    """The switches `LlamaRunner` takes from an engine config: compile turns prepacking and the native kernels off."""
-    return {"prepack": config.prepack and not config.compile, "compile": config.compile,
-            "native_attention": config.native_attention and not config.compile, "kernels": config.kernels}
+def engine_plan(model: torch.nn.Module, config: EngineConfig, device: str | None = None,
+                draft: bool = False) -> ForwardPlan | None:
+    """The plan of the runner `make_runner` builds for `model` under `config`; None where the generic Hugging Face
+    path runs it. The target takes `config.batch_invariant` (None: wherever its kernels serve the model); a draft,
+    whose bits never reach the output, never runs invariant and reads int8 copies where `config.draft_int8` asks.
+    Compile turns prepacking and the native kernels off."""
+    wanted = False if draft else config.batch_invariant
+    if not (config.fast_path and family_of(model) is not None):
+        if wanted is not False:
+            decide_invariance(wanted, invariance_refusal(model, config.native_attention, fast_path=False))
+        return None
+    return plan_forward(
+        model, prepack=config.prepack and not config.compile, compile=config.compile,
+        native_attention=config.native_attention and not config.compile, int8=draft and config.draft_int8,
+        kernels=config.kernels, batch_invariant=wanted, device=device,
+    )
 
 
-def engine_plan(model: torch.nn.Module, config: EngineConfig, device: str | None = None) -> ForwardPlan:
-    """The plan of the target runner `engine.make_runner` builds under `config`; batch invariance left None is
-    on wherever its kernels serve the model."""
+def invariance_refusal(model: torch.nn.Module, native_attention: bool, device: str | None = None,
+                       fast_path: bool = True) -> str | None:
+    """Why the batch-invariant kernels cannot serve `model`'s forward (None where they can): they serve the fast path
+    on Llama's layer without sliding windows (Llama; Qwen2 without a window), on the native kernels (CPU, float32 or
+    bfloat16), whose reduction order per row is fixed. device: where it would run (None: the embedding's);
+    fast_path False: the generic Hugging Face path runs it."""
+    family = family_of(model) if fast_path else None
+    weight = model.get_input_embeddings().weight
+    dtype, device = weight.dtype, device or weight.device.type
+    if family is None or not family.llama_like or family.smallest_window is not None:
+        runs = "the generic Hugging Face path" if family is None else f"{family.name}'s layer"
+        return (f"needs the fast path on Llama's layer without sliding windows (Llama, or Qwen2 without a window), "
+                f"not {runs}")
+    if not native_attention:
+        return "needs the native kernels (native_attention on, compile off)"
+    if device != "cpu" or not invariant.available(dtype):
+        return f"needs float32 or bfloat16 on CPU with the native kernels built, got {dtype} on {device}"
+    return None
 
-    def plan(batch_invariant: bool) -> ForwardPlan:
-        return plan_forward(model, **runner_switches(config), batch_invariant=batch_invariant, device=device)
 
-    if config.batch_invariant is False:
-        return plan(False)
-    try:
-        return plan(True)
-    except ValueError:
-        if config.batch_invariant:
-            raise
-        return plan(False)
+def decide_invariance(wanted: bool | None, refusal: str | None) -> bool:
+    """Whether the forward runs batch invariant: where asked (`wanted` True, or None: wherever it serves) and served
+    (`refusal` None). ConfigError where it was asked for explicitly and is refused; logged where the default falls back."""
+    if wanted is False:
+        return False
+    if refusal is None:
+        return True
+    if wanted:
+        raise ConfigError("batch_invariant", refusal)
+    log.warning("batch invariance off (greedy output may depend on the batch): it %s", refusal)
+    return False
 
 
 def _fixed_products(dtype: torch.dtype) -> bool:
@@ -156,15 +189,6 @@ def _fixed_products(dtype: torch.dtype) -> bool:
     float32 and runs FMAs, faster there than oneDNN's emulated bfloat16."""
     library = native.build_result().library
     return dtype == torch.bfloat16 and library is not None and not library.small_gemm_available()
-
-
-def _check_invariance(family: Family, dtype: torch.dtype, device: str, native_attention: bool) -> None:
-    """ValueError where the batch-invariant kernels cannot serve the model: Llama's layer without sliding windows,
-    float32 or bfloat16 on CPU with the native library."""
-    if not family.llama_like or family.smallest_window is not None:
-        raise ValueError(f"batch-invariant kernels serve Llama's layer without sliding windows, not {family.name}'s")
-    if not (native_attention and device == "cpu" and invariant.available(dtype)):
-        raise ValueError(f"batch-invariant kernels serve float32 and bfloat16 on CPU with the native library, not {dtype}")
 
 
 def _layer_packs(model: torch.nn.Module, fixed: bool, small: bool) -> bool:

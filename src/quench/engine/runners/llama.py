@@ -20,7 +20,6 @@ from quench.engine.runners.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MA
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.kernels.linear import INT8_MAX_ROWS, Linear
 from quench.engine.runners.llama_layers import LlamaLayer, build_layer, rope_table
-from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.kernels.screen import ScreenedHead, screen_head
 
 __all__ = ["NATIVE_MAX_NEW", "NATIVE_PREFILL_MAX", "LlamaRunner", "on_fast_path"]
@@ -45,21 +44,10 @@ def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
 class LlamaRunner:
     """Runs a Llama model over a `KVCache`: `forward(cache, tokens, start)` -> float32 logits (and hidden states)."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        prepack: bool = True,
-        compile: bool = False,
-        native_attention: bool = True,
-        int8: bool = False,
-        kernels: KernelConfig = KernelConfig(),
-        batch_invariant: bool = False,
-    ) -> None:
-        """int8: run products of a few rows from int8 copies of the weights (`Linear`), for draft models.
-        kernels: AMX tiles and the screened head, where the CPU serves them (`EngineConfig.kernels`).
-        batch_invariant: every step on the packed path with the invariant kernels (`invariant`; ValueError where
-        they cannot serve the model's dtype). Every switch is resolved once, into `self.plan`."""
-        self.plan: ForwardPlan = plan_forward(model, prepack, compile, native_attention, int8, kernels, batch_invariant)
+    def __init__(self, model: torch.nn.Module, plan: ForwardPlan | None = None) -> None:
+        """plan: how every step runs, resolved once from the model and the switches (`plan_forward`, or the engine's
+        `engine_plan`); None: `plan_forward(model)`, the default switches."""
+        self.plan: ForwardPlan = plan if plan is not None else plan_forward(model)
         plan = self.plan
         config, inner = model.config, model.model
         self.family = family_of(model)
@@ -78,7 +66,6 @@ class LlamaRunner:
         # Gemma: embeddings times sqrt(hidden), the scale rounded to the model dtype first (as its embedding module)
         embed_scale = self.family.embed_scale
         self.embed_scale = torch.tensor(embed_scale).to(self.dtype) if embed_scale is not None else None
-        self.kernels = kernels
         linear_kernels = (plan.prepack, plan.int8, plan.amx, plan.fixed)  # `Linear`'s arguments after the bias
         self.lm_head = Linear(model.lm_head.weight.detach(), model.lm_head.bias, *linear_kernels)
         # greedy steps read an int8 copy of the head first (quench.engine.kernels.screen); same tokens
@@ -217,8 +204,8 @@ class LlamaRunner:
 
         The packed path never builds float32 logits: it takes the first maximum of the real tokens'
         logits in the model's dtype (bfloat16 -> float32 is exact, so the token is the one `forward`'s
-        logits give) and leaves 0 at padding. A greedy verification step at batch 8 with 4 drafts per
-        row spent 2-5 ms padding and converting (B, S, V) float32 logits for this.
+        logits give) and leaves 0 at padding, so a greedy verification step never pads and converts
+        (B, S, V) float32 logits.
         """
         batch, num_new = tokens.shape
         if not self._packed(num_new, start):
@@ -243,7 +230,7 @@ class LlamaRunner:
     ) -> torch.Tensor:
         """Feed tokens (B, S) as `forward` does -> float32 logits of the real tokens only, (N, V) with
         N = counts.sum(), row after row. A sampled verification step reads nothing else; hybrid rows
-        draft 1 to 12 tokens, so the padded (B, S, V) block was up to 3x larger than its real rows."""
+        draft from 1 token to many, so a padded (B, S, V) block would be mostly padding."""
         if not self._packed(tokens.shape[1], start):
             return real_rows(self.forward(cache, tokens, start, counts=counts), counts)  # (N, V)
         h, _, _ = self._hidden_packed(cache, tokens, start, counts)  # (N, Dm)
