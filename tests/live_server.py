@@ -11,7 +11,7 @@ from typing import Iterator
 
 from helpers import char_tokenizer, tiny_llama
 from quench.engine.config import EngineConfig
-from quench.engine.engine import QuenchBackend
+from quench.engine.backend import QuenchBackend
 from quench.engine.serving.live import PREFILL_BUDGET, LiveEngine
 from quench.serve.server import make_server
 from quench.serve.service import ServeConfig, Service

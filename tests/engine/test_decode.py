@@ -7,7 +7,8 @@ from helpers import char_tokenizer, perturbed, tiny_llama
 from quench.engine.decode import DecodeLoop, LoopParts
 from quench.engine.draft_length import FixedDraftLength
 from quench.engine.drafters import ModelDrafter
-from quench.engine.engine import EngineConfig, make_runner
+from quench.engine.config import EngineConfig
+from quench.engine.runners.make import make_runner
 from quench.engine.kernels import invariant
 from quench.engine.observers import PAD
 from quench.engine.rows import StopRules

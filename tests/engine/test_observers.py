@@ -8,7 +8,8 @@ import torch
 
 from helpers import DRAFT_EVERYTHING, char_tokenizer, perturbed, tiny_llama
 from quench.engine import LoopListener, RowStopper, StopObserver
-from quench.engine.engine import EngineConfig, QuenchBackend
+from quench.engine.backend import QuenchBackend
+from quench.engine.config import EngineConfig
 from quench.engine.observers import PAD
 from quench.engine.types import GenerationRequest, SamplingParams
 

@@ -17,7 +17,7 @@ from helpers import tiny_llama
 from live_server import MODEL, serving, tiny_backend
 from quench.engine.kernels import invariant
 from quench.engine.config import EngineConfig
-from quench.engine.engine import QuenchBackend
+from quench.engine.backend import QuenchBackend
 from quench.engine.serving.live import Finished, LiveEngine, LiveEvent, LiveLoop, Tokens
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.stopping import GenGuard, GuardInfo, GuardPolicy

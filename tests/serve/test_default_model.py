@@ -9,7 +9,7 @@ import pytest
 from live_server import serving
 from quench.datasets import load_benchmark, parse_tasks
 from quench.engine.config import EngineConfig
-from quench.engine.engine import QuenchBackend
+from quench.engine.backend import QuenchBackend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import encode_prompt, load_model
 from quench.models.prompts import CHAT_INSTRUCTION, fenced

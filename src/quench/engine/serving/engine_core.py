@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from quench.engine.engine import QuenchBackend
+from quench.engine.backend import QuenchBackend
 from quench.engine.serving.channel import Cancel, Ready, StepEvents, Stop, Submit
 from quench.engine.serving.engine_thread import LiveEngine
 from quench.engine.serving.events import Failed, Finished, LiveEvent, Sink

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from quench.engine.engine import QuenchBackend
+from quench.engine.backend import QuenchBackend
 from quench.engine.kv_cache import round_up
 from quench.engine.rows import Row, StopRules
 from quench.engine.serving.events import Failed, Sink, notify
