@@ -127,3 +127,19 @@ def test_sigterm_finishes_in_flight_requests_then_exits(tiny_dir: Path) -> None:
     assert reasons[-1] in ("length", "stop") and reasons.count(None) == len(reasons) - 1
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=2)
+
+
+@pytest.mark.parametrize("flags, drafter, sampled_steps_draft", [
+    ([], "hybrid", False),  # the default preset ships a draft: greedy steps draft with it and prompt lookup
+    (["--model", "tiny-dir"], "ngram", False),  # no draft shipped: prompt lookup
+    (["--speculate", "none"], "none", True),
+    (["--speculate", "ngram"], "ngram", True),  # asked for: sampled steps draft too, as in a batch run
+])
+def test_speculation_defaults_to_greedy_steps_only(flags, drafter, sampled_steps_draft, tiny_dir) -> None:
+    from quench.cli.parser import build_parser
+    from quench.cli.serve import serving_options
+
+    flags = [str(tiny_dir) if flag == "tiny-dir" else flag for flag in flags]
+    args = build_parser(["serve"]).parse_args(["serve", *flags])
+    engine = serving_options(args).engine
+    assert (engine.drafter, engine.draft_sampled) == (drafter, sampled_steps_draft)

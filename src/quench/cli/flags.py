@@ -44,10 +44,12 @@ BACKEND_HELP = {"hf": "hf: Hugging Face generate", "quench": "quench: quench's e
 
 
 def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = ("hf", "quench", "openai"),
-                   engines: bool = True, batch_size: int = ENGINE_DEFAULTS.batch_size, auto: bool = False) -> None:
+                   engines: bool = True, batch_size: int = ENGINE_DEFAULTS.batch_size, auto: bool = False,
+                   speculate_help: str | None = None) -> None:
     """The model flags; `backends` and `engines` (several engine processes) are those the command accepts,
     so that its help lists nothing it would refuse; `batch_size`: the command's default slots; `auto`: engines,
-    batch size and speculation default to `auto`, chosen from the work and the machine (`work_settings`)."""
+    batch size and speculation default to `auto`, chosen from the work and the machine (`work_settings`);
+    `speculate_help`: --speculate defaults to `auto`, which means what this text says (`quench serve`'s)."""
     add_loading_args(parser)
     if len(backends) > 1:
         parser.add_argument("--backend", default="quench", choices=backends,
@@ -60,7 +62,7 @@ def add_model_args(parser: argparse.ArgumentParser, backends: tuple[str, ...] = 
     else:
         parser.set_defaults(engines="1")
     engine = parser.add_argument_group("quench engine")
-    add_speculation_args(engine, auto)
+    add_speculation_args(engine, auto, speculate_help)
     add_engine_args(engine)
     if "openai" in backends:
         remote.add_openai_args(parser)
@@ -103,14 +105,17 @@ def add_engines_arg(parser: argparse.ArgumentParser, auto: bool) -> None:
                              "several threads (docs/engine.md, Engine processes)")
 
 
-def add_speculation_args(engine: argparse._ArgumentGroup, auto: bool) -> None:
-    """The engine's speculative decoding flags: --speculate, --draft and the drafting knobs."""
+def add_speculation_args(engine: argparse._ArgumentGroup, auto: bool, auto_help: str | None = None) -> None:
+    """The engine's speculative decoding flags: --speculate, --draft and the drafting knobs; `auto_help`: --speculate
+    defaults to `auto`, which means what it says (else `auto` follows `auto`)."""
+    auto = auto or auto_help is not None
+    auto_help = auto_help or ("hybrid for greedy runs where a draft is shipped for the model, else ngram, none for "
+                              "sampled runs (whose acceptance test is not one arithmetic order on every CPU)")
     engine.add_argument("--speculate", default=work_settings.AUTO if auto else ENGINE_DEFAULTS.drafter,
                         choices=(work_settings.AUTO, *DRAFTERS) if auto else DRAFTERS,
                         help="speculative decoding: ngram = prompt lookup, draft = a draft model (--draft), hybrid = "
-                             "prompt lookup where it matches, else the draft model; auto: hybrid for greedy runs where "
-                             "a draft is shipped for the model, else ngram, none for sampled runs (whose acceptance "
-                             "test is not one arithmetic order on every CPU) (default %(default)s)")
+                             f"prompt lookup where it matches, else the draft model; auto: {auto_help} "
+                             "(default %(default)s)")
     engine.add_argument("--draft", default="auto", metavar="auto|PATH",
                         help="draft model for --speculate draft or hybrid (auto: the one shipped for the preset); "
                              "a PATH without one of them is refused")

@@ -13,12 +13,15 @@ from quench.errors import QuenchError
 # costs little more per token on a CPU (the weights are read once per step), and fair admission keeps a
 # request's n samples from taking them all (docs/serving.md, Scheduling).
 SERVE_BATCH_SIZE = 32
+SPECULATE_AUTO = ("hybrid where a draft is shipped for the model, else ngram, in the steps whose rows are all greedy "
+                  "and at most --draft-max-rows; sampled requests draw as regular decoding does (a speculative "
+                  "acceptance test is not one arithmetic order on every CPU)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a model over the OpenAI HTTP API (docs/serving.md)")
     flags.add_model_args(parser, backends=("quench",), engines=False,  # one engine, quench's, per process
-                          batch_size=SERVE_BATCH_SIZE)
+                          batch_size=SERVE_BATCH_SIZE, speculate_help=SPECULATE_AUTO)
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine only)")
     server.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)  # before the imports below: they load torch
     from quench.serve.server import check_address, make_server
 
-    options = settings.backend_options_from_args(args)
+    options = serving_options(args)
     check_address(args.host, args.port)
     if not args.no_access_log:
         logging.getLogger("quench.serve").setLevel(logging.INFO)  # the access log, disconnects
@@ -100,9 +103,29 @@ def run(args: argparse.Namespace) -> int:
     server = make_server(service, args.host, args.port)
     print(f"serving {config.model_name} on http://{args.host}:{args.port}/v1 "
           f"(context {config.max_model_len} tokens, batch {options.engine.batch_size}, "
-          f"speculate {options.engine.drafter}, engine loop in a {args.engine_loop}); Ctrl-C or SIGTERM stops", file=sys.stderr, flush=True)
+          f"speculate {describe_speculation(options.engine)}, engine loop in a {args.engine_loop}); Ctrl-C or SIGTERM stops", file=sys.stderr, flush=True)
     server.run()
     return 0
+
+
+def serving_options(args: argparse.Namespace):  # -> quench.runs.backends.BackendOptions
+    """The engine's options, with --speculate auto resolved (`work_settings.serving_drafter`): drafts for greedy steps."""
+    from dataclasses import replace
+
+    from quench.cli import work_settings
+    from quench.models.draft import shipped_draft_path
+
+    auto = args.speculate == work_settings.AUTO
+    if auto:
+        args.speculate = work_settings.serving_drafter(shipped_draft_path(args.model).is_file())
+    options = settings.backend_options_from_args(args)
+    return replace(options, engine=replace(options.engine, draft_sampled=False)) if auto else options
+
+
+def describe_speculation(engine) -> str:
+    if engine.drafter == "none" or engine.draft_sampled:
+        return engine.drafter
+    return f"{engine.drafter} (auto: greedy steps)"
 
 
 def start_service(args: argparse.Namespace, options):  # -> quench.serve.service.Service

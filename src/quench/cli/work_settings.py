@@ -84,6 +84,12 @@ def choose_drafter(work: Work) -> str:
     return "hybrid" if work.draft_shipped else "ngram"
 
 
+def serving_drafter(draft_shipped: bool) -> str:
+    """`quench serve --speculate auto`: a server's requests come greedy and sampled, so it drafts for the steps whose
+    rows are all greedy (`EngineConfig.draft_sampled` off), with what a greedy run would pick."""
+    return "hybrid" if draft_shipped else "ngram"
+
+
 def choose(work: Work, engines: str, batch_size: str, drafter: str) -> EngineChoice:
     """The flags' values with each `auto` replaced by its choice for `work`."""
     chosen_engines = choose_engines(work) if engines == AUTO else int(engines)
