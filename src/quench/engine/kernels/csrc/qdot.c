@@ -373,20 +373,20 @@ QDOT_TYPE(Q4_0) QDOT_TYPE(Q4_1) QDOT_TYPE(Q8_0) QDOT_TYPE(Q4_K) QDOT_TYPE(Q5_K) 
 
 typedef void (*rows_fn)(const acts*, const uint8_t*, float*, int64_t, int, int, int, int);
 
-int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
-    if (quant_row_bytes(type, K) < 0 || M < 0 || N < 0 || ldy < N) return 1;
-    int B = block_values(type);
-    acts a;
-    a.q = malloc((size_t)M * (size_t)K + 1);
-    a.d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / B) + 1));
-    a.s = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 16) + 1));
-    if (!a.q || !a.d || !a.s) { free(a.q); free(a.d); free(a.s); return 2; }
-    quantize_x8(x, a.q, a.d, M, K, B);
+int quantize_x8_sums(const float* x, int8_t* q, float* d, int32_t* s, int M, int K, int block) {
+    if (quantize_x8(x, q, d, M, K, block)) return 1;
     for (int64_t j = 0; j < (int64_t)M * (K / 16); j++) {
         int32_t t = 0;
-        for (int i = 0; i < 16; i++) t += a.q[16 * j + i];
-        a.s[j] = t;
+        for (int i = 0; i < 16; i++) t += q[16 * j + i];
+        s[j] = t;
     }
+    return 0;
+}
+
+int quant_gemm_x8_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* w, float* y, int64_t ldy,
+                            int M, int N, int K, int type, int threads) {
+    if (quant_row_bytes(type, K) < 0 || M < 0 || N < 0 || ldy < N) return 1;
+    acts a = {(int8_t*)q, (float*)d, (int32_t*)s};
     rows_fn rows = type == GGML_TYPE_Q4_0 ? rows_Q4_0 : type == GGML_TYPE_Q4_1 ? rows_Q4_1
                  : type == GGML_TYPE_Q8_0 ? rows_Q8_0 : type == GGML_TYPE_Q4_K ? rows_Q4_K
                  : type == GGML_TYPE_Q5_K ? rows_Q5_K : rows_Q6_K;
@@ -394,6 +394,17 @@ int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M
     int chunks = (N + 15) / 16;  /* 16 W rows per chunk: threads split N, never K */
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
     for (int c = 0; c < chunks; c++) rows(&a, w, y, ldy, M, 16 * c, 16 * c + 16 < N ? 16 * c + 16 : N, K);
-    free(a.q); free(a.d); free(a.s);
     return 0;
+}
+
+int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+    if (quant_row_bytes(type, K) < 0 || M < 0 || N < 0 || ldy < N) return 1;
+    int B = block_values(type);
+    int8_t* q = malloc((size_t)M * (size_t)K + 1);
+    float* d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / B) + 1));
+    int32_t* s = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 16) + 1));
+    int status = !q || !d || !s ? 2 : quantize_x8_sums(x, q, d, s, M, K, B);
+    if (!status) status = quant_gemm_x8_quantized(q, d, s, w, y, ldy, M, N, K, type, threads);
+    free(q); free(d); free(s);
+    return status;
 }

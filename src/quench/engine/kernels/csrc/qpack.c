@@ -59,8 +59,10 @@ int qpack(const uint8_t* w, uint8_t* out, int N, int K, int type) {
     return 0;
 }
 
-/* A call's quantized x (qdot.c's quantize_x8): q (M, K), d (M, K / 32), sum of q per block (M, K / 32). */
-typedef struct { int8_t* q; float* d; int32_t* sum; } acts;
+/* A call's quantized x (qdot.c's quantize_x8_sums): q (M, K), d (M, K / 32), s (M, K / 16) the sums of 16 q. */
+typedef struct { const int8_t* q; const float* d; const int32_t* s; } acts;
+
+ALWAYS int32_t block_sum(const acts* a, int64_t at) { return a->s[2 * at] + a->s[2 * at + 1]; }  /* sum of q, block at */
 
 #if defined(QPACK_AVX2)
 #if defined(__AVX512VL__)
@@ -115,11 +117,11 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
         for (int i = 0; i < mt; i++) {
             int64_t at = (int64_t)(m0 + i) * blocks + b;
             __m256 dx = _mm256_set1_ps(a->d[at]);
-            if (type == GGML_TYPE_Q4_0) isum[i] = _mm256_sub_epi32(isum[i], _mm256_set1_epi32(8 * a->sum[at]));
+            if (type == GGML_TYPE_Q4_0) isum[i] = _mm256_sub_epi32(isum[i], _mm256_set1_epi32(8 * block_sum(a, at)));
             acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[i]), acc[i]);
             if (type == GGML_TYPE_Q4_1) {
                 __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(r + 16)));
-                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_set1_ps((float)a->sum[at]), acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_set1_ps((float)block_sum(a, at)), acc[i]);
             }
         }
     }
@@ -149,10 +151,10 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
                     int byte = r[32 + 32 * (v % 16 / 4) + 4 * k + v % 4];
                     isum += (v < 16 ? byte & 15 : byte >> 4) * x[v];
                 }
-            if (type == GGML_TYPE_Q4_0) isum -= 8 * a->sum[at];
+            if (type == GGML_TYPE_Q4_0) isum -= 8 * block_sum(a, at);
             float dx = a->d[at];
             acc = fmaf(half_to_float(r + 2 * k) * dx, (float)isum, acc);
-            if (type == GGML_TYPE_Q4_1) acc = fmaf(half_to_float(r + 16 + 2 * k) * dx, (float)a->sum[at], acc);
+            if (type == GGML_TYPE_Q4_1) acc = fmaf(half_to_float(r + 16 + 2 * k) * dx, (float)block_sum(a, at), acc);
         }
         y[(int64_t)m0 * ldy + n + k] = acc;
     }
@@ -190,25 +192,26 @@ ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t
     }
 QPACK_TYPE(Q4_0) QPACK_TYPE(Q4_1) QPACK_TYPE(Q8_0)
 
-int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+int quant_gemm_x8_packed_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* wp, float* y,
+                                   int64_t ldy, int M, int N, int K, int type, int threads) {
     if (qpack_bytes(type, N, K) < 0 || M < 0 || ldy < N) return 1;
-    acts a;
-    a.q = malloc((size_t)M * (size_t)K + 1);
-    a.d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / 32) + 1));
-    a.sum = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 32) + 1));
-    if (!a.q || !a.d || !a.sum) { free(a.q); free(a.d); free(a.sum); return 2; }
-    quantize_x8(x, a.q, a.d, M, K, 32);
-    for (int64_t j = 0; j < (int64_t)M * (K / 32); j++) {
-        int32_t t = 0;
-        for (int i = 0; i < 32; i++) t += a.q[32 * j + i];
-        a.sum[j] = t;
-    }
+    acts a = {q, d, s};
     void (*run)(const acts*, const uint8_t*, float*, int64_t, int, int, int, int, int) =
         type == GGML_TYPE_Q4_0 ? groups_Q4_0 : type == GGML_TYPE_Q4_1 ? groups_Q4_1 : groups_Q8_0;
     threads = threads < 1 ? 1 : threads;
     int count = (N + GROUP - 1) / GROUP, chunks = (count + 1) / 2;  /* 2 groups (16 W rows) per chunk: threads split N */
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
     for (int c = 0; c < chunks; c++) run(&a, wp, y, ldy, M, 2 * c, 2 * c + 2 < count ? 2 * c + 2 : count, N, K);
-    free(a.q); free(a.d); free(a.sum);
     return 0;
+}
+
+int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+    if (qpack_bytes(type, N, K) < 0 || M < 0 || ldy < N) return 1;
+    int8_t* q = malloc((size_t)M * (size_t)K + 1);
+    float* d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / 32) + 1));
+    int32_t* s = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 16) + 1));
+    int status = !q || !d || !s ? 2 : quantize_x8_sums(x, q, d, s, M, K, 32);
+    if (!status) status = quant_gemm_x8_packed_quantized(q, d, s, wp, y, ldy, M, N, K, type, threads);
+    free(q); free(d); free(s);
+    return status;
 }
