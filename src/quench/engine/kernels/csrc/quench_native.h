@@ -119,7 +119,7 @@ int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M
 int quantize_x8_sums(const float* x, int8_t* q, float* d, int32_t* s, int M, int K, int block);
 int quant_gemm_x8_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* w, float* y, int64_t ldy,
                             int M, int N, int K, int type, int threads);
-/* qpack.c: the same product on W interleaved 8 rows at a time (Q4_0, Q4_1, Q8_0; its header comment gives the
+/* qpack.c: the same product on W interleaved 8 or 16 rows at a time (Q4_0, Q4_1, Q8_0; its header comment gives the
    layout): the bytes of the copy (-1 for another type or a bad K), the copy, and the product (same bits, returns as
    quant_gemm_x8). */
 int64_t qpack_bytes(int type, int N, int K);
