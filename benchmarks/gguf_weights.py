@@ -78,7 +78,8 @@ def layer_sweep(loaded, gguf_weights, repeats: int = 5) -> None:
     runner = backend(loaded, gguf_weights, "gguf-int8", 1).runner
     linears = [linear for layer in runner.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
     megabytes = sum(linear.nbytes for linear in linears) / 1e6
-    print(f"| all layers, cold ({megabytes:.0f} MB) | rows | gguf-int8 CPU ms / sweep | head CPU ms / call |")
+    floor = megabytes / read_bandwidth_gbs()  # ms to read the sweep's bytes once at this thread's bandwidth
+    print(f"| all layers, cold ({megabytes:.0f} MB; read floor {floor:.2f} ms) | rows | gguf-int8 CPU ms / sweep | head CPU ms / call |")
     print("|---|---:|---:|---:|")
     generator = torch.Generator().manual_seed(0)
     for rows in (1, 8, 179):
