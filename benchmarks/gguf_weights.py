@@ -59,17 +59,41 @@ def kernel_rates(gguf_weights, repeats: int = 50) -> None:
         for rows in (1, 8, 16):
             x = torch.randn(rows, weights[0].in_features, generator=torch.Generator().manual_seed(0))
             calls = max(3, repeats * 1536 // sum(w.out_features for w in weights))
-            packs = [quant.packed(w) for w in weights]  # as QuantLinear holds them
-            products = {"gguf": lambda: quant.gemm(x, weights), "gguf-int8": lambda: quant.gemm_x8(x, weights, packs)}
+            products = {"gguf": QuantLinear(weights, every_row=True, mode="gguf"), "gguf-int8": QuantLinear(weights, mode="gguf-int8")}
             seconds = {}
             for name, product in products.items():
-                product()
+                product(x)
                 start = time.thread_time()
                 for _ in range(calls):
-                    product()
+                    product(x)
                 seconds[name] = (time.thread_time() - start) / calls
             f32, x8 = seconds["gguf"], seconds["gguf-int8"]
             print(f"| {case} | {rows} | {f32 * 1e6:.0f} | {x8 * 1e6:.0f} | {f32 / x8:.2f}x |")
+
+
+def layer_sweep(loaded, gguf_weights, repeats: int = 5) -> None:
+    """Every projection of the 30 layers once in turn (the head apart), as a decode step or a prefill runs them, at
+    1, 8 and 179 rows on one thread: the sweep reads more than the last-level cache holds, so each product finds its
+    weights cold. CPU seconds of this thread per sweep (time.thread_time), the best of `repeats`."""
+    torch.set_num_threads(1)
+    runner = backend(loaded, gguf_weights, "gguf-int8", 1).runner
+    linears = [linear for layer in runner.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+    megabytes = sum(linear.nbytes for linear in linears) / 1e6
+    floor = megabytes / read_bandwidth_gbs()  # ms to read the sweep's bytes once at this thread's bandwidth
+    print(f"| all layers, cold ({megabytes:.0f} MB; read floor {floor:.2f} ms) | rows | gguf-int8 CPU ms / sweep | head CPU ms / call |")
+    print("|---|---:|---:|---:|")
+    generator = torch.Generator().manual_seed(0)
+    for rows in (1, 8, 179):
+        inputs = {width: torch.randn(rows, width, generator=generator) for width in {l.weights[0].in_features for l in linears}}
+        best, head = float("inf"), float("inf")
+        for _ in range(repeats):
+            start = time.thread_time()
+            for linear in linears:
+                linear(inputs[linear.weights[0].in_features])
+            middle = time.thread_time()
+            runner.lm_head(inputs[runner.lm_head.weights[0].in_features])
+            best, head = min(best, middle - start), min(head, time.thread_time() - middle)
+        print(f"| all layers | {rows} | {best * 1e3:.2f} | {head * 1e3:.2f} |")
 
 
 def agreement(folders: list[str], tokens: int = 64) -> None:
@@ -137,6 +161,7 @@ def main() -> None:
     print(f"native build: {result.march}, quant level {result.library.quant_level()}; torch {torch.__version__}")
     if args.kernels:
         kernel_rates(gguf_weights)
+        layer_sweep(loaded, gguf_weights)
         return
     print("| weights | batch | threads | bytes / step | floor tok/s | decode tok/s | prefill + 1st token s | same tokens |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")

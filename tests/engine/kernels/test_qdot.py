@@ -151,21 +151,58 @@ def test_the_integer_product_equals_the_written_definition_bit_for_bit(qtype, ca
         weight = weight_of(qtype, data)
         want = gemm_reference(x, qtype, data)
         assert same_floats(quant.gemm_x8(torch.from_numpy(x), [weight]).numpy(), want), (qtype.name, case, trial, M, N, K)
-        pack = quant.packed(weight)  # the interleaved copy, where this build runs it
+        pack = quant.packed([weight])  # the interleaved copy, where this build runs it
         if pack is not None:
-            got = quant.gemm_x8(torch.from_numpy(x), [weight], [pack]).numpy()
+            got = quant.gemm_x8(torch.from_numpy(x), [pack]).numpy()
             assert same_floats(got, want), ("packed", qtype.name, case, trial, M, N, K)
+
+
+def hostile_blocks(rng: np.random.Generator, rows: int, blocks: int, block: int) -> np.ndarray:
+    """(rows, blocks * block) float32, each block of one kind drawn at random: normal values of any size (denormal to
+    near the largest float), all +0.0, all -0.0, a NaN (either sign, any payload) or an infinity among them, denormals
+    only (d a few ulps or 0, x / d past the clamp), exact ties at .5 (d = 1 or 2), every value at +-a."""
+    out = np.empty((rows * blocks, block), np.float32)
+    for b in range(rows * blocks):
+        kind = int(rng.integers(9))
+        v = np.ldexp(rng.standard_normal(block), int(rng.integers(-150, 126))).astype(np.float32)
+        if kind == 1:
+            v[:] = 0.0
+        elif kind == 2:
+            v[:] = -0.0
+        elif kind == 3:
+            v[rng.integers(block)] = np.array([0x7FC00000, 0xFFC00001, 0x7F800001, 0xFFFFFFFF], np.uint32)[rng.integers(4)].view(np.float32)
+        elif kind == 4:
+            v[rng.integers(block)] = np.float32(np.inf) * rng.choice([-1, 1])
+        elif kind == 5:  # k * 2^-149, k around the 63.5 where d first rounds up from 0, and past 190
+            v = (rng.integers(-260, 260, block) * np.float32(2.0**-149)).astype(np.float32)
+            v[rng.integers(block)] = np.float32(int(rng.integers(60, 200)) * 2.0**-149) * rng.choice([-1, 1])
+        elif kind == 6:  # d exactly 1 or 2: x / d at n + 0.5
+            scale = float(rng.choice([1.0, 2.0]))
+            v = ((rng.integers(-127, 127, block) + 0.5) * scale).astype(np.float32)
+            v[rng.integers(block)] = 127.0 * scale * rng.choice([-1, 1])
+        elif kind == 7:
+            v = (np.abs(v[0]) * rng.choice([-1, 1], block)).astype(np.float32)
+        elif kind == 8:
+            v = (v * np.float32(2.0**100) if np.abs(v).max() < 2.0**20 else v).astype(np.float32)
+        out[b] = v
+    return out.reshape(rows, blocks * block)
 
 
 def test_activation_quantization_is_the_written_definition():
     library = native.build_result().library
     rng = np.random.default_rng(7)
-    for block in (32, 256):
-        x = hostile_x(rng, 9, 4 * block)
-        q, d = np.empty(x.shape, np.int8), np.empty((9, 4), np.float32)
-        assert library.quantize_x8(x.ctypes.data, q.ctypes.data, d.ctypes.data, 9, 4 * block, block) == 0
+    for trial in range(60):
+        block = 32 if trial % 2 else 256
+        M, nb = int(rng.integers(1, 10)), int(rng.integers(1, 6))
+        x = hostile_x(rng, M, nb * block) if trial % 3 == 0 else hostile_blocks(rng, M, nb, block)
+        q, d = np.empty(x.shape, np.int8), np.empty((M, nb), np.float32)
+        q2, d2, s = np.empty_like(q), np.empty_like(d), np.empty((M, nb * block // 16), np.int32)
+        assert library.quantize_x8(x.ctypes.data, q.ctypes.data, d.ctypes.data, M, nb * block, block) == 0
+        assert library.quantize_x8_sums(x.ctypes.data, q2.ctypes.data, d2.ctypes.data, s.ctypes.data, M, nb * block, block) == 0
         want_q, want_d = quantize_reference(x, block)
-        assert np.array_equal(q, want_q) and same_floats(d, want_d)
+        assert np.array_equal(q, want_q) and same_floats(d, want_d), trial
+        assert np.array_equal(q2, want_q) and same_floats(d2, want_d), trial
+        assert np.array_equal(s, want_q.astype(np.int32).reshape(M, -1, 16).sum(axis=2)), trial
     assert library.quantize_x8(x.ctypes.data, q.ctypes.data, d.ctypes.data, 9, 100, 32) == 1
 
 
@@ -177,15 +214,16 @@ def test_a_rows_bits_do_not_depend_on_the_other_rows_or_the_threads(qtype):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        packs = [quant.packed(w) for w in weights]
+        parts = [quant.int8_parts(weights), [quant.packed([w]) or w for w in weights]]  # one pack of both, one each
         alone = torch.cat([quant.gemm_x8(x[m : m + 1], weights) for m in range(13)])  # (13, 73) one row per call
+        alone_each = torch.cat([torch.cat([quant.gemm_x8(x[m : m + 1], [w]) for w in weights], 1) for m in range(13)])
         torch.set_num_threads(2)
-        together = quant.gemm_x8(x, weights)
-        together_packed = quant.gemm_x8(x, weights, packs)
+        together = [quant.gemm_x8(x, weights)] + [quant.gemm_x8(x, p) for p in parts]
     finally:
         torch.set_num_threads(before)
-    assert torch.equal(alone.view(torch.int32), together.view(torch.int32))
-    assert torch.equal(alone.view(torch.int32), together_packed.view(torch.int32))
+    assert torch.equal(alone.view(torch.int32), alone_each.view(torch.int32))
+    for y in together:
+        assert torch.equal(alone.view(torch.int32), y.view(torch.int32))
 
 
 X86_BUILDS = {"x86-64-v2": (0, set()), "x86-64-v3": (1, {"avx2", "fma", "f16c"}),
@@ -210,9 +248,18 @@ def test_the_scalar_avx2_avx512_and_vnni_builds_give_the_same_bits(tmp_path):
         cdll.quant_gemm_x8_packed.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_int] * 5
         cdll.qpack_bytes.restype = ctypes.c_int64
         cdll.qpack.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 3
+        cdll.quantize_x8_sums.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3
         assert cdll.qdot_level() == level, march
         builds[march] = cdll
     rng = np.random.default_rng(3)
+    for block in (32, 256):  # the activations alone, hostile blocks
+        x = hostile_blocks(rng, 13, 40 if block == 32 else 5, block)
+        want_q, want_d = quantize_reference(x, block)
+        for march, cdll in builds.items():
+            q, d, s = np.empty(x.shape, np.int8), np.empty(want_d.shape, np.float32), np.empty((13, x.shape[1] // 16), np.int32)
+            assert cdll.quantize_x8_sums(x.ctypes.data, q.ctypes.data, d.ctypes.data, s.ctypes.data, 13, x.shape[1], block) == 0
+            assert np.array_equal(q, want_q) and same_floats(d, want_d), (march, block)
+            assert np.array_equal(s, want_q.astype(np.int32).reshape(13, -1, 16).sum(axis=2)), (march, block)
     for qtype in TYPES:
         values = GGML_QUANT_SIZES[qtype][0]
         for hostile in (False, True):

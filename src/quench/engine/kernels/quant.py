@@ -90,40 +90,73 @@ def gemm(x: torch.Tensor, weights: list[QuantWeight]) -> torch.Tensor:
     return out
 
 
-def packed(weight: QuantWeight) -> torch.Tensor | None:
-    """qpack.c's interleaved copy of W (uint8), where this build's vector code runs it (Q4_0, Q4_1, Q8_0 on AVX2 and
-    AVX512-VNNI); else None (quant_gemm_x8 reads W as stored)."""
-    library = _library()
-    size = library.qpack_bytes(weight.type, weight.out_features, weight.in_features)
-    if size < 0 or library.qdot_level() not in (1, 2):
+@dataclass(frozen=True)
+class PackedWeight:
+    """qpack.c's interleaved copy of one or more QuantWeights of one type stacked along N: one product for all."""
+
+    type: int  # ggml type id (Q4_0, Q4_1 or Q8_0)
+    in_features: int  # K
+    out_features: int  # N, the stacked weights' rows together
+    data: torch.Tensor  # (qpack_bytes,) uint8
+
+
+def packed(weights: list[QuantWeight]) -> PackedWeight | None:
+    """The interleaved copy of weights stacked along N, where they share a type and this build's vector code runs it
+    (Q4_0, Q4_1, Q8_0 on AVX2 and AVX512-VNNI); else None (quant_gemm_x8 reads W as stored)."""
+    library, first = _library(), weights[0]
+    rows = sum(w.out_features for w in weights)
+    size = library.qpack_bytes(first.type, rows, first.in_features)
+    if size < 0 or library.qdot_level() not in (1, 2) or any(w.type != first.type for w in weights):
         return None
+    stacked = torch.cat([w.data for w in weights]) if len(weights) > 1 else first.data  # (N, row_bytes), transient
     out = torch.empty(size, dtype=torch.uint8)
-    if library.qpack(weight.data.data_ptr(), out.data_ptr(), weight.out_features, weight.in_features, weight.type):
-        raise ValueError(f"qpack refused type {weight.type}")
-    return out
+    if library.qpack(stacked.data_ptr(), out.data_ptr(), rows, first.in_features, first.type):
+        raise ValueError(f"qpack refused type {first.type}")
+    return PackedWeight(first.type, first.in_features, rows, out)
 
 
-def gemm_x8(x: torch.Tensor, weights: list[QuantWeight], packs: list[torch.Tensor | None] | None = None) -> torch.Tensor:
+def _check(status: int, qtype: int, rows: int, in_features: int) -> None:
+    if status == 2:
+        raise MemoryError(f"quant_gemm_x8: no memory for {rows} rows of {in_features} quantized values")
+    if status:
+        raise ValueError(f"quant_gemm_x8 refused type {qtype} with K={in_features}")
+
+
+def _block_values(qtype: int) -> int:
+    return 256 if qtype >= 12 else 32
+
+
+def gemm_x8(x: torch.Tensor, weights: list[QuantWeight | PackedWeight]) -> torch.Tensor:
     """x (M, K) float32 -> (M, N) float32: x quantized to 8 bits per block times W's stored integers, integer sums
-    (qdot.c's definition), W the weights stacked along N; `packs` their `packed` copies (same bits, faster)."""
+    (qdot.c's definition), W the weights stacked along N, each as stored or `packed` (same bits, faster). x is
+    quantized once per block size, whatever the number of weights."""
     rows, in_features = x.shape
     assert x.dtype == torch.float32 and all(w.in_features == in_features for w in weights)
     x = x.contiguous()
     width = sum(w.out_features for w in weights)
     out = torch.empty(rows, width, dtype=torch.float32)
     library, threads, column = _library(), torch.get_num_threads(), 0
-    for w, pack in zip(weights, packs or [None] * len(weights)):
+    if len(weights) == 1:  # the kernel quantizes x itself
+        w = weights[0]
+        product = library.quant_gemm_x8_packed if isinstance(w, PackedWeight) else library.quant_gemm_x8
+        _check(product(x.data_ptr(), w.data.data_ptr(), out.data_ptr(), width, rows, w.out_features, in_features, w.type,
+                       threads), w.type, rows, in_features)
+        return out
+    quantized = {}  # block values -> q (M, K) int8, d (M, K / block) float32, s (M, K / 16) int32
+    for w in weights:
+        block = _block_values(w.type)
+        if block not in quantized:
+            if in_features % block:
+                raise ValueError(f"quant_gemm_x8 refused type {w.type} with K={in_features}")
+            q, d = torch.empty(rows, in_features, dtype=torch.int8), torch.empty(rows, in_features // block)
+            s = torch.empty(rows, in_features // 16, dtype=torch.int32)
+            library.quantize_x8_sums(x.data_ptr(), q.data_ptr(), d.data_ptr(), s.data_ptr(), rows, in_features, block)
+            quantized[block] = (q, d, s)
+        q, d, s = quantized[block]
+        product = library.quant_gemm_x8_packed_quantized if isinstance(w, PackedWeight) else library.quant_gemm_x8_quantized
         y = out.data_ptr() + 4 * column
-        if pack is not None:
-            status = library.quant_gemm_x8_packed(x.data_ptr(), pack.data_ptr(), y, width, rows, w.out_features, in_features,
-                                                  w.type, threads)
-        else:
-            status = library.quant_gemm_x8(x.data_ptr(), w.data.data_ptr(), y, width, rows, w.out_features, in_features,
-                                           w.type, threads)
-        if status == 2:
-            raise MemoryError(f"quant_gemm_x8: no memory for {rows} rows of {in_features} quantized values")
-        if status:
-            raise ValueError(f"quant_gemm_x8 refused type {w.type} with K={in_features}")
+        _check(product(q.data_ptr(), d.data_ptr(), s.data_ptr(), w.data.data_ptr(), y, width, rows, w.out_features,
+                       in_features, w.type, threads), w.type, rows, in_features)
         column += w.out_features
     return out
 
@@ -134,6 +167,13 @@ def dequantize(weight: QuantWeight) -> torch.Tensor:
     if _library().dequantize_rows(weight.data.data_ptr(), out.data_ptr(), weight.out_features, weight.in_features, weight.type):
         raise ValueError(f"dequantize_rows refused type {weight.type}")
     return out
+
+
+def int8_parts(weights: list[QuantWeight]) -> list[QuantWeight | PackedWeight]:
+    """What gemm_x8 runs for weights stacked along N: one packed copy of all where they share a packed type, else
+    each packed where it can be, else as stored."""
+    whole = packed(weights)
+    return [whole] if whole is not None else [packed([w]) or w for w in weights]
 
 
 # Products of more rows than this (prefills) expand W into a transient float32 buffer, one projection at a time,
@@ -170,14 +210,16 @@ class QuantLinear:
         self.weights = weights
         self.every_row = every_row
         self.mode = mode
-        self.packs = [packed(w) for w in weights] if mode == "gguf-int8" else None
+        # the products gguf-int8 runs: one interleaved copy of all the weights where they share a packed type, else
+        # the weights as stored (x is quantized once either way)
+        self.parts = int8_parts(weights) if mode == "gguf-int8" else None
         self.out_features = sum(w.out_features for w in weights)
         self.nbytes = sum(w.data.nbytes for w in weights)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])  # (M, K)
         if self.mode == "gguf-int8":
-            y = gemm_x8(flat, self.weights, self.packs)  # (M, N)
+            y = gemm_x8(flat, self.parts)  # (M, N)
         elif flat.shape[0] > SMALL_ROWS and not self.every_row:
             y = F.linear(flat, expanded(self.weights))
         else:

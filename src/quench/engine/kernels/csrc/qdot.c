@@ -7,8 +7,10 @@
      a  = the largest |x_i| of the block (compared as bit patterns, so a NaN counts above infinity);
      a not finite: d = NaN and every q_i = 0; else d = a / 127 (float32 division) and q_i = 0 where d == 0, else
      q_i = rint(x_i / d) (float32 division, rounded to nearest even) clamped to [-127, 127];
-   and s_j = the sum of q over values 16 j .. 16 j + 15 of the row. `quantize_x8` computes this, in scalar C on
-   every build (it is M K work beside the product's M N K).
+   and s_j = the sum of q over values 16 j .. 16 j + 15 of the row. `quantize_x8_sums` computes this 16 values at a
+   time where the build has vectors (AVX2, AVX-512, NEON): the float32 division and the rounding to nearest even are
+   correctly rounded in every unit, the clamp is a min and a max of integral values, so the same bits as the scalar
+   loop (denormals as they come: no unit flushes them).
 
    Integer sums per (W row, block b), w the stored integers (quant.c's header comment), exact in int32:
      Q8_0        I = sum w_i q_i
@@ -34,6 +36,7 @@
 #include <immintrin.h>
 #define QDOT_AVX2 1
 #elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #define QDOT_NEON 1
 #endif
 #if defined(QDOT_AVX2) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -71,31 +74,109 @@ ALWAYS int has_min(int type) { return type == GGML_TYPE_Q4_1 || type == GGML_TYP
 
 /* ---- activations ---- */
 
-int quantize_x8(const float* x, int8_t* q, float* d, int M, int K, int block) {
+/* The largest |v_i| of n values as bits (n a multiple of 16). */
+ALWAYS uint32_t top_bits(const float* v, int n) {
+#if defined(__AVX512F__)
+    __m512i top = _mm512_setzero_si512(), magnitude = _mm512_set1_epi32(0x7fffffff);
+    for (int i = 0; i < n; i += 16) top = _mm512_max_epu32(top, _mm512_and_si512(_mm512_loadu_si512(v + i), magnitude));
+    return _mm512_reduce_max_epu32(top);
+#elif defined(QDOT_AVX2)
+    __m256i top = _mm256_setzero_si256(), magnitude = _mm256_set1_epi32(0x7fffffff);
+    for (int i = 0; i < n; i += 8) top = _mm256_max_epu32(top, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(v + i)), magnitude));
+    __m128i r = _mm_max_epu32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1));
+    r = _mm_max_epu32(r, _mm_shuffle_epi32(r, 0x4e));
+    return (uint32_t)_mm_cvtsi128_si32(_mm_max_epu32(r, _mm_shuffle_epi32(r, 0xb1)));
+#elif defined(QDOT_NEON)
+    uint32x4_t top = vdupq_n_u32(0);
+    for (int i = 0; i < n; i += 4) top = vmaxq_u32(top, vandq_u32(vld1q_u32((const uint32_t*)(v + i)), vdupq_n_u32(0x7fffffff)));
+    return vmaxvq_u32(top);
+#else
+    uint32_t top = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, v + i, 4);
+        bits &= 0x7fffffffu;
+        top = bits > top ? bits : top;
+    }
+    return top;
+#endif
+}
+
+/* q_i = rint(v_i / d) clamped to [-127, 127] for n values (d finite, nonzero) and, where s is not NULL, their sums
+   of 16. */
+ALWAYS void quantize_values(const float* v, float d, int n, int8_t* q, int32_t* s) {
+#if defined(__AVX512F__)
+    __m512 dv = _mm512_set1_ps(d), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    for (int i = 0; i < n; i += 16) {
+        __m512 t = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(v + i), dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512i r = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(t, lo), hi));  /* integral: converted exactly */
+        _mm_storeu_si128((__m128i*)(q + i), _mm512_cvtepi32_epi8(r));
+        if (s) s[i / 16] = _mm512_reduce_add_epi32(r);
+    }
+#elif defined(QDOT_AVX2)
+    __m256 dv = _mm256_set1_ps(d), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    for (int i = 0; i < n; i += 16) {
+        __m256i r[2];
+        for (int h = 0; h < 2; h++) {
+            __m256 t = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(v + i + 8 * h), dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, lo), hi));
+        }
+        __m128i a = _mm_packs_epi32(_mm256_castsi256_si128(r[0]), _mm256_extracti128_si256(r[0], 1));
+        __m128i b = _mm_packs_epi32(_mm256_castsi256_si128(r[1]), _mm256_extracti128_si256(r[1], 1));
+        _mm_storeu_si128((__m128i*)(q + i), _mm_packs_epi16(a, b));
+        if (s) {
+            __m256i both = _mm256_add_epi32(r[0], r[1]);
+            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(both), _mm256_extracti128_si256(both, 1));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+            s[i / 16] = _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1)));
+        }
+    }
+#elif defined(QDOT_NEON)
+    float32x4_t dv = vdupq_n_f32(d), lo = vdupq_n_f32(-127.0f), hi = vdupq_n_f32(127.0f);
+    for (int i = 0; i < n; i += 16) {
+        int32x4_t r[4];
+        for (int k = 0; k < 4; k++)  /* FDIV, FRINTN (nearest even), FCVTZS exact on integral values */
+            r[k] = vcvtq_s32_f32(vminq_f32(vmaxq_f32(vrndnq_f32(vdivq_f32(vld1q_f32(v + i + 4 * k), dv)), lo), hi));
+        int16x8_t a = vcombine_s16(vmovn_s32(r[0]), vmovn_s32(r[1])), b = vcombine_s16(vmovn_s32(r[2]), vmovn_s32(r[3]));
+        vst1q_s8(q + i, vcombine_s8(vmovn_s16(a), vmovn_s16(b)));
+        if (s) s[i / 16] = vaddvq_s32(vaddq_s32(vaddq_s32(r[0], r[1]), vaddq_s32(r[2], r[3])));
+    }
+#else
+    for (int i = 0; i < n; i++) {
+        float t = rintf(v[i] / d);
+        q[i] = (int8_t)(t > 127.0f ? 127 : t < -127.0f ? -127 : (int)t);
+    }
+    for (int j = 0; s && j < n / 16; j++) {
+        int32_t t = 0;
+        for (int i = 0; i < 16; i++) t += q[16 * j + i];
+        s[j] = t;
+    }
+#endif
+}
+
+/* quantize_x8 with the sums of 16 where s is not NULL. */
+static int quantize_rows(const float* x, int8_t* q, float* d, int32_t* s, int M, int K, int block) {
     if ((block != 32 && block != 256) || M < 0 || K <= 0 || K % block) return 1;
     for (int64_t b = 0; b < (int64_t)M * (K / block); b++) {
         const float* v = x + b * block;
-        uint32_t top = 0;
-        for (int i = 0; i < block; i++) {
-            uint32_t bits;
-            memcpy(&bits, v + i, 4);
-            bits &= 0x7fffffffu;
-            top = bits > top ? bits : top;
-        }
-        float a, scale;
+        uint32_t top = top_bits(v, block);
+        float a;
         memcpy(&a, &top, 4);
-        scale = top >= 0x7f800000u ? NAN : a / 127.0f;
+        float scale = top >= 0x7f800000u ? NAN : a / 127.0f;
         d[b] = scale;
-        for (int i = 0; i < block; i++) {
-            int r = 0;
-            if (scale != 0.0f && top < 0x7f800000u) {
-                float t = rintf(v[i] / scale);
-                r = t > 127.0f ? 127 : t < -127.0f ? -127 : (int)t;
-            }
-            q[b * block + i] = (int8_t)r;
+        if (scale != 0.0f && top < 0x7f800000u) quantize_values(v, scale, block, q + b * block, s ? s + b * (block / 16) : NULL);
+        else {
+            memset(q + b * block, 0, (size_t)block);
+            if (s) memset(s + b * (block / 16), 0, sizeof(int32_t) * (size_t)(block / 16));
         }
     }
     return 0;
+}
+
+int quantize_x8(const float* x, int8_t* q, float* d, int M, int K, int block) { return quantize_rows(x, q, d, NULL, M, K, block); }
+
+int quantize_x8_sums(const float* x, int8_t* q, float* d, int32_t* s, int M, int K, int block) {
+    return quantize_rows(x, q, d, s, M, K, block);
 }
 
 /* A call's quantized x: q (M, K), d (M, K / B), s (M, K / 16). */
@@ -373,20 +454,10 @@ QDOT_TYPE(Q4_0) QDOT_TYPE(Q4_1) QDOT_TYPE(Q8_0) QDOT_TYPE(Q4_K) QDOT_TYPE(Q5_K) 
 
 typedef void (*rows_fn)(const acts*, const uint8_t*, float*, int64_t, int, int, int, int);
 
-int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+int quant_gemm_x8_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* w, float* y, int64_t ldy,
+                            int M, int N, int K, int type, int threads) {
     if (quant_row_bytes(type, K) < 0 || M < 0 || N < 0 || ldy < N) return 1;
-    int B = block_values(type);
-    acts a;
-    a.q = malloc((size_t)M * (size_t)K + 1);
-    a.d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / B) + 1));
-    a.s = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 16) + 1));
-    if (!a.q || !a.d || !a.s) { free(a.q); free(a.d); free(a.s); return 2; }
-    quantize_x8(x, a.q, a.d, M, K, B);
-    for (int64_t j = 0; j < (int64_t)M * (K / 16); j++) {
-        int32_t t = 0;
-        for (int i = 0; i < 16; i++) t += a.q[16 * j + i];
-        a.s[j] = t;
-    }
+    acts a = {(int8_t*)q, (float*)d, (int32_t*)s};
     rows_fn rows = type == GGML_TYPE_Q4_0 ? rows_Q4_0 : type == GGML_TYPE_Q4_1 ? rows_Q4_1
                  : type == GGML_TYPE_Q8_0 ? rows_Q8_0 : type == GGML_TYPE_Q4_K ? rows_Q4_K
                  : type == GGML_TYPE_Q5_K ? rows_Q5_K : rows_Q6_K;
@@ -394,6 +465,17 @@ int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M
     int chunks = (N + 15) / 16;  /* 16 W rows per chunk: threads split N, never K */
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
     for (int c = 0; c < chunks; c++) rows(&a, w, y, ldy, M, 16 * c, 16 * c + 16 < N ? 16 * c + 16 : N, K);
-    free(a.q); free(a.d); free(a.s);
     return 0;
+}
+
+int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+    if (quant_row_bytes(type, K) < 0 || M < 0 || N < 0 || ldy < N) return 1;
+    int B = block_values(type);
+    int8_t* q = malloc((size_t)M * (size_t)K + 1);
+    float* d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / B) + 1));
+    int32_t* s = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 16) + 1));
+    int status = !q || !d || !s ? 2 : quantize_x8_sums(x, q, d, s, M, K, B);
+    if (!status) status = quant_gemm_x8_quantized(q, d, s, w, y, ldy, M, N, K, type, threads);
+    free(q); free(d); free(s);
+    return status;
 }

@@ -1,11 +1,13 @@
 /* qdot.c's product on an interleaved copy of W (32-value types: Q4_0, Q4_1, Q8_0): the same definition, the same
-   bits, faster. Eight W rows form a group; per group and block one record:
-     Q4_0, Q4_1  f16 d[8], f16 m[8] (Q4_0: zero), then 4 runs of 32 bytes: run j holds bytes 4 j .. 4 j + 3 of each
-                 row's 16 nibble bytes, row r at 4 r (low nibbles: values 4 j + t, high: 16 + 4 j + t)      160 bytes
-     Q8_0        f16 d[8], int32 wsum[8] (each row's sum of w), then 8 runs of 32 bytes: run j holds w[4 j .. 4 j + 3]
-                 of each row, row r at 4 r                                                                   304 bytes
-   Rows past N are zero. So one 32-byte load holds 4 values of 8 rows, and VPDPBUSD (or VPMADDUBSW + VPMADDWD)
-   against 4 activation bytes broadcast adds them straight into the row's own int32 lane: no reduction across lanes.
+   bits, faster. G W rows form a group (G = 16 on the AVX512-VNNI builds, one row per lane of a 512-bit register;
+   8 on the others, 256-bit); per group and block one record:
+     Q4_0, Q4_1  f16 d[G], f16 m[G] (Q4_0: zero), then 4 runs of 4 G bytes: run j holds bytes 4 j .. 4 j + 3 of each
+                 row's 16 nibble bytes, row r at 4 r (low nibbles: values 4 j + t, high: 16 + 4 j + t)     20 G bytes
+     Q8_0        f16 d[G], int32 wsum[G] (each row's sum of w), then 8 runs of 4 G bytes: run j holds w[4 j .. 4 j + 3]
+                 of each row, row r at 4 r                                                                  38 G bytes
+   Rows past N are zero; the layout is the build's own (qpack and the product of one library agree). So one load holds
+   4 values of G rows, and VPDPBUSD (or VPMADDUBSW + VPMADDWD) against 4 activation bytes broadcast adds them straight
+   into the row's own int32 lane: no reduction across lanes.
    Q8_0 on VNNI takes the activations as unsigned bytes q + 128 and subtracts 128 wsum (exact). Float steps: qdot.c's,
    one output per lane, blocks in sequence. */
 #include "quench_native.h"
@@ -22,11 +24,20 @@
 #define QPACK_VNNI 1
 #endif
 
-#define ALWAYS static inline __attribute__((always_inline))
+#if defined(QPACK_VNNI) && defined(__AVX512BW__)
+#define QPACK_ZMM 1
+#define GROUP 16
+#else
 #define GROUP 8
+#endif
+#define ALWAYS static inline __attribute__((always_inline))
+#define MINS (2 * GROUP)    /* a record's f16 m (Q4_0, Q4_1) or int32 wsum (Q8_0) */
+#define NIBBLES (4 * GROUP) /* Q4_0, Q4_1: the first run */
+#define BYTES (6 * GROUP)   /* Q8_0: the first run */
+#define RUN (4 * GROUP)     /* bytes per run */
 
 static int record_bytes(int type) {
-    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 ? 160 : type == GGML_TYPE_Q8_0 ? 304 : 0;
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 ? 20 * GROUP : type == GGML_TYPE_Q8_0 ? 38 * GROUP : 0;
 }
 
 int64_t qpack_bytes(int type, int N, int K) {
@@ -48,21 +59,72 @@ int qpack(const uint8_t* w, uint8_t* out, int N, int K, int type) {
             if (type == GGML_TYPE_Q8_0) {
                 int32_t sum = 0;
                 for (int i = 0; i < 32; i++) sum += (int8_t)src[2 + i];
-                memcpy(rec + 16 + 4 * r, &sum, 4);
-                for (int j = 0; j < 8; j++) memcpy(rec + 48 + 32 * j + 4 * r, src + 2 + 4 * j, 4);
+                memcpy(rec + MINS + 4 * r, &sum, 4);
+                for (int j = 0; j < 8; j++) memcpy(rec + BYTES + RUN * j + 4 * r, src + 2 + 4 * j, 4);
             } else {
-                if (type == GGML_TYPE_Q4_1) memcpy(rec + 16 + 2 * r, src + 2, 2);
+                if (type == GGML_TYPE_Q4_1) memcpy(rec + MINS + 2 * r, src + 2, 2);
                 const uint8_t* qs = src + (type == GGML_TYPE_Q4_1 ? 4 : 2);
-                for (int j = 0; j < 4; j++) memcpy(rec + 32 + 32 * j + 4 * r, qs + 4 * j, 4);
+                for (int j = 0; j < 4; j++) memcpy(rec + NIBBLES + RUN * j + 4 * r, qs + 4 * j, 4);
             }
         }
     return 0;
 }
 
-/* A call's quantized x (qdot.c's quantize_x8): q (M, K), d (M, K / 32), sum of q per block (M, K / 32). */
-typedef struct { int8_t* q; float* d; int32_t* sum; } acts;
+/* A call's quantized x (qdot.c's quantize_x8_sums): q (M, K), d (M, K / 32), s (M, K / 16) the sums of 16 q. */
+typedef struct { const int8_t* q; const float* d; const int32_t* s; } acts;
 
-#if defined(QPACK_AVX2)
+ALWAYS int32_t block_sum(const acts* a, int64_t at) { return a->s[2 * at] + a->s[2 * at + 1]; }  /* sum of q, block at */
+
+#if defined(QPACK_ZMM)
+#define XROWS 8
+ALWAYS __m512i bcast4(const int8_t* p) { int32_t v; memcpy(&v, p, 4); return _mm512_set1_epi32(v); }
+
+/* 16 W rows, one per lane of a 512-bit register: the 256-bit tile's steps on twice the lanes. */
+ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m0, int mt, int K, float* y, int64_t ldy, int n) {
+    int blocks = K / 32, rec = record_bytes(type);
+    __m512 acc[XROWS];
+    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        const uint8_t* r = wp + (int64_t)b * rec;
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)r));
+        __m512i isum[XROWS];
+        const int8_t* x[XROWS];
+        for (int i = 0; i < mt; i++) x[i] = a->q + (int64_t)(m0 + i) * K + 32 * b, isum[i] = _mm512_setzero_si512();
+        if (type == GGML_TYPE_Q8_0) {
+            for (int j = 0; j < 8; j++) {
+                __m512i w = _mm512_loadu_si512(r + BYTES + RUN * j);
+                for (int i = 0; i < mt; i++)  /* (q + 128) as u8 times w; 128 wsum taken off below */
+                    isum[i] = _mm512_dpbusd_epi32(isum[i], _mm512_xor_si512(bcast4(x[i] + 4 * j), _mm512_set1_epi8((char)0x80)), w);
+            }
+            __m512i wsum = _mm512_slli_epi32(_mm512_loadu_si512(r + MINS), 7);
+            for (int i = 0; i < mt; i++) isum[i] = _mm512_sub_epi32(isum[i], wsum);
+        } else {
+            for (int j = 0; j < 4; j++) {
+                __m512i raw = _mm512_loadu_si512(r + NIBBLES + RUN * j);
+                __m512i lo = _mm512_and_si512(raw, _mm512_set1_epi8(15));
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(15));
+                for (int i = 0; i < mt; i++)
+                    isum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(isum[i], lo, bcast4(x[i] + 4 * j)), hi, bcast4(x[i] + 16 + 4 * j));
+            }
+        }
+        for (int i = 0; i < mt; i++) {
+            int64_t at = (int64_t)(m0 + i) * blocks + b;
+            __m512 dx = _mm512_set1_ps(a->d[at]);
+            if (type == GGML_TYPE_Q4_0) isum[i] = _mm512_sub_epi32(isum[i], _mm512_set1_epi32(8 * block_sum(a, at)));
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[i]), acc[i]);
+            if (type == GGML_TYPE_Q4_1) {
+                __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(r + MINS)));
+                acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(mw, dx), _mm512_set1_ps((float)block_sum(a, at)), acc[i]);
+            }
+        }
+    }
+    for (int i = 0; i < mt; i++) {
+        float out[GROUP];
+        _mm512_storeu_ps(out, acc[i]);
+        for (int k = 0; k < nr; k++) y[(int64_t)(m0 + i) * ldy + n + k] = out[k];
+    }
+}
+#elif defined(QPACK_AVX2)
 #if defined(__AVX512VL__)
 #define XROWS 8
 #else
@@ -91,7 +153,7 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
         for (int i = 0; i < mt; i++) x[i] = a->q + (int64_t)(m0 + i) * K + 32 * b, isum[i] = _mm256_setzero_si256();
         if (type == GGML_TYPE_Q8_0) {
             for (int j = 0; j < 8; j++) {
-                __m256i w = _mm256_loadu_si256((const __m256i*)(r + 48 + 32 * j));
+                __m256i w = _mm256_loadu_si256((const __m256i*)(r + BYTES + RUN * j));
 #if defined(QPACK_VNNI)
                 for (int i = 0; i < mt; i++)  /* (q + 128) as u8 times w; 128 wsum taken off below */
                     isum[i] = _mm256_dpbusd_epi32(isum[i], _mm256_xor_si256(bcast4(x[i] + 4 * j), _mm256_set1_epi8((char)0x80)), w);
@@ -101,12 +163,12 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
 #endif
             }
 #if defined(QPACK_VNNI)
-            __m256i wsum = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i*)(r + 16)), 7);
+            __m256i wsum = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i*)(r + MINS)), 7);
             for (int i = 0; i < mt; i++) isum[i] = _mm256_sub_epi32(isum[i], wsum);
 #endif
         } else {
             for (int j = 0; j < 4; j++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i*)(r + 32 + 32 * j));
+                __m256i raw = _mm256_loadu_si256((const __m256i*)(r + NIBBLES + RUN * j));
                 __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(15));
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15));
                 for (int i = 0; i < mt; i++) isum[i] = dp(dp(isum[i], lo, bcast4(x[i] + 4 * j)), hi, bcast4(x[i] + 16 + 4 * j));
@@ -115,11 +177,11 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
         for (int i = 0; i < mt; i++) {
             int64_t at = (int64_t)(m0 + i) * blocks + b;
             __m256 dx = _mm256_set1_ps(a->d[at]);
-            if (type == GGML_TYPE_Q4_0) isum[i] = _mm256_sub_epi32(isum[i], _mm256_set1_epi32(8 * a->sum[at]));
+            if (type == GGML_TYPE_Q4_0) isum[i] = _mm256_sub_epi32(isum[i], _mm256_set1_epi32(8 * block_sum(a, at)));
             acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[i]), acc[i]);
             if (type == GGML_TYPE_Q4_1) {
-                __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(r + 16)));
-                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_set1_ps((float)a->sum[at]), acc[i]);
+                __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(r + MINS)));
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_set1_ps((float)block_sum(a, at)), acc[i]);
             }
         }
     }
@@ -143,16 +205,16 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
             int64_t at = (int64_t)m0 * blocks + b;
             int32_t isum = 0;
             if (type == GGML_TYPE_Q8_0)
-                for (int v = 0; v < 32; v++) isum += (int8_t)r[48 + 32 * (v / 4) + 4 * k + v % 4] * x[v];
+                for (int v = 0; v < 32; v++) isum += (int8_t)r[BYTES + RUN * (v / 4) + 4 * k + v % 4] * x[v];
             else
                 for (int v = 0; v < 32; v++) {
-                    int byte = r[32 + 32 * (v % 16 / 4) + 4 * k + v % 4];
+                    int byte = r[NIBBLES + RUN * (v % 16 / 4) + 4 * k + v % 4];
                     isum += (v < 16 ? byte & 15 : byte >> 4) * x[v];
                 }
-            if (type == GGML_TYPE_Q4_0) isum -= 8 * a->sum[at];
+            if (type == GGML_TYPE_Q4_0) isum -= 8 * block_sum(a, at);
             float dx = a->d[at];
             acc = fmaf(half_to_float(r + 2 * k) * dx, (float)isum, acc);
-            if (type == GGML_TYPE_Q4_1) acc = fmaf(half_to_float(r + 16 + 2 * k) * dx, (float)a->sum[at], acc);
+            if (type == GGML_TYPE_Q4_1) acc = fmaf(half_to_float(r + MINS + 2 * k) * dx, (float)block_sum(a, at), acc);
         }
         y[(int64_t)m0 * ldy + n + k] = acc;
     }
@@ -190,25 +252,26 @@ ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t
     }
 QPACK_TYPE(Q4_0) QPACK_TYPE(Q4_1) QPACK_TYPE(Q8_0)
 
-int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+int quant_gemm_x8_packed_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* wp, float* y,
+                                   int64_t ldy, int M, int N, int K, int type, int threads) {
     if (qpack_bytes(type, N, K) < 0 || M < 0 || ldy < N) return 1;
-    acts a;
-    a.q = malloc((size_t)M * (size_t)K + 1);
-    a.d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / 32) + 1));
-    a.sum = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 32) + 1));
-    if (!a.q || !a.d || !a.sum) { free(a.q); free(a.d); free(a.sum); return 2; }
-    quantize_x8(x, a.q, a.d, M, K, 32);
-    for (int64_t j = 0; j < (int64_t)M * (K / 32); j++) {
-        int32_t t = 0;
-        for (int i = 0; i < 32; i++) t += a.q[32 * j + i];
-        a.sum[j] = t;
-    }
+    acts a = {q, d, s};
     void (*run)(const acts*, const uint8_t*, float*, int64_t, int, int, int, int, int) =
         type == GGML_TYPE_Q4_0 ? groups_Q4_0 : type == GGML_TYPE_Q4_1 ? groups_Q4_1 : groups_Q8_0;
     threads = threads < 1 ? 1 : threads;
-    int count = (N + GROUP - 1) / GROUP, chunks = (count + 1) / 2;  /* 2 groups (16 W rows) per chunk: threads split N */
+    int count = (N + GROUP - 1) / GROUP, per = 16 / GROUP, chunks = (count + per - 1) / per;  /* 16 W rows per chunk: threads split N */
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
-    for (int c = 0; c < chunks; c++) run(&a, wp, y, ldy, M, 2 * c, 2 * c + 2 < count ? 2 * c + 2 : count, N, K);
-    free(a.q); free(a.d); free(a.sum);
+    for (int c = 0; c < chunks; c++) run(&a, wp, y, ldy, M, per * c, per * c + per < count ? per * c + per : count, N, K);
     return 0;
+}
+
+int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
+    if (qpack_bytes(type, N, K) < 0 || M < 0 || ldy < N) return 1;
+    int8_t* q = malloc((size_t)M * (size_t)K + 1);
+    float* d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / 32) + 1));
+    int32_t* s = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 16) + 1));
+    int status = !q || !d || !s ? 2 : quantize_x8_sums(x, q, d, s, M, K, 32);
+    if (!status) status = quant_gemm_x8_packed_quantized(q, d, s, wp, y, ldy, M, N, K, type, threads);
+    free(q); free(d); free(s);
+    return status;
 }

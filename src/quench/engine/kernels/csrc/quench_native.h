@@ -113,11 +113,20 @@ int quantize_x8(const float* x, int8_t* q, float* d, int M, int K, int block);
 /* y (M, N) float32, row m at y + m ldy, = x quantized (quantize_x8, the type's block) times W (N, quant_row_bytes) as
    stored, integer sums. Returns 0, 1 for a bad type, K or ldy < N, 2 where out of memory. */
 int quant_gemm_x8(const float* x, const uint8_t* w, float* y, int64_t ldy, int M, int N, int K, int type, int threads);
-/* qpack.c: the same product on W interleaved 8 rows at a time (Q4_0, Q4_1, Q8_0; its header comment gives the
+/* The same in two steps, so that one quantization serves every product of the same x and block: quantize_x8 plus
+   s (M, K / 16) int32, the sums of 16 consecutive q (returns as quantize_x8); then the product of those activations
+   (q, d, s of quantize_x8_sums with the type's block; returns 0, 1 as quant_gemm_x8). */
+int quantize_x8_sums(const float* x, int8_t* q, float* d, int32_t* s, int M, int K, int block);
+int quant_gemm_x8_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* w, float* y, int64_t ldy,
+                            int M, int N, int K, int type, int threads);
+/* qpack.c: the same product on W interleaved 8 or 16 rows at a time (Q4_0, Q4_1, Q8_0; its header comment gives the
    layout): the bytes of the copy (-1 for another type or a bad K), the copy, and the product (same bits, returns as
    quant_gemm_x8). */
 int64_t qpack_bytes(int type, int N, int K);
 int qpack(const uint8_t* w, uint8_t* out, int N, int K, int type);
 int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ldy, int M, int N, int K, int type, int threads);
+/* The packed product of activations already quantized (quantize_x8_sums, block 32). */
+int quant_gemm_x8_packed_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* wp, float* y,
+                                   int64_t ldy, int M, int N, int K, int type, int threads);
 
 #endif
