@@ -57,7 +57,7 @@ def tiny_gguf_llama(qtype: GGMLQuantizationType, mode: str, seed: int = 0) -> Ll
 
 
 def steps(runner, prompts: list[list[int]], vocab: int, c_layers: bool, seed: int = 0) -> list[torch.Tensor]:
-    """A prefill of ragged prompts, a verification step of mixed widths and two decode steps with the plan's C layer
+    """A prefill of ragged prompts, a verification step of mixed widths (0 to 5) and two decode steps with the plan's C layer
     loop on or off -> every step's logits and hidden states, then every layer's keys and values."""
     runner.plan = dataclasses.replace(runner.plan, c_layers=c_layers)
     generator = torch.Generator().manual_seed(seed)
@@ -70,6 +70,7 @@ def steps(runner, prompts: list[list[int]], vocab: int, c_layers: bool, seed: in
     out = list(runner.forward(cache, tokens, torch.zeros(batch, dtype=torch.long), counts=lengths, hidden=True))
     drafts = torch.randint(3, vocab, (batch, 5), generator=generator)
     widths = torch.randint(1, 6, (batch,), generator=generator)
+    widths[1 : 2 if batch > 2 else 1] = 0  # a row that feeds nothing this step
     out += runner.forward(cache, drafts, lengths, counts=widths, hidden=True)
     start = lengths + widths
     for _ in range(2):
