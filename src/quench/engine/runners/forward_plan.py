@@ -9,7 +9,8 @@ Glossary:
 - packed path: a step whose real tokens alone go through the products, RoPE, KV write and attention in C
   (`native.rope_attend`); the PyTorch path pads each row and masks (`scaled_dot_product_attention`).
 - glue: on the packed path, each residual add fused with the RMSNorm after it (`native.add_rms_norm`).
-- C layer loop: every decoder layer of a packed step in one C call (`native.layers`).
+- C layer loop: every decoder layer of a packed step in one C call (`native.layers` in bfloat16, `native.layers_f32`
+  for float32 batch-invariant runners on a GGUF's blocks).
 - fixed-order products: every matrix product on `invariant.gemm`, which sums each output in one order
   whatever the rows.
 """

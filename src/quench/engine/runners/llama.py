@@ -371,8 +371,8 @@ class LlamaRunner:
         Per layer: RMSNorm -> qkv (Gemma: q and k normed per head) -> RoPE, KV write and attention (`attend`)
         -> o (Gemma: normed) -> residual add -> RMSNorm -> gate/up -> act -> down (Gemma: normed) -> residual add.
         `residual` adds a branch to the stream and norms the sum for what reads it next: PyTorch's ops
-        (`_add_norm`), or the C glue that fuses both in place (`_glued_residual`). The C layer loop
-        (`native.layers`) runs the same order."""
+        (`_add_norm`), or the C glue that fuses both in place (`_glued_residual`). The C layer loops
+        (`native.layers`, `native.layers_f32`) run the same order."""
         width = self.heads + 2 * self.kv_heads
         x, h = residual(x, None, self.layers[0].input_norm)
         for index, layer in enumerate(self.layers):
