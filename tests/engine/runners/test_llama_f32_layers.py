@@ -19,6 +19,11 @@ from quench.engine.runners.forward_plan import plan_forward
 from tests.engine.kernels.test_quant import _rescaled, random_blocks, weight_of
 
 needs_native = pytest.mark.skipif(not native.available(torch.float32), reason="no native kernels here")
+# The portable build's scalar products take minutes per step of the 135M-parameter preset: the tiny models only there
+vector_products = pytest.mark.skipif(
+    not native.available(torch.float32) or native.build_result().library.qdot_level() == 0,
+    reason="the portable build's scalar products: the tiny models cover it",
+)
 CODE_PROMPTS = (
     'def add(a, b):\n    """Return the sum of a and b."""\n',
     "Write a python function to reverse a string.",
@@ -95,7 +100,7 @@ def preset():
     return runner, [encode_prompt(loaded, prompt) for prompt in CODE_PROMPTS]
 
 
-@needs_native
+@vector_products
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_default_models_gguf_int8_steps_give_the_python_loops_bits(preset, threads):
     """The default preset as `quench run` loads it (gguf-int8, batch invariant): prefill, verification and decode steps
