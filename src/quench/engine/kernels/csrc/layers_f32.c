@@ -2,8 +2,8 @@
    layer, head size 64) over the kernels the Python loop calls one at a time, in the same order with the same
    arguments, so each buffer gets the same bits: rms_norm_f32, the products (each stacked weight one call writing
    its columns of y through ldy, as quant.py's gemm_x8 and gemm do), rope_attend_f32 on ROUTE_FIXED, the residual
-   sum x + delta in float32 (one IEEE addition per element, as PyTorch's), silu_mul_f32. Plain C, no vector code
-   of its own: every build has it. */
+   sum x + delta in float32 (one IEEE addition per element, as PyTorch's: the same bits vectorised or not),
+   silu_mul_f32. Plain C without intrinsics: every build has it. */
 #include "quench_native.h"
 #include <stdlib.h>
 
