@@ -333,3 +333,38 @@ def test_small_gemm_gives_a_row_the_same_bits_alone_and_among_up_to_four():
     alone = torch.cat([native.small_gemm(x[i : i + 1], packed, 9608, amx=True) for i in range(x.shape[0])])  # (R, N)
     for rows in range(2, x.shape[0] + 1):
         assert torch.equal(native.small_gemm(x[:rows], packed, 9608, amx=True), alone[:rows])
+
+
+def test_the_float32_layer_loop_refuses_a_table_that_does_not_fit_before_computing_anything():
+    """`native.layers_f32` walks its table first: widths that do not sum to a projection's, an unknown kind, a
+    fixed-order part beside others, a table cut short or one entry too long -> ValueError, x and the caches unchanged."""
+    from gguf import GGMLQuantizationType
+
+    from quench.engine.engine import EngineConfig, make_runner
+    from tests.engine.runners.test_llama_f32_layers import tiny_gguf_llama
+
+    runner = make_runner(tiny_gguf_llama(GGMLQuantizationType.Q4_K, "gguf-int8"), EngineConfig())
+    table = list(runner._float32_layer_table())
+    kinds = native.f32_part_kinds()
+    first = 2  # layer 0's qkv: a count, then (kind, address, type, N) per stacked weight (q, k, v)
+    assert table[first] == 3
+    wider = table.copy()
+    wider[first + 4] += 16
+    unknown = table.copy()
+    unknown[first + 1] = 7
+    fixed = table.copy()
+    fixed[first + 1] = kinds["F32_PART_FIXED"]
+    cases = {"wider": wider, "unknown kind": unknown, "fixed among parts": fixed, "short": table[:-1], "long": table + [0]}
+    cache = runner.new_cache(2, 16)
+    caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
+    start, offsets = torch.zeros(2, dtype=torch.long), torch.tensor([0, 2, 3])
+    x = runner._embed(torch.tensor([5, 6, 7]))
+    for name, entries in cases.items():
+        before = x.clone()
+        with pytest.raises(ValueError, match="refused its table"):
+            native.layers_f32(x, (ctypes.c_int64 * len(entries))(*entries), caches, runner.final_norm, runner._layer_shape,
+                              runner.cos, runner.sin_signed, start, offsets)
+        assert torch.equal(x, before) and not any(tensor.any() for tensor in caches), name
+    h = native.layers_f32(x, (ctypes.c_int64 * len(table))(*table), caches, runner.final_norm, runner._layer_shape,
+                          runner.cos, runner.sin_signed, start, offsets)
+    assert h.shape == x.shape and not torch.equal(x, before) and all(tensor.any() for tensor in caches)

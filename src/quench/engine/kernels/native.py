@@ -292,3 +292,58 @@ def layers(
     if status != 0:
         raise MemoryError("the native layer loop could not allocate its buffers")
     return out
+
+
+# The kinds of a product's parts in `layers_f32`'s table (quench_native.h's F32_PART_*): what each part's call is.
+F32_PARTS = ("F32_PART_X8", "F32_PART_X8_PACKED", "F32_PART_QUANT", "F32_PART_FIXED")
+
+
+def f32_part_kinds() -> dict[str, int]:
+    """F32_PARTS -> the header's values (an empty dict without the native library)."""
+    library = _library()
+    return {name: library.constants[name] for name in F32_PARTS} if library is not None else {}
+
+
+def layers_f32_available() -> bool:
+    """Whether `layers_f32` (the float32 layer loop of batch-invariant runners) is built: wherever the library is."""
+    return _library() is not None
+
+
+def layers_f32(
+    x: torch.Tensor,
+    table: ctypes.Array,
+    caches: list[torch.Tensor],
+    final_norm: torch.Tensor,
+    shape: LayerShape,
+    cos: torch.Tensor,
+    sin_signed: torch.Tensor,
+    start: torch.Tensor,
+    offsets: torch.Tensor,
+) -> torch.Tensor:
+    """Every decoder layer of a packed float32 step (head size 64) of a batch-invariant runner in one C call: x
+    (N, Dm), the residual stream, updated in place -> the final-norm hidden states (N, Dm). table: per layer the
+    addresses of the input and post-attention norms, then each of qkv, o, gate_up and down as a count of parts and
+    that many (kind, address, ggml type, out features) (`F32_PARTS`; quench_native.h); caches: each layer's key and
+    value cache (B, Hkv, T, 64); start (B,) and offsets (B + 1,) int64 as `rope_attend` takes them. The same kernels
+    in the same order as the Python loop over `invariant`'s norm and SiLU, `rope_attend(fixed=True)` and the
+    projections' own calls, so the same bits."""
+    rows, width = x.shape
+    batch, _, max_len, _ = caches[0].shape
+    assert x.dtype == final_norm.dtype == cos.dtype == sin_signed.dtype == torch.float32 and x.is_contiguous()
+    assert all(cache.dtype == torch.float32 and cache.is_contiguous() for cache in caches)
+    assert start.dtype == offsets.dtype == torch.int64 and start.is_contiguous() and offsets.is_contiguous()
+    library = _library()
+    assert library is not None
+    addresses = (ctypes.c_int64 * len(caches))(*(cache.data_ptr() for cache in caches))
+    out = torch.empty_like(x)
+    status = library.layers_f32(
+        x.data_ptr(), out.data_ptr(), ctypes.cast(table, ctypes.c_void_p), len(table), ctypes.cast(addresses, ctypes.c_void_p),
+        len(caches) // 2, final_norm.data_ptr(), rows, width, shape.heads, shape.kv_heads, shape.inner, cos.data_ptr(),
+        sin_signed.data_ptr(), start.data_ptr(), offsets.data_ptr(), batch, max_len, shape.scale, shape.eps,
+        torch.get_num_threads(),
+    )
+    if status == 2:
+        raise MemoryError("the float32 layer loop could not allocate its buffers")
+    if status:
+        raise ValueError("the float32 layer loop refused its table or a product")
+    return out

@@ -48,6 +48,7 @@ UNITS: dict[str, tuple[str, ...]] = {
     "glue": ("-O3", "-march", "-ffp-contract=off"),
     "gemm": ("-O3", "-march"),
     "layers": ("-O3", "-march", "-ffp-contract=off"),
+    "layers_f32": ("-O3", "-march", "-ffp-contract=off"),
     "screen": ("-O3", "-march"),
     "fixed": ("-O3", "-march", "-ffp-contract=off"),
     "quant": ("-O3", "-march", "-ffp-contract=off"),

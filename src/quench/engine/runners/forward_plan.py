@@ -10,7 +10,8 @@ Glossary:
 - packed path: a step whose real tokens alone go through the products, RoPE, KV write and attention in C
   (`native.rope_attend`); the PyTorch path pads each row and masks (`scaled_dot_product_attention`).
 - glue: on the packed path, each residual add fused with the RMSNorm after it (`native.add_rms_norm`).
-- C layer loop: every decoder layer of a packed step in one C call (`native.layers`).
+- C layer loop: every decoder layer of a packed step in one C call (`native.layers` in bfloat16, `native.layers_f32`
+  for float32 batch-invariant runners on a GGUF's blocks).
 - fixed-order products: every matrix product on `invariant.gemm`, which sums each output in one order
   whatever the rows.
 """
@@ -48,7 +49,9 @@ class ForwardPlan:
     native: bool  # steps may take the packed path (C RoPE, KV write and attention)
     packed_tokens: int | None  # the most tokens per row a packed step feeds (0: none; None: every step)
     glue: bool  # packed steps fuse each residual add with the next RMSNorm in C (bfloat16, Llama's layer)
-    c_layers: bool  # packed steps the small GEMM serves run every layer in one C call (`native.layers`)
+    # packed steps the small GEMM serves run every layer in one C call (`native.layers`; float32 on a GGUF's blocks:
+    # every step of a batch-invariant runner, `native.layers_f32`)
+    c_layers: bool
     batch_invariant: bool  # every step packed on kernels whose per-row sums ignore the batch (`invariant`)
     fixed: bool  # every product on the fixed-order GEMM (batch invariance, or bfloat16 without AVX512-BF16)
     amx: bool  # the small GEMM and attention run AMX tiles (never batch invariant: tiles sum in their own order)
@@ -127,7 +130,8 @@ def plan_forward(
     return ForwardPlan(
         family=family.name, dtype=str(dtype).removeprefix("torch."), prepack=prepack, compiled=compile,
         native=use_native, packed_tokens=(None if batch_invariant else packed_tokens) if use_native else 0, glue=glue,
-        c_layers=long_feeds and window is None and _layer_packs(model, fixed, small), batch_invariant=batch_invariant,
+        c_layers=(long_feeds and window is None and _layer_packs(model, fixed, small))
+        or _f32_layers(model, family, head_dim, use_native and batch_invariant), batch_invariant=batch_invariant,
         fixed=fixed, amx=native.use_amx(kernels) and not batch_invariant, int8=int8, screen=screen, window=window,
         weights=quant.weights_mode(model),
     )
@@ -201,6 +205,16 @@ def _layer_packs(model: torch.nn.Module, fixed: bool, small: bool) -> bool:
     inputs = (hidden, config.num_attention_heads * (getattr(config, "head_dim", None) or hidden // config.num_attention_heads), inner)
     packs = not _projection_biases(model) and (fixed or (small and all(width % 2 == 0 for width in inputs)))
     return native.layers_available() and packs and (2 * inner) % 32 == 0 and hidden % 2 == 0
+
+
+def _f32_layers(model: torch.nn.Module, family: Family, head_dim: int, invariant_native: bool) -> bool:
+    """Whether a batch-invariant runner on the native kernels (`invariant_native`) runs its packed steps on the float32
+    layer loop (`native.layers_f32`): float32 products on a GGUF's blocks (quant.MODES), Llama's layer (batch
+    invariance's) with head size 64, one RoPE table and no projection biases."""
+    dtype = model.model.embed_tokens.weight.dtype
+    return (invariant_native and dtype == torch.float32 and head_dim == C_LAYERS_HEAD_DIM
+            and quant.weights_mode(model) in quant.MODES and len(set(family.rope_kinds)) == 1
+            and not _projection_biases(model) and native.layers_f32_available())
 
 
 def _projection_biases(model: torch.nn.Module) -> bool:

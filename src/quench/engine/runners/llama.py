@@ -19,6 +19,7 @@ from quench.engine.runners.families import family_of, gelu_tanh_mul, norm_weight
 from quench.engine.runners.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.kernels.linear import INT8_MAX_ROWS, Linear
+from quench.engine.kernels.quant import QuantLinear
 from quench.engine.runners.llama_layers import LlamaLayer, build_layer, rope_table
 from quench.engine.kernels.screen import ScreenedHead, screen_head
 
@@ -34,6 +35,25 @@ Residual = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None], tu
 def on_fast_path(model: torch.nn.Module) -> bool:
     """Whether the fast path can run this model exactly: a Llama, Qwen2 or Gemma 3 decoder (`families.py`)."""
     return family_of(model) is not None
+
+
+def _float32_parts(linear: Linear | QuantLinear, kinds: dict[str, int]) -> list[tuple[int, int, int, int]]:
+    """One float32 projection's parts as `native.layers_f32` runs them, (kind, address, ggml type, out features) each,
+    the calls the projection itself makes: a QuantLinear's stacked weights (gguf-int8: on the `quant.packed` copy where
+    it has one, else as stored; gguf: as stored, every row on the kernel), or a `Linear`'s fixed-order pack."""
+    if isinstance(linear, QuantLinear) and linear.mode == "gguf-int8":
+        packs = linear.packs or [None] * len(linear.weights)
+        return [
+            (kinds["F32_PART_X8"], weight.data.data_ptr(), weight.type, weight.out_features)
+            if pack is None
+            else (kinds["F32_PART_X8_PACKED"], pack.data_ptr(), weight.type, weight.out_features)
+            for weight, pack in zip(linear.weights, packs)
+        ]
+    if isinstance(linear, QuantLinear) and linear.mode == "gguf" and linear.every_row:
+        return [(kinds["F32_PART_QUANT"], weight.data.data_ptr(), weight.type, weight.out_features) for weight in linear.weights]
+    if isinstance(linear, Linear) and linear.fixed is not None and linear.bias is None and linear.fixed.dtype == torch.float32:
+        return [(kinds["F32_PART_FIXED"], linear.fixed.data_ptr(), -1, linear.out_features)]
+    raise AssertionError(f"the float32 C layer loop cannot run a {type(linear).__name__} ({getattr(linear, 'mode', '')})")
 
 
 def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
@@ -75,8 +95,12 @@ class LlamaRunner:
         self.layers = [build_layer(layer, self.family, index, linear_kernels) for index, layer in enumerate(inner.layers)]
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)
-        self._layer_table = self._native_layer_table() if plan.c_layers else None
-        self._int8_table = self._int8_layer_table() if plan.c_layers and plan.int8 else None
+        bf16_layers = plan.c_layers and self.dtype == torch.bfloat16
+        self._layer_table = self._native_layer_table() if bf16_layers else None
+        self._int8_table = self._int8_layer_table() if bf16_layers and plan.int8 else None
+        # float32 (`native.layers_f32`): built on the first step, after `quant.use_gguf_weights` has put the GGUF's
+        # blocks in place; (the projections it was built from, the table), rebuilt where they change
+        self._f32_table: tuple[tuple[object, ...], ctypes.Array] | None = None
         self._layer_shape = native.LayerShape(
             self.heads, self.kv_heads, self.layers[0].gate_up.out_features // 2, self.scale, self.eps
         )
@@ -118,6 +142,23 @@ class LlamaRunner:
             addresses += [pack.data_ptr() for pack in packs[4 * index : 4 * index + 4]]
             addresses += spans[4 * index : 4 * index + 4]
         return (ctypes.c_int64 * len(addresses))(*addresses)
+
+    def _float32_layer_table(self) -> ctypes.Array:
+        """The table `native.layers_f32` reads (`ForwardPlan.c_layers` in float32: a batch-invariant runner on a GGUF's
+        blocks), built from the projections now in place and kept while they stay: per layer the input and
+        post-attention norms' addresses, then each projection as a count of parts and (kind, address, ggml type, out
+        features) per part, each part the call the projection itself makes (`_float32_parts`)."""
+        projections = tuple(self._projections())
+        if self._f32_table is None or self._f32_table[0] != projections:
+            kinds = native.f32_part_kinds()
+            entries: list[int] = []
+            for index, layer in enumerate(self.layers):
+                entries += [layer.input_norm.data_ptr(), layer.post_norm.data_ptr()]
+                for linear in projections[4 * index : 4 * index + 4]:
+                    parts = _float32_parts(linear, kinds)
+                    entries += [len(parts), *(field for part in parts for field in part)]
+            self._f32_table = (projections, (ctypes.c_int64 * len(entries))(*entries))
+        return self._f32_table[1]
 
     def _projections(self) -> list[Linear]:
         """Every layer's qkv, o, gate_up and down, in the layer loop's order."""
@@ -253,6 +294,12 @@ class LlamaRunner:
         x = self._embed(tokens[real])  # (N, Dm)
         if self.plan.layers_in_c(x.shape[0]):  # every layer in one C call, x updated in place
             caches = [tensor for pair in zip(cache.keys, cache.values) for tensor in pair]
+            if self.dtype == torch.float32:
+                h = native.layers_f32(
+                    x, self._float32_layer_table(), caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed,
+                    start, offsets,
+                )
+                return h, real, offsets
             h = native.layers(
                 x, self._layer_table, caches, self.final_norm, self._layer_shape, self.cos, self.sin_signed, start, offsets,
                 self._int8_table, INT8_MAX_ROWS, amx=self.plan.amx, every_row=self.plan.batch_invariant,
@@ -311,8 +358,8 @@ class LlamaRunner:
         Per layer: RMSNorm -> qkv (Gemma: q and k normed per head) -> RoPE, KV write and attention (`attend`)
         -> o (Gemma: normed) -> residual add -> RMSNorm -> gate/up -> act -> down (Gemma: normed) -> residual add.
         `residual` adds a branch to the stream and norms the sum for what reads it next: PyTorch's ops
-        (`_add_norm`), or the C glue that fuses both in place (`_glued_residual`). The C layer loop
-        (`native.layers`) runs the same order."""
+        (`_add_norm`), or the C glue that fuses both in place (`_glued_residual`). The C layer loops
+        (`native.layers`, `native.layers_f32`) run the same order."""
         width = self.heads + 2 * self.kv_heads
         x, h = residual(x, None, self.layers[0].input_norm)
         for index, layer in enumerate(self.layers):

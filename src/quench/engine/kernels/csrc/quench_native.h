@@ -129,4 +129,20 @@ int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ld
 int quant_gemm_x8_packed_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* wp, float* y,
                                    int64_t ldy, int M, int N, int K, int type, int threads);
 
+/* layers_f32.c: every decoder layer of a packed float32 step of a batch-invariant runner (head size 64) in one call,
+   over the kernels the Python loop calls (rms_norm_f32, the products, rope_attend_f32 on ROUTE_FIXED, silu_mul_f32).
+   x (N, Dm), the residual stream, is updated in place; h (N, Dm) gets the final-norm hidden states. table (entries
+   int64 values): per layer the addresses of the input and post-attention norms, then qkv, o, gate_up and down, each
+   as a count P and P parts of F32_PART_FIELDS (kind, address, ggml type, N) stacked along N (each part one product
+   writing its columns of y). caches: per layer the key and value cache. Returns 0, 1 for a table that does not fit
+   the shapes (nothing computed) or a refused product, 2 where out of memory (x is then partly updated). */
+#define F32_PART_FIELDS 4
+#define F32_PART_X8 0        /* quant_gemm_x8 on W as stored */
+#define F32_PART_X8_PACKED 1 /* quant_gemm_x8_packed on qpack's copy */
+#define F32_PART_QUANT 2     /* quant_gemm_f32 on W as stored */
+#define F32_PART_FIXED 3     /* fixed_gemm_f32 on invariant.pack's copy, the projection's only part (type unused) */
+int layers_f32(float* x, float* h, const int64_t* table, int64_t entries, const int64_t* caches, int L,
+               const float* final_norm, int N, int Dm, int H, int Hkv, int I, const float* cos, const float* sin_signed,
+               const int64_t* start, const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads);
+
 #endif
