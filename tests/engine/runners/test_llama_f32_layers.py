@@ -12,7 +12,8 @@ from gguf.constants import GGML_QUANT_SIZES
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from helpers import CHARS, llama_head_dim_64, tiny_llama, torch_threads
-from quench.engine.engine import EngineConfig, make_runner
+from quench.engine.config import EngineConfig
+from quench.engine.runners.make import make_runner
 from quench.engine.kernels import native, quant
 from quench.engine.kernels.linear import Linear
 from quench.engine.runners.forward_plan import plan_forward

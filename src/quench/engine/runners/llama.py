@@ -19,7 +19,7 @@ from quench.engine.runners.families import family_of, gelu_tanh_mul, norm_weight
 from quench.engine.runners.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.kernels.linear import INT8_MAX_ROWS, Linear
-from quench.engine.kernels.quant import QuantLinear
+from quench.engine.kernels.quant import PackedWeight, QuantLinear
 from quench.engine.runners.llama_layers import LlamaLayer, build_layer, rope_table
 from quench.engine.kernels.screen import ScreenedHead, screen_head
 
@@ -42,12 +42,10 @@ def _float32_parts(linear: Linear | QuantLinear, kinds: dict[str, int]) -> list[
     the calls the projection itself makes: a QuantLinear's stacked weights (gguf-int8: on the `quant.packed` copy where
     it has one, else as stored; gguf: as stored, every row on the kernel), or a `Linear`'s fixed-order pack."""
     if isinstance(linear, QuantLinear) and linear.mode == "gguf-int8":
-        packs = linear.packs or [None] * len(linear.weights)
         return [
-            (kinds["F32_PART_X8"], weight.data.data_ptr(), weight.type, weight.out_features)
-            if pack is None
-            else (kinds["F32_PART_X8_PACKED"], pack.data_ptr(), weight.type, weight.out_features)
-            for weight, pack in zip(linear.weights, packs)
+            (kinds["F32_PART_X8_PACKED" if isinstance(part, PackedWeight) else "F32_PART_X8"], part.data.data_ptr(),
+             part.type, part.out_features)
+            for part in linear.parts
         ]
     if isinstance(linear, QuantLinear) and linear.mode == "gguf" and linear.every_row:
         return [(kinds["F32_PART_QUANT"], weight.data.data_ptr(), weight.type, weight.out_features) for weight in linear.weights]
