@@ -31,7 +31,8 @@ def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset
     names = ("attention (RoPE + KV write + attention)", "norm and argmax glue", "small bfloat16 GEMM (AVX512-BF16)",
              "layer loop in C (bfloat16, head size 64)", "AMX tiles (GEMM, attention)", "screened greedy head (AMX int8)",
              "int8 draft weights (AMX int8)", "fixed-order GEMM (batch invariance)",
-             "GGUF block products (Q4_0 to Q6_K, as stored)", "GGUF integer products (gguf-int8)")
+             "GGUF block products (Q4_0 to Q6_K, as stored)", "GGUF integer products (gguf-int8)",
+             "layer loop in C (float32 on a GGUF's blocks, head size 64)")
     if library is None:
         return [KernelStatus(name, False, result.reason) for name in names]
     features = cpu_flags() if features is None else features
@@ -52,6 +53,7 @@ def kernel_report(result: BuildResult, config: KernelConfig, features: frozenset
         KernelStatus(names[7], True, _FIXED_ISA.get(int(library.fixed_vector_available()), "portable C loops")),
         KernelStatus(names[8], True, _QUANT_ISA.get(int(library.quant_level()), "portable C loops")),
         KernelStatus(names[9], True, _QDOT_ISA.get(int(library.qdot_level()), "portable C loops")),
+        KernelStatus(names[10], True, "the products above and the fixed-order attention, norms and SiLU"),
     ]
 
 
