@@ -38,6 +38,8 @@ def test_a_large_greedy_run_gets_an_engine_per_thread_the_largest_batch_and_the_
     ({"one_engine_only": True}, EngineChoice(1, 64, "hybrid")),
     ({"free_bytes": GIB}, EngineChoice(1, 64, "hybrid")),  # one model copy fits, not two
     ({"backend": "hf"}, EngineChoice(1, 64, "none")),
+    ({"weights": "gguf-int8"}, EngineChoice(2, 64, "none")),  # steps too short for a draft to pay
+    ({"weights": "gguf"}, EngineChoice(2, 64, "hybrid")),
 ])
 def test_each_choice_follows_the_work_and_the_machine(change, expected):
     assert choose(replace(LARGE, **change), "auto", "auto", "auto") == expected
@@ -56,9 +58,9 @@ def test_generation_commands_default_to_auto_and_check_it_at_the_engines_default
     assert (config.batch_size, config.drafter) == (8, "none")
 
 
-def test_serve_keeps_its_numbers():
+def test_serve_keeps_its_batch_size_and_resolves_speculation_when_it_starts():
     args = build_parser(SUBCOMMANDS).parse_args(["serve"])
-    assert isinstance(args.batch_size, int) and args.speculate != work_settings.AUTO
+    assert isinstance(args.batch_size, int) and args.speculate == work_settings.AUTO  # tests/serve/test_cli.py
 
 
 def quench(*args: str) -> subprocess.CompletedProcess:

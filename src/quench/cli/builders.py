@@ -88,7 +88,7 @@ def work_of(args: argparse.Namespace, loaded, rows: int) -> work_settings.Work:
         rows=rows, greedy=args.temperature == 0, backend=args.backend, device=args.device, threads=torch_threads(),
         one_engine_only=bool(getattr(args, "ray", None)) or getattr(args, "time_budget", None) is not None,
         draft_shipped=shipped_draft_path(getattr(loaded, "name", args.model)).is_file(),
-        weight_bytes=weight_bytes, free_bytes=work_settings.available_memory())
+        weight_bytes=weight_bytes, free_bytes=work_settings.available_memory(), weights=weights_of(loaded))
 
 
 def resolve_auto_settings(args: argparse.Namespace, loaded, rows: int) -> None:

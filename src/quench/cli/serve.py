@@ -13,9 +13,10 @@ from quench.errors import QuenchError
 # costs little more per token on a CPU (the weights are read once per step), and fair admission keeps a
 # request's n samples from taking them all (docs/serving.md, Scheduling).
 SERVE_BATCH_SIZE = 32
-SPECULATE_AUTO = ("hybrid where a draft is shipped for the model, else ngram, in the steps whose rows are all greedy "
-                  "and at most --draft-max-rows; sampled requests draw as regular decoding does (a speculative "
-                  "acceptance test is not one arithmetic order on every CPU)")
+SPECULATE_AUTO = ("none on a GGUF's blocks with 8-bit activations (--weights gguf-int8, whose steps are too short for "
+                  "a draft to pay); else hybrid where a draft is shipped for the model, else ngram, in the steps whose "
+                  "rows are all greedy and at most --draft-max-rows; sampled requests draw as regular decoding does "
+                  "(a speculative acceptance test is not one arithmetic order on every CPU)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -114,10 +115,12 @@ def serving_options(args: argparse.Namespace):  # -> quench.runs.backends.Backen
 
     from quench.cli import work_settings
     from quench.models.draft import shipped_draft_path
+    from quench.models.loading import resolve_weights
 
     auto = args.speculate == work_settings.AUTO
     if auto:
-        args.speculate = work_settings.serving_drafter(shipped_draft_path(args.model).is_file())
+        weights = resolve_weights(args.weights, args.model, args.dtype, args.device)
+        args.speculate = work_settings.serving_drafter(shipped_draft_path(args.model).is_file(), weights)
     options = settings.backend_options_from_args(args)
     return replace(options, engine=replace(options.engine, draft_sampled=False)) if auto else options
 

@@ -11,7 +11,9 @@ the model) none of these choices changes a greedy answer: they only change how f
   CPU a step's cost grows slower than its rows up to that size, and a batch never holds more slots than work.
 - speculation: greedy runs draft (`hybrid`: prompt lookup, else the draft model shipped for the preset; `ngram`:
   prompt lookup alone where none is shipped), which is lossless; drafting pauses while more rows than
-  `--draft-max-rows` are live, where a draft costs more than it saves. Sampled runs do not draft: speculative
+  `--draft-max-rows` are live, where a draft costs more than it saves. Runs on a GGUF's blocks with 8-bit
+  activations (`--weights gguf-int8`, the default for GGUF models) do not draft: their C layer loop makes a
+  target step so short that the draft's own steps cost what its accepted tokens save. Sampled runs do not draft: speculative
   sampling's acceptance test runs in PyTorch's arithmetic order, which differs between CPUs, so a sampled answer
   would depend on the machine.
 """
@@ -49,6 +51,7 @@ class Work:
     draft_shipped: bool  # a draft model is shipped for the model (a preset's)
     weight_bytes: int  # the loaded model's weights
     free_bytes: int  # the machine's available memory
+    weights: str = "dequantized"  # what the projections read (`load_model`'s mode): gguf-int8 steps are too short to draft
 
 
 @dataclass(frozen=True)
@@ -78,15 +81,22 @@ def choose_batch_size(work: Work, engines: int) -> int:
     return size
 
 
+# Weights modes whose target step is so short that a draft's own steps cost what its accepted tokens save
+# (docs/benchmarks.md, "Speculation on the default path")
+NO_DRAFT_WEIGHTS = ("gguf-int8",)
+
+
 def choose_drafter(work: Work) -> str:
-    if work.backend != "quench" or not work.greedy:
+    if work.backend != "quench" or not work.greedy or work.weights in NO_DRAFT_WEIGHTS:
         return "none"
     return "hybrid" if work.draft_shipped else "ngram"
 
 
-def serving_drafter(draft_shipped: bool) -> str:
+def serving_drafter(draft_shipped: bool, weights: str) -> str:
     """`quench serve --speculate auto`: a server's requests come greedy and sampled, so it drafts for the steps whose
     rows are all greedy (`EngineConfig.draft_sampled` off), with what a greedy run would pick."""
+    if weights in NO_DRAFT_WEIGHTS:
+        return "none"
     return "hybrid" if draft_shipped else "ngram"
 
 
