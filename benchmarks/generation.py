@@ -256,7 +256,8 @@ def step_weight_bytes(model: nn.Module) -> int:
 def cli_drafter(loaded, greedy: bool) -> str:
     """The drafter `quench run --speculate auto` picks for this model (`work_settings.choose_drafter`)."""
     work = Work(rows=1, greedy=greedy, backend="quench", device="cpu", threads=1, one_engine_only=False,
-                draft_shipped=shipped_draft_path(loaded.name).is_file(), weight_bytes=0, free_bytes=0)
+                draft_shipped=shipped_draft_path(loaded.name).is_file(), weight_bytes=0, free_bytes=0,
+                weights=getattr(loaded.model, "quench_weights", "dequantized"))
     return choose_drafter(work)
 
 
