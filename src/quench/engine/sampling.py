@@ -44,8 +44,7 @@ def logits_to_probs(logits: torch.Tensor, sampling: DrawSettings, in_place: bool
     """Temperature, then top-k, then top-p (as Hugging Face orders them): logits (..., V) -> probs (..., V).
 
     in_place: the caller no longer needs `logits`; float32 logits then become the probabilities in place
-    (temperature only: no (..., V) temporaries, 2.8 against 4.2 ms for 24 x 49152 here, where fresh
-    multi-megabyte buffers cost page faults).
+    (temperature only: no (..., V) temporaries, where fresh multi-megabyte buffers cost page faults).
     """
     if in_place and logits.dtype == torch.float32 and sampling.top_k == 0 and sampling.top_p == 1.0:
         with torch.inference_mode():  # the engine's logits are inference tensors, updated in place only in there
@@ -79,7 +78,7 @@ def draw_uniforms(generators: list[torch.Generator]) -> torch.Tensor:
 def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
     """One token per row by inverse-CDF sampling: probs (B, V) -> tokens (B,), row b's uniform from generators[b].
 
-    (`torch.multinomial` costs ~3 ms per row over a 49k vocabulary on CPU; this costs one cumsum.)
+    (`torch.multinomial` draws row by row over the vocabulary; this costs one cumsum.)
     """
     cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)  # (B, V)
     targets = draw_uniforms(generators)[:, None] * cdf[:, -1:]  # (B, 1)
@@ -94,8 +93,8 @@ def next_tokens(
     """Regular decoding: logits (N, V) -> tokens (A,) of rows `rows` (A,) (None: every row, A = N), greedy
     (argmax) or sampled, one uniform per row from generators[a] (in_place: as for `logits_to_probs`).
 
-    Sampling with temperature alone runs the C kernel (`native.sample`: the same inverse CDF, ~4x faster
-    at 16 rows of 49k tokens); top-k, top-p and a machine without the kernels run PyTorch's ops."""
+    Sampling with temperature alone runs the C kernel (`native.sample`: the same inverse CDF, faster than PyTorch's
+    ops); top-k, top-p and a machine without the kernels run PyTorch's ops."""
     if sampling.greedy:
         return native.argmax(logits if rows is None else logits[rows])
     if sampling.top_k == 0 and sampling.top_p == 1.0 and native.samples(logits):
