@@ -2,9 +2,9 @@
    the CPU has them.
 
    A decode step is bound by streaming the weights from memory, and one core streams faster from several
-   places at once than from one: a plain read of 270 MB ran at ~9.5-12 GB/s as one sequential stream and
-   at ~14-17 GB/s as four interleaved ones (the L2 streamer prefetches within a 4 KB page, one stream per
-   page; several pages in flight hide each page's restart). So W is packed as (ceil(N/16), K/2, 16, 2): 16
+   places at once than from one: a plain read runs faster as four interleaved streams than as one sequential
+   stream (the L2 streamer prefetches within a 4 KB page, one stream per page; several pages in flight hide
+   each page's restart). So W is packed as (ceil(N/16), K/2, 16, 2): 16
    output features per block (zeros past N; those outputs are never stored), each block one contiguous run
    (the pair-interleaved layout AMX's `tdpbf16ps` reads), and the kernels walk S blocks side by side, S
    streams, one 64-byte line (AVX512) or one 1 KB tile (AMX) from each in turn. Each output is a float32
@@ -57,8 +57,8 @@ static void blocks_##MB(const bf16* const* xr, const bf16* w, bf16* const* yr, i
         b += step;                                                                                 \
     }                                                                                              \
 }
-/* Accumulators MB x S <= 24 of the 32 vector registers. 3-4 rows: 6 streams read 1.04-1.11x faster than 4
-   (30 layers + head, one thread, one process, same bits). */
+/* Accumulators MB x S <= 24 of the 32 vector registers. 3-4 rows: 6 streams read faster than 4 (the same
+   bits either way). */
 GEMM_BLOCKS(1, 8) GEMM_BLOCKS(2, 8) GEMM_BLOCKS(4, 6) GEMM_BLOCKS(8, 3)
 /* x (M, K), W packed (N/16, K/2, 16, 2), y (M, N); rows in blocks of up to 8. Past 8 rows W goes in chunks
    of 24 blocks (<= 0.75 MB at K = 576, 1.2 MB at K = 1536) that every row block uses while they are in
@@ -214,10 +214,9 @@ int gemm_bf16_amx(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, i
 }
 #endif
 /* The entry point (`native.small_gemm`, the layer loop): AMX tiles where allowed and served, else AVX512.
-   Up to AVX512_GEMM_ROWS rows (quench_native.h) always take the AVX512 kernel: 30 layers + head of the default model, one thread,
-   in one process, it read 10.0-10.1 / 9.0-9.8 / 8.6-8.7 / 8.9-9.2 GB/s at 1 / 2 / 3 / 4 rows against AMX's
-   9.6-10.2 / 8.0-8.2 / 8.1-8.3 / 8.2-8.3 (5 rows: 6.2 against 8.0). It also gives a row the same bits at
-   1 to 4 rows, so a batch-1 verification step of up to 3 drafts scores its tokens as regular steps would. */
+   Up to AVX512_GEMM_ROWS rows (quench_native.h) always take the AVX512 kernel: at those rows it streams the
+   default model's weights at least as fast as AMX's tiles. It also gives a row the same bits at 1 to 4 rows,
+   so a batch-1 verification step of up to 3 drafts scores its tokens as regular steps would. */
 void small_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K, int threads, int amx) {
     if (M <= AVX512_GEMM_ROWS || !amx || gemm_bf16_amx(x, wp, y, M, N, K, threads) != 0) gemm_bf16(x, wp, y, M, N, K, threads);
 }

@@ -70,7 +70,7 @@ void add_rms_norm_bf16(bf16* x, const bf16* delta, const bf16* weight, bf16* out
 
 /* Greedy decoding's argmax over logits (R rows of V, row stride `stride`; bfloat16 or float32): the
    first index of the largest value, as torch.argmax (NaN aside: torch ranks it highest, this ignores it).
-   PyTorch's CPU argmax ran at ~0.2-0.5 G elements/s here: 4-9 ms for a batch-8 verification's (8, 5, 49152). */
+   One pass per row in vectors, where PyTorch's CPU argmax is slow on a verification's (B, S, V) logits. */
 #if defined(__AVX512F__)
 /* The vector part: per lane, strictly greater, so each lane keeps its first maximum; then the first
    index among the lanes holding the maximum. Leaves v (where the scalar tail starts), top and first. */
@@ -111,7 +111,7 @@ ARGMAX(float, f32, _mm512_loadu_ps)
    `stride`), token ~ softmax(x_r / temperature) by inverse CDF with the uniform u = uniforms[a] in [0, 1):
    the first token whose cumulative weight exceeds u times the total (torch.searchsorted(..., right=True)).
    In place of PyTorch's passes over the whole (A, V) logits and a float64 cumsum in fresh multi-megabyte
-   buffers (2.0 ms for 16 x 49152 on one thread, against 0.5 here), three passes over each row in cache:
+   buffers, three passes over each row in cache:
    the largest logit; each token's weight e_v = exp_fixed(x_v / T - max / T) (float32, stored in `work`, V
    floats) and SAMPLE_BLOCK-token sums of them in float64 (`block_sum`); then the block where the running sum
    passes the target and the token inside it, added one by one. Every row's token depends on its logits and

@@ -252,7 +252,7 @@ static void screen_pass(const uint8_t* planes, int M, int K, const int8_t* wq, c
 /* Row x's first maximum among the tokens whose upper bound reaches T: each computed as gemm_bf16 computes
    it (vdpbf16ps over the pairs of K in order, one float32 lane per token, rounded to bfloat16 once). A
    candidate's block of 16 tokens in the packed bfloat16 head (ceil(V/16), K/2, 16, 2) is one contiguous
-   run, read whole (a gather of one token's pairs touched the same cache lines, 3-4x slower). -1 if no
+   run, read whole (a gather of one token's pairs touches the same cache lines, more slowly). -1 if no
    token reaches T. */
 static int64_t screen_exact(const bf16* x, const bf16* wp, const float* up, float lower, int V, int K, int32_t* cand,
                             int32_t* count) {
