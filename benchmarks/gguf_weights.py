@@ -12,6 +12,7 @@ projections and the LM head; the embedding rows and norms are a few KB); the flo
 bandwidth of a 512 MB sum at the same threads. "same tokens": the greedy token ids equal the first system's.
 
     .venv/bin/python benchmarks/gguf_weights.py --threads 1 2 --batch-sizes 1 8 16
+    .venv/bin/python benchmarks/gguf_weights.py --systems gguf-int8,gguf-int8-python   # the C layer loop's gain
 
 --agreement DIR DIR ...: no timing; the share of problems whose first 64 greedy tokens (the answer's text up to its
 stop, tokenized again) are the same in each pair of `quench run --out DIR` folders (e.g. one per --weights).
@@ -119,12 +120,19 @@ def agreement(folders: list[str], tokens: int = 64) -> None:
         print(f"| {a} | {b} | {same}/{len(common)} = {same / max(len(common), 1):.1%} |")
 
 
+# gguf-int8 with every layer of a step in Python (the plan's C layer loop off): what the loop in C saves
+PYTHON_LAYERS = "gguf-int8-python"
+
+
 def backend(loaded, gguf_weights, weights: str, batch_size: int) -> QuenchBackend:
-    """An engine over `loaded` with weights "dequantized" (its parameters), "gguf" or "gguf-int8" (the blocks)."""
-    model = loaded.model
-    model.quench_gguf_weights = replace(gguf_weights, mode=weights) if weights in quant.MODES else None
+    """An engine over `loaded` with weights "dequantized" (its parameters), "gguf" or "gguf-int8" (the blocks), or
+    PYTHON_LAYERS."""
+    model, mode = loaded.model, "gguf-int8" if weights == PYTHON_LAYERS else weights
+    model.quench_gguf_weights = replace(gguf_weights, mode=mode) if mode in quant.MODES else None
     built = QuenchBackend(model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
     model.quench_gguf_weights = gguf_weights
+    if weights == PYTHON_LAYERS:
+        built.runner.plan = replace(built.runner.plan, c_layers=False)
     return built
 
 
@@ -143,15 +151,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kernels", action="store_true", help="only the products alone, in CPU time per call")
     parser.add_argument("--systems", default="bfloat16,gguf,gguf-int8",
-                        help="comma-separated: bfloat16, dequantized (float32), gguf, gguf-int8")
+                        help=f"comma-separated: bfloat16, dequantized (float32), gguf, gguf-int8, {PYTHON_LAYERS} (the "
+                             "layers in Python, not the C loop)")
     parser.add_argument("--agreement", nargs="+", metavar="DIR", help="`quench run --out` folders to compare (no timing)")
     args = parser.parse_args()
     if args.agreement:
         agreement(args.agreement)
         return
     names = args.systems.split(",")
-    if not set(names) <= {"bfloat16", "dequantized", *quant.MODES}:
-        parser.error(f"--systems: unknown {sorted(set(names) - {'bfloat16', 'dequantized', *quant.MODES})}")
+    known = {"bfloat16", "dequantized", *quant.MODES, PYTHON_LAYERS}
+    if not set(names) <= known:
+        parser.error(f"--systems: unknown {sorted(set(names) - known)}")
 
     loaded = load_model(weights="gguf")
     bf16 = load_model(dtype="bfloat16") if "bfloat16" in names else None
