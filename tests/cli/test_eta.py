@@ -93,7 +93,10 @@ def errors_at(samples: list[dict], share: float, slots: int = 8) -> tuple[float,
 
 def full_setting(seed: int) -> list[dict]:
     """ReCode's full setting (164 problems: 328 nominal prompts, 27 transformations of ~420 distinct prompts
-    each) drawn from the recorded samples of each transformation, in the pipeline's generation order."""
+    each) drawn from the recorded samples of each transformation, in the pipeline's generation order: task by
+    task, the i-th prompt of each transformation a prompt of task i mod 164."""
+    from quench.datasets import Problem
+
     rng = random.Random(seed)
     by_group: dict[str, list[dict]] = {}
     for sample in timings():
@@ -101,7 +104,9 @@ def full_setting(seed: int) -> list[dict]:
     built = []
     for group in sorted(by_group, key=lambda name: (name != "nominal", name)):
         built += [rng.choice(by_group[group]) for _ in range(328 if group == "nominal" else 420)]
-    return generation_order(built, seed=0)
+    prompts = [Problem(f"prompt{i}", f"{i:05d}", "", "", "f") for i in range(len(built))]
+    task_of = {f"prompt{i}": f"task{i % 164}" for i in range(len(built))}
+    return [built[int(p.task_id.removeprefix("prompt"))] for p in generation_order(prompts, seed=0, task_of=task_of)]
 
 
 @pytest.mark.skipif(not TIMINGS.is_file(), reason="no recorded timings")

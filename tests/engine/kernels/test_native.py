@@ -340,7 +340,8 @@ def test_the_float32_layer_loop_refuses_a_table_that_does_not_fit_before_computi
     fixed-order part beside others, a table cut short or one entry too long -> ValueError, x and the caches unchanged."""
     from gguf import GGMLQuantizationType
 
-    from quench.engine.engine import EngineConfig, make_runner
+    from quench.engine.config import EngineConfig
+    from quench.engine.runners.make import make_runner
     from tests.engine.runners.test_llama_f32_layers import tiny_gguf_llama
 
     runner = make_runner(tiny_gguf_llama(GGMLQuantizationType.Q4_K, "gguf-int8"), EngineConfig())
