@@ -84,7 +84,7 @@ from quench.engine.kernels.native_config import KernelConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.models import load_model
 from quench.models.loading import DTYPES
-from quench.cli.work_settings import Work, choose_drafter
+from quench.cli.work_settings import greedy_drafter
 from quench.models.draft import load_draft, shipped_draft_path
 from quench.models.presets import DEFAULT_PRESET, PRESETS, preset_gguf_parts
 from quench.models.prompts import encode_prompt
@@ -255,10 +255,9 @@ def step_weight_bytes(model: nn.Module) -> int:
 
 def cli_drafter(loaded, greedy: bool) -> str:
     """The drafter `quench run --speculate auto` picks for this model (`work_settings.choose_drafter`)."""
-    work = Work(rows=1, greedy=greedy, backend="quench", device="cpu", threads=1, one_engine_only=False,
-                draft_shipped=shipped_draft_path(loaded.name).is_file(), weight_bytes=0, free_bytes=0,
-                weights=getattr(loaded.model, "quench_weights", "dequantized"))
-    return choose_drafter(work)
+    if not greedy:
+        return "none"
+    return greedy_drafter(shipped_draft_path(loaded.name).is_file(), getattr(loaded.model, "quench_weights", "dequantized"))
 
 
 class CliDefaults:

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def serving_options(args: argparse.Namespace):  # -> quench.runs.backends.BackendOptions
-    """The engine's options, with --speculate auto resolved (`work_settings.serving_drafter`): drafts for greedy steps."""
+    """The engine's options, with --speculate auto resolved (`work_settings.greedy_drafter`): drafts for greedy steps."""
     from dataclasses import replace
 
     from quench.cli import work_settings
@@ -120,7 +120,8 @@ def serving_options(args: argparse.Namespace):  # -> quench.runs.backends.Backen
     auto = args.speculate == work_settings.AUTO
     if auto:
         weights = resolve_weights(args.weights, args.model, args.dtype, args.device)
-        args.speculate = work_settings.serving_drafter(shipped_draft_path(args.model).is_file(), weights)
+        # a server's requests come greedy and sampled: greedy steps draft what a greedy run would, sampled ones none
+        args.speculate = work_settings.greedy_drafter(shipped_draft_path(args.model).is_file(), weights)
     options = settings.backend_options_from_args(args)
     return replace(options, engine=replace(options.engine, draft_sampled=False)) if auto else options
 

@@ -86,18 +86,18 @@ def choose_batch_size(work: Work, engines: int) -> int:
 NO_DRAFT_WEIGHTS = ("gguf-int8",)
 
 
-def choose_drafter(work: Work) -> str:
-    if work.backend != "quench" or not work.greedy or work.weights in NO_DRAFT_WEIGHTS:
-        return "none"
-    return "hybrid" if work.draft_shipped else "ngram"
-
-
-def serving_drafter(draft_shipped: bool, weights: str) -> str:
-    """`quench serve --speculate auto`: a server's requests come greedy and sampled, so it drafts for the steps whose
-    rows are all greedy (`EngineConfig.draft_sampled` off), with what a greedy run would pick."""
+def greedy_drafter(draft_shipped: bool, weights: str) -> str:
+    """What greedy steps draft with on quench's engine: nothing on NO_DRAFT_WEIGHTS, else the shipped draft with
+    prompt lookup where there is one, else prompt lookup."""
     if weights in NO_DRAFT_WEIGHTS:
         return "none"
     return "hybrid" if draft_shipped else "ngram"
+
+
+def choose_drafter(work: Work) -> str:
+    if work.backend != "quench" or not work.greedy:
+        return "none"
+    return greedy_drafter(work.draft_shipped, work.weights)
 
 
 def choose(work: Work, engines: str, batch_size: str, drafter: str) -> EngineChoice:
