@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from quench.engine.kernels import huge_pages
+
 
 @dataclass(frozen=True)
 class Prefix:
@@ -47,9 +49,14 @@ class KVCache:
 
     def allocate(self, layer: int, heads: int, head_dim: int, value_dim: int | None = None) -> None:
         shape = (self.batch, heads, self.max_len, head_dim)
-        self.keys[layer] = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.keys[layer] = self._zeros(shape)
         vshape = (self.batch, heads, self.max_len, value_dim or head_dim)
-        self.values[layer] = torch.zeros(vshape, dtype=self.dtype, device=self.device)
+        self.values[layer] = self._zeros(vshape)
+
+    def _zeros(self, shape: tuple[int, ...]) -> torch.Tensor:
+        if torch.device(self.device).type == "cpu":
+            return huge_pages.zeros(shape, self.dtype)  # a step streams through every row's keys and values
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
     def resize(self, max_len: int) -> None:
         """Hold `max_len` positions per row from now on, keeping each row's first min(old, new) positions.
@@ -60,7 +67,7 @@ class KVCache:
             for layer, old in enumerate(buffers):
                 if old is None:
                     continue
-                new = torch.zeros((*old.shape[:2], max_len, old.shape[3]), dtype=old.dtype, device=old.device)
+                new = self._zeros((*old.shape[:2], max_len, old.shape[3]))
                 new[:, :, :keep] = old[:, :, :keep]
                 buffers[layer] = new
                 del old

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from quench.engine.kernels import native
+from quench.engine.kernels import huge_pages, native
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def packed(weights: list[QuantWeight]) -> PackedWeight | None:
     if size < 0 or library.qdot_level() not in (1, 2) or any(w.type != first.type for w in weights):
         return None
     stacked = torch.cat([w.data for w in weights]) if len(weights) > 1 else first.data  # (N, row_bytes), transient
-    out = torch.empty(size, dtype=torch.uint8)
+    out = huge_pages.zeros((size,), torch.uint8)  # a step streams through it
     if library.qpack(stacked.data_ptr(), out.data_ptr(), rows, first.in_features, first.type):
         raise ValueError(f"qpack refused type {first.type}")
     return PackedWeight(first.type, first.in_features, rows, out)

@@ -139,11 +139,16 @@ static inline __m512 reduce16x16(const __m512* a) {
    never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
    in key order, for QB consecutive queries from m0, each value row read once for the QB queries. D a multiple of
    16, at most 256. */
+#define KEYS_AHEAD 32    /* keys: two 16-key blocks ahead */
+#define VALUES_AHEAD 16  /* value rows ahead */
 #define PAIR16_KERNELS(T, SUFFIX, LOAD16)                                                            \
 static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float* q, int M, const T* kb, int keys, \
         int64_t first, int G, const int D, float scale, float* scores) {                            \
     for (int t0 = 0; t0 < keys; t0 += 16) {                                                         \
         int count = keys - t0 < 16 ? keys - t0 : 16;                                                \
+        if (t0 + KEYS_AHEAD < keys) /* a later block towards L1 while this one computes */          \
+            for (int l = 0; l < 16 * D * (int)sizeof(T); l += 64)                                   \
+                _mm_prefetch((const char*)(kb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T0);  \
         __mmask16 live = count == 16 ? (__mmask16)0xffff : (__mmask16)((1u << count) - 1);          \
         for (int m = t0 > first ? (int)(t0 - first) * G : 0; m < M; m++) {                          \
             __m512 acc[16];                                                                          \
@@ -168,12 +173,16 @@ static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* sco
         least = seen[i] < least ? seen[i] : least;                                                   \
         for (int c = 0; c < D / 16; c++) acc[i][c] = _mm512_setzero_ps();                            \
     }                                                                                                \
-    for (int t = 0; t < least; t++)  /* keys every query of the block sees */                       \
+    for (int t = 0; t < least; t++) { /* keys every query of the block sees */                      \
+        if (m0 == 0 && t + VALUES_AHEAD < most) /* a later value row, on the first pass over them */ \
+            for (int l = 0; l < D * (int)sizeof(T); l += 64)                                        \
+                _mm_prefetch((const char*)(vb + (int64_t)(t + VALUES_AHEAD) * D) + l, _MM_HINT_T0); \
         for (int c = 0; c < D / 16; c++) {                                                           \
             __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
             for (int i = 0; i < QB; i++)                                                             \
                 acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]), v, acc[i][c]); \
         }                                                                                            \
+    }                                                                                                \
     for (int t = least; t < most; t++)                                                               \
         for (int c = 0; c < D / 16; c++) {                                                           \
             __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
