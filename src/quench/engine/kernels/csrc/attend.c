@@ -118,6 +118,9 @@ static inline void axpy_fixed(float* acc, float p, const float* row, int D) {
     for (; d < D; d++) acc[d] = fmaf(p, row[d], acc[d]);
 }
 
+#define KEYS_AHEAD 32    /* keys: 32 ahead of the block being computed */
+#define VALUES_AHEAD 16  /* value rows ahead */
+
 #if defined(__AVX512F__)
 /* The 16 sums of 16 vectors, lane i the sum of a[i] by canon.h's tree: each level adds the same lane pairs as
    reduce16_fixed (L_j + L_{8+j}, then s_j + s_{4+j}, u_j + u_{2+j}, v_0 + v_1), for 16 vectors at once. */
@@ -139,8 +142,6 @@ static inline __m512 reduce16x16(const __m512* a) {
    never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
    in key order, for QB consecutive queries from m0, each value row read once for the QB queries. D a multiple of
    16, at most 256. */
-#define KEYS_AHEAD 32    /* keys: two 16-key blocks ahead */
-#define VALUES_AHEAD 16  /* value rows ahead */
 #define PAIR16_KERNELS(T, SUFFIX, LOAD16)                                                            \
 static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float* q, int M, const T* kb, int keys, \
         int64_t first, int G, const int D, float scale, float* scores) {                            \
@@ -209,6 +210,85 @@ static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* 
 }
 PAIR16_KERNELS(bf16, bf16, bf16x16_to_f32)
 PAIR16_KERNELS(float, f32, _mm512_loadu_ps)
+#define PAIR16(D) ((D) % 16 == 0 && (D) <= 256)
+#elif defined(__AVX2__) && defined(__FMA__)
+/* The 4 sums of 4 keys, key i's 16 lanes as lo[i] (lanes 0-7) and hi[i] (8-15), each by reduce8_fixed's steps
+   on s = lo + hi (s_j + s_{4+j}, then u_j + u_{2+j}, then v_0 + v_1), for 4 keys at once. */
+static inline void reduce4x16(const __m256* lo, const __m256* hi, float* sums) {
+    __m256 s0 = _mm256_add_ps(lo[0], hi[0]), s1 = _mm256_add_ps(lo[1], hi[1]);
+    __m256 s2 = _mm256_add_ps(lo[2], hi[2]), s3 = _mm256_add_ps(lo[3], hi[3]);
+    /* low half key 0 (2), high half key 1 (3): u_j = s_j + s_{4+j} */
+    __m256 u01 = _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
+    __m256 u23 = _mm256_add_ps(_mm256_permute2f128_ps(s2, s3, 0x20), _mm256_permute2f128_ps(s2, s3, 0x31));
+    /* v_j = u_j + u_{2+j}: each half [v_0, v_1] of key 0 (1), then of key 2 (3) */
+    __m256 v = _mm256_add_ps(_mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(v, v, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(v, v, _MM_SHUFFLE(3, 1, 3, 1)));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, r);  /* [r0, r2, r0, r2, r1, r3, r1, r3] */
+    sums[0] = lanes[0], sums[1] = lanes[4], sums[2] = lanes[1], sums[3] = lanes[5];
+}
+
+/* The AVX-512 pair kernel's work on 256-bit registers: scores4 takes 4 keys at a time (each key's 16 lanes in two
+   registers), pv8 one query at a time with up to 8 accumulators of 8 outputs, each value row read from L1 per
+   query. D a multiple of 16. */
+#define PAIR8_KERNELS(T, SUFFIX, LOAD8)                                                              \
+static inline __attribute__((always_inline)) void scores4_##SUFFIX(const float* q, int M, const T* kb, int keys, \
+        int64_t first, int G, const int D, float scale, float* scores) {                            \
+    for (int t0 = 0; t0 < keys; t0 += 4) {                                                          \
+        int count = keys - t0 < 4 ? keys - t0 : 4;                                                  \
+        if (t0 + KEYS_AHEAD < keys)                                                                  \
+            for (int l = 0; l < 4 * D * (int)sizeof(T); l += 64)                                    \
+                _mm_prefetch((const char*)(kb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T0);  \
+        const T* k[4];                                                                               \
+        for (int i = 0; i < 4; i++) k[i] = kb + (int64_t)(t0 + (i < count ? i : 0)) * D;  /* past the last: key t0 again */ \
+        for (int m = t0 > first ? (int)(t0 - first) * G : 0; m < M; m++) {                          \
+            __m256 lo[4], hi[4];                                                                     \
+            for (int i = 0; i < 4; i++) lo[i] = hi[i] = _mm256_setzero_ps();                          \
+            for (int c = 0; c < D; c += 16) {                                                        \
+                __m256 ql = _mm256_loadu_ps(q + m * D + c), qh = _mm256_loadu_ps(q + m * D + c + 8);  \
+                for (int i = 0; i < 4; i++) {                                                        \
+                    lo[i] = _mm256_fmadd_ps(ql, LOAD8(k[i] + c), lo[i]);                              \
+                    hi[i] = _mm256_fmadd_ps(qh, LOAD8(k[i] + c + 8), hi[i]);                          \
+                }                                                                                    \
+            }                                                                                        \
+            float dots[4];                                                                           \
+            reduce4x16(lo, hi, dots);                                                                \
+            for (int i = 0; i < count; i++) scores[(int64_t)m * keys + t0 + i] = dots[i] * scale;    \
+        }                                                                                            \
+    }                                                                                                \
+}                                                                                                    \
+static inline __attribute__((always_inline)) void pv8_##SUFFIX(const float* p, int seen, const T* vb, const int D, \
+        float* out) {                                                                                \
+    for (int d0 = 0; d0 < D; d0 += 64) {                                                             \
+        int chunks = (D - d0) / 8 < 8 ? (D - d0) / 8 : 8;                                            \
+        __m256 acc[8];                                                                               \
+        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();                                    \
+        for (int t = 0; t < seen; t++) {                                                             \
+            __m256 pt = _mm256_set1_ps(p[t]);                                                        \
+            const T* v = vb + (int64_t)t * D + d0;                                                   \
+            if (chunks == 8)                                                                         \
+                for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(pt, LOAD8(v + 8 * c), acc[c]);  \
+            else                                                                                     \
+                for (int c = 0; c < chunks; c++) acc[c] = _mm256_fmadd_ps(pt, LOAD8(v + 8 * c), acc[c]); \
+        }                                                                                            \
+        for (int c = 0; c < chunks; c++) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);                 \
+    }                                                                                                \
+}                                                                                                    \
+/* One (row, kv head) pair's attention on AVX2: the fixed kernel's bits (tested against its written order). */ \
+static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
+                                   int D, float scale, float* scores, float* acc) {                  \
+    if (D == 64) scores4_##SUFFIX(q, M, kb, keys, first, G, 64, scale, scores);                     \
+    else scores4_##SUFFIX(q, M, kb, keys, first, G, D, scale, scores);                              \
+    for (int m = 0; m < M; m++) {                                                                    \
+        int seen = (int)first + m / G + 1;                                                           \
+        softmax_fixed(scores + (int64_t)m * keys, seen);                                             \
+        if (D == 64) pv8_##SUFFIX(scores + (int64_t)m * keys, seen, vb, 64, acc + (int64_t)m * D);   \
+        else pv8_##SUFFIX(scores + (int64_t)m * keys, seen, vb, D, acc + (int64_t)m * D);            \
+    }                                                                                                \
+}
+PAIR8_KERNELS(bf16, bf16, bf16x8_to_f32)
+PAIR8_KERNELS(float, f32, _mm256_loadu_ps)
 #define PAIR16(D) ((D) % 16 == 0 && (D) <= 256)
 #else
 #define PAIR16(D) 0
