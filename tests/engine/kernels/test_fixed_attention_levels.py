@@ -10,8 +10,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from quench.engine.kernels import native
 from quench.native_target import cpu_flags, levels_of
+
+pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason=native.build_result().reason)
 
 LEVELS = [level.name for level in levels_of(platform.machine()) if level.needs <= cpu_flags()]
 
