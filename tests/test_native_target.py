@@ -1,14 +1,13 @@
 """CPU levels: which build each CPU gets, a requested level the CPU cannot run is refused, and every x86 level
 this CPU can run builds and gives PyTorch's answers on the portable kernels."""
 
-import platform
 import shutil
 
 import pytest
 import torch
 
-from quench.native_target import BY_NAME, LEVELS, best_level, levels_of, resolve_target
-from quench.engine.kernels.native_build import build, cpu_flags
+from quench.native_target import BY_NAME, LEVELS, best_level, levels_of, resolve_target, this_cpu_levels
+from quench.engine.kernels.native_build import build
 
 ZEN3 = frozenset("fpu sse2 ssse3 sse4_1 sse4_2 cx16 lahf_lm popcnt avx avx2 fma f16c bmi1 bmi2 abm movbe xsave aes".split())
 ZEN4 = ZEN3 | frozenset("avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 avx512_vnni avx512ifma".split())
@@ -58,7 +57,7 @@ def test_a_raw_march_value_passes_through_and_unknown_cpus_build_native():
     assert resolve_target(None, frozenset(), "riscv64").compiler_flags == ("-march=native",)
 
 
-RUNNABLE = [level.name for level in levels_of(platform.machine()) if level.needs <= cpu_flags()]
+RUNNABLE = this_cpu_levels()
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

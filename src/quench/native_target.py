@@ -76,9 +76,14 @@ def levels_of(machine: str) -> tuple[CpuLevel, ...]:
     return tuple(level for level in LEVELS if level.machine == machine)
 
 
+def runnable_levels(features: frozenset[str], machine: str) -> tuple[CpuLevel, ...]:
+    """The levels of `machine` whose features the CPU reports, lowest first."""
+    return tuple(level for level in levels_of(machine) if level.needs <= features)
+
+
 def best_level(features: frozenset[str], machine: str) -> CpuLevel | None:
     """The highest level of `machine` whose features the CPU reports (None: none known, e.g. another arch)."""
-    runnable = [level for level in levels_of(machine) if level.needs <= features]
+    runnable = runnable_levels(features, machine)
     return runnable[-1] if runnable else None
 
 
@@ -130,6 +135,11 @@ def cpu_flags() -> frozenset[str]:
 def compiler() -> str | None:
     """The C compiler the kernels are built with: $CC, else gcc, else clang (None where there is none)."""
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+
+
+def this_cpu_levels() -> list[str]:
+    """The names of the levels this CPU can execute, lowest first (each a QUENCH_NATIVE_MARCH value)."""
+    return [level.name for level in runnable_levels(cpu_flags(), platform.machine())]
 
 
 def current_target() -> Target:

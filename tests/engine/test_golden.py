@@ -7,14 +7,13 @@ The aarch64 levels are held to the same arithmetic by the C self-test's digests 
 
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from quench.native_target import cpu_flags, current_target, levels_of
+from quench.native_target import current_target, this_cpu_levels
 
 HERE = Path(__file__).parent
 GOLDEN = json.loads((HERE / "golden_tokens.json").read_text())
@@ -37,7 +36,7 @@ def runnable_levels() -> list[str]:
     if own.refused or own.level is None:
         return []
     chosen = os.environ.get("QUENCH_GOLDEN_LEVELS", "own")
-    every = [level.name for level in levels_of(platform.machine()) if level.needs <= cpu_flags()]
+    every = this_cpu_levels()
     return {"own": [own.level.name], "below": [name for name in every if name != own.level.name]}.get(chosen, every)
 
 

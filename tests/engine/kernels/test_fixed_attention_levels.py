@@ -5,7 +5,6 @@ its own process (QUENCH_NATIVE_MARCH picks the build)."""
 
 import hashlib
 import os
-import platform
 import subprocess
 import sys
 
@@ -13,11 +12,11 @@ import pytest
 import torch
 
 from quench.engine.kernels import native
-from quench.native_target import cpu_flags, levels_of
+from quench.native_target import this_cpu_levels
 
 pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason=native.build_result().reason)
 
-LEVELS = [level.name for level in levels_of(platform.machine()) if level.needs <= cpu_flags()]
+LEVELS = this_cpu_levels()
 
 SCRIPT = r"""
 import hashlib, torch
