@@ -194,7 +194,7 @@ static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* sco
         for (int c = 0; c < D / 16; c++) _mm512_storeu_ps(out + (int64_t)(m0 + i) * D + 16 * c, acc[i][c]); \
 }                                                                                                    \
 /* One (row, kv head) pair's attention on AVX-512: the fixed kernel's bits (tested against its written order). */ \
-static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
+static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
                                    int D, float scale, float* scores, float* acc) {                  \
     if (D == 64) scores16_##SUFFIX(q, M, kb, keys, first, G, 64, scale, scores);                    \
     else if (D == 128) scores16_##SUFFIX(q, M, kb, keys, first, G, 128, scale, scores);             \
@@ -210,7 +210,7 @@ static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* 
 }
 PAIR16_KERNELS(bf16, bf16, bf16x16_to_f32)
 PAIR16_KERNELS(float, f32, _mm512_loadu_ps)
-#define PAIR16(D) ((D) % 16 == 0 && (D) <= 256)
+#define HAVE_PAIR_KERNEL 1
 #elif defined(__AVX2__) && defined(__FMA__)
 /* The 4 sums of 4 keys, key i's 16 lanes as lo[i] (lanes 0-7) and hi[i] (8-15), each by reduce8_fixed's steps
    on s = lo + hi (s_j + s_{4+j}, then u_j + u_{2+j}, then v_0 + v_1), for 4 keys at once. */
@@ -267,7 +267,7 @@ static inline __attribute__((always_inline)) void pv8_##SUFFIX(const float* p, i
         for (int t = 0; t < seen; t++) {                                                             \
             __m256 pt = _mm256_set1_ps(p[t]);                                                        \
             const T* v = vb + (int64_t)t * D + d0;                                                   \
-            if (chunks == 8)                                                                         \
+            if (chunks == 8) /* a constant bound: the accumulators stay in registers */              \
                 for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(pt, LOAD8(v + 8 * c), acc[c]);  \
             else                                                                                     \
                 for (int c = 0; c < chunks; c++) acc[c] = _mm256_fmadd_ps(pt, LOAD8(v + 8 * c), acc[c]); \
@@ -276,7 +276,7 @@ static inline __attribute__((always_inline)) void pv8_##SUFFIX(const float* p, i
     }                                                                                                \
 }                                                                                                    \
 /* One (row, kv head) pair's attention on AVX2: the fixed kernel's bits (tested against its written order). */ \
-static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
+static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
                                    int D, float scale, float* scores, float* acc) {                  \
     if (D == 64) scores4_##SUFFIX(q, M, kb, keys, first, G, 64, scale, scores);                     \
     else scores4_##SUFFIX(q, M, kb, keys, first, G, D, scale, scores);                              \
@@ -289,17 +289,19 @@ static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* 
 }
 PAIR8_KERNELS(bf16, bf16, bf16x8_to_f32)
 PAIR8_KERNELS(float, f32, _mm256_loadu_ps)
-#define PAIR16(D) ((D) % 16 == 0 && (D) <= 256)
+#define HAVE_PAIR_KERNEL 1
 #else
-#define PAIR16(D) 0
-#define PAIR16_STUB(T, SUFFIX)                                                                       \
-static void attend_pair16_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
+#define HAVE_PAIR_KERNEL 0
+#define PAIR_STUB(T, SUFFIX)                                                                       \
+static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
                                    int D, float scale, float* scores, float* acc) {                  \
     (void)q, (void)M, (void)kb, (void)vb, (void)keys, (void)first, (void)G, (void)D, (void)scale, (void)scores, (void)acc; \
 }
-PAIR16_STUB(bf16, bf16)
-PAIR16_STUB(float, f32)
+PAIR_STUB(bf16, bf16)
+PAIR_STUB(float, f32)
 #endif
+/* Whether a head size runs on the build's pair kernel (AVX-512 or AVX2); else the loops of the written order. */
+#define PAIR_KERNEL(D) (HAVE_PAIR_KERNEL && (D) % 16 == 0 && (D) <= 256)
 
 /* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
    its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
@@ -357,8 +359,8 @@ static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const
         }                                                                                         \
         const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
         const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
-        if (PAIR16(D)) {                                                                          \
-            attend_pair16_##SUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, scores, acc);        \
+        if (PAIR_KERNEL(D)) {                                                                     \
+            attend_pair_##SUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, scores, acc);         \
             goto store_##SUFFIX;                                                                  \
         }                                                                                         \
         for (int t = 0; t < keys; t++) {                                                          \
