@@ -19,7 +19,7 @@ from quench.engine.runners.families import family_of, gelu_tanh_mul, norm_weight
 from quench.engine.runners.forward_plan import NATIVE_MAX_NEW, NATIVE_PREFILL_MAX, ForwardPlan, plan_forward
 from quench.engine.kv_cache import KVCache, attention_window, causal_mask, real_positions, real_rows
 from quench.engine.kernels.linear import INT8_MAX_ROWS, Linear
-from quench.engine.kernels.quant import PackedWeight, QuantLinear
+from quench.engine.runners import layer_tables
 from quench.engine.runners.llama_layers import LlamaLayer, build_layer, rope_table
 from quench.engine.kernels.screen import ScreenedHead, screen_head
 
@@ -35,23 +35,6 @@ Residual = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None], tu
 def on_fast_path(model: torch.nn.Module) -> bool:
     """Whether the fast path can run this model exactly: a Llama, Qwen2 or Gemma 3 decoder (`families.py`)."""
     return family_of(model) is not None
-
-
-def _float32_parts(linear: Linear | QuantLinear, kinds: dict[str, int]) -> list[tuple[int, int, int, int]]:
-    """One float32 projection's parts as `native.layers_f32` runs them, (kind, address, ggml type, out features) each,
-    the calls the projection itself makes: a QuantLinear's stacked weights (gguf-int8: on the `quant.packed` copy where
-    it has one, else as stored; gguf: as stored, every row on the kernel), or a `Linear`'s fixed-order pack."""
-    if isinstance(linear, QuantLinear) and linear.mode == "gguf-int8":
-        return [
-            (kinds["F32_PART_X8_PACKED" if isinstance(part, PackedWeight) else "F32_PART_X8"], part.data.data_ptr(),
-             part.type, part.out_features)
-            for part in linear.parts
-        ]
-    if isinstance(linear, QuantLinear) and linear.mode == "gguf" and linear.every_row:
-        return [(kinds["F32_PART_QUANT"], weight.data.data_ptr(), weight.type, weight.out_features) for weight in linear.weights]
-    if isinstance(linear, Linear) and linear.fixed is not None and linear.bias is None and linear.fixed.dtype == torch.float32:
-        return [(kinds["F32_PART_FIXED"], linear.fixed.data_ptr(), -1, linear.out_features)]
-    raise AssertionError(f"the float32 C layer loop cannot run a {type(linear).__name__} ({getattr(linear, 'mode', '')})")
 
 
 def _check_room(cache: KVCache, start: torch.Tensor, num_new: int) -> None:
@@ -94,10 +77,9 @@ class LlamaRunner:
         self._rotary = inner.rotary_emb
         self._rope_tables(config.max_position_embeddings)
         bf16_layers = plan.c_layers and self.dtype == torch.bfloat16
-        self._layer_table = self._native_layer_table() if bf16_layers else None
-        self._int8_table = self._int8_layer_table() if bf16_layers and plan.int8 else None
-        # float32 (`native.layers_f32`): built on the first step, after `quant.use_gguf_weights` has put the GGUF's
-        # blocks in place; (the projections it was built from, the table), rebuilt where they change
+        self._layer_table = layer_tables.bf16_table(self.layers, plan.fixed) if bf16_layers else None
+        self._int8_table = layer_tables.int8_table(self.layers) if bf16_layers and plan.int8 else None
+        # float32 (`native.layers_f32`): (the projections it was built from, the table), rebuilt where they change
         self._f32_table: tuple[tuple[object, ...], ctypes.Array] | None = None
         self._layer_shape = native.LayerShape(
             self.heads, self.kv_heads, self.layers[0].gate_up.out_features // 2, self.scale, self.eps
@@ -120,59 +102,17 @@ class LlamaRunner:
     def window(self) -> int | None:
         return self.plan.window
 
-    def _native_layer_table(self) -> ctypes.Array:
-        """The addresses `native.layers` reads (6 per layer), where the plan runs the whole layer loop in C
-        (`ForwardPlan.c_layers`: bfloat16 glue, head size 64, every projection packed, no biases, no windows).
-
-        Runners whose products are all fixed-order (batch-invariant ones, and bfloat16 on builds without the small
-        GEMM, e.g. AVX2) point it at the fixed-order packs (in bfloat16 the small GEMM's layout); invariant ones
-        run every step through it, whatever its rows: the loop's GEMM sums each output in one order for any
-        row count or thread count (AMX tiles for every product where the CPU has them, else the AVX512
-        kernel), and its norms, RoPE, attention and SiLU treat each row on its own."""
-        projections = self._projections()
-        packs = [linear.fixed if self.plan.fixed else linear.small for linear in projections]
-        if any(pack is None for pack in packs):
-            raise AssertionError("the forward plan runs the C layer loop over weights without its packs")
-        spans = [linear.fixed_span if self.plan.fixed else -1 for linear in projections]
-        addresses = []  # LAYER_WEIGHTS per layer (csrc/quench_native.h)
-        for index, layer in enumerate(self.layers):
-            addresses += [layer.input_norm.data_ptr(), layer.post_norm.data_ptr()]
-            addresses += [pack.data_ptr() for pack in packs[4 * index : 4 * index + 4]]
-            addresses += spans[4 * index : 4 * index + 4]
-        return (ctypes.c_int64 * len(addresses))(*addresses)
-
     def _float32_layer_table(self) -> ctypes.Array:
-        """The table `native.layers_f32` reads (`ForwardPlan.c_layers` in float32: a batch-invariant runner on a GGUF's
-        blocks), built from the projections now in place and kept while they stay: per layer the input and
-        post-attention norms' addresses, then each projection as a count of parts and (kind, address, ggml type, out
-        features) per part, each part the call the projection itself makes (`_float32_parts`)."""
+        """`layer_tables.float32_table` for the projections now in place (built on the first step, after
+        `quant.use_gguf_weights` has put the GGUF's blocks in place), kept while they stay."""
         projections = tuple(self._projections())
         if self._f32_table is None or self._f32_table[0] != projections:
-            kinds = native.f32_part_kinds()
-            entries: list[int] = []
-            for index, layer in enumerate(self.layers):
-                entries += [layer.input_norm.data_ptr(), layer.post_norm.data_ptr()]
-                for linear in projections[4 * index : 4 * index + 4]:
-                    parts = _float32_parts(linear, kinds)
-                    entries += [len(parts), *(field for part in parts for field in part)]
-            self._f32_table = (projections, (ctypes.c_int64 * len(entries))(*entries))
+            self._f32_table = (projections, layer_tables.float32_table(self.layers, projections))
         return self._f32_table[1]
 
     def _projections(self) -> list[Linear]:
         """Every layer's qkv, o, gate_up and down, in the layer loop's order."""
-        return [linear for layer in self.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
-
-    def _int8_layer_table(self) -> ctypes.Array | None:
-        """The int8 copies' addresses `native.layers` reads (12 per layer), where every projection has one."""
-        linears = self._projections()
-        if any(linear.int8 is None for linear in linears):
-            return None
-        addresses = [
-            tensor.data_ptr()
-            for linear in linears
-            for tensor in (linear.int8.quantized, linear.int8.scale, linear.int8.column_sums)
-        ]
-        return (ctypes.c_int64 * len(addresses))(*addresses)
+        return layer_tables.projections(self.layers)
 
     @torch.no_grad()
     def _rope_tables(self, max_positions: int) -> None:
