@@ -54,8 +54,11 @@ class Linear:
 
 
 def _can_prepack(weight: torch.Tensor) -> bool:
+    """oneDNN packs float32 on any CPU, bfloat16 only where it runs bfloat16 (AVX512BW/VL/DQ or AVX-NE-CONVERT, and
+    not held below them by ONEDNN_MAX_CPU_ISA): elsewhere its reorder refuses the weight."""
     return (
         weight.device.type == "cpu"
         and weight.dtype in (torch.bfloat16, torch.float32)
         and torch.backends.mkldnn.is_available()
+        and (weight.dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported())
     )
