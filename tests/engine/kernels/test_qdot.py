@@ -210,13 +210,14 @@ def test_activation_quantization_is_the_written_definition():
 def test_a_rows_bits_do_not_depend_on_the_other_rows_or_the_threads(qtype):
     blocks = 2 if GGML_QUANT_SIZES[qtype][0] == 256 else 16
     weights = [weight_of(qtype, random_blocks(qtype, rows=n, blocks=blocks, seed=n)) for n in (70, 3)]
-    x = torch.randn(13, weights[0].in_features, generator=torch.Generator().manual_seed(1))
+    # 37 rows: two threads also split the activations' quantization
+    x = torch.randn(37, weights[0].in_features, generator=torch.Generator().manual_seed(1))
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
         parts = [quant.int8_parts(weights), [quant.packed([w]) or w for w in weights]]  # one pack of both, one each
-        alone = torch.cat([quant.gemm_x8(x[m : m + 1], weights) for m in range(13)])  # (13, 73) one row per call
-        alone_each = torch.cat([torch.cat([quant.gemm_x8(x[m : m + 1], [w]) for w in weights], 1) for m in range(13)])
+        alone = torch.cat([quant.gemm_x8(x[m : m + 1], weights) for m in range(37)])  # (37, 73) one row per call
+        alone_each = torch.cat([torch.cat([quant.gemm_x8(x[m : m + 1], [w]) for w in weights], 1) for m in range(37)])
         torch.set_num_threads(2)
         together = [quant.gemm_x8(x, weights)] + [quant.gemm_x8(x, p) for p in parts]
     finally:

@@ -29,7 +29,7 @@
 /* The fixed attention's arithmetic, the same bits on every build (scalar, AVX2 + FMA, AVX-512, NEON):
    - q.k: 16 lanes, lane l summing q[d] k[d] over d = l (mod 16) by fused multiply-adds in increasing d from
      zero, then canon.h's fixed tree; times the scale (one product).
-   - softmax over the keys a query sees: the largest score (scalar, in key order), e_t = exp_fixed(s_t - top),
+   - softmax over the keys a query sees: the largest score (max_fixed), e_t = exp_fixed(s_t - top),
      their total in 16 lanes (t mod 16) added in key order then the same tree, and p_t = e_t * (1 / total).
    - p.v: each output element one fused multiply-add per key, in key order from zero. */
 #if defined(__AVX2__)
@@ -76,10 +76,55 @@ static inline float dot_fixed(const float* q, const float* k, int D) {
     return reduce16_fixed(lanes);
 }
 
+/* The largest of sc[0 .. n) (n >= 1), as the scalar scan in key order finds it. Where no score is NaN a vector
+   maximum is the same value up to the sign of a zero maximum, which softmax_fixed cannot see (s - top is the same
+   for top = +0 and -0 but where s is a zero, and exp_fixed(+0) = exp_fixed(-0) = 1); with a NaN, the scan. */
+static float max_fixed(const float* sc, int n) {
+    int t = 0;
+#if defined(__AVX512F__)
+    if (n >= 16) {
+        __m512 top = _mm512_loadu_ps(sc);
+        __mmask16 nan = _mm512_cmp_ps_mask(top, top, _CMP_UNORD_Q);
+        for (t = 16; t + 16 <= n; t += 16) {
+            __m512 v = _mm512_loadu_ps(sc + t);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            top = _mm512_max_ps(top, v);
+        }
+        float most = _mm512_reduce_max_ps(top);
+        for (; t < n; t++) {
+            nan |= sc[t] != sc[t];
+            most = sc[t] > most ? sc[t] : most;
+        }
+        if (!nan) return most;
+    }
+#elif defined(__AVX2__)
+    if (n >= 8) {
+        __m256 top = _mm256_loadu_ps(sc), nan = _mm256_cmp_ps(top, top, _CMP_UNORD_Q);
+        for (t = 8; t + 8 <= n; t += 8) {
+            __m256 v = _mm256_loadu_ps(sc + t);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            top = _mm256_max_ps(top, v);
+        }
+        float lanes[8], most;
+        _mm256_storeu_ps(lanes, top);
+        most = lanes[0];
+        for (int i = 1; i < 8; i++) most = lanes[i] > most ? lanes[i] : most;
+        int any_nan = _mm256_movemask_ps(nan) != 0;
+        for (; t < n; t++) {
+            any_nan |= sc[t] != sc[t];
+            most = sc[t] > most ? sc[t] : most;
+        }
+        if (!any_nan) return most;
+    }
+#endif
+    float top = sc[0];
+    for (t = 1; t < n; t++) top = sc[t] > top ? sc[t] : top;
+    return top;
+}
+
 /* sc[0 .. n) (n >= 1) -> their softmax, in place. */
 static void softmax_fixed(float* sc, int n) {
-    float top = sc[0], lanes[16] = {0};
-    for (int t = 1; t < n; t++) top = sc[t] > top ? sc[t] : top;
+    float top = max_fixed(sc, n), lanes[16] = {0};
     int t = 0;
 #if defined(__AVX512F__)
     for (; t + 16 <= n; t += 16) {

@@ -16,9 +16,10 @@
    widened. Units that keep their own order are not used here: AMX's TDPBF16PS (it sums a tile step in its
    own order) and ARM's BFDOT/BFMMLA (not one IEEE fused step per input, denormals flushed).
 
-   rms_norm_f32: one row at a time, scalar, in order (compiled without fast-math and without FMA contraction, so
-   no reassociated or vectorised reduction). silu_mul_*: element by element with `exp_fixed` (canon.h), the
-   exponential every build and the vector SiLUs compute bit for bit. */
+   rms_norm_f32: each row's sum of squares in order, one product and one addition per value (compiled without
+   fast-math and without FMA contraction, so no reassociated or vectorised reduction; rows side by side).
+   silu_mul_*: element by element with `exp_fixed` (canon.h), the exponential every build and the vector SiLUs
+   compute bit for bit. */
 #include "x86.h"
 #include "canon.h"
 
@@ -521,13 +522,28 @@ int fixed_gemm_bf16(const bf16* x, const bf16* wp, bf16* y, int M, int N, int K,
 #endif
 }
 
+static inline void scale_row(const float* xr, const float* weight, float* out, float total, int Dm, float eps) {
+    float inv = 1.0f / sqrtf(total / (float)Dm + eps);
+    for (int i = 0; i < Dm; i++) out[i] = weight[i] * (xr[i] * inv);
+}
+
+/* NORM_ROWS rows' sums of squares side by side: each its own chain of additions in order, NORM_ROWS chains in
+   flight instead of one. */
+#define NORM_ROWS 8
 void rms_norm_f32(const float* x, const float* weight, float* out, int N, int Dm, float eps) {
-    for (int n = 0; n < N; n++) {
+    int n = 0;
+    for (; n + NORM_ROWS <= N; n += NORM_ROWS) {
+        const float* xr = x + (int64_t)n * Dm;
+        float total[NORM_ROWS] = {0.0f};
+        for (int i = 0; i < Dm; i++)
+            for (int r = 0; r < NORM_ROWS; r++) total[r] += xr[(int64_t)r * Dm + i] * xr[(int64_t)r * Dm + i];
+        for (int r = 0; r < NORM_ROWS; r++) scale_row(xr + (int64_t)r * Dm, weight, out + (int64_t)(n + r) * Dm, total[r], Dm, eps);
+    }
+    for (; n < N; n++) {
         const float* xr = x + (int64_t)n * Dm;
         float total = 0.0f;
         for (int i = 0; i < Dm; i++) total += xr[i] * xr[i];
-        float inv = 1.0f / sqrtf(total / (float)Dm + eps);
-        for (int i = 0; i < Dm; i++) out[(int64_t)n * Dm + i] = weight[i] * (xr[i] * inv);
+        scale_row(xr, weight, out + (int64_t)n * Dm, total, Dm, eps);
     }
 }
 
@@ -539,14 +555,26 @@ static int silu_threads(int threads, int N) {
     return threads < most ? threads : most > 1 ? most : 1;
 }
 
+/* out[i] = silu_fixed(row[i]) * row[I + i]: 16 or 8 lanes at a time with x86.h's SiLU steps (silu_fixed's bits). */
+static inline void silu_mul_row_f32(const float* row, float* out, int I) {
+    int i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= I; i += 16) {
+        __m512 g = _mm512_loadu_ps(row + i);
+        __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(row + I + i)));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    for (; i + 8 <= I; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu8_ps(_mm256_loadu_ps(row + i)), _mm256_loadu_ps(row + I + i)));
+#endif
+    for (; i < I; i++) out[i] = silu_fixed(row[i]) * row[I + i];
+}
+
 void silu_mul_f32(const float* gate_up, float* act, int N, int I, int threads) {
     threads = silu_threads(threads, N);
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < I; i++) {
-            const float* row = gate_up + (int64_t)n * 2 * I;
-            act[(int64_t)n * I + i] = silu_fixed(row[i]) * row[I + i];
-        }
+    for (int n = 0; n < N; n++) silu_mul_row_f32(gate_up + (int64_t)n * 2 * I, act + (int64_t)n * I, I);
 }
 
 void silu_mul_rows_bf16(const bf16* gate_up, bf16* act, int N, int I, int threads) {

@@ -118,11 +118,8 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
             }
         }
     }
-    for (int i = 0; i < mt; i++) {
-        float out[GROUP];
-        _mm512_storeu_ps(out, acc[i]);
-        for (int k = 0; k < nr; k++) y[(int64_t)(m0 + i) * ldy + n + k] = out[k];
-    }
+    __mmask16 live = nr == GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    for (int i = 0; i < mt; i++) _mm512_mask_storeu_ps(y + (int64_t)(m0 + i) * ldy + n, live, acc[i]);
 }
 #elif defined(QPACK_AVX2)
 #if defined(__AVX512VL__)
@@ -186,9 +183,13 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
         }
     }
     for (int i = 0; i < mt; i++) {
-        float out[GROUP];
-        _mm256_storeu_ps(out, acc[i]);
-        for (int k = 0; k < nr; k++) y[(int64_t)(m0 + i) * ldy + n + k] = out[k];
+        float* row = y + (int64_t)(m0 + i) * ldy + n;
+        if (nr == GROUP) _mm256_storeu_ps(row, acc[i]);
+        else {
+            float out[GROUP];
+            _mm256_storeu_ps(out, acc[i]);
+            for (int k = 0; k < nr; k++) row[k] = out[k];
+        }
     }
 }
 #else
@@ -265,12 +266,23 @@ int quant_gemm_x8_packed_quantized(const int8_t* q, const float* d, const int32_
     return 0;
 }
 
+#define QUANTIZE_ROWS_PER_THREAD 16
 int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ldy, int M, int N, int K, int type, int threads) {
     if (qpack_bytes(type, N, K) < 0 || M < 0 || ldy < N) return 1;
     int8_t* q = malloc((size_t)M * (size_t)K + 1);
     float* d = malloc(sizeof(float) * ((size_t)M * (size_t)(K / 32) + 1));
     int32_t* s = malloc(sizeof(int32_t) * ((size_t)M * (size_t)(K / 16) + 1));
-    int status = !q || !d || !s ? 2 : quantize_x8_sums(x, q, d, s, M, K, 32);
+    int status = !q || !d || !s ? 2 : 0;
+    /* Each row quantized on its own: threads split the rows, QUANTIZE_ROWS_PER_THREAD at least */
+    int parts = threads < M / QUANTIZE_ROWS_PER_THREAD ? threads : M / QUANTIZE_ROWS_PER_THREAD;
+    parts = parts < 1 ? 1 : parts;
+    #pragma omp parallel for schedule(static) num_threads(parts) if (!status && parts > 1) reduction(|:status)
+    for (int p = 0; p < parts; p++) {
+        int m0 = (int)((int64_t)M * p / parts), m1 = (int)((int64_t)M * (p + 1) / parts);
+        if (q && d && s)
+            status |= quantize_x8_sums(x + (int64_t)m0 * K, q + (int64_t)m0 * K, d + (int64_t)m0 * (K / 32),
+                                       s + (int64_t)m0 * (K / 16), m1 - m0, K, 32);
+    }
     if (!status) status = quant_gemm_x8_packed_quantized(q, d, s, wp, y, ldy, M, N, K, type, threads);
     free(q); free(d); free(s);
     return status;
