@@ -54,7 +54,11 @@ def say(message: str) -> None:
 
 def load_model(name: str, dtype: str = "auto", device: str = "cpu", prompt_format: str | None = None,
                weights: str = "dequantized"):
-    """quench.models.load_model, saying what it loads (and the one-time GGUF conversion)."""
+    """quench.models.load_model, saying what it loads (and the one-time GGUF conversion); the libraries it needs are
+    imported first with Ctrl-C held (`interrupts.py`)."""
+    from quench.cli.interrupts import import_model_libraries
+
+    import_model_libraries()
     from quench.models import load_model as load
 
     return load(name, dtype, device, prompt_format, notify=say, weights=weights)
