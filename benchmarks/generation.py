@@ -54,9 +54,9 @@ process, its threads pinned to the first --threads cores). --ttft: at batch 1, e
 one-token greedy call per prompt for the first few prompts, one at a time, on every backend (time to first
 token: the prompt's prefill, its first token and each backend's per-call work), the median over rounds and prompts
 (--ttft-prompts: how many; the first HumanEval prompt is 179 tokens in the chat template); after the rounds each
-backend also times them alone, warm, back to back (--repeats calls each), so that no other system has just used the
-caches. With a peer in the run a last table puts every backend side by side in wall tokens/s, with quench's defaults
-over the fastest peer, both times to first token, and the batch-1 byte floor of the GGUF.
+backend also times them alone, warm, back to back (--ttft-alone-calls calls each), so that no other system has just
+used the caches. With a peer in the run a last table puts every backend side by side in wall tokens/s, with
+quench's defaults over the fastest peer, both times to first token, and the batch-1 byte floor of the GGUF.
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ LOOKUP_NGRAM = EngineConfig().ngram_max  # HF prompt lookup: longest n-gram matc
 Backend = HFBackend | QuenchBackend | VLLMBackend | WorkerBackend
 OUT_OF_PROCESS = (VLLMBackend, WorkerBackend)  # timed by the worker's own clocks
 TTFT_PROMPTS = 4  # prompts whose time to first token each round measures (--ttft; --ttft-prompts)
+TTFT_ALONE_CALLS = 5  # one-token calls per prompt with each backend alone (--ttft-alone-calls)
 
 
 @dataclass
@@ -454,7 +455,7 @@ def run_configuration(
             round_bench = batched_bench(args.peers, args.threads, batch_size, prompt, args.max_new_tokens)
             if decode_only is None or round_bench.decode_tokens_per_s > decode_only.decode_tokens_per_s:
                 decode_only = round_bench
-    alone = {name: first_token_alone(backend, first_tokens, args.repeats) for name, backend in backends.items()} if ttft else {}
+    alone = {name: first_token_alone(backend, first_tokens, args.ttft_alone_calls) for name, backend in backends.items()} if ttft else {}
     rows = []
     for name, m in best.items():
         m.wall_rounds = walls[name]
@@ -643,6 +644,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--gguf: {gguf} is not a file")
     if args.ttft_prompts < 1:
         raise ValueError(f"--ttft-prompts: must be at least 1, got {args.ttft_prompts}")
+    if args.ttft_alone_calls < 1:
+        raise ValueError(f"--ttft-alone-calls: must be at least 1, got {args.ttft_alone_calls}")
     args.peers = PeerSetup(
         gguf,
         check_peer_python(args.openvino_python, "--openvino-python", "openvino-genai"),
@@ -716,6 +719,9 @@ def main() -> None:
                              "and each backend's alone")
     parser.add_argument("--ttft-prompts", type=int, default=TTFT_PROMPTS,
                         help="how many of the first prompts --ttft times (default %(default)s; the first is 179 tokens)")
+    parser.add_argument("--ttft-alone-calls", type=int, default=TTFT_ALONE_CALLS,
+                        help="calls per prompt when --ttft times each backend alone, their median reported "
+                             "(default %(default)s)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--plot", type=Path, help="also draw throughput and latency against batch size (PNG)")
     args = parser.parse_args()

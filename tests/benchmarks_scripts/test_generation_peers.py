@@ -43,7 +43,8 @@ def generation() -> ModuleType:
 def arguments(generation: ModuleType, *extra: str) -> argparse.Namespace:
     """What main() parses, without the environment's peers, checked as main() checks them."""
     args = argparse.Namespace(vllm_python=None, openvino_python=None, llamacpp_python=None, llama_bin=None, gguf=None,
-                              ttft_prompts=1, backends=["quench-defaults", "vllm", "openvino", "llamacpp"])
+                              ttft_prompts=1, ttft_alone_calls=5,
+                              backends=["quench-defaults", "vllm", "openvino", "llamacpp"])
     for flag, value in zip(extra[::2], extra[1::2]):
         setattr(args, flag.lstrip("-").replace("-", "_"), value)
     generation.check_arguments(args)
@@ -73,6 +74,7 @@ def test_a_given_peer_joins_the_run_and_llamacpp_says_which_half_it_lacks(genera
     ("--llamacpp-python", "/no/such/python", "--llamacpp-python: /no/such/python is not an executable file"),
     ("--llama-bin", "/no/such/dir", "--llama-bin: /no/such/dir holds no llama-batched-bench"),
     ("--gguf", Path("/no/such.gguf"), "--gguf: /no/such.gguf is not a file"),
+    ("--ttft-alone-calls", 0, "--ttft-alone-calls: must be at least 1, got 0"),
 ])
 def test_a_wrong_peer_path_names_the_flag(generation, flag, value, message) -> None:
     with pytest.raises(ValueError, match=message):
