@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
 import string
+import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -93,6 +96,15 @@ def save_tiny_model(path: Path) -> Path:
     tiny_llama(max_positions=4096).save_pretrained(path)
     char_tokenizer().save_pretrained(path)
     return path
+
+
+def stdout_at_level(script: str, level: str) -> str:
+    """`python -c script` in a process whose native kernels are built at `level` (QUENCH_NATIVE_MARCH): its
+    stripped stdout; the test fails on a nonzero exit."""
+    env = {**os.environ, "QUENCH_NATIVE_MARCH": level}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
 
 
 @contextmanager

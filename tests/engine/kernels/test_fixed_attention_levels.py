@@ -4,15 +4,13 @@ float32 and bfloat16 caches, with ragged rows mixing a prefill, a verification a
 its own process (QUENCH_NATIVE_MARCH picks the build)."""
 
 import hashlib
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from quench.engine.kernels import native
 from quench.native_target import this_cpu_levels
+from tests.helpers import stdout_at_level
 
 pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason=native.build_result().reason)
 
@@ -41,15 +39,8 @@ print(digest.hexdigest())
 """
 
 
-def digest_at(level: str) -> str:
-    env = {**os.environ, "QUENCH_NATIVE_MARCH": level}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip()
-
-
 @pytest.mark.skipif(len(LEVELS) < 2, reason="this CPU runs one x86 level or none: nothing to compare")
 def test_every_level_gives_the_fixed_attention_the_same_bits():
-    digests = {level: digest_at(level) for level in LEVELS}
+    digests = {level: stdout_at_level(SCRIPT, level) for level in LEVELS}
     assert len(set(digests.values())) == 1, digests
     assert len(next(iter(digests.values()))) == len(hashlib.sha256().hexdigest())

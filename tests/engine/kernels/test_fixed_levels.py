@@ -4,9 +4,6 @@ build, AVX2 and AVX-512): rms_norm_f32 (rows side by side in blocks of 8, and th
 denormal inputs, scores whose maximum is +0 or -0, and NaN scores. Each level runs in its own process
 (QUENCH_NATIVE_MARCH picks the build); the scalar build's rms_norm_f32 is also checked against its written order."""
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +11,7 @@ import torch
 
 from quench.engine.kernels import invariant, native
 from quench.native_target import this_cpu_levels
+from tests.helpers import stdout_at_level
 
 pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason=native.build_result().reason)
 
@@ -56,16 +54,9 @@ print(digest.hexdigest())
 """
 
 
-def digest_at(level: str) -> str:
-    env = {**os.environ, "QUENCH_NATIVE_MARCH": level}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip()
-
-
 @pytest.mark.skipif(len(LEVELS) < 2, reason="this CPU runs one x86 level or none: nothing to compare")
 def test_every_level_gives_the_element_kernels_and_the_softmax_the_same_bits():
-    digests = {level: digest_at(level) for level in LEVELS}
+    digests = {level: stdout_at_level(SCRIPT, level) for level in LEVELS}
     assert len(set(digests.values())) == 1, digests
 
 

@@ -276,12 +276,13 @@ int quant_gemm_x8_packed(const float* x, const uint8_t* wp, float* y, int64_t ld
     /* Each row quantized on its own: threads split the rows, QUANTIZE_ROWS_PER_THREAD at least */
     int parts = threads < M / QUANTIZE_ROWS_PER_THREAD ? threads : M / QUANTIZE_ROWS_PER_THREAD;
     parts = parts < 1 ? 1 : parts;
-    #pragma omp parallel for schedule(static) num_threads(parts) if (!status && parts > 1) reduction(|:status)
-    for (int p = 0; p < parts; p++) {
-        int m0 = (int)((int64_t)M * p / parts), m1 = (int)((int64_t)M * (p + 1) / parts);
-        if (q && d && s)
+    if (!status) {
+        #pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1) reduction(|:status)
+        for (int p = 0; p < parts; p++) {
+            int m0 = (int)((int64_t)M * p / parts), m1 = (int)((int64_t)M * (p + 1) / parts);
             status |= quantize_x8_sums(x + (int64_t)m0 * K, q + (int64_t)m0 * K, d + (int64_t)m0 * (K / 32),
                                        s + (int64_t)m0 * (K / 16), m1 - m0, K, 32);
+        }
     }
     if (!status) status = quant_gemm_x8_packed_quantized(q, d, s, wp, y, ldy, M, N, K, type, threads);
     free(q); free(d); free(s);
