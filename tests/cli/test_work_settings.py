@@ -38,7 +38,7 @@ def test_a_large_greedy_run_gets_an_engine_per_thread_the_largest_batch_and_the_
     ({"one_engine_only": True}, EngineChoice(1, 64, "hybrid")),
     ({"free_bytes": GIB}, EngineChoice(1, 64, "hybrid")),  # one model copy fits, not two
     ({"backend": "hf"}, EngineChoice(1, 64, "none")),
-    ({"weights": "gguf-int8"}, EngineChoice(2, 64, "none")),  # steps too short for a draft to pay
+    ({"weights": "gguf-int8"}, EngineChoice(2, 64, "ngram")),  # steps too short for a draft model to pay
     ({"weights": "gguf"}, EngineChoice(2, 64, "hybrid")),
 ])
 def test_each_choice_follows_the_work_and_the_machine(change, expected):

@@ -161,7 +161,7 @@ def test_without_the_native_kernels_the_default_falls_back_and_an_explicit_reque
 
 def default_model_answers(dtype: str, batch_invariant: bool, tasks: int = 8, max_new_tokens: int = 48) -> dict[str, dict]:
     """The default model's greedy token ids for the first HumanEval prompts, per schedule: batch 1 and 8, regular,
-    prompt lookup and hybrid drafting."""
+    prompt lookup (batch 1 and 8) and hybrid drafting."""
     from quench.datasets import load_humaneval
     from quench.models import encode_prompt, load_model
     from quench.models.draft import load_draft
@@ -177,7 +177,8 @@ def default_model_answers(dtype: str, batch_invariant: bool, tasks: int = 8, max
         return {r.key: r.token_ids for r in backend.generate(reqs, sampling)}
 
     return {
-        "batch 1": run(1), "batch 8": run(8), "batch 8 ngram": run(8, "ngram"), "batch 8 hybrid": run(8, "hybrid"),
+        "batch 1": run(1), "batch 8": run(8), "batch 1 ngram": run(1, "ngram"), "batch 8 ngram": run(8, "ngram"),
+        "batch 8 hybrid": run(8, "hybrid"),
     }
 
 

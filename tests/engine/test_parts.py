@@ -7,7 +7,7 @@ import torch
 
 from helpers import char_tokenizer, tiny_llama
 from quench.runs.budget import budget_pass_rates, sample_within_budget
-from quench.engine.draft_length import BassDraftLength, FixedDraftLength, make_policy
+from quench.engine.draft_length import PROBE_EVERY, BassDraftLength, FixedDraftLength, MeasuredDraftLength, StepCost, make_policy
 from quench.engine.drafters import LOOP_SPAN, NgramDrafter, NgramIndex, loop_period
 from quench.engine.rows import Row
 from quench.engine.backend import QuenchBackend
@@ -73,22 +73,78 @@ def test_row_generators_depend_only_on_seed_request_and_sample():
 
 def test_bass_draft_length_grows_on_full_acceptance_and_shrinks_faster_on_repeated_misses():
     policy = BassDraftLength(initial=7, maximum=10)
-    active = torch.tensor([True, True])
-    policy.update(torch.tensor([7, 2]), active)
+    drafted = torch.tensor([10, 10])  # tokens each row drafted
+    policy.update(torch.tensor([7, 2]), drafted)
     assert policy.current == 9
-    policy.update(torch.tensor([9, 0]), active)
+    policy.update(torch.tensor([9, 0]), drafted)
     assert policy.current == 10  # capped
-    policy.update(torch.tensor([3, 1]), active)
+    policy.update(torch.tensor([3, 1]), drafted)
     assert policy.current == 9  # 10 - ceil(10 / 10) - 0
-    policy.update(torch.tensor([2, 1]), active)
+    policy.update(torch.tensor([2, 1]), drafted)
     assert policy.current == 7  # 9 - ceil(9 / 10) - 1
-    policy.update(torch.tensor([6, 1]), active)
+    policy.update(torch.tensor([6, 1]), drafted)
     assert policy.current == 6  # never below the longest accepted run: max(1, 6, 7 - 1 - 1)
-    policy.update(torch.tensor([0, 0]), torch.tensor([False, False]))
-    assert policy.current == 6  # no active row, no information
+    policy.update(torch.tensor([0, 0]), torch.tensor([0, 0]))
+    assert policy.current == 6  # no drafting row, no information
     assert FixedDraftLength(3).current == 3 and make_policy("fixed", 4, 8).current == 4
     with pytest.raises(ValueError):
         make_policy("adaptive", 4, 8)
+
+
+def test_step_cost_fits_the_line_of_the_steps_and_never_prices_a_position_below_zero():
+    cost = StepCost()
+    for fed in (1, 3, 2, 5, 1, 4):
+        cost.add(fed, 0.006 + 0.001 * fed)
+    a, b = cost.line()
+    assert a == pytest.approx(0.006) and b == pytest.approx(0.001)
+    flat = StepCost()
+    for _ in range(5):
+        flat.add(8, 0.02)
+    assert flat.line() == (pytest.approx(0.02), 0.0)  # one F seen: no slope to fit
+    falling = StepCost()
+    for fed, seconds in ((1, 0.01), (2, 0.005)):
+        falling.add(fed, seconds)
+    assert falling.line()[1] == 0.0
+
+
+def run_measured(policy: MeasuredDraftLength, seconds, accepted, steps: int, rows: int = 1) -> list[int]:
+    """Steps of `rows` rows each drafting the policy's length, `accepted(length)` tokens of it kept and the step taking
+    `seconds(fed)`; the lengths asked for, step by step."""
+    asked = []
+    for _ in range(steps):
+        length = policy.current
+        asked.append(length)
+        drafted = torch.full((rows,), length)
+        policy.update(torch.full((rows,), min(length, accepted(length))), drafted)
+        policy.observe_step(rows, rows * (1 + length), rows if length else 0, seconds(rows * (1 + length)))
+    return asked
+
+
+def test_the_measured_length_grows_while_drafted_positions_are_cheap_and_accepted():
+    policy = MeasuredDraftLength(initial=2, maximum=12)
+    asked = run_measured(policy, lambda fed: 0.006 + 0.0001 * fed, lambda length: length, 60)
+    assert asked[0] == 2 and asked[-1] == 12 and asked == sorted(asked)
+
+
+def test_the_measured_length_stops_drafting_where_a_position_costs_more_than_it_yields_and_keeps_probing():
+    policy = MeasuredDraftLength(initial=4, maximum=12)
+    asked = run_measured(policy, lambda fed: 0.001 + 0.005 * fed, lambda length: 0, 40, rows=8)
+    tail = asked[8:]
+    assert set(tail) == {0, 1} and tail.count(1) == len(tail) // PROBE_EVERY
+
+
+def test_the_measured_length_settles_where_acceptance_and_cost_meet():
+    # about 2 of each draft accepted and a position costing a fifth of a one-row step: 2 or 3 tokens pay most
+    policy = MeasuredDraftLength(initial=7, maximum=16)
+    asked = run_measured(policy, lambda fed: 0.005 + 0.001 * fed, lambda length: 2, 80)
+    assert set(asked[-20:]) <= {2, 3}
+
+
+def test_a_draft_length_left_unset_is_measured_for_prompt_lookup_and_bass_with_a_draft_model():
+    assert EngineConfig(drafter="ngram").draft_length == "measured"
+    assert EngineConfig(drafter="hybrid").draft_length == EngineConfig(drafter="draft").draft_length == "bass"
+    assert EngineConfig(drafter="ngram", draft_length="bass").draft_length == "bass"
+    assert make_policy("measured", 3, 8).current == 3
 
 
 def test_ngram_index_proposes_what_followed_the_latest_match():

@@ -121,8 +121,10 @@ def add_speculation_args(engine: argparse._ArgumentGroup, auto: bool, auto_help:
                              "a PATH without one of them is refused")
     engine.add_argument("--draft-tokens", type=int, default=ENGINE_DEFAULTS.draft_tokens,
                         help="fixed draft length, or where BASS's length starts (default %(default)s)")
-    engine.add_argument("--draft-length", default=ENGINE_DEFAULTS.draft_length, choices=DRAFT_LENGTHS,
-                        help="bass: dynamic per batch; fixed")
+    engine.add_argument("--draft-length", default=None, choices=DRAFT_LENGTHS,
+                        help="measured: the length that the engine's own step times and acceptance say pays most (0: "
+                             "no draft); bass: BASS's dynamic length; fixed: --draft-tokens (default: measured for "
+                             "prompt lookup, bass with a draft model)")
     engine.add_argument("--draft-confidence", type=float, default=ENGINE_DEFAULTS.draft_confidence, metavar="P",
                         help="draft model: end a row's draft before a token the draft gives probability < P "
                              "(default %(default)s: never)")

@@ -12,8 +12,9 @@ the model) none of these choices changes a greedy answer: they only change how f
 - speculation: greedy runs draft (`hybrid`: prompt lookup, else the draft model shipped for the preset; `ngram`:
   prompt lookup alone where none is shipped), which is lossless; drafting pauses while more rows than
   `--draft-max-rows` are live, where a draft costs more than it saves. Runs on a GGUF's blocks with 8-bit
-  activations (`--weights gguf-int8`, the default for GGUF models) do not draft: their C layer loop makes a
-  target step so short that the draft's own steps cost what its accepted tokens save. Sampled runs do not draft: speculative
+  activations (`--weights gguf-int8`, the default for GGUF models) draft with prompt lookup alone: their C layer loop
+  makes a target step so short that a draft model's own steps cost what its accepted tokens save, while a looked-up
+  draft costs only its verification (the measured draft length keeps it where it pays). Sampled runs do not draft: speculative
   sampling's acceptance test runs in PyTorch's arithmetic order, which differs between CPUs, so a sampled answer
   would depend on the machine.
 """
@@ -81,17 +82,15 @@ def choose_batch_size(work: Work, engines: int) -> int:
     return size
 
 
-# Weights modes whose target step is so short that a draft's own steps cost what its accepted tokens save
-# (docs/benchmarks.md, "Speculation on the default path")
-NO_DRAFT_WEIGHTS = ("gguf-int8",)
+# Weights modes whose target step is so short that a draft model's own steps cost what its accepted tokens save
+# (docs/benchmarks.md, "Speculation on the default path"): prompt lookup alone there
+LOOKUP_ONLY_WEIGHTS = ("gguf-int8",)
 
 
 def greedy_drafter(draft_shipped: bool, weights: str) -> str:
-    """What greedy steps draft with on quench's engine: nothing on NO_DRAFT_WEIGHTS, else the shipped draft with
-    prompt lookup where there is one, else prompt lookup."""
-    if weights in NO_DRAFT_WEIGHTS:
-        return "none"
-    return "hybrid" if draft_shipped else "ngram"
+    """What greedy steps draft with on quench's engine: prompt lookup alone on LOOKUP_ONLY_WEIGHTS or where no draft
+    is shipped, else the shipped draft with prompt lookup."""
+    return "hybrid" if draft_shipped and weights not in LOOKUP_ONLY_WEIGHTS else "ngram"
 
 
 def choose_drafter(work: Work) -> str:

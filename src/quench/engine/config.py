@@ -1,8 +1,8 @@
 """The engine's configuration: one frozen dataclass, every field resolved and checked when it is built.
 
 Each default is defined here once. Three drafting settings depend on the batch size
-(`drafting_defaults`); a field left `None` takes that value in `__post_init__`, so a built config
-never holds `None` for them. Every bad value raises `ConfigError` naming the field.
+(`drafting_defaults`) and the draft length on the drafter; a field left `None` takes that value in
+`__post_init__`, so a built config never holds `None` for them. Every bad value raises `ConfigError` naming the field.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from quench.errors import QuenchError
 
 DRAFTERS = ("none", "ngram", "draft", "hybrid")
 DRAFT_MODEL_DRAFTERS = ("draft", "hybrid")  # the drafters that run a draft model
-DRAFT_LENGTHS = ("bass", "fixed")
+DRAFT_LENGTHS = ("bass", "fixed", "measured")
 MAX_LOOP_TOKENS = 15  # with the pending token, 16 per row: what the native decode kernel serves (llama.NATIVE_MAX_NEW)
 DTYPES = ("auto", "bfloat16", "float16", "float32", "float64")
 
@@ -60,9 +60,11 @@ class EngineConfig:
     batch_size: int = 8  # slots decoded together; finished slots are refilled at once
     drafter: str = "none"  # "none" (regular), "ngram" (prompt lookup), "draft" (a draft model) or
     # "hybrid" (per row: prompt lookup where the row's last n-gram occurred before, else the draft model)
-    draft_length: str = "bass"  # "bass" (dynamic, BASS Algorithm 1) or "fixed"
-    draft_tokens: int = 7  # the fixed length, or where BASS starts (the paper uses 7)
-    max_draft_tokens: int = 32  # BASS's upper bound
+    draft_length: str | None = None  # "bass" (dynamic, BASS Algorithm 1), "measured" (the length that measured step
+    # times and acceptance say pays most, 0 included) or "fixed"; None: measured for prompt lookup, bass with a draft
+    # model (whose `draft_stop` ends a draft where the draft model is unsure)
+    draft_tokens: int = 7  # the fixed length, or where a dynamic length starts (the BASS paper uses 7)
+    max_draft_tokens: int = 32  # the dynamic lengths' upper bound
     ngram_max: int = 3  # prompt lookup: longest suffix n-gram tried
     ngram_min: int = 2  # ... and the shortest: 1-token matches are accepted far less often (docs/engine.md)
     draft_loop_tokens: int = 8  # prompt lookup: a row whose output is in a repetition loop drafts this many tokens
@@ -108,6 +110,8 @@ class EngineConfig:
         for name in ("draft_stop", "min_model_draft", "row_copy_lengths"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, getattr(defaults, name))  # frozen: resolved once, here
+        if self.draft_length is None:
+            object.__setattr__(self, "draft_length", "bass" if self.runs_draft_model else "measured")
         self._check_drafting()
 
     @property
@@ -125,7 +129,7 @@ class EngineConfig:
             raise ConfigError("batch_size", f"must be at least 1, got {self.batch_size}")
         if self.drafter not in DRAFTERS:
             raise ConfigError("drafter", f"must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
-        if self.draft_length not in DRAFT_LENGTHS:
+        if self.draft_length is not None and self.draft_length not in DRAFT_LENGTHS:
             raise ConfigError("draft_length", f"must be one of {', '.join(DRAFT_LENGTHS)}, got {self.draft_length!r}")
         if self.max_draft_tokens < 1:
             raise ConfigError("max_draft_tokens", f"must be at least 1, got {self.max_draft_tokens}")

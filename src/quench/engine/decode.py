@@ -266,6 +266,7 @@ class DecodeLoop:
         """One target forward over the stepping rows: their pending token and drafts in, the verdict committed.
         Speculation pauses in a step where some row waits (the drafters follow every row) and in a step whose
         rows draw with several settings (module docstring)."""
+        began = time.perf_counter()
         rows = self.stepping()
         active = [b for b, row in enumerate(rows) if row is not None]
         everyone = len(active) == sum(row is not None for row in self.slots)
@@ -296,7 +297,11 @@ class DecodeLoop:
             verdict = self._verify_sampled(logits, first, plan)
         self.stats.steps += 1
         self.stats.mixed_steps += draw is None
+        seconds = time.perf_counter() - began
         yield from self.commit(verdict, plan, keeps)
+        if self.policy is not None:
+            drafting = int((counts[active] > 1).sum()) if plan.width else 0
+            self.policy.observe_step(len(active), int(counts.sum()), drafting, seconds)
 
     def _verify_block(
         self, inputs: torch.Tensor, start: torch.Tensor, counts: torch.Tensor, plan: StepPlan, no_eos: list[int],
@@ -364,7 +369,7 @@ class DecodeLoop:
         active = plan.active
         drafted = (plan.draft_tokens() != PLACEHOLDER).sum(dim=1) if plan.width else torch.zeros(len(active))
         if plan.width and self.policy is not None:
-            self.policy.update(verdict.num_accepted, drafted > 0)
+            self.policy.update(verdict.num_accepted, drafted)
         for j, b in enumerate(active):
             row = self.slots[b]
             new_tokens = verdict.row(j)

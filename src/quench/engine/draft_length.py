@@ -1,9 +1,17 @@
-"""How many tokens to draft next: a fixed length, or BASS's dynamic length (docs/engine.md, "Draft length").
+"""How many tokens to draft next: a fixed length, BASS's dynamic length, or the length that measured acceptance and
+step times say yields the most tokens per second (docs/engine.md, "Draft length").
 
 BASS (Qian et al., 2024, Algorithm 1 as reported): start at l = 7. After each step, if the longest
 accepted run in the batch used the whole draft, grow: l = min(l + 2, l_max) and reset s = 0;
 otherwise shrink: l = max(1, max accepted, l - ceil(l / 10) - s) and set s = 1, so a second miss
 in a row shrinks one token faster.
+
+Measured (`MeasuredDraftLength`): the engine times each step and counts the positions it fed; a line t = a + b F
+(F fed positions) fitted by exponentially weighted least squares prices a drafted token, and per-position
+acceptance counts give E(l), the tokens a drafting row gains beyond its bonus token with a draft of l. The next
+length is the l (0 included: no draft) with the most tokens per second, (B + r E(l)) / (a + b (B + r l)) for B live
+rows of which a share r drafted; at l = 0 a one-token probe every few steps keeps the acceptance current. Draft
+lengths never change a greedy answer (verification keeps the target's tokens), only how fast it comes.
 """
 
 from __future__ import annotations
@@ -19,8 +27,12 @@ class DraftLengthPolicy(Protocol):
     @property
     def current(self) -> int: ...
 
-    def update(self, num_accepted: torch.Tensor, active: torch.Tensor) -> None:
-        """num_accepted (B,) from the last verification; active (B,) bool rows that took part."""
+    def update(self, num_accepted: torch.Tensor, drafted: torch.Tensor) -> None:
+        """num_accepted (A,) from the last verification; drafted (A,) the tokens each row drafted (0: none)."""
+        ...
+
+    def observe_step(self, rows: int, fed: int, drafting: int, seconds: float) -> None:
+        """A step's live rows, positions fed (pending tokens and drafts), rows that drafted, and its time."""
         ...
 
 
@@ -32,7 +44,10 @@ class FixedDraftLength:
     def current(self) -> int:
         return self.length
 
-    def update(self, num_accepted: torch.Tensor, active: torch.Tensor) -> None:
+    def update(self, num_accepted: torch.Tensor, drafted: torch.Tensor) -> None:
+        return None
+
+    def observe_step(self, rows: int, fed: int, drafting: int, seconds: float) -> None:
         return None
 
 
@@ -50,7 +65,8 @@ class BassDraftLength:
     def current(self) -> int:
         return self._length
 
-    def update(self, num_accepted: torch.Tensor, active: torch.Tensor) -> None:
+    def update(self, num_accepted: torch.Tensor, drafted: torch.Tensor) -> None:
+        active = drafted > 0
         if not bool(active.any()):
             return
         best = int(num_accepted[active].max())
@@ -62,11 +78,118 @@ class BassDraftLength:
             self._length = max(1, best, shrunk)
             self._shrink_streak = 1
 
+    def observe_step(self, rows: int, fed: int, drafting: int, seconds: float) -> None:
+        return None
+
+
+STEP_DECAY = 0.97  # weight of a step's time after each later step (about 30 steps remembered)
+ACCEPT_DECAY = 0.99  # weight of a drafting row's outcome after each later drafting step
+PROBE_EVERY = 8  # at length 0, every this many steps drafts one token so acceptance stays measured
+
+
+@dataclass
+class StepCost:
+    """t = a + b F over the steps seen (F positions fed), exponentially weighted least squares; b >= 0."""
+
+    decay: float = STEP_DECAY
+    _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # weight, F, F^2, t, F t
+
+    def add(self, fed: int, seconds: float) -> None:
+        w, f, ff, t, ft = (self.decay * v for v in self._sums)
+        self._sums = [w + 1.0, f + fed, ff + fed * fed, t + seconds, ft + fed * seconds]
+
+    @property
+    def seen(self) -> bool:
+        return self._sums[0] > 0.0
+
+    def line(self) -> tuple[float, float]:
+        """(a, b); b = 0 until the steps' F differ (then every fed position is priced as free)."""
+        w, f, ff, t, ft = self._sums
+        mean_f, mean_t = f / w, t / w
+        spread = ff / w - mean_f * mean_f
+        slope = max(0.0, (ft / w - mean_f * mean_t) / spread) if spread > 1e-9 * max(1.0, mean_f * mean_f) else 0.0
+        return max(0.0, mean_t - slope * mean_f), slope
+
+
+@dataclass
+class MeasuredDraftLength:
+    """The draft length with the most tokens per second by the measured step cost and acceptance (module docstring).
+    Before any step is timed it drafts `initial` tokens; a position never drafted is taken to be accepted as often as
+    the one before it, so the length grows while drafts are cheap and accepted."""
+
+    initial: int = 7
+    maximum: int = 32
+    cost: StepCost = field(default_factory=StepCost)
+    _offered: list[float] = field(init=False)  # per position i (index i - 1): drafting rows whose draft reached i
+    _taken: list[float] = field(init=False)  # ... of which the first i were accepted
+    _rows: float = field(init=False, default=1.0)  # live rows of the last step
+    _share: float = field(init=False, default=1.0)  # share of live rows that drafted (weighted over steps)
+    _length: int = field(init=False)
+    _idle_steps: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self._offered = [0.0] * self.maximum
+        self._taken = [0.0] * self.maximum
+        self._length = self.initial
+
+    @property
+    def current(self) -> int:
+        if self._length == 0 and self._idle_steps % PROBE_EVERY == PROBE_EVERY - 1:
+            return 1
+        return self._length
+
+    def update(self, num_accepted: torch.Tensor, drafted: torch.Tensor) -> None:
+        """Each drafting row's positions up to this step's length count (a row drafting past it, a repetition loop's,
+        counts no further: its acceptance is not the length's)."""
+        if not bool((drafted > 0).any()):
+            return
+        asked = min(self.current, self.maximum)
+        self._offered = [ACCEPT_DECAY * v for v in self._offered]
+        self._taken = [ACCEPT_DECAY * v for v in self._taken]
+        for accepted, count in zip(num_accepted.tolist(), drafted.tolist()):
+            for i in range(min(int(count), asked)):
+                self._offered[i] += 1.0
+                self._taken[i] += float(accepted > i)
+
+    def observe_step(self, rows: int, fed: int, drafting: int, seconds: float) -> None:
+        if rows <= 0:
+            return
+        self.cost.add(fed, seconds)
+        self._rows = float(rows)
+        if drafting:
+            self._share = 0.8 * self._share + 0.2 * drafting / rows
+        self._idle_steps = self._idle_steps + 1 if self._length == 0 else 0
+        self._length = self.best_length()
+
+    def accepted_through(self) -> list[float]:
+        """P(the first i drafted tokens accepted | a draft of at least i), i = 1..maximum, non-increasing; a
+        position never drafted takes the previous one's value (one pseudo-count)."""
+        chances, previous = [], 1.0
+        for offered, taken in zip(self._offered, self._taken):
+            previous = min(previous, (taken + previous) / (offered + 1.0))
+            chances.append(previous)
+        return chances
+
+    def best_length(self) -> int:
+        """argmax over l = 0..maximum of (B + r B E(l)) / (a + b (B + r B l)); the shortest where several tie."""
+        a, b = self.cost.line()
+        rows, drafting = self._rows, self._rows * self._share
+        best, best_rate, gain = 0, rows / max(a + b * rows, 1e-12), 0.0
+        for length, chance in enumerate(self.accepted_through(), start=1):
+            gain += chance
+            rate = (rows + drafting * gain) / max(a + b * (rows + drafting * length), 1e-12)
+            if rate > best_rate * (1.0 + 1e-9):
+                best, best_rate = length, rate
+        return best
+
 
 def make_policy(kind: str, length: int, maximum: int) -> DraftLengthPolicy:
-    """'fixed' (always `length`) or 'bass' (dynamic, starting at `length`, at most `maximum`)."""
+    """'fixed' (always `length`), 'bass' (dynamic, starting at `length`, at most `maximum`) or 'measured' (the
+    length measured to pay most, starting at `length`, at most `maximum`)."""
     if kind == "fixed":
         return FixedDraftLength(length)
     if kind == "bass":
         return BassDraftLength(initial=length, maximum=maximum)
-    raise ValueError(f"draft length policy must be 'fixed' or 'bass', got {kind!r}")
+    if kind == "measured":
+        return MeasuredDraftLength(initial=length, maximum=maximum)
+    raise ValueError(f"draft length policy must be 'fixed', 'bass' or 'measured', got {kind!r}")
