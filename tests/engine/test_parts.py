@@ -112,7 +112,7 @@ def run_measured(policy: MeasuredDraftLength, seconds, accepted, steps: int, row
     `seconds(fed)`; the lengths asked for, step by step."""
     asked = []
     for _ in range(steps):
-        length = policy.current
+        length = policy.next_length(greedy=True)
         asked.append(length)
         drafted = torch.full((rows,), length)
         policy.update(torch.full((rows,), min(length, accepted(length))), drafted)
@@ -123,7 +123,16 @@ def run_measured(policy: MeasuredDraftLength, seconds, accepted, steps: int, row
 def test_the_measured_length_grows_while_drafted_positions_are_cheap_and_accepted():
     policy = MeasuredDraftLength(initial=2, maximum=12)
     asked = run_measured(policy, lambda fed: 0.006 + 0.0001 * fed, lambda length: length, 60)
-    assert asked[0] == 2 and asked[-1] == 12 and asked == sorted(asked)
+    assert asked[0] == 0 and asked[-1] == 12 and asked == sorted(asked)
+    assert all(later - earlier <= 2 for earlier, later in zip(asked, asked[1:]))  # priced before a longer one
+
+
+def test_the_measured_length_neither_drafts_nor_probes_past_a_tile_that_a_full_draft_would_not_repay():
+    # 8 rows fill a tile of 8 positions: one more position reads the weights again (the step takes 2.5x as long), and
+    # one drafted token per row is accepted: a step of 16 positions yields 16 tokens in the time 20 would need
+    policy = MeasuredDraftLength(initial=7, maximum=12)
+    asked = run_measured(policy, lambda fed: 0.02 if fed <= 8 else 0.05, lambda length: min(length, 1), 60, rows=8)
+    assert max(asked) <= 2 and set(asked[8:]) == {0}
 
 
 def test_the_measured_length_stops_drafting_where_a_position_costs_more_than_it_yields_and_keeps_probing():
@@ -140,11 +149,17 @@ def test_the_measured_length_settles_where_acceptance_and_cost_meet():
     assert set(asked[-20:]) <= {2, 3}
 
 
+def test_a_step_with_sampled_rows_drafts_the_initial_length_whatever_the_timings():
+    policy = MeasuredDraftLength(initial=5, maximum=12)
+    run_measured(policy, lambda fed: 0.001 + 0.005 * fed, lambda length: 0, 20, rows=8)
+    assert policy.next_length(greedy=True) in (0, 1) and policy.next_length(greedy=False) == 5
+
+
 def test_a_draft_length_left_unset_is_measured_for_prompt_lookup_and_bass_with_a_draft_model():
     assert EngineConfig(drafter="ngram").draft_length == "measured"
     assert EngineConfig(drafter="hybrid").draft_length == EngineConfig(drafter="draft").draft_length == "bass"
     assert EngineConfig(drafter="ngram", draft_length="bass").draft_length == "bass"
-    assert make_policy("measured", 3, 8).current == 3
+    assert make_policy("measured", 3, 8).next_length(greedy=True) == 0 and make_policy("measured", 3, 8).next_length(greedy=False) == 3
 
 
 def test_ngram_index_proposes_what_followed_the_latest_match():

@@ -240,7 +240,7 @@ class DecodeLoop:
             return None  # a regular step; a model drafter catches up on these tokens when drafting resumes
         if not draw.greedy and not self.draft_sampled:
             return None  # likewise: sampled rows draw as regular decoding does
-        k = self.policy.current
+        k = self.policy.next_length(draw.greedy)
         limits = [0] * len(self.slots)
         for b in active:
             row = self.slots[b]
