@@ -9,11 +9,11 @@ in a row shrinks one token faster.
 Measured (`MeasuredDraftLength`): the engine times each step and counts the positions F it fed; `StepCost` turns
 those into t(F), the expected time of a step feeding F positions, and per-position acceptance counts give E(l), the
 tokens a drafting row gains beyond its bonus token with a draft of l. The next length is the l (0 included: no
-draft) with the most tokens per second, (B + r B E(l)) / t(B + r B l) for B live draft) with the most tokens per second, (B + r B E(l)) / t(B + r B l) for B live rows of which a share r drafted (a
+draft) with the most tokens per second, (B + r B E(l)) / t(B + r B l) for B live rows of which a share r drafted (a
 draft must beat no draft by 3%, the steps' timing noise); at l = 0 a one-token probe every few steps, where a draft
-accepted in full would pay, keeps the acceptance current. Draft
-lengths never change a greedy answer (verification keeps the target's tokens), only how fast it comes; a step with
-sampled rows, whose answer does depend on the length, drafts the initial length, which no timing moves.
+accepted in full would pay, keeps the acceptance current. Draft lengths never change a greedy answer (verification
+keeps the target's tokens), only how fast it comes; a step with sampled rows, whose answer does depend on the
+length, drafts the initial length, which no timing moves.
 """
 
 from __future__ import annotations
