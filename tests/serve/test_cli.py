@@ -132,7 +132,7 @@ def test_sigterm_finishes_in_flight_requests_then_exits(tiny_dir: Path) -> None:
 @pytest.mark.parametrize("flags, drafter, sampled_steps_draft", [
     (["--weights", "dequantized"], "hybrid", False),  # the preset ships a draft: greedy steps draft with it
     (["--model", "tiny-dir"], "ngram", False),  # no draft shipped: prompt lookup
-    (["--weights", "gguf-int8"], "none", False),  # steps too short for a draft to pay
+    (["--weights", "gguf-int8"], "ngram", False),  # steps too short for a draft model to pay: prompt lookup
     (["--speculate", "none"], "none", True),
     (["--speculate", "ngram"], "ngram", True),  # asked for: sampled steps draft too, as in a batch run
 ])
