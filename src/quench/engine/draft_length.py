@@ -18,6 +18,7 @@ length, drafts the initial length, which no timing moves.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -112,11 +113,14 @@ class StepCost:
     decay: float = STEP_DECAY
     _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # weight, F, F^2, t, F t
     _means: dict[int, float] = field(default_factory=dict)  # F -> recent mean seconds
+    _fed: list[int] = field(default_factory=list)  # the Fs seen, ascending
 
     def add(self, fed: int, seconds: float) -> None:
         w, f, ff, t, ft = (self.decay * v for v in self._sums)
         self._sums = [w + 1.0, f + fed, ff + fed * fed, t + seconds, ft + fed * seconds]
         mean = self._means.get(fed)
+        if mean is None:
+            bisect.insort(self._fed, fed)
         self._means[fed] = seconds if mean is None else mean + MEAN_STEP * (seconds - mean)
 
     def seen(self, fed: int) -> bool:
@@ -134,19 +138,19 @@ class StepCost:
 
     def seconds(self, fed: float) -> float:
         """The expected time of a step feeding `fed` positions (fractional: an average over steps)."""
-        a, b = self.line()
-        seen = sorted(self._means)
-        below = [f for f in seen if f <= fed]
-        above = [f for f in seen if f >= fed]
-        if not below and not above:
+        if not self._fed:
+            a, b = self.line()
             return a + b * fed
-        if not above:
-            return self._means[below[-1]] + b * (fed - below[-1])
-        if not below:
-            return max(0.0, self._means[above[0]] - b * (above[0] - fed))
-        lo, hi = below[-1], above[0]
-        if lo == hi:
-            return self._means[lo]
+        after = bisect.bisect_left(self._fed, fed)  # the first F seen at or past `fed`
+        if after == len(self._fed):
+            lo = self._fed[-1]
+            return self._means[lo] + self.line()[1] * (fed - lo)
+        hi = self._fed[after]
+        if hi == fed:
+            return self._means[hi]
+        if after == 0:
+            return max(0.0, self._means[hi] - self.line()[1] * (hi - fed))
+        lo = self._fed[after - 1]
         share = (fed - lo) / (hi - lo)
         return self._means[lo] + share * (self._means[hi] - self._means[lo])
 
@@ -155,15 +159,16 @@ class StepCost:
 class MeasuredDraftLength:
     """The draft length with the most tokens per second by the measured step cost and acceptance (module docstring).
     Greedy steps start without a draft (the step every length is weighed against) and reach at most GROWTH tokens
-    past the longest length tried, so a length is priced before a longer one is; a position never drafted is taken to be accepted as often as the one before it,
-    so the length grows while drafts are cheap and accepted. `initial`: a sampled step's length."""
+    past the longest length tried, so a length is priced before a longer one is; a position never drafted is taken
+    to be accepted as often as the one before it, so the length grows while drafts are cheap and accepted.
+    `initial`: a sampled step's length."""
 
     initial: int = 7
     maximum: int = 32
     cost: StepCost = field(default_factory=StepCost)
     _offered: list[float] = field(init=False)  # per position i (index i - 1): drafting rows whose draft reached i
     _taken: list[float] = field(init=False)  # ... of which the first i were accepted
-    _rows: float = field(init=False, default=1.0)  # live rows of the last step
+    _rows: int = field(init=False, default=1)  # live rows of the last step
     _share: float = field(init=False, default=1.0)  # share of live rows that drafted (weighted over steps)
     _length: int = field(init=False, default=0)
     _tried: int = field(init=False, default=0)  # the longest length a greedy step was given
@@ -207,7 +212,7 @@ class MeasuredDraftLength:
         if rows <= 0:
             return
         self.cost.add(fed, seconds)
-        self._rows = float(rows)
+        self._rows = rows
         if drafting:
             self._share = 0.8 * self._share + 0.2 * drafting / rows
         self._idle_steps = self._idle_steps + 1 if self._length == 0 else 0
@@ -232,7 +237,7 @@ class MeasuredDraftLength:
         """argmax of `rate` over l = 0 .. min(maximum, longest tried + GROWTH), the shortest where several tie and l = 0
         unless a draft gains MIN_GAIN; 0 while a step of the live rows alone has not been timed (the cost every other
         length is weighed against)."""
-        if not self.cost.seen(int(self._rows)):
+        if not self.cost.seen(self._rows):
             return 0
         chances = self.accepted_through()
         best, best_rate = 0, self.rate(0, chances) * MIN_GAIN  # a draft must beat no draft by MIN_GAIN
