@@ -93,7 +93,8 @@ def seeded_guard() -> GenGuard:
 CASES = {  # name -> (engine config, sampling, a guard)
     "greedy": (EngineConfig(batch_size=4), SamplingParams(max_new_tokens=24), False),
     "sampled": (EngineConfig(batch_size=4), SamplingParams(temperature=0.9, top_p=0.95, max_new_tokens=24), False),
-    "ngram": (EngineConfig(batch_size=4, drafter="ngram"), SamplingParams(max_new_tokens=24), False),
+    # BASS's length drafts whatever the step timings say (the measured one may find drafts do not pay)
+    "ngram": (EngineConfig(batch_size=4, drafter="ngram", draft_length="bass"), SamplingParams(max_new_tokens=24), False),
     "draft-sampled": (EngineConfig(batch_size=4, drafter="draft", draft_length="fixed", draft_tokens=3),
                       SamplingParams(temperature=0.9, max_new_tokens=24), False),
     "guard": (EngineConfig(batch_size=4), SamplingParams(max_new_tokens=24), True),

@@ -70,7 +70,8 @@ def alone(req: GenerationRequest, sampling: SamplingParams, config: EngineConfig
 
 CASES = {  # name -> (engine config, the long request's sampling)
     "sampled": (EngineConfig(batch_size=4), LONG),
-    "ngram": (EngineConfig(batch_size=4, drafter="ngram"), SamplingParams(max_new_tokens=150)),
+    # BASS's length drafts whatever the step timings say (the measured one may find drafts do not pay)
+    "ngram": (EngineConfig(batch_size=4, drafter="ngram", draft_length="bass"), SamplingParams(max_new_tokens=150)),
 }
 
 
