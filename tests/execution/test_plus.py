@@ -186,9 +186,11 @@ def test_large_expected_outputs_are_digests(cache: Path, plus_pool: SandboxPool)
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # computing Mbpp/255's oracle runs its reference on every input first
+@pytest.mark.full
 def test_an_output_over_a_gigabyte_is_judged_in_pieces(cache: Path) -> None:
     """Mbpp/255's reference returns over a gigabyte on one extra input: the judge holds its digests,
-    the candidate sends it BATCH items at a time, and neither comes near its address-space limit."""
+    the candidate sends it BATCH items at a time, and neither comes near its address-space limit.
+    (Building that gigabyte twice takes minutes: `make test-full`; test_plus_values.py checks the pieces.)"""
     task = plus_task("Mbpp/255")
     oracle = oracle_for(task)
     assert max(len(pickle.dumps(entry)) for entry in oracle.plus) < 2 * DIGEST_BYTES  # large ones are digests

@@ -226,7 +226,7 @@ def test_products_past_small_rows_run_pytorchs_gemm_on_the_same_values_unless_ev
 @pytest.mark.slow
 def test_the_default_model_on_its_gguf_blocks_answers_humaneval_as_the_float32_path():
     """The preset's Q4_1 / Q8_0 tensors: the loader's blocks expand to the float32 model's weights bit for bit
-    (row order of attn_q / attn_k included), and greedy answers to HumanEval 0-7 at batch 1 and 8 are the same."""
+    (row order of attn_q / attn_k included), and greedy answers to HumanEval 0-3 at batch 1 and 4 are the same."""
     from quench.datasets import load_humaneval
     from quench.engine.backend import QuenchBackend
     from quench.engine.types import GenerationRequest, SamplingParams
@@ -239,7 +239,7 @@ def test_the_default_model_on_its_gguf_blocks_answers_humaneval_as_the_float32_p
     for name, weight in gguf_weights.tensors.items():
         expected = parameters.get(name, loaded.model.lm_head.weight).detach()
         assert torch.equal(quant.dequantize(weight).view(torch.int32), expected.view(torch.int32)), name
-    requests = [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt)) for p in load_humaneval()[:8]]
+    requests = [GenerationRequest(p.task_id, encode_prompt(loaded, p.prompt)) for p in load_humaneval()[:4]]
     sampling = SamplingParams(max_new_tokens=48)
 
     def answers(weights, batch_size: int) -> dict[str, tuple[int, ...]]:
@@ -247,7 +247,7 @@ def test_the_default_model_on_its_gguf_blocks_answers_humaneval_as_the_float32_p
         backend = QuenchBackend(loaded.model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
         return {r.key: tuple(r.token_ids) for r in backend.generate(requests, sampling)}
 
-    for batch_size in (1, 8):
+    for batch_size in (1, 4):
         assert answers(gguf_weights, batch_size) == answers(None, batch_size), batch_size
 
 
