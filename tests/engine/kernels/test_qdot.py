@@ -143,7 +143,10 @@ def test_the_integer_product_equals_the_written_definition_bit_for_bit(qtype, ca
     values = GGML_QUANT_SIZES[qtype][0]
     rng = np.random.default_rng(1000 * int(qtype) + case)
     for trial in range(6):
-        M, N = int(rng.integers(1, 19)), int(rng.integers(1, 41))
+        if trial % 2:
+            M, N = int(rng.integers(1, 19)), int(rng.integers(1, 41))
+        else:  # one or two rows: the packed product reads several groups of W rows side by side
+            M, N = int(rng.integers(1, 3)), int(rng.integers(1, 200))
         nb = int(rng.integers(1, 4 if values == 256 else 20))
         data = random_blocks(qtype, rows=N, blocks=nb, seed=int(rng.integers(1 << 30)), hostile=case == 3)
         K = nb * values
@@ -264,22 +267,23 @@ def test_the_scalar_avx2_avx512_and_vnni_builds_give_the_same_bits(tmp_path):
     for qtype in TYPES:
         values = GGML_QUANT_SIZES[qtype][0]
         for hostile in (False, True):
-            data = np.ascontiguousarray(random_blocks(qtype, rows=29, blocks=3 if values == 256 else 13, seed=int(qtype), hostile=hostile))
-            K = data.shape[1] // GGML_QUANT_SIZES[qtype][1] * values
-            x = hostile_x(rng, 11, K) if hostile else rng.standard_normal((11, K)).astype(np.float32)
-            outputs = []
-            for cdll in builds.values():
-                y = np.empty((11, 29), np.float32)
-                assert cdll.quant_gemm_x8(x.ctypes.data, data.ctypes.data, y.ctypes.data, 29, 11, 29, K, int(qtype), 1) == 0
-                outputs.append(y)
-                size = cdll.qpack_bytes(int(qtype), 29, K)
-                if size > 0:  # the interleaved copy's product, on every build (scalar included)
-                    pack, y = np.empty(size, np.uint8), np.empty((11, 29), np.float32)
-                    assert cdll.qpack(data.ctypes.data, pack.ctypes.data, 29, K, int(qtype)) == 0
-                    assert cdll.quant_gemm_x8_packed(x.ctypes.data, pack.ctypes.data, y.ctypes.data, 29, 11, 29, K, int(qtype), 1) == 0
+            for M, N in ((11, 29), (1, 149), (2, 149)):  # one or two rows: groups of W rows read side by side
+                data = np.ascontiguousarray(random_blocks(qtype, rows=N, blocks=3 if values == 256 else 13, seed=int(qtype), hostile=hostile))
+                K = data.shape[1] // GGML_QUANT_SIZES[qtype][1] * values
+                x = hostile_x(rng, M, K) if hostile else rng.standard_normal((M, K)).astype(np.float32)
+                outputs = []
+                for cdll in builds.values():
+                    y = np.empty((M, N), np.float32)
+                    assert cdll.quant_gemm_x8(x.ctypes.data, data.ctypes.data, y.ctypes.data, N, M, N, K, int(qtype), 1) == 0
                     outputs.append(y)
-            assert all(same_floats(outputs[0], y) for y in outputs[1:]), (qtype.name, hostile)
-            assert same_floats(outputs[0], gemm_reference(x, qtype, data)), (qtype.name, hostile)
+                    size = cdll.qpack_bytes(int(qtype), N, K)
+                    if size > 0:  # the interleaved copy's product, on every build (scalar included)
+                        pack, y = np.empty(size, np.uint8), np.empty((M, N), np.float32)
+                        assert cdll.qpack(data.ctypes.data, pack.ctypes.data, N, K, int(qtype)) == 0
+                        assert cdll.quant_gemm_x8_packed(x.ctypes.data, pack.ctypes.data, y.ctypes.data, N, M, N, K, int(qtype), 1) == 0
+                        outputs.append(y)
+                assert all(same_floats(outputs[0], y) for y in outputs[1:]), (qtype.name, hostile, M)
+                assert same_floats(outputs[0], gemm_reference(x, qtype, data)), (qtype.name, hostile, M)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)

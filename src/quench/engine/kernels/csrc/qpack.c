@@ -35,6 +35,7 @@
 #define NIBBLES (4 * GROUP) /* Q4_0, Q4_1: the first run */
 #define BYTES (6 * GROUP)   /* Q8_0: the first run */
 #define RUN (4 * GROUP)     /* bytes per run */
+#define STREAMS 4           /* groups read side by side at one or two rows (groups()) */
 
 static int record_bytes(int type) {
     return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 ? 20 * GROUP : type == GGML_TYPE_Q8_0 ? 38 * GROUP : 0;
@@ -80,12 +81,16 @@ ALWAYS int32_t block_sum(const acts* a, int64_t at) { return a->s[2 * at] + a->s
 ALWAYS __m512i bcast4(const int8_t* p) { int32_t v; memcpy(&v, p, 4); return _mm512_set1_epi32(v); }
 
 /* 16 W rows, one per lane of a 512-bit register: the 256-bit tile's steps on twice the lanes. */
-ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m0, int mt, int K, float* y, int64_t ldy, int n) {
+ALWAYS void group_tile(int type, const uint8_t* const* wps, const int* nrs, const int* ns, int ng, const acts* a, int m0, int mt,
+                       int K, float* y, int64_t ldy) {
     int blocks = K / 32, rec = record_bytes(type);
-    __m512 acc[XROWS];
-    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
-    for (int b = 0; b < blocks; b++) {
-        const uint8_t* r = wp + (int64_t)b * rec;
+    __m512 accs[STREAMS][XROWS];
+    for (int s = 0; s < ng; s++)
+        for (int i = 0; i < mt; i++) accs[s][i] = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++)
+    for (int s = 0; s < ng; s++) {
+        __m512* acc = accs[s];
+        const uint8_t* r = wps[s] + (int64_t)b * rec;
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)r));
         __m512i isum[XROWS];
         const int8_t* x[XROWS];
@@ -118,8 +123,10 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
             }
         }
     }
-    __mmask16 live = nr == GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-    for (int i = 0; i < mt; i++) _mm512_mask_storeu_ps(y + (int64_t)(m0 + i) * ldy + n, live, acc[i]);
+    for (int s = 0; s < ng; s++) {
+        __mmask16 live = nrs[s] == GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nrs[s]) - 1);
+        for (int i = 0; i < mt; i++) _mm512_mask_storeu_ps(y + (int64_t)(m0 + i) * ldy + ns[s], live, accs[s][i]);
+    }
 }
 #elif defined(QPACK_AVX2)
 #if defined(__AVX512VL__)
@@ -138,12 +145,16 @@ ALWAYS __m256i dp(__m256i acc, __m256i w, __m256i x) {
 #endif
 }
 
-ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m0, int mt, int K, float* y, int64_t ldy, int n) {
+ALWAYS void group_tile(int type, const uint8_t* const* wps, const int* nrs, const int* ns, int ng, const acts* a, int m0, int mt,
+                       int K, float* y, int64_t ldy) {
     int blocks = K / 32, rec = record_bytes(type);
-    __m256 acc[XROWS];
-    for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
-    for (int b = 0; b < blocks; b++) {
-        const uint8_t* r = wp + (int64_t)b * rec;
+    __m256 accs[STREAMS][XROWS];
+    for (int s = 0; s < ng; s++)
+        for (int i = 0; i < mt; i++) accs[s][i] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++)
+    for (int s = 0; s < ng; s++) {
+        __m256* acc = accs[s];
+        const uint8_t* r = wps[s] + (int64_t)b * rec;
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)r));
         __m256i isum[XROWS];
         const int8_t* x[XROWS];
@@ -182,23 +193,27 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
             }
         }
     }
-    for (int i = 0; i < mt; i++) {
-        float* row = y + (int64_t)(m0 + i) * ldy + n;
-        if (nr == GROUP) _mm256_storeu_ps(row, acc[i]);
-        else {
-            float out[GROUP];
-            _mm256_storeu_ps(out, acc[i]);
-            for (int k = 0; k < nr; k++) row[k] = out[k];
+    for (int s = 0; s < ng; s++)
+        for (int i = 0; i < mt; i++) {
+            float* row = y + (int64_t)(m0 + i) * ldy + ns[s];
+            if (nrs[s] == GROUP) _mm256_storeu_ps(row, accs[s][i]);
+            else {
+                float out[GROUP];
+                _mm256_storeu_ps(out, accs[s][i]);
+                for (int k = 0; k < nrs[s]; k++) row[k] = out[k];
+            }
         }
-    }
 }
 #else
 #define XROWS 1
 /* The packed layout read back one output at a time: qdot.c's scalar loop. */
-ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m0, int mt, int K, float* y, int64_t ldy, int n) {
+ALWAYS void group_tile(int type, const uint8_t* const* wps, const int* nrs, const int* ns, int ng, const acts* a, int m0, int mt,
+                       int K, float* y, int64_t ldy) {
     int blocks = K / 32, rec = record_bytes(type);
     (void)mt;
-    for (int k = 0; k < nr; k++) {
+    for (int s = 0; s < ng; s++)
+    for (int k = 0, nr = nrs[s], n = ns[s]; k < nr; k++) {
+        const uint8_t* wp = wps[s];
         float acc = 0.0f;
         for (int b = 0; b < blocks; b++) {
             const uint8_t* r = wp + (int64_t)b * rec;
@@ -222,28 +237,59 @@ ALWAYS void group_tile(int type, const uint8_t* wp, int nr, const acts* a, int m
 }
 #endif
 
-ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t ldy, int M, int g0, int g1, int N, int K) {
-    int64_t group_bytes = (int64_t)(K / 32) * record_bytes(type);
-    for (int m0 = 0; m0 < M; m0 += XROWS) {
-        int mt = M - m0 < XROWS ? M - m0 : XROWS;
-        for (int g = g0; g < g1; g++) {
-            int nr = N - GROUP * g < GROUP ? N - GROUP * g : GROUP;
-            const uint8_t* p = wp + g * group_bytes;
-            switch (mt) {  /* constant tile shapes, so the accumulators stay in registers */
+/* One tile of mt rows over ng groups; constant shapes, so the accumulators stay in registers. */
+#define TILE(MT, NG) group_tile(type, p, nr, n, NG, a, m0, MT, K, y, ldy)
+ALWAYS void tile(int type, const uint8_t* const* p, const int* nr, const int* n, int ng, const acts* a, int m0, int mt,
+                 int K, float* y, int64_t ldy) {
+    if (ng == STREAMS && mt <= 2) {
+        if (mt == 2) TILE(2, STREAMS); else TILE(1, STREAMS);
+        return;
+    }
+    for (int s = 0; s < ng; s++, p++, nr++, n++)
+        switch (mt) {
 #if XROWS >= 8
-                case 8: group_tile(type, p, nr, a, m0, 8, K, y, ldy, GROUP * g); break;
-                case 7: group_tile(type, p, nr, a, m0, 7, K, y, ldy, GROUP * g); break;
-                case 6: group_tile(type, p, nr, a, m0, 6, K, y, ldy, GROUP * g); break;
-                case 5: group_tile(type, p, nr, a, m0, 5, K, y, ldy, GROUP * g); break;
+            case 8: TILE(8, 1); break;
+            case 7: TILE(7, 1); break;
+            case 6: TILE(6, 1); break;
+            case 5: TILE(5, 1); break;
 #endif
 #if XROWS >= 4
-                case 4: group_tile(type, p, nr, a, m0, 4, K, y, ldy, GROUP * g); break;
-                case 3: group_tile(type, p, nr, a, m0, 3, K, y, ldy, GROUP * g); break;
-                case 2: group_tile(type, p, nr, a, m0, 2, K, y, ldy, GROUP * g); break;
+            case 4: TILE(4, 1); break;
+            case 3: TILE(3, 1); break;
+            case 2: TILE(2, 1); break;
 #endif
-                default: group_tile(type, p, nr, a, m0, 1, K, y, ldy, GROUP * g); break;
-            }
+            default: TILE(1, 1); break;
         }
+}
+#undef TILE
+
+/* Groups g0 .. g1 - 1 for every row. Up to XROWS rows (a decode step's few rows) the products wait on the weights'
+   bytes, and one core fetches several streams from memory faster than one: the range is cut into ng parts read
+   side by side, block by block (ng = STREAMS, for one or two rows; at more, reading them side by side costs more
+   than it gains). More rows: each group's records
+   are read once from memory and then from cache for every tile of XROWS rows. Every output's steps are the same
+   either way. */
+ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t ldy, int M, int g0, int g1, int N, int K) {
+    int64_t group_bytes = (int64_t)(K / 32) * record_bytes(type);
+    const uint8_t* p[STREAMS];
+    int nr[STREAMS], n[STREAMS];
+    if (M <= XROWS) {
+        int ng = M <= 2 ? STREAMS : 1, per = (g1 - g0 + ng - 1) / ng;
+        for (int i = 0; i < per; i++) {
+            int k = 0;
+            for (int s = 0; s < ng; s++) {
+                int g = g0 + s * per + i;
+                if (g >= g1) continue;
+                p[k] = wp + g * group_bytes, nr[k] = N - GROUP * g < GROUP ? N - GROUP * g : GROUP, n[k++] = GROUP * g;
+            }
+            tile(type, p, nr, n, k == ng ? ng : 1, a, 0, M, K, y, ldy);
+            for (int s = 1; k < ng && s < k; s++) tile(type, p + s, nr + s, n + s, 1, a, 0, M, K, y, ldy);
+        }
+        return;
+    }
+    for (int g = g0; g < g1; g++) {
+        p[0] = wp + g * group_bytes, nr[0] = N - GROUP * g < GROUP ? N - GROUP * g : GROUP, n[0] = GROUP * g;
+        for (int m0 = 0; m0 < M; m0 += XROWS) tile(type, p, nr, n, 1, a, m0, M - m0 < XROWS ? M - m0 : XROWS, K, y, ldy);
     }
 }
 
@@ -259,10 +305,10 @@ int quant_gemm_x8_packed_quantized(const int8_t* q, const float* d, const int32_
     acts a = {q, d, s};
     void (*run)(const acts*, const uint8_t*, float*, int64_t, int, int, int, int, int) =
         type == GGML_TYPE_Q4_0 ? groups_Q4_0 : type == GGML_TYPE_Q4_1 ? groups_Q4_1 : groups_Q8_0;
-    threads = threads < 1 ? 1 : threads;
-    int count = (N + GROUP - 1) / GROUP, per = 16 / GROUP, chunks = (count + per - 1) / per;  /* 16 W rows per chunk: threads split N */
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && chunks > 1)
-    for (int c = 0; c < chunks; c++) run(&a, wp, y, ldy, M, per * c, per * c + per < count ? per * c + per : count, N, K);
+    int count = (N + GROUP - 1) / GROUP, parts = threads < count ? threads : count;  /* threads split N: a range of groups each */
+    parts = parts < 1 ? 1 : parts;
+    #pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
+    for (int t = 0; t < parts; t++) run(&a, wp, y, ldy, M, (int)((int64_t)count * t / parts), (int)((int64_t)count * (t + 1) / parts), N, K);
     return 0;
 }
 
