@@ -183,18 +183,21 @@ static inline __m512 reduce16x16(const __m512* a) {
 }
 
 /* scores[m][t] = dot_fixed(q_m, k_t) * scale for the M queries (q: M x D floats) and keys 0 .. keys - 1 (kb: the
-   cache's rows, widened in registers), 16 keys at a time; query m's keys past first + m / G are computed or not,
+   cache's rows, widened in registers), 16 keys at a time, the values of keys ahead (vb) fetched towards L2 as
+   they go (two streams from memory at once, faster than one); query m's keys past first + m / G are computed or not,
    never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
    in key order, for QB consecutive queries from m0, each value row read once for the QB queries. D a multiple of
    16, at most 256. */
 #define PAIR16_KERNELS(T, SUFFIX, LOAD16)                                                            \
-static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float* q, int M, const T* kb, int keys, \
+static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, \
         int64_t first, int G, const int D, float scale, float* scores) {                            \
     for (int t0 = 0; t0 < keys; t0 += 16) {                                                         \
         int count = keys - t0 < 16 ? keys - t0 : 16;                                                \
-        if (t0 + KEYS_AHEAD < keys) /* a later block towards L1 while this one computes */          \
-            for (int l = 0; l < 16 * D * (int)sizeof(T); l += 64)                                   \
+        if (t0 + KEYS_AHEAD < keys) /* a later block towards L1 while this one computes, and its values */ \
+            for (int l = 0; l < 16 * D * (int)sizeof(T); l += 64) {  /* towards L2: two streams at once */ \
                 _mm_prefetch((const char*)(kb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T0);  \
+                _mm_prefetch((const char*)(vb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T1);  \
+            }                                                                                        \
         __mmask16 live = count == 16 ? (__mmask16)0xffff : (__mmask16)((1u << count) - 1);          \
         for (int m = t0 > first ? (int)(t0 - first) * G : 0; m < M; m++) {                          \
             __m512 acc[16];                                                                          \
@@ -241,9 +244,9 @@ static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* sco
 /* One (row, kv head) pair's attention on AVX-512: the fixed kernel's bits (tested against its written order). */ \
 static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
                                    int D, float scale, float* scores, float* acc) {                  \
-    if (D == 64) scores16_##SUFFIX(q, M, kb, keys, first, G, 64, scale, scores);                    \
-    else if (D == 128) scores16_##SUFFIX(q, M, kb, keys, first, G, 128, scale, scores);             \
-    else scores16_##SUFFIX(q, M, kb, keys, first, G, D, scale, scores);                             \
+    if (D == 64) scores16_##SUFFIX(q, M, kb, vb, keys, first, G, 64, scale, scores);                    \
+    else if (D == 128) scores16_##SUFFIX(q, M, kb, vb, keys, first, G, 128, scale, scores);             \
+    else scores16_##SUFFIX(q, M, kb, vb, keys, first, G, D, scale, scores);                             \
     for (int m = 0; m < M; m++) softmax_fixed(scores + (int64_t)m * keys, (int)first + m / G + 1);  \
     int block = D <= 64 ? 4 : D <= 128 ? 2 : 1;                                                      \
     for (int m0 = 0; m0 < M; m0 += block) {                                                          \
@@ -278,13 +281,15 @@ static inline void reduce4x16(const __m256* lo, const __m256* hi, float* sums) {
    registers), pv8 one query at a time with up to 8 accumulators of 8 outputs, each value row read from L1 per
    query. D a multiple of 16. */
 #define PAIR8_KERNELS(T, SUFFIX, LOAD8)                                                              \
-static inline __attribute__((always_inline)) void scores4_##SUFFIX(const float* q, int M, const T* kb, int keys, \
+static inline __attribute__((always_inline)) void scores4_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, \
         int64_t first, int G, const int D, float scale, float* scores) {                            \
     for (int t0 = 0; t0 < keys; t0 += 4) {                                                          \
         int count = keys - t0 < 4 ? keys - t0 : 4;                                                  \
-        if (t0 + KEYS_AHEAD < keys)                                                                  \
-            for (int l = 0; l < 4 * D * (int)sizeof(T); l += 64)                                    \
+        if (t0 + KEYS_AHEAD < keys) /* keys towards L1, their values towards L2 (scores16) */        \
+            for (int l = 0; l < 4 * D * (int)sizeof(T); l += 64) {                                  \
                 _mm_prefetch((const char*)(kb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T0);  \
+                _mm_prefetch((const char*)(vb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T1);  \
+            }                                                                                        \
         const T* k[4];                                                                               \
         for (int i = 0; i < 4; i++) k[i] = kb + (int64_t)(t0 + (i < count ? i : 0)) * D;  /* past the last: key t0 again */ \
         for (int m = t0 > first ? (int)(t0 - first) * G : 0; m < M; m++) {                          \
@@ -323,8 +328,8 @@ static inline __attribute__((always_inline)) void pv8_##SUFFIX(const float* p, i
 /* One (row, kv head) pair's attention on AVX2: the fixed kernel's bits (tested against its written order). */ \
 static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
                                    int D, float scale, float* scores, float* acc) {                  \
-    if (D == 64) scores4_##SUFFIX(q, M, kb, keys, first, G, 64, scale, scores);                     \
-    else scores4_##SUFFIX(q, M, kb, keys, first, G, D, scale, scores);                              \
+    if (D == 64) scores4_##SUFFIX(q, M, kb, vb, keys, first, G, 64, scale, scores);                     \
+    else scores4_##SUFFIX(q, M, kb, vb, keys, first, G, D, scale, scores);                              \
     for (int m = 0; m < M; m++) {                                                                    \
         int seen = (int)first + m / G + 1;                                                           \
         softmax_fixed(scores + (int64_t)m * keys, seen);                                             \
