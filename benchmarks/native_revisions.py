@@ -37,14 +37,18 @@ from quench.models import encode_prompt, load_model
 CSRC_IN_REPO = "src/quench/engine/kernels/csrc"
 
 
-def revision_sources(revision: str, into: Path) -> Path:
-    """The kernels' C sources at a git revision, extracted under into; exits 2 where git does not have it."""
+def revision_archive(revision: str) -> bytes:
+    """The kernels' C sources at a git revision as a tar archive; ValueError (git's words) where git lacks it."""
     root = Path(native_build.CSRC).resolve().parents[4]
     done = subprocess.run(["git", "-C", str(root), "archive", revision, CSRC_IN_REPO], capture_output=True)
     if done.returncode != 0:
-        sys.exit(f"error: --base {revision}: {done.stderr.decode().strip() or 'git archive failed'}")
-    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
-        archive.extractall(into, filter="data")
+        raise ValueError(done.stderr.decode().strip().splitlines()[-1] if done.stderr.strip() else "git archive failed")
+    return done.stdout
+
+
+def extract_sources(archive: bytes, into: Path) -> Path:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
     return into / CSRC_IN_REPO
 
 
@@ -73,10 +77,14 @@ def main() -> None:
     args = parser.parse_args()
     for name in ("batch_size", "threads", "max_new_tokens", "prompts", "rounds"):
         if getattr(args, name) < 1:
-            sys.exit(f"error: --{name.replace('_', '-')} must be at least 1")
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    try:
+        archive = revision_archive(args.base)
+    except ValueError as error:
+        parser.error(f"--base {args.base}: {error}")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        base = build_from(revision_sources(args.base, Path(tmp) / "base"), Path(tmp) / "base-cache")
+        base = build_from(extract_sources(archive, Path(tmp) / "base"), Path(tmp) / "base-cache")
         tree = build_from(native_build.CSRC, Path(tmp) / "tree-cache")
         builds = {args.base: base, "working tree": tree}
         current = [base]
