@@ -165,6 +165,40 @@ def test_the_fork_server_script_runs_without_quench(tmp_path) -> None:
     assert done.stdout.split() == ["NodeHost", "125", "kill_group"]
 
 
+def test_pools_started_in_several_threads_at_once_parse_the_script_once(monkeypatch) -> None:
+    """CPython 3.11 can fail two threads' ast.parse calls at once (SystemError, gh-106905): the script is built once,
+    under a lock, however many pools start together."""
+    import threading
+
+    from quench.execution import sandbox
+
+    parsed, barrier = [], threading.Barrier(6)
+
+    def slow_parse(source: str) -> str:
+        parsed.append(source)
+        time.sleep(0.02)  # a parse still running when the other threads arrive
+        return without_quench_imports(source)
+
+    monkeypatch.setattr(sandbox, "without_quench_imports", slow_parse)
+    sandbox._fork_server_script.cache_clear()
+    scripts = []
+
+    def start() -> None:
+        barrier.wait()
+        scripts.append(sandbox.fork_server_script())
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sandbox._fork_server_script.cache_clear()
+    assert len(scripts) == 6 and len(set(scripts)) == 1
+    assert len(parsed) == len(sandbox.SCRIPT_PARTS)
+
+
 def test_quench_imports_are_removed_whole() -> None:
     source = "import os\nfrom quench.execution.node_host import (  # x\n    a,\n    b,\n)\nfrom os import path\nx = 1\n"
     assert without_quench_imports(source) == "import os\n\n\n\n\nfrom os import path\nx = 1\n"

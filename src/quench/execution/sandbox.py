@@ -37,6 +37,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -318,9 +319,20 @@ def host_spec() -> dict[str, object] | None:
     return {"mark": HOST_MARK, "argv": argv, "env": env}
 
 
-@functools.cache
+_SCRIPT_LOCK = threading.Lock()
+
+
 def fork_server_script() -> str:
-    """The fork server as one stdlib-only script: SCRIPT_PARTS in order, each without its quench imports."""
+    """The fork server as one stdlib-only script: SCRIPT_PARTS in order, each without its quench imports. Built
+    once, under a lock: pools started from several threads at once would otherwise parse it side by side, and
+    CPython 3.11's AST constructor keeps its recursion depth where two threads' parses can mix it up (SystemError:
+    "AST constructor recursion depth mismatch", CPython gh-106905)."""
+    with _SCRIPT_LOCK:
+        return _fork_server_script()
+
+
+@functools.cache
+def _fork_server_script() -> str:
     return "\n".join(without_quench_imports(Path(__file__).with_name(name).read_text(encoding="utf-8"))
                      for name in SCRIPT_PARTS)
 
