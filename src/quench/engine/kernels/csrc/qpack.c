@@ -263,12 +263,16 @@ ALWAYS void tile(int type, const uint8_t* const* p, const int* nr, const int* n,
 }
 #undef TILE
 
+/* Group g's records, its live W rows and its first output column into slot k of groups()'s arrays. */
+ALWAYS void locate(int g, int k, const uint8_t* wp, int64_t group_bytes, int N, const uint8_t** p, int* nr, int* n) {
+    p[k] = wp + g * group_bytes, nr[k] = N - GROUP * g < GROUP ? N - GROUP * g : GROUP, n[k] = GROUP * g;
+}
+
 /* Groups g0 .. g1 - 1 for every row. Up to XROWS rows (a decode step's few rows) the products wait on the weights'
    bytes, and one core fetches several streams from memory faster than one: the range is cut into ng parts read
    side by side, block by block (ng = STREAMS, for one or two rows; at more, reading them side by side costs more
-   than it gains). More rows: each group's records
-   are read once from memory and then from cache for every tile of XROWS rows. Every output's steps are the same
-   either way. */
+   than it gains; tile() takes a short last set one group at a time). More rows: each group's records are read
+   once from memory and then from cache for every tile of XROWS rows. Every output's steps are the same either way. */
 ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t ldy, int M, int g0, int g1, int N, int K) {
     int64_t group_bytes = (int64_t)(K / 32) * record_bytes(type);
     const uint8_t* p[STREAMS];
@@ -277,18 +281,13 @@ ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t
         int ng = M <= 2 ? STREAMS : 1, per = (g1 - g0 + ng - 1) / ng;
         for (int i = 0; i < per; i++) {
             int k = 0;
-            for (int s = 0; s < ng; s++) {
-                int g = g0 + s * per + i;
-                if (g >= g1) continue;
-                p[k] = wp + g * group_bytes, nr[k] = N - GROUP * g < GROUP ? N - GROUP * g : GROUP, n[k++] = GROUP * g;
-            }
-            tile(type, p, nr, n, k == ng ? ng : 1, a, 0, M, K, y, ldy);
-            for (int s = 1; k < ng && s < k; s++) tile(type, p + s, nr + s, n + s, 1, a, 0, M, K, y, ldy);
+            for (int g = g0 + i; g < g1 && k < ng; g += per) locate(g, k++, wp, group_bytes, N, p, nr, n);
+            tile(type, p, nr, n, k, a, 0, M, K, y, ldy);
         }
         return;
     }
     for (int g = g0; g < g1; g++) {
-        p[0] = wp + g * group_bytes, nr[0] = N - GROUP * g < GROUP ? N - GROUP * g : GROUP, n[0] = GROUP * g;
+        locate(g, 0, wp, group_bytes, N, p, nr, n);
         for (int m0 = 0; m0 < M; m0 += XROWS) tile(type, p, nr, n, 1, a, m0, M - m0 < XROWS ? M - m0 : XROWS, K, y, ldy);
     }
 }
