@@ -186,8 +186,9 @@ static inline __m512 reduce16x16(const __m512* a) {
    cache's rows, widened in registers), 16 keys at a time, the values of keys ahead (vb) fetched towards L2 as
    they go (two streams from memory at once, faster than one); query m's keys past first + m / G are computed or not,
    never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
-   in key order, for QB consecutive queries from m0, each value row read once for the QB queries. D a multiple of
-   16, at most 256. */
+   in key order, for QB consecutive queries from m0, each value row read once for the QB queries; as the first block
+   reads them, the keys of the pair the thread likely takes next (kn) are fetched towards L2, so memory streams
+   while the sums run in both phases. D a multiple of 16, at most 256. */
 #define PAIR16_KERNELS(T, SUFFIX, LOAD16)                                                            \
 static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, \
         int64_t first, int G, const int D, float scale, float* scores) {                            \
@@ -213,7 +214,7 @@ static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float*
     }                                                                                                \
 }                                                                                                    \
 static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* scores, int keys, const T* vb, int m0, \
-        int QB, int64_t first, int G, const int D, float* out) {                                     \
+        int QB, int64_t first, int G, const int D, const T* kn, int kn_keys, float* out) {           \
     __m512 acc[4][16];                                                                               \
     int seen[4], least = keys, most = 0;                                                             \
     for (int i = 0; i < QB; i++) {                                                                   \
@@ -226,12 +227,18 @@ static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* sco
         if (m0 == 0 && t + VALUES_AHEAD < most) /* a later value row, on the first pass over them */ \
             for (int l = 0; l < D * (int)sizeof(T); l += 64)                                        \
                 _mm_prefetch((const char*)(vb + (int64_t)(t + VALUES_AHEAD) * D) + l, _MM_HINT_T0); \
+        if (m0 == 0 && t < kn_keys) /* the next pair's key row t towards L2: memory busy while this sums */ \
+            for (int l = 0; l < D * (int)sizeof(T); l += 64)                                        \
+                _mm_prefetch((const char*)(kn + (int64_t)t * D) + l, _MM_HINT_T1);                  \
         for (int c = 0; c < D / 16; c++) {                                                           \
             __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
             for (int i = 0; i < QB; i++)                                                             \
                 acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]), v, acc[i][c]); \
         }                                                                                            \
     }                                                                                                \
+    for (int t = least; m0 == 0 && t < kn_keys; t++) /* the next pair's remaining key rows */        \
+        for (int l = 0; l < D * (int)sizeof(T); l += 64)                                            \
+            _mm_prefetch((const char*)(kn + (int64_t)t * D) + l, _MM_HINT_T1);                      \
     for (int t = least; t < most; t++)                                                               \
         for (int c = 0; c < D / 16; c++) {                                                           \
             __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
@@ -243,7 +250,7 @@ static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* sco
 }                                                                                                    \
 /* One (row, kv head) pair's attention on AVX-512: the fixed kernel's bits (tested against its written order). */ \
 static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
-                                   int D, float scale, float* scores, float* acc) {                  \
+                                   int D, float scale, const T* kn, int kn_keys, float* scores, float* acc) { \
     if (D == 64) scores16_##SUFFIX(q, M, kb, vb, keys, first, G, 64, scale, scores);                    \
     else if (D == 128) scores16_##SUFFIX(q, M, kb, vb, keys, first, G, 128, scale, scores);             \
     else scores16_##SUFFIX(q, M, kb, vb, keys, first, G, D, scale, scores);                             \
@@ -251,9 +258,9 @@ static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb
     int block = D <= 64 ? 4 : D <= 128 ? 2 : 1;                                                      \
     for (int m0 = 0; m0 < M; m0 += block) {                                                          \
         int QB = M - m0 < block ? M - m0 : block;                                                    \
-        if (D == 64) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 64, acc);                    \
-        else if (D == 128) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 128, acc);             \
-        else pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, D, acc);                             \
+        if (D == 64) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 64, kn, kn_keys, acc);       \
+        else if (D == 128) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 128, kn, kn_keys, acc); \
+        else pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, D, kn, kn_keys, acc);                \
     }                                                                                                \
 }
 PAIR16_KERNELS(bf16, bf16, bf16x16_to_f32)
@@ -309,7 +316,7 @@ static inline __attribute__((always_inline)) void scores4_##SUFFIX(const float* 
     }                                                                                                \
 }                                                                                                    \
 static inline __attribute__((always_inline)) void pv8_##SUFFIX(const float* p, int seen, const T* vb, const int D, \
-        float* out) {                                                                                \
+        const T* kn, int kn_keys, float* out) {                                                      \
     for (int d0 = 0; d0 < D; d0 += 64) {                                                             \
         int chunks = (D - d0) / 8 < 8 ? (D - d0) / 8 : 8;                                            \
         __m256 acc[8];                                                                               \
@@ -317,6 +324,9 @@ static inline __attribute__((always_inline)) void pv8_##SUFFIX(const float* p, i
         for (int t = 0; t < seen; t++) {                                                             \
             __m256 pt = _mm256_set1_ps(p[t]);                                                        \
             const T* v = vb + (int64_t)t * D + d0;                                                   \
+            if (d0 == 0 && t < kn_keys) /* the next pair's key row t towards L2 (pv16) */            \
+                for (int l = 0; l < D * (int)sizeof(T); l += 64)                                    \
+                    _mm_prefetch((const char*)(kn + (int64_t)t * D) + l, _MM_HINT_T1);              \
             if (chunks == 8) /* a constant bound: the accumulators stay in registers */              \
                 for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(pt, LOAD8(v + 8 * c), acc[c]);  \
             else                                                                                     \
@@ -327,14 +337,15 @@ static inline __attribute__((always_inline)) void pv8_##SUFFIX(const float* p, i
 }                                                                                                    \
 /* One (row, kv head) pair's attention on AVX2: the fixed kernel's bits (tested against its written order). */ \
 static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
-                                   int D, float scale, float* scores, float* acc) {                  \
+                                   int D, float scale, const T* kn, int kn_keys, float* scores, float* acc) { \
     if (D == 64) scores4_##SUFFIX(q, M, kb, vb, keys, first, G, 64, scale, scores);                     \
     else scores4_##SUFFIX(q, M, kb, vb, keys, first, G, D, scale, scores);                              \
     for (int m = 0; m < M; m++) {                                                                    \
         int seen = (int)first + m / G + 1;                                                           \
         softmax_fixed(scores + (int64_t)m * keys, seen);                                             \
-        if (D == 64) pv8_##SUFFIX(scores + (int64_t)m * keys, seen, vb, 64, acc + (int64_t)m * D);   \
-        else pv8_##SUFFIX(scores + (int64_t)m * keys, seen, vb, D, acc + (int64_t)m * D);            \
+        int ahead = m == 0 ? kn_keys : 0; /* the first query's pass fetches the next pair's keys */ \
+        if (D == 64) pv8_##SUFFIX(scores + (int64_t)m * keys, seen, vb, 64, kn, ahead, acc + (int64_t)m * D); \
+        else pv8_##SUFFIX(scores + (int64_t)m * keys, seen, vb, D, kn, ahead, acc + (int64_t)m * D); \
     }                                                                                                \
 }
 PAIR8_KERNELS(bf16, bf16, bf16x8_to_f32)
@@ -344,8 +355,9 @@ PAIR8_KERNELS(float, f32, _mm256_loadu_ps)
 #define HAVE_PAIR_KERNEL 0
 #define PAIR_STUB(T, SUFFIX)                                                                       \
 static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
-                                   int D, float scale, float* scores, float* acc) {                  \
-    (void)q, (void)M, (void)kb, (void)vb, (void)keys, (void)first, (void)G, (void)D, (void)scale, (void)scores, (void)acc; \
+                                   int D, float scale, const T* kn, int kn_keys, float* scores, float* acc) { \
+    (void)q, (void)M, (void)kb, (void)vb, (void)keys, (void)first, (void)G, (void)D, (void)scale, (void)kn, (void)kn_keys; \
+    (void)scores, (void)acc;                                                                       \
 }
 PAIR_STUB(bf16, bf16)
 PAIR_STUB(float, f32)
@@ -410,7 +422,10 @@ static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const
         const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
         const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
         if (PAIR_KERNEL(D)) {                                                                     \
-            attend_pair_##SUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, scores, acc);         \
+            int next = pair + 1, bn = next / Hkv; /* the pair this thread likely takes next */    \
+            int kn_keys = next < B * Hkv && offsets[bn + 1] > offsets[bn] ? (int)(start[bn] + offsets[bn + 1] - offsets[bn]) : 0; \
+            const T* kn = kn_keys ? kc + ((int64_t)bn * Hkv + next % Hkv) * Tmax * D : kb;       \
+            attend_pair_##SUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, kn, kn_keys, scores, acc); \
             goto store_##SUFFIX;                                                                  \
         }                                                                                         \
         for (int t = 0; t < keys; t++) {                                                          \
