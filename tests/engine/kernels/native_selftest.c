@@ -77,10 +77,11 @@ static int same_float(float a, float b) { return (isnan(a) && isnan(b)) || memcm
 
 /* FNV-1a of a kernel's outputs (every NaN as one), printed per kernel so builds of two architectures can be
    compared: the same inputs on every machine, so the same digest where the bits are the same. */
-enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT, DIGEST_ATTEND, DIGEST_SILU, DIGEST_SAMPLE, DIGEST_QDOT, DIGESTS };
+enum { DIGEST_F32, DIGEST_BF16, DIGEST_QUANT, DIGEST_ATTEND, DIGEST_SILU, DIGEST_SAMPLE, DIGEST_QDOT,
+       DIGEST_ATTEND_BF16_CACHE, DIGESTS };
 static uint64_t digests[DIGESTS] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull,
                                    0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull,
-                                   0xcbf29ce484222325ull};
+                                   0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
 static void fold(int which, float v) {
     uint32_t bits = 0x7fc00000u;
     if (!isnan(v)) memcpy(&bits, &v, 4);
@@ -211,37 +212,59 @@ static void attend_reference(const float* q, const float* keys, const float* val
     free(p);
 }
 
+/* The fixed attention of each activation and cache type, on ROUTE_FIXED. */
+static int attend_bf16_fixed(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const bf16* sin_signed,
+                             const int64_t* start, const int64_t* offsets, bf16* out, int B, int H, int Hkv, int D,
+                             int Tmax, float scale, int threads) {
+    return rope_attend_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads,
+                            ROUTE_FIXED);
+}
+static int attend_f32_fixed(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed,
+                            const int64_t* start, const int64_t* offsets, float* out, int B, int H, int Hkv, int D,
+                            int Tmax, float scale, int threads) {
+    return rope_attend_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads,
+                           ROUTE_FIXED);
+}
+
 /* Ragged rows (B = 3, H = 4, Hkv = 2) with earlier keys in the cache, head sizes 64, 48 (not a multiple of 16)
-   and 16; scores of kind `mode` (0 moderate, 3 with inf, NaN and denormals). */
-#define CHECK_ATTEND(T, SUFFIX, LOAD, STORE)                                                         \
-static int check_attend_##SUFFIX(int D, int mode) {                                                 \
+   and 16; scores of kind `mode` (0 moderate, 3 with inf, NaN and denormals). Activations of type T, caches of
+   type C: each new key is RoPE's output stored as C, each new value the token's value stored as C, and each
+   output the written order over the keys and values the caches then hold. */
+#define CHECK_ATTEND(T, SUFFIX, LOAD, STORE, C, CLOAD, CSTORE, NAME, ATTEND_CALL, DIGEST)             \
+static int check_attend_##NAME(int D, int mode) {                                                   \
     enum { B = 3, H = 4, Hkv = 2, Tmax = 40 };                                                       \
     static const int64_t start[B] = {0, 7, 21}, offsets[B + 1] = {0, 5, 6, 9};                       \
     int N = (int)offsets[B], width = H + 2 * Hkv, ok = 1;                                            \
     T* qkv = malloc(sizeof(T) * (size_t)N * width * D);                                              \
-    T* kc = malloc(sizeof(T) * (size_t)B * Hkv * Tmax * D);                                          \
-    T* vc = malloc(sizeof(T) * (size_t)B * Hkv * Tmax * D);                                          \
+    C* kc = malloc(sizeof(C) * (size_t)B * Hkv * Tmax * D);                                          \
+    C* vc = malloc(sizeof(C) * (size_t)B * Hkv * Tmax * D);                                          \
     T* cos = malloc(sizeof(T) * (size_t)Tmax * D);                                                   \
     T* sin_signed = malloc(sizeof(T) * (size_t)Tmax * D);                                            \
     T* out = malloc(sizeof(T) * (size_t)N * H * D);                                                  \
     float *q = malloc(sizeof(float) * D), *keys = malloc(sizeof(float) * Tmax * D);                  \
     float *values = malloc(sizeof(float) * Tmax * D), *want = malloc(sizeof(float) * D);             \
     for (int i = 0; i < N * width * D; i++) qkv[i] = STORE(value_of(mode) * 3.0f);                   \
-    for (int i = 0; i < B * Hkv * Tmax * D; i++) { kc[i] = STORE(value_of(mode)); vc[i] = STORE(value_of(mode)); } \
+    for (int i = 0; i < B * Hkv * Tmax * D; i++) { kc[i] = CSTORE(value_of(mode)); vc[i] = CSTORE(value_of(mode)); } \
     for (int i = 0; i < Tmax * D; i++) { cos[i] = STORE(uniform()); sin_signed[i] = STORE(uniform()); } \
-    ok &= rope_attend_##SUFFIX(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, 0.125f, 2, \
-                               ROUTE_FIXED) == 0;                                                   \
+    ok &= ATTEND_CALL(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, 0.125f, 2) == 0; \
     for (int b = 0; b < B; b++)                                                                      \
-        for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++)                                 \
+        for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++) {                               \
+            const T* tok = qkv + (offsets[b] + s) * width * D;                                       \
+            int64_t pos = start[b] + s;                                                              \
+            for (int j = 0; j < Hkv; j++) { /* what the call wrote */                                \
+                int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                              \
+                rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, q, 0);      \
+                for (int d = 0; d < D; d++)                                                          \
+                    ok &= same_float(CLOAD(kc[at + d]), CLOAD(CSTORE(q[d])))                         \
+                          && same_float(CLOAD(vc[at + d]), CLOAD(CSTORE(LOAD(tok[(H + Hkv + j) * D + d])))); \
+            }                                                                                        \
             for (int h = 0; h < H; h++) {                                                            \
                 int j = h / (H / Hkv), seen = (int)start[b] + s + 1;                                 \
-                const T* tok = qkv + (offsets[b] + s) * width * D;                                   \
-                int64_t pos = start[b] + s;                                                          \
                 rope_##SUFFIX(tok + h * D, cos + pos * D, sin_signed + pos * D, D, q, 0);            \
                 for (int t = 0; t < seen; t++)                                                       \
                     for (int d = 0; d < D; d++) {                                                    \
-                        keys[t * D + d] = LOAD(kc[(((int64_t)b * Hkv + j) * Tmax + t) * D + d]);     \
-                        values[t * D + d] = LOAD(vc[(((int64_t)b * Hkv + j) * Tmax + t) * D + d]);   \
+                        keys[t * D + d] = CLOAD(kc[(((int64_t)b * Hkv + j) * Tmax + t) * D + d]);    \
+                        values[t * D + d] = CLOAD(vc[(((int64_t)b * Hkv + j) * Tmax + t) * D + d]);  \
                     }                                                                                \
                 attend_reference(q, keys, values, seen, D, 0.125f, want);                            \
                 for (int d = 0; d < D; d++) {                                                        \
@@ -250,25 +273,37 @@ static int check_attend_##SUFFIX(int D, int mode) {                             
                         printf("     D %d mode %d row %d token %d head %d [%d] = %a, the written order gives %a\n", \
                                D, mode, b, s, h, d, got, LOAD(STORE(want[d])));                     \
                     ok &= same_float(got, LOAD(STORE(want[d])));                                     \
-                    fold(DIGEST_ATTEND, got);                                                        \
+                    fold(DIGEST, got);                                                               \
                 }                                                                                    \
             }                                                                                        \
+        }                                                                                            \
     free(qkv); free(kc); free(vc); free(cos); free(sin_signed); free(out); free(q); free(keys); free(values); free(want); \
     return ok;                                                                                       \
 }
-CHECK_ATTEND(bf16, bf16, load_bf16, store_bf16)
-CHECK_ATTEND(float, f32, load_f32, store_f32)
+CHECK_ATTEND(bf16, bf16, load_bf16, store_bf16, bf16, load_bf16, store_bf16, bf16, attend_bf16_fixed, DIGEST_ATTEND)
+CHECK_ATTEND(float, f32, load_f32, store_f32, float, load_f32, store_f32, f32, attend_f32_fixed, DIGEST_ATTEND)
+CHECK_ATTEND(float, f32, load_f32, store_f32, bf16, load_bf16, store_bf16, f32_bf16_cache, rope_attend_f32_bf16,
+             DIGEST_ATTEND_BF16_CACHE)
 
 static void check_attend(void) {
     static const int sizes[] = {64, 48, 16};
     for (int mode = 0; mode < 4; mode += 3) {
-        int bf = 1, f32 = 1;
-        for (int i = 0; i < 3; i++) { bf &= check_attend_bf16(sizes[i], mode); f32 &= check_attend_f32(sizes[i], mode); }
+        int bf = 1, f32 = 1, mixed = 1;
+        for (int i = 0; i < 3; i++) {
+            bf &= check_attend_bf16(sizes[i], mode);
+            f32 &= check_attend_f32(sizes[i], mode);
+            uint64_t kept = state;  /* the later checks draw the inputs they drew before this one existed */
+            mixed &= check_attend_f32_bf16_cache(sizes[i], mode);
+            state = kept;
+        }
         char name[160];
         snprintf(name, sizeof name, "fixed attention, bfloat16 (values %d), equals its written order bit for bit", mode);
         check(bf, name);
         snprintf(name, sizeof name, "fixed attention, float32 (values %d), equals its written order bit for bit", mode);
         check(f32, name);
+        snprintf(name, sizeof name, "fixed attention, float32 over bfloat16 caches (values %d), writes its keys and "
+                 "values rounded and equals its written order bit for bit", mode);
+        check(mixed, name);
     }
 }
 
@@ -664,6 +699,7 @@ int main(void) {
     printf("digest silu_fixed %016llx\n", (unsigned long long)digests[DIGEST_SILU]);
     printf("digest sample_f32 %016llx\n", (unsigned long long)digests[DIGEST_SAMPLE]);
     printf("digest quant_gemm_x8 %016llx\n", (unsigned long long)digests[DIGEST_QDOT]);
+    printf("digest attend_fixed_bf16_cache %016llx\n", (unsigned long long)digests[DIGEST_ATTEND_BF16_CACHE]);
     printf("selftest: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -69,21 +69,27 @@ def rope_attend(
     """Packed rows: qkv (N, H + 2 Hkv, D), row b's tokens at offsets[b]:offsets[b + 1] (B + 1,),
     fed at positions start[b] + s (B,). Writes their keys/values into the caches (B, Hkv, T, D)
     and returns the attention output (N, H D). fixed: the kernel whose arithmetic every build shares (batch-invariant
-    runners); else the build's fastest, with amx q.k on AMX tiles where the build has them."""
+    runners); else the build's fastest, with amx q.k on AMX tiles where the build has them. float32 rows may keep
+    bfloat16 caches (keys and values rounded as they are written): only on the fixed kernel."""
     tokens, _, head_dim = qkv.shape
     batch, kv_heads, max_len = keys.shape[0], keys.shape[1], keys.shape[2]
     assert qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous() and cos.is_contiguous()
-    assert qkv.dtype == keys.dtype == values.dtype == cos.dtype == sin_signed.dtype
+    assert qkv.dtype == cos.dtype == sin_signed.dtype and keys.dtype == values.dtype
+    mixed = keys.dtype != qkv.dtype
+    assert not mixed or (qkv.dtype == torch.float32 and keys.dtype == torch.bfloat16 and fixed)
     assert start.dtype == offsets.dtype == torch.int64 and start.is_contiguous() and offsets.is_contiguous()
     out = torch.empty(tokens, heads * head_dim, dtype=qkv.dtype)
     library = _library()
     assert library is not None
-    function = library.rope_attend_bf16 if qkv.dtype == torch.bfloat16 else library.rope_attend_f32
-    status = function(
+    arguments = (
         qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(),
         offsets.data_ptr(), out.data_ptr(), batch, heads, kv_heads, head_dim, max_len, scale, torch.get_num_threads(),
-        route(library, amx=amx, fixed=fixed),
     )
+    if mixed:
+        status = library.rope_attend_f32_bf16(*arguments)
+    else:
+        function = library.rope_attend_bf16 if qkv.dtype == torch.bfloat16 else library.rope_attend_f32
+        status = function(*arguments, route(library, amx=amx, fixed=fixed))
     if status != 0:
         raise MemoryError("native attention could not allocate its buffers")
     return out
@@ -324,13 +330,16 @@ def layers_f32(
     (N, Dm), the residual stream, updated in place -> the final-norm hidden states (N, Dm). table: per layer the
     addresses of the input and post-attention norms, then each of qkv, o, gate_up and down as a count of parts and
     that many (kind, address, ggml type, out features) (`F32_PARTS`; quench_native.h); caches: each layer's key and
-    value cache (B, Hkv, T, 64); start (B,) and offsets (B + 1,) int64 as `rope_attend` takes them. The same kernels
+    value cache (B, Hkv, T, 64), all float32 or all bfloat16; start (B,) and offsets (B + 1,) int64 as `rope_attend`
+    takes them. The same kernels
     in the same order as the Python loop over `invariant`'s norm and SiLU, `rope_attend(fixed=True)` and the
     projections' own calls, so the same bits."""
     rows, width = x.shape
     batch, _, max_len, _ = caches[0].shape
     assert x.dtype == final_norm.dtype == cos.dtype == sin_signed.dtype == torch.float32 and x.is_contiguous()
-    assert all(cache.dtype == torch.float32 and cache.is_contiguous() for cache in caches)
+    cache_dtype = caches[0].dtype
+    assert cache_dtype in (torch.float32, torch.bfloat16)
+    assert all(cache.dtype == cache_dtype and cache.is_contiguous() for cache in caches)
     assert start.dtype == offsets.dtype == torch.int64 and start.is_contiguous() and offsets.is_contiguous()
     library = _library()
     assert library is not None
@@ -338,7 +347,7 @@ def layers_f32(
     out = torch.empty_like(x)
     status = library.layers_f32(
         x.data_ptr(), out.data_ptr(), ctypes.cast(table, ctypes.c_void_p), len(table), ctypes.cast(addresses, ctypes.c_void_p),
-        len(caches) // 2, final_norm.data_ptr(), rows, width, shape.heads, shape.kv_heads, shape.inner, cos.data_ptr(),
+        int(cache_dtype == torch.bfloat16), len(caches) // 2, final_norm.data_ptr(), rows, width, shape.heads, shape.kv_heads, shape.inner, cos.data_ptr(),
         sin_signed.data_ptr(), start.data_ptr(), offsets.data_ptr(), batch, max_len, shape.scale, shape.eps,
         torch.get_num_threads(),
     )

@@ -183,7 +183,7 @@ static inline __m512 reduce16x16(const __m512* a) {
 }
 
 /* scores[m][t] = dot_fixed(q_m, k_t) * scale for the M queries (q: M x D floats) and keys 0 .. keys - 1 (kb: the
-   cache's rows, widened in registers), 16 keys at a time, the values of keys ahead (vb) fetched towards L2 as
+   cache's rows; bfloat16 ones widened once per block for every query), 16 keys at a time, the values of keys ahead (vb) fetched towards L2 as
    they go (two streams from memory at once, faster than one); query m's keys past first + m / G are computed or not,
    never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
    in key order, for QB consecutive queries from m0, each value row read once for the QB queries; as the first block
@@ -200,13 +200,19 @@ static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float*
                 _mm_prefetch((const char*)(vb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T1);  \
             }                                                                                        \
         __mmask16 live = count == 16 ? (__mmask16)0xffff : (__mmask16)((1u << count) - 1);          \
+        float wide[sizeof(T) == sizeof(float) ? 1 : 16 * 256] __attribute__((aligned(64)));          \
+        const float* kf = (const float*)(const void*)(kb + (int64_t)t0 * D); /* float32: the rows */ \
+        if (sizeof(T) != sizeof(float)) { /* narrower rows widened once (exactly) for every query */ \
+            for (int i = 0; i < count * D; i += 16) _mm512_store_ps(wide + i, LOAD16(kb + (int64_t)t0 * D + i)); \
+            kf = wide;                                                                               \
+        }                                                                                            \
         for (int m = t0 > first ? (int)(t0 - first) * G : 0; m < M; m++) {                          \
             __m512 acc[16];                                                                          \
             for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();                               \
             for (int c = 0; c < D; c += 16) {                                                        \
                 __m512 qc = _mm512_loadu_ps(q + m * D + c);                                          \
                 for (int i = 0; i < count; i++)                                                      \
-                    acc[i] = _mm512_fmadd_ps(qc, LOAD16(kb + (int64_t)(t0 + i) * D + c), acc[i]);    \
+                    acc[i] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(kf + i * D + c), acc[i]);           \
             }                                                                                        \
             __m512 dots = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                    \
             _mm512_mask_storeu_ps(scores + (int64_t)m * keys + t0, live, dots);                      \
@@ -297,16 +303,24 @@ static inline __attribute__((always_inline)) void scores4_##SUFFIX(const float* 
                 _mm_prefetch((const char*)(kb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T0);  \
                 _mm_prefetch((const char*)(vb + (int64_t)(t0 + KEYS_AHEAD) * D) + l, _MM_HINT_T1);  \
             }                                                                                        \
-        const T* k[4];                                                                               \
-        for (int i = 0; i < 4; i++) k[i] = kb + (int64_t)(t0 + (i < count ? i : 0)) * D;  /* past the last: key t0 again */ \
+        float wide[sizeof(T) == sizeof(float) ? 1 : 4 * 256] __attribute__((aligned(32)));           \
+        const float* k[4];                                                                           \
+        for (int i = 0; i < 4; i++) { /* past the last: key t0 again; narrower rows widened once */  \
+            const T* row = kb + (int64_t)(t0 + (i < count ? i : 0)) * D;                             \
+            k[i] = (const float*)(const void*)row;                                                   \
+            if (sizeof(T) != sizeof(float)) {                                                        \
+                for (int c = 0; c < D; c += 8) _mm256_store_ps(wide + i * D + c, LOAD8(row + c));   \
+                k[i] = wide + i * D;                                                                 \
+            }                                                                                        \
+        }                                                                                            \
         for (int m = t0 > first ? (int)(t0 - first) * G : 0; m < M; m++) {                          \
             __m256 lo[4], hi[4];                                                                     \
             for (int i = 0; i < 4; i++) lo[i] = hi[i] = _mm256_setzero_ps();                          \
             for (int c = 0; c < D; c += 16) {                                                        \
                 __m256 ql = _mm256_loadu_ps(q + m * D + c), qh = _mm256_loadu_ps(q + m * D + c + 8);  \
                 for (int i = 0; i < 4; i++) {                                                        \
-                    lo[i] = _mm256_fmadd_ps(ql, LOAD8(k[i] + c), lo[i]);                              \
-                    hi[i] = _mm256_fmadd_ps(qh, LOAD8(k[i] + c + 8), hi[i]);                          \
+                    lo[i] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(k[i] + c), lo[i]);                    \
+                    hi[i] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(k[i] + c + 8), hi[i]);                \
                 }                                                                                    \
             }                                                                                        \
             float dots[4];                                                                           \
@@ -365,16 +379,18 @@ PAIR_STUB(float, f32)
 /* Whether a head size runs on the build's pair kernel (AVX-512 or AVX2); else the loops of the written order. */
 #define PAIR_KERNEL(D) (HAVE_PAIR_KERNEL && (D) % 16 == 0 && (D) <= 256)
 
-/* Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout (N, H + 2 Hkv, D);
+/* NAME: activations (qkv, the RoPE tables, out) of type T, caches of type C; a new key (RoPE's float output) and
+   value are stored as C. Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout
+   (N, H + 2 Hkv, D);
    its token s sits at position start[b] + s and sees keys 0 .. start[b] + s. Caches (B, Hkv, T, D);
    cos, sin_signed (positions, D); out (N, H D). A query's softmax and weighted sum run over its own keys
    only, in loops whose bounds depend on its position alone: its bits are the same in a decode step, a
    verification pass or a prefill, whatever other queries the call holds. Threads split the (row, kv head)
    pairs, each computed whole by one thread with buffers of its own: the bits do not depend on the threads. */
-#define ATTEND(T, SUFFIX)                                                                          \
-static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const T* sin_signed,    \
-                                 const int64_t* start, const int64_t* offsets, T* out, int B, int H, \
-                                 int Hkv, int D, int Tmax, float scale, int threads) {              \
+#define ATTEND(T, SUFFIX, C, CSUFFIX, NAME)                                                         \
+static int NAME(const T* qkv, C* kc, C* vc, const T* cos, const T* sin_signed, const int64_t* start, \
+                const int64_t* offsets, T* out, int B, int H, int Hkv, int D, int Tmax, float scale, \
+                int threads) {                                                                    \
     int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
     for (int b = 0; b < B; b++) {                                                                 \
         int n = (int)(offsets[b + 1] - offsets[b]);                                               \
@@ -397,8 +413,11 @@ static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const
             const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
             for (int j = 0; j < Hkv; j++) {                                                       \
                 int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                          \
-                rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row_all, kc + at); \
-                memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(T) * D);                          \
+                rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row_all, 0); \
+                for (int d = 0; d < D; d++) kc[at + d] = store_##CSUFFIX(row_all[d]);             \
+                if (sizeof(C) == sizeof(T)) memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(T) * D); \
+                else for (int d = 0; d < D; d++)                                                  \
+                    vc[at + d] = store_##CSUFFIX(load_##SUFFIX(tok[(H + Hkv + j) * D + d]));      \
             }                                                                                     \
         }                                                                                         \
     }                                                                                             \
@@ -419,17 +438,17 @@ static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const
                 rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,      \
                               q + (s * G + g) * D, 0);                                           \
         }                                                                                         \
-        const T* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
-        const T* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
+        const C* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
+        const C* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
         if (PAIR_KERNEL(D)) {                                                                     \
             int next = pair + 1, bn = next / Hkv; /* the pair this thread likely takes next */    \
             int kn_keys = next < B * Hkv && offsets[bn + 1] > offsets[bn] ? (int)(start[bn] + offsets[bn + 1] - offsets[bn]) : 0; \
-            const T* kn = kn_keys ? kc + ((int64_t)bn * Hkv + next % Hkv) * Tmax * D : kb;       \
-            attend_pair_##SUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, kn, kn_keys, scores, acc); \
-            goto store_##SUFFIX;                                                                  \
+            const C* kn = kn_keys ? kc + ((int64_t)bn * Hkv + next % Hkv) * Tmax * D : kb;       \
+            attend_pair_##CSUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, kn, kn_keys, scores, acc); \
+            goto store;                                                                           \
         }                                                                                         \
         for (int t = 0; t < keys; t++) {                                                          \
-            for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(kb[(int64_t)t * D + d]);          \
+            for (int d = 0; d < D; d++) row[d] = load_##CSUFFIX(kb[(int64_t)t * D + d]);         \
             for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++)                \
                 scores[(int64_t)m * keys + t] = dot_fixed(q + m * D, row, D) * scale;            \
         }                                                                                         \
@@ -437,11 +456,11 @@ static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const
             softmax_fixed(scores + (int64_t)m * keys, (int)start[b] + m / G + 1);                 \
         memset(acc, 0, sizeof(float) * M * D);                                                    \
         for (int t = 0; t < keys; t++) {                                                          \
-            for (int d = 0; d < D; d++) row[d] = load_##SUFFIX(vb[(int64_t)t * D + d]);          \
+            for (int d = 0; d < D; d++) row[d] = load_##CSUFFIX(vb[(int64_t)t * D + d]);         \
             for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++)                \
                 axpy_fixed(acc + m * D, scores[(int64_t)m * keys + t], row, D);                   \
         }                                                                                         \
-    store_##SUFFIX:                                                                               \
+    store:                                                                                        \
         for (int s = 0; s < S; s++)                                                               \
             for (int g = 0; g < G; g++) {                                                         \
                 T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                          \
@@ -451,8 +470,11 @@ static int attend_fixed_##SUFFIX(const T* qkv, T* kc, T* vc, const T* cos, const
     free(q_all); free(scores_all); free(acc_all); free(row_all);                                  \
     return 0;                                                                                     \
 }
-ATTEND(bf16, bf16)
-ATTEND(float, f32)
+ATTEND(bf16, bf16, bf16, bf16, attend_fixed_bf16)
+ATTEND(float, f32, float, f32, attend_fixed_f32)
+/* float32 activations over bfloat16 caches: keys after RoPE and values rounded to bfloat16 (nearest even) as
+   they are written, widened exactly as they are read; the arithmetic is the float32 kernel's on those values. */
+ATTEND(float, f32, bf16, bf16, attend_fixed_f32_bf16)
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define HAVE_AVX512_BF16 1
@@ -713,4 +735,9 @@ int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, co
                     int route) {
     (void)route;  /* float32: the fixed kernel on every route */
     return attend_fixed_f32(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads);
+}
+int rope_attend_f32_bf16(const float* qkv, bf16* kc, bf16* vc, const float* cos, const float* sin_signed,
+                         const int64_t* start, const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax,
+                         float scale, int threads) {
+    return attend_fixed_f32_bf16(qkv, kc, vc, cos, sin_signed, start, offsets, out, B, H, Hkv, D, Tmax, scale, threads);
 }

@@ -62,7 +62,7 @@ static void add_f32(float* x, const float* delta, int64_t count) {
     for (int64_t i = 0; i < count; i++) x[i] = x[i] + delta[i];
 }
 
-int layers_f32(float* x, float* h, const int64_t* table, int64_t entries, const int64_t* caches, int L,
+int layers_f32(float* x, float* h, const int64_t* table, int64_t entries, const int64_t* caches, int cache_bf16, int L,
                const float* final_norm, int N, int Dm, int H, int Hkv, int I, const float* cos, const float* sin_signed,
                const int64_t* start, const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads) {
     enum { D = 64 };
@@ -81,8 +81,11 @@ int layers_f32(float* x, float* h, const int64_t* table, int64_t entries, const 
         const float* post_norm = NORM(at + 1);
         at += 2;
         if ((status = product(table, &at, h, qkv, N, width, Dm, threads))) break;
-        if (rope_attend_f32(qkv, (float*)(intptr_t)caches[2 * l], (float*)(intptr_t)caches[2 * l + 1], cos, sin_signed,
-                            start, offsets, attn, B, H, Hkv, D, Tmax, scale, threads, ROUTE_FIXED)) {
+        void *keys = (void*)(intptr_t)caches[2 * l], *values = (void*)(intptr_t)caches[2 * l + 1];
+        if (cache_bf16 ? rope_attend_f32_bf16(qkv, keys, values, cos, sin_signed, start, offsets, attn, B, H, Hkv, D, Tmax,
+                                              scale, threads)
+                       : rope_attend_f32(qkv, keys, values, cos, sin_signed, start, offsets, attn, B, H, Hkv, D, Tmax,
+                                         scale, threads, ROUTE_FIXED)) {
             status = 2;
             break;
         }

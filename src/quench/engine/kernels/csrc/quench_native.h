@@ -44,6 +44,11 @@ int rope_attend_bf16(const bf16* qkv, bf16* kc, bf16* vc, const bf16* cos, const
 int rope_attend_f32(const float* qkv, float* kc, float* vc, const float* cos, const float* sin_signed, const int64_t* start,
                     const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax, float scale, int threads,
                     int route);
+/* The same over bfloat16 caches, always on ROUTE_FIXED's arithmetic: a key (after RoPE) or value is rounded to
+   bfloat16 (nearest even) as it is written and widened exactly as it is read. */
+int rope_attend_f32_bf16(const float* qkv, bf16* kc, bf16* vc, const float* cos, const float* sin_signed,
+                         const int64_t* start, const int64_t* offsets, float* out, int B, int H, int Hkv, int D, int Tmax,
+                         float scale, int threads);
 
 /* glue.c: residual sum + RMSNorm, greedy argmax, and a token sampled with temperature (0, or 1 where out of
    memory). */
@@ -134,14 +139,15 @@ int quant_gemm_x8_packed_quantized(const int8_t* q, const float* d, const int32_
    x (N, Dm), the residual stream, is updated in place; h (N, Dm) gets the final-norm hidden states. table (entries
    int64 values): per layer the addresses of the input and post-attention norms, then qkv, o, gate_up and down, each
    as a count P and P parts of F32_PART_FIELDS (kind, address, ggml type, N) stacked along N (each part one product
-   writing its columns of y). caches: per layer the key and value cache. Returns 0, 1 for a table that does not fit
+   writing its columns of y). caches: per layer the key and value cache, float32 or (cache_bf16) bfloat16
+   (rope_attend_f32_bf16). Returns 0, 1 for a table that does not fit
    the shapes (nothing computed) or a refused product, 2 where out of memory (x is then partly updated). */
 #define F32_PART_FIELDS 4
 #define F32_PART_X8 0        /* quant_gemm_x8 on W as stored */
 #define F32_PART_X8_PACKED 1 /* quant_gemm_x8_packed on qpack's copy */
 #define F32_PART_QUANT 2     /* quant_gemm_f32 on W as stored */
 #define F32_PART_FIXED 3     /* fixed_gemm_f32 on invariant.pack's copy, the projection's only part (type unused) */
-int layers_f32(float* x, float* h, const int64_t* table, int64_t entries, const int64_t* caches, int L,
+int layers_f32(float* x, float* h, const int64_t* table, int64_t entries, const int64_t* caches, int cache_bf16, int L,
                const float* final_norm, int N, int Dm, int H, int Hkv, int I, const float* cos, const float* sin_signed,
                const int64_t* start, const int64_t* offsets, int B, int Tmax, float scale, float eps, int threads);
 
