@@ -124,6 +124,9 @@ CASES = [
          "--draft-confidence"),
     Case("draft stop", ("run", "--speculate", "hybrid", "--draft-stop", "-0.1", "--out", "{out}"), "--draft-stop"),
     Case("draft max rows", ("run", "--speculate", "hybrid", "--draft-max-rows", "-1", "--out", "{out}"), "--draft-max-rows"),
+    Case("unknown kv cache", ("run", "--kv-cache", "float16", "--out", "{out}"), "argument --kv-cache: invalid choice"),
+    Case("bfloat16 caches without batch invariance", ("run", "--kv-cache", "bfloat16", "--no-batch-invariant", "--limit",
+                                                      "1", "--out", "{out}"), "--kv-cache bfloat16 under a float32 model"),
     Case("draft loop tokens", ("run", "--speculate", "ngram", "--draft-loop-tokens", "16", "--out", "{out}"),
          "--draft-loop-tokens"),
     # input files: named with file:line, opened read-only, never repaired

@@ -81,3 +81,25 @@ def test_an_unconfined_evaluation_says_so_in_summary_json(tmp_path):
     assert "note: programs run UNCONFINED" in done.stderr
     summary = read(out / "summary.json")
     assert (summary["isolation"], summary["unsafe_unconfined"]) == ("unconfined", True)
+
+
+def test_a_gguf_run_records_its_kv_caches_and_an_older_one_resumes_with_float32_caches(tmp_path, capsys):
+    """The default preset on its GGUF blocks records bfloat16 KV caches (`--kv-cache auto`); a run directory written
+    before they were the default (no kv_cache in config.json, float32 caches) resumes with float32 caches and says
+    so, and asking it for bfloat16 caches is refused before anything is generated."""
+    out = tmp_path / "run"
+    argv = ["--threads", "1", "run", "--tasks", "0", "--max-new-tokens", "4", "--batch-size", "1", "--workers", "1",
+            "--out", str(out)]
+    assert main(argv) == 0
+    config = read(out / "config.json")
+    assert (config["weights"], config["kv_cache"]) == ("gguf-int8", "bfloat16")
+    older = {k: v for k, v in config.items() if k != "kv_cache"}
+    (out / "config.json").write_text(json.dumps(older, indent=2, sort_keys=True) + "\n")
+    (out / "samples.jsonl").write_text("")
+    assert main(argv) == 0
+    assert read(out / "config.json") == {**config, "kv_cache": "float32"}
+    (out / "config.json").write_text(json.dumps(older, indent=2, sort_keys=True) + "\n")
+    (out / "samples.jsonl").write_text("")
+    capsys.readouterr()
+    assert main([*argv, "--kv-cache", "bfloat16"]) == 2
+    assert "holds a run with other settings (kv_cache)" in capsys.readouterr().err

@@ -8,7 +8,8 @@ mode's arithmetic and says why.
 
 Each case: a model (the default preset as `quench run` loads it, bfloat16 and on its GGUF blocks in both modes, and
 tiny models of each family and weight format, both GGUF modes), fixed prompts, 64 new tokens (EOS ignored), at batch 1,
-at batch 8 and at batch 8 with n-gram speculation. Batch invariance makes the three the same; each is kept, so a failure
+at batch 8 and at batch 8 with n-gram speculation; a case named in ENGINE_SETTINGS runs with those engine settings too
+(the KV caches' dtype). Batch invariance makes the three the same; each is kept, so a failure
 says which one moved.
 """
 
@@ -51,6 +52,18 @@ def _preset(dtype: str, weights: str = "dequantized") -> Callable[[], tuple[torc
     return build
 
 
+BLOCK_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+# cases whose engine runs with more than the mode's settings: bfloat16 KV caches under float32 models, on the float32
+# layer loop (the preset's GGUF blocks, the default) and on the Python layer loop (the tiny head-64 model); the GGUF
+# cases written with float32 caches keep them
+ENGINE_SETTINGS = {
+    "smollm2-135m-instruct/gguf-int8-kv-bfloat16": {"kv_cache": "bfloat16"},
+    "llama-head64/float32-kv-bfloat16": {"kv_cache": "bfloat16"},
+    "smollm2-135m-instruct/gguf": {"kv_cache": "float32"},
+    "smollm2-135m-instruct/gguf-int8": {"kv_cache": "float32"},
+    **{f"tiny-llama/gguf-{name}": {"kv_cache": "float32"} for name in BLOCK_TYPES},
+    **{f"tiny-llama/gguf-int8-{name}": {"kv_cache": "float32"} for name in BLOCK_TYPES},
+}
 MODELS_VAR = "QUENCH_GOLDEN_MODELS"  # a folder of the tiny models, built once by the caller (`save_tiny_models`)
 
 
@@ -104,14 +117,16 @@ def _cases() -> dict[str, Callable[[], tuple[torch.nn.Module, object, list[tuple
         "smollm2-135m-instruct/bfloat16": _preset("bfloat16"),
         "smollm2-135m-instruct/gguf": _preset("float32", "gguf"),
         "smollm2-135m-instruct/gguf-int8": _preset("float32", "gguf-int8"),
+        "smollm2-135m-instruct/gguf-int8-kv-bfloat16": _preset("float32", "gguf-int8"),
         "tiny-llama/float32": _tiny(lambda: tiny_llama(dtype=torch.float32)),
         "tiny-llama/bfloat16": _tiny(lambda: tiny_llama(dtype=torch.bfloat16)),
         "llama-head64/bfloat16": _tiny(lambda: llama_head_dim_64(torch.bfloat16, vocab_size=vocab)),
         "llama-head64/float32": _tiny(lambda: llama_head_dim_64(torch.float32, vocab_size=vocab)),
+        "llama-head64/float32-kv-bfloat16": _tiny(lambda: llama_head_dim_64(torch.float32, vocab_size=vocab)),
         "tiny-qwen2/float32": _tiny(lambda: tiny_qwen2(torch.float32)),
         "tiny-qwen2/bfloat16": _tiny(lambda: tiny_qwen2(torch.bfloat16)),
     }
-    for name in ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"):
+    for name in BLOCK_TYPES:
         cases[f"tiny-llama/gguf-{name}"] = _tiny(_quantized(name))
         cases[f"tiny-llama/gguf-int8-{name}"] = _tiny(_quantized(name, "gguf-int8"))
     return cases
@@ -134,7 +149,7 @@ def greedy_tokens(name: str) -> dict[str, list[list[int]]]:
     torch.set_num_threads(1)
     out = {}
     for mode, settings in MODES.items():
-        backend = QuenchBackend(model, tokenizer, EngineConfig(**settings))
+        backend = QuenchBackend(model, tokenizer, EngineConfig(**settings, **ENGINE_SETTINGS.get(name, {})))
         requests = [GenerationRequest(str(i), prompt) for i, prompt in enumerate(prompts)]
         sampling = SamplingParams(max_new_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS)
         results = {result.key: list(result.token_ids) for result in backend.generate(requests, sampling)}

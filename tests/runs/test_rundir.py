@@ -37,3 +37,16 @@ def test_a_resumed_run_keeps_its_settings_and_overwrite_starts_it_again(tmp_path
     rundir.release_run_dirs()
     assert json.loads((tmp_path / "config.json").read_text()) == {"model": "b"}
     assert not (tmp_path / "samples.jsonl").exists()
+
+
+def test_an_older_run_directory_on_gguf_weights_ran_float32_kv_caches():
+    """Before bfloat16 KV caches were the GGUF weights' default, those runs kept float32 ones without recording it:
+    resuming one with bfloat16 caches would mix two numeric modes, so it is a changed setting; other older runs
+    lack the setting and keep whatever they are given."""
+    older_gguf = {"model": "a", "weights": "gguf-int8"}
+    assert rundir.changed_settings(older_gguf, {**older_gguf, "kv_cache": "bfloat16"}) == ["kv_cache"]
+    assert rundir.changed_settings(older_gguf, {**older_gguf, "kv_cache": "float32"}) == []
+    older_dequantized = {"model": "a", "weights": "dequantized"}
+    assert rundir.changed_settings(older_dequantized, {**older_dequantized, "kv_cache": "bfloat16"}) == []
+    recorded = {**older_gguf, "kv_cache": "bfloat16"}
+    assert rundir.with_unrecorded_settings(recorded) == recorded

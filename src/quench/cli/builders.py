@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 
 from quench.cli import remote, work_settings
 from quench.cli.flags import ENGINE_DEFAULTS
-from quench.cli.settings import backend_options_from_args, engine_count
+from quench.cli.settings import backend_options_from_args, engine_config_from_args, engine_count
 from quench.datasets import Problem, language_of
 from quench.datasets.problem import PLUS_BENCHMARK
 from quench.execution import SandboxLimits, SandboxPool
@@ -54,6 +54,18 @@ def weights_from_args(args: argparse.Namespace) -> str:
 def weights_of(loaded) -> str:
     """The weights mode a loaded model runs (`load_model` marks GGUF modes on the model), for other processes."""
     return getattr(getattr(loaded, "model", None), "quench_weights", "dequantized")
+
+
+def kv_cache_of(args: argparse.Namespace, loaded) -> str | None:
+    """The dtype of the KV caches quench's engine keeps for the run's model (--kv-cache resolved), for config.json;
+    None where the engine does not run it (a server, Hugging Face `generate`). A refusal is a ConfigError."""
+    model = getattr(loaded, "model", None)
+    if args.backend != "quench" or model is None:
+        return None
+    from quench.engine.runners.forward_plan import engine_plan
+
+    plan = engine_plan(model, engine_config_from_args(args))
+    return plan.kv_dtype if plan is not None else str(model.get_input_embeddings().weight.dtype).removeprefix("torch.")
 
 
 def prompt_encoder(loaded) -> Callable[[str], tuple[int, ...]]:

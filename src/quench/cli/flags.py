@@ -10,7 +10,7 @@ import argparse
 
 from quench.cli import remote, work_settings
 from quench.engine import SamplingParams
-from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, MAX_LOOP_TOKENS, EngineConfig, drafting_defaults
+from quench.engine.config import DRAFT_LENGTHS, DRAFTERS, KV_CACHES, MAX_LOOP_TOKENS, EngineConfig, drafting_defaults
 from quench.execution import SandboxLimits
 from quench.execution.limits import FACTOR as LIMIT_FACTOR
 from quench.models import DEFAULT_PRESET
@@ -23,6 +23,7 @@ ENGINE_FLAGS = {  # flag -> EngineConfig field
     "--batch-size": "batch_size", "--speculate": "drafter", "--draft-length": "draft_length",
     "--draft-tokens": "draft_tokens", "--draft-confidence": "draft_confidence", "--draft-stop": "draft_stop",
     "--draft-max-rows": "draft_max_rows", "--batch-invariant": "batch_invariant", "--draft-loop-tokens": "draft_loop_tokens",
+    "--kv-cache": "kv_cache",
 }
 BENCHMARK_HELP = ("humaneval, mbpp, mbpp+ (MBPP with EvalPlus' extra tests), MBXP's mbjsp (JavaScript), mbgp (Go), "
                   "mbcpp (C++), mbjp (Java), or a HumanEval-format .jsonl file")
@@ -142,12 +143,18 @@ def add_speculation_args(engine: argparse._ArgumentGroup, auto: bool, auto_help:
 
 
 def add_engine_args(engine: argparse._ArgumentGroup) -> None:
-    """The engine's other flags: --batch-invariant and --guard."""
+    """The engine's other flags: --batch-invariant, --kv-cache and --guard."""
     engine.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction, default=ENGINE_DEFAULTS.batch_invariant,
                         help="every token's logits bit-identical at any batch size, position, speculation setting and "
                              "thread count (docs/engine.md, Batch invariance). Default: on wherever the kernels serve "
                              "the model (Llama's layer, float32 or bfloat16, native kernels built), else off with a "
                              "warning; --batch-invariant: an error where they cannot; --no-batch-invariant: off")
+    engine.add_argument("--kv-cache", default=ENGINE_DEFAULTS.kv_cache, choices=KV_CACHES,
+                        help="the KV caches' dtype. bfloat16 under a float32 model: half the bytes each attention "
+                             "step reads, keys and values rounded as they are written (a numeric mode of its own: "
+                             "other tokens than float32 caches); batch-invariant runners only. Default %(default)s: "
+                             "bfloat16 under the GGUF weights (--weights gguf or gguf-int8) wherever served, else the "
+                             "model's dtype (docs/engine.md, KV caches)")
     engine.add_argument("--guard", default=None, metavar="auto|PATH",
                         help="GenGuard early stopping from the model's hidden state (auto: the shipped guard)")
 

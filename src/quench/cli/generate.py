@@ -42,7 +42,8 @@ def slug(text: str) -> str:
 def run_config(args: argparse.Namespace, problems: list[Problem], loaded, stops: tuple[str, ...]) -> dict:
     """The run's settings for config.json: `dtype` as asked (e.g. auto), `dtype_used` what the model loaded as."""
     return {**settings_before_load(args, problems), "dtype_used": str(loaded.dtype).removeprefix("torch."),
-            "weights": builders.weights_of(loaded), "prompt_format": loaded.prompt_format, "stop": list(stops)}
+            "weights": builders.weights_of(loaded), "kv_cache": builders.kv_cache_of(args, loaded),
+            "prompt_format": loaded.prompt_format, "stop": list(stops)}
 
 
 def settings_before_load(args: argparse.Namespace, problems: list[Problem]) -> dict:

@@ -126,6 +126,17 @@ def build_parser(subcommands: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def describe_error(err: QuenchError) -> str:
+    """The error line's text: an engine setting's refusal names its flag."""
+    from quench.engine.config import ConfigError
+
+    if isinstance(err, ConfigError):
+        from quench.cli.settings import named_by_flag
+
+        return named_by_flag(err)
+    return str(err)
+
+
 def run_command(argv: list[str] | None, subcommands: Sequence[str]) -> int:
     """Parse, set the threads, refuse an unconfinable sandbox, run the subcommand; QuenchError -> exit code 2."""
     args = build_parser(subcommands).parse_args(argv)
@@ -147,7 +158,7 @@ def run_command(argv: list[str] | None, subcommands: Sequence[str]) -> int:
         check_sandbox(args)
         return args.handler(args)
     except QuenchError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {describe_error(err)}", file=sys.stderr)
         return 2
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):

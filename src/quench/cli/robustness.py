@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
                               nominal_partial=args.nominal_partial, order_seed=args.seed,
                               time_limits=settings.time_limit_rule(args))
     recorded = {**known, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose
-                "weights": builders.weights_of(loaded), "prompt_format": loaded.prompt_format, "stop": list(stops)}
+                "weights": builders.weights_of(loaded), "kv_cache": builders.kv_cache_of(args, loaded),
+                "prompt_format": loaded.prompt_format, "stop": list(stops)}
     rows = len(problems) * (2 + len(transforms) * args.seeds) * args.samples  # nominal, partial and every variant
     backend = builders.backend_from_args(args, loaded, rows)  # a missing draft or guard fails before --out is written
     rundir.prepare_run_dir(out, recorded, args.overwrite)

@@ -14,6 +14,7 @@ from quench.execution import choose_isolation
 from quench.engine import SamplingParams
 from quench.engine.config import ConfigError, EngineConfig
 from quench.runs.backends import BackendOptions
+from quench.runs import rundir
 from quench.runs.calibration import TimeLimitRule
 from quench.stopping import default_stop_sequences
 
@@ -49,9 +50,10 @@ def recorded_config(out: Path, args: argparse.Namespace) -> dict | None:
 
 
 def resolve_run_defaults(args: argparse.Namespace, out: Path) -> None:
-    """--stop-rule auto and --weights auto (in `args`) as a resumed run in `out` was started: its own rule and
-    weights (runs recorded before either default: none, dequantized); for a new run, the stop rule loop for greedy
-    answers and none for sampled ones (the weights resolve when the model loads)."""
+    """--stop-rule auto, --weights auto and --kv-cache auto (in `args`) as a resumed run in `out` was started: its
+    own rule, weights and KV caches (runs recorded before these defaults: none, dequantized, and float32 caches under
+    GGUF weights); for a new run, the stop rule loop for greedy answers and none for sampled ones (the weights and
+    caches resolve when the model loads)."""
     recorded = recorded_config(out, args)
     if args.stop_rule == AUTO_STOP_RULE:
         if recorded is not None:
@@ -60,6 +62,8 @@ def resolve_run_defaults(args: argparse.Namespace, out: Path) -> None:
             args.stop_rule = "loop" if args.temperature == 0 else "none"
     if getattr(args, "weights", None) == "auto" and recorded is not None:
         args.weights = recorded.get("weights") or "dequantized"
+    if getattr(args, "kv_cache", None) == "auto" and recorded is not None:
+        args.kv_cache = rundir.with_unrecorded_settings(recorded).get("kv_cache") or "auto"
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
@@ -100,8 +104,14 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     try:
         return EngineConfig(**values)
     except ConfigError as err:
-        flag = next((f for f, field in ENGINE_FLAGS.items() if field == err.field), err.field)
-        raise QuenchError(f"{flag} {err.reason}") from None
+        raise QuenchError(named_by_flag(err)) from None
+
+
+def named_by_flag(err: ConfigError) -> str:
+    """A ConfigError's text with the flag that sets its field in place of the field's name (a refusal the model's
+    plan raises after loading, too)."""
+    flag = next((f for f, field in ENGINE_FLAGS.items() if field == err.field), err.field)
+    return f"{flag} {err.reason}"
 
 
 def backend_options_from_args(args: argparse.Namespace) -> BackendOptions:

@@ -17,6 +17,7 @@ DRAFT_MODEL_DRAFTERS = ("draft", "hybrid")  # the drafters that run a draft mode
 DRAFT_LENGTHS = ("bass", "fixed", "measured")
 MAX_LOOP_TOKENS = 15  # with the pending token, 16 per row: what the native decode kernel serves (llama.NATIVE_MAX_NEW)
 DTYPES = ("auto", "bfloat16", "float16", "float32", "float64")
+KV_CACHES = ("auto", "float32", "bfloat16")  # the KV caches' dtypes (`kv_cache`)
 
 
 class ConfigError(QuenchError, ValueError):
@@ -101,6 +102,9 @@ class EngineConfig:
     # greedy output is the same at every batch size, position and speculation setting (docs/engine.md). None (the
     # default): on wherever those kernels serve the model, else off with a warning; True: on, a ConfigError where
     # they cannot serve it; False: off (the fastest kernels whatever their order)
+    kv_cache: str = "auto"  # the KV caches' dtype. "bfloat16" under a float32 model: half the bytes an attention step
+    # reads, keys and values rounded as they are written; batch-invariant runners only. "auto": bfloat16 under a
+    # GGUF's blocks wherever served, else the model's dtype; "float32": float32 (runners.forward_plan.kv_cache_dtype)
     kernels: KernelConfig = field(default_factory=KernelConfig.from_env)  # AMX tiles and the screened greedy
     # head where the CPU serves them (QUENCH_AMX=0 / QUENCH_SCREEN=0 turn them off; `quench doctor` reports them)
 
@@ -137,6 +141,8 @@ class EngineConfig:
             raise ConfigError("draft_tokens", f"must be between 1 and {self.max_draft_tokens}, got {self.draft_tokens}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ConfigError("ngram_min", f"must be between 1 and ngram_max ({self.ngram_max}), got {self.ngram_min}")
+        if self.kv_cache not in KV_CACHES:
+            raise ConfigError("kv_cache", f"must be one of {', '.join(KV_CACHES)}, got {self.kv_cache!r}")
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.max_len is not None and self.max_len < 1:

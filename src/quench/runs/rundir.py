@@ -16,7 +16,7 @@ from quench.runs.calibration import CONFIG_KEY as CALIBRATION_KEY
 
 log = logging.getLogger(__name__)
 
-ADDED_SETTINGS = ("dtype_used", "weights")  # recorded since a later version: absent from older run directories
+ADDED_SETTINGS = ("dtype_used", "weights", "kv_cache")  # recorded since a later version: absent from older run directories
 RUN_RECORDS = (CALIBRATION_KEY,)  # what the run itself writes into config.json: measured, not a setting
 RESTARTED_FILES = ("samples.jsonl", "results.jsonl", "summary.json", "elapsed.json")  # removed by --overwrite
 
@@ -43,8 +43,18 @@ def release_run_dirs() -> None:
         _held_locks.pop().close()
 
 
+def with_unrecorded_settings(previous: dict) -> dict:
+    """An older run directory's settings with what its version ran without recording it: the GGUF weights ran
+    float32 KV caches (before bfloat16 ones were their default)."""
+    if "kv_cache" not in previous and previous.get("weights") in ("gguf", "gguf-int8"):
+        return {**previous, "kv_cache": "float32"}
+    return previous
+
+
 def changed_settings(previous: dict, config: dict) -> list[str]:
-    """The settings a resumed run would change; a setting older run directories lack is not one of them."""
+    """The settings a resumed run would change; a setting older run directories lack is not one of them, unless
+    their version's choice is known (`with_unrecorded_settings`)."""
+    previous = with_unrecorded_settings(previous)
     keys = (set(previous) | (set(config) - {k for k in ADDED_SETTINGS if k not in previous})) - set(RUN_RECORDS)
     return sorted(k for k in keys if previous.get(k) != config.get(k))
 

@@ -207,8 +207,8 @@ def test_a_tiny_model_on_its_gguf_blocks_gives_the_float32_paths_greedy_tokens(q
     gguf_weights = model.quench_gguf_weights
     del model.quench_gguf_weights
     expected = quench_greedy(model, requests, 24, batch_size=2, batch_invariant=batch_invariant)
-    model.quench_gguf_weights = gguf_weights
-    got = quench_greedy(model, requests, 24, batch_size=2, batch_invariant=batch_invariant)
+    model.quench_gguf_weights = gguf_weights  # float32 KV caches, as the float32 path keeps (bfloat16 is their default)
+    got = quench_greedy(model, requests, 24, batch_size=2, batch_invariant=batch_invariant, kv_cache="float32")
     assert got == expected
     assert len({tokens for tokens in got.values()}) > 1  # the model says different things to different prompts
 
@@ -244,7 +244,8 @@ def test_the_default_model_on_its_gguf_blocks_answers_humaneval_as_the_float32_p
 
     def answers(weights, batch_size: int) -> dict[str, tuple[int, ...]]:
         loaded.model.quench_gguf_weights = weights
-        backend = QuenchBackend(loaded.model, loaded.tokenizer, EngineConfig(batch_size=batch_size))
+        config = EngineConfig(batch_size=batch_size, kv_cache="float32")  # the float32 path's caches
+        backend = QuenchBackend(loaded.model, loaded.tokenizer, config)
         return {r.key: tuple(r.token_ids) for r in backend.generate(requests, sampling)}
 
     for batch_size in (1, 4):

@@ -21,6 +21,7 @@ needs_native = pytest.mark.skipif(not native.available(torch.float32), reason="n
 PLAIN = ForwardPlan(
     family="llama", dtype="float32", prepack=True, compiled=False, native=True, packed_tokens=NATIVE_MAX_NEW,
     glue=False, c_layers=False, batch_invariant=False, fixed=False, amx=False, int8=False, screen=False, window=None,
+    kv_dtype="float32",
 )
 
 
@@ -106,3 +107,35 @@ def test_projections_with_biases_keep_the_python_layer_loop():
     tokens = torch.randint(3, 90, (1, 8))
     got = runner.forward(runner.new_cache(1, 32), tokens, torch.zeros(1, dtype=torch.long))
     assert torch.allclose(got, model(tokens).logits.float(), atol=0.05)
+
+
+@needs_native
+def test_bfloat16_caches_under_a_float32_model_need_the_batch_invariant_native_path():
+    """kv_cache "bfloat16" under a float32 model: the plan's caches are bfloat16 where every step runs the fixed
+    attention (batch invariant, native); elsewhere, and for float32 caches under a bfloat16 model, a ConfigError
+    naming the field. "auto" takes bfloat16 under a GGUF's blocks where served, else the model's dtype, as "float32"
+    does."""
+    from quench.engine.config import ConfigError
+    from quench.engine.kernels import quant
+
+    gguf = tiny_llama(dtype=torch.float32)
+    gguf.quench_gguf_weights = quant.GGUFWeights("<test>", {}, "gguf-int8")
+    assert plan_forward(gguf, batch_invariant=True).cache_dtype == torch.bfloat16  # auto
+    assert plan_forward(gguf, batch_invariant=False).cache_dtype == torch.float32  # not served there: the model's
+    assert plan_forward(gguf, batch_invariant=True, kv_cache="float32").cache_dtype == torch.float32
+
+    model = tiny_llama(dtype=torch.float32)
+    plan = plan_forward(model, batch_invariant=True, kv_cache="bfloat16")
+    assert plan.cache_dtype == torch.bfloat16 and changed(plan, plan_forward(model, batch_invariant=True)) == {"kv_dtype"}
+    assert make_runner(model, EngineConfig(kv_cache="bfloat16")).new_cache(2, 8).keys[0].dtype == torch.bfloat16
+    for kv_cache in ("auto", "float32"):
+        assert plan_forward(model, batch_invariant=True, kv_cache=kv_cache).cache_dtype == torch.float32
+    with pytest.raises(ConfigError, match="batch-invariant") as refused:
+        plan_forward(model, batch_invariant=False, kv_cache="bfloat16")
+    assert refused.value.field == "kv_cache"
+    with pytest.raises(ConfigError, match="batch-invariant"):
+        plan_forward(model, batch_invariant=None, native_attention=False, kv_cache="bfloat16")  # invariance off
+    with pytest.raises(ConfigError, match="float32 caches under a bfloat16 model"):
+        plan_forward(tiny_llama(dtype=torch.bfloat16), batch_invariant=True, kv_cache="float32")
+    with pytest.raises(ConfigError, match="kv_cache must be one of"):
+        EngineConfig(kv_cache="float16")

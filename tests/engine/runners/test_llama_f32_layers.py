@@ -116,12 +116,14 @@ def test_the_default_models_gguf_int8_steps_give_the_python_loops_bits(preset, t
 
 
 @needs_native
+@pytest.mark.parametrize("kv_cache", ["auto", "float32"])
 @pytest.mark.parametrize("mode", quant.MODES)
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
-def test_every_block_format_and_mode_gives_the_python_loops_bits(name, mode):
+def test_every_block_format_and_mode_gives_the_python_loops_bits(name, mode, kv_cache):
     """Packed copies (Q4_0, Q8_0 in gguf-int8, where the build has them) and blocks as stored (K formats; gguf's float
-    sums) run the same calls in the C loop; every product a QuantLinear."""
-    runner = make_runner(tiny_gguf_llama(GGMLQuantizationType[name], mode, seed=3), EngineConfig())
+    sums) run the same calls in the C loop; every product a QuantLinear. With the default bfloat16 KV caches and
+    float32 ones."""
+    runner = make_runner(tiny_gguf_llama(GGMLQuantizationType[name], mode, seed=3), EngineConfig(kv_cache=kv_cache))
     assert runner.plan.c_layers and runner.plan.weights == mode
     assert all(isinstance(linear, quant.QuantLinear) for linear in runner._projections())
     prompts = [[5 + (7 * row + col) % 60 for col in range(3 + 4 * row)] for row in range(4)]
@@ -163,3 +165,29 @@ def test_the_plan_runs_the_float32_loop_on_gguf_blocks_with_batch_invariance_onl
     assert not runner.plan.c_layers and runner.batch_invariant
     prompts = [[9, 20, 31], [7, 8, 9, 10]]
     assert len(steps(runner, prompts, runner.vocab_size, c_layers=False)) > 0  # the Python loop serves every step
+
+
+@needs_native
+@pytest.mark.parametrize("mode", quant.MODES)
+def test_bfloat16_caches_give_the_python_loops_bits_and_hold_the_float32_values_rounded(mode):
+    """With bfloat16 KV caches (kv_cache "bfloat16") the C loop and the Python loop give the same bits on 1 and 2
+    threads; after a prefill, the first layer's cached keys and values are those a float32 cache holds, rounded to
+    bfloat16 (nothing before them depends on the caches' dtype)."""
+    prompts = [[5 + (7 * row + col) % 60 for col in range(3 + 4 * row)] for row in range(4)]
+    model = tiny_gguf_llama(GGMLQuantizationType.Q4_K, mode, seed=3)
+    runner = make_runner(model, EngineConfig(kv_cache="bfloat16"))
+    assert runner.plan.c_layers and runner.plan.cache_dtype == torch.bfloat16
+    for threads in (1, 2):
+        with torch_threads(threads):
+            assert same_bits(runner, prompts, runner.vocab_size)
+    wide = make_runner(model, EngineConfig(kv_cache="float32"))
+    tokens = torch.tensor([prompt[:3] for prompt in prompts])
+    caches = []
+    for each in (runner, wide):
+        cache = each.new_cache(len(prompts), 8)
+        each.forward(cache, tokens, torch.zeros(len(prompts), dtype=torch.long))
+        caches.append(cache)
+    assert caches[0].keys[0].dtype == torch.bfloat16 and caches[1].keys[0].dtype == torch.float32
+    assert torch.equal(caches[0].keys[0], caches[1].keys[0].to(torch.bfloat16))
+    assert torch.equal(caches[0].values[0], caches[1].values[0].to(torch.bfloat16))
+    assert not torch.equal(caches[0].keys[1].float(), caches[1].keys[1])  # rounded, so not the float32 values

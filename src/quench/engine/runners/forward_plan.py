@@ -61,6 +61,12 @@ class ForwardPlan:
     # what the projections and head read: dequantized (the model's parameters), gguf (the GGUF's blocks, float32
     # sums) or gguf-int8 (the blocks times 8-bit activations, integer sums; `quant.py`)
     weights: str = "dequantized"
+    kv_dtype: str = ""  # the KV caches' dtype, e.g. "float32" ("": the model's); float32 models may keep bfloat16 ones
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        """The dtype of the KV caches this plan's runner allocates."""
+        return getattr(torch, self.kv_dtype or self.dtype)
 
     def packed(self, num_new: int, end: int | None = None) -> bool:
         """Whether a step feeding num_new tokens per row, the last row's positions ending before `end` (None:
@@ -99,13 +105,15 @@ def plan_forward(
     kernels: KernelConfig = KernelConfig(),
     batch_invariant: bool | None = False,
     device: str | None = None,
+    kv_cache: str = "auto",
 ) -> ForwardPlan:
     """The plan of a `LlamaRunner` over `model` under these switches, on this CPU's library.
 
     batch_invariant: True (ConfigError where its kernels cannot serve the model), False, or None: wherever they
     serve, logged where they do not. Reads the model's config and modules, never its weights' values: a model built
     on the meta device (`quench doctor`) gets the plan its loaded copy gets, given the device it would run on
-    (`device`; None: the embedding's). ValueError where the fast path cannot run the model."""
+    (`device`; None: the embedding's). kv_cache: the KV caches' dtype (`kv_cache_dtype`). ValueError where the fast
+    path cannot run the model; ConfigError where the caches cannot take kv_cache."""
     family = family_of(model)
     if family is None:
         raise ValueError(f"the fast path does not run {type(model).__name__} models")
@@ -127,14 +135,38 @@ def plan_forward(
               and tiles_fit(head.weight.shape[0], hidden, dtype))
     long_feeds = glue and head_dim == C_LAYERS_HEAD_DIM  # the C glue and attention serve long prefills too
     packed_tokens = NATIVE_PREFILL_MAX if long_feeds else NATIVE_MAX_NEW
+    kv_dtype = kv_cache_dtype(kv_cache, dtype, use_native and batch_invariant, quant.weights_mode(model) in quant.MODES)
     return ForwardPlan(
         family=family.name, dtype=str(dtype).removeprefix("torch."), prepack=prepack, compiled=compile,
         native=use_native, packed_tokens=(None if batch_invariant else packed_tokens) if use_native else 0, glue=glue,
         c_layers=(long_feeds and window is None and _layer_packs(model, fixed, small))
         or _f32_layers(model, family, head_dim, use_native and batch_invariant), batch_invariant=batch_invariant,
         fixed=fixed, amx=native.use_amx(kernels) and not batch_invariant, int8=int8, screen=screen, window=window,
-        weights=quant.weights_mode(model),
+        weights=quant.weights_mode(model), kv_dtype=kv_dtype,
     )
+
+
+def kv_cache_dtype(kv_cache: str, dtype: torch.dtype, invariant_native: bool, gguf: bool = False) -> str:
+    """The KV caches' dtype name for `EngineConfig.kv_cache` on a model of `dtype`.
+
+    bfloat16 caches under a float32 model (half the bytes each attention step reads) are written and read by the
+    fixed attention kernel alone (`native.rope_attend`), so every step must be packed on it: batch invariant on the
+    native kernels (`invariant_native`). "auto" takes them under a GGUF's blocks (`gguf`: float32 activations, a
+    numeric mode of quench's own already) wherever they are served, else the model's dtype; "bfloat16" asks for them
+    (ConfigError where they are not served); the model's own dtype keeps it. Float32 caches under a bfloat16 model:
+    ConfigError."""
+    model = str(dtype).removeprefix("torch.")
+    if kv_cache == "auto":
+        return "bfloat16" if gguf and model == "float32" and invariant_native else model
+    if kv_cache == model:
+        return model
+    if kv_cache == "bfloat16" and model == "float32":
+        if not invariant_native:
+            raise ConfigError("kv_cache", "bfloat16 under a float32 model needs every step on the batch-invariant "
+                                          "native kernels (batch invariance on, native attention, CPU)")
+        return "bfloat16"
+    raise ConfigError("kv_cache", f"{kv_cache} caches under a {model} model are not served (auto, or bfloat16 under "
+                                  "float32)")
 
 
 def engine_plan(model: torch.nn.Module, config: EngineConfig, device: str | None = None,
@@ -147,11 +179,13 @@ def engine_plan(model: torch.nn.Module, config: EngineConfig, device: str | None
     if not (config.fast_path and family_of(model) is not None):
         if wanted is not False:
             decide_invariance(wanted, invariance_refusal(model, config.native_attention, fast_path=False))
+        if not draft:
+            kv_cache_dtype(config.kv_cache, model.get_input_embeddings().weight.dtype, invariant_native=False)
         return None
     return plan_forward(
         model, prepack=config.prepack and not config.compile, compile=config.compile,
         native_attention=config.native_attention and not config.compile, int8=draft and config.draft_int8,
-        kernels=config.kernels, batch_invariant=wanted, device=device,
+        kernels=config.kernels, batch_invariant=wanted, device=device, kv_cache="auto" if draft else config.kv_cache,
     )
 
 

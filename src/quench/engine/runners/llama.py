@@ -126,7 +126,7 @@ class LlamaRunner:
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         if max_len > self.cos.shape[0]:  # longer than the model was trained for: extend the tables
             self._rope_tables(max_len)
-        cache = KVCache(self.num_layers, batch, max_len, self.dtype, self.device)
+        cache = KVCache(self.num_layers, batch, max_len, self.plan.cache_dtype, self.device)
         for layer in range(self.num_layers):
             cache.allocate(layer, self.kv_heads, self.head_dim)
         return cache
