@@ -96,7 +96,8 @@ def test_an_old_robustness_run_reports_the_same_metrics_from_its_records(tmp_pat
     assert without(metrics, ("run_info",)) == without(expected, ("run_info",))
     timing = ("seconds", *MACHINE)  # wall time, summed over resumed runs
     assert metrics["run_info"]["weights"] == "dequantized"  # recorded since: what the old run ran
-    assert without(metrics["run_info"], (*timing, "weights")) == without(expected["run_info"], timing)
+    assert metrics["run_info"]["kv_cache"] == "bfloat16"  # recorded since: its bfloat16 model's own caches
+    assert without(metrics["run_info"], (*timing, "weights", "kv_cache")) == without(expected["run_info"], timing)
 
 
 def test_an_old_robustness_runs_samples_evaluate_to_the_verdicts_it_recorded(tmp_path, capsys):
