@@ -12,11 +12,13 @@ import logging
 from pathlib import Path
 
 from quench.errors import QuenchError
+from quench.models.loading import GGUF_WEIGHTS
 from quench.runs.calibration import CONFIG_KEY as CALIBRATION_KEY
 
 log = logging.getLogger(__name__)
 
-ADDED_SETTINGS = ("dtype_used", "weights", "kv_cache")  # recorded since a later version: absent from older run directories
+# recorded since a later version: absent from older run directories
+ADDED_SETTINGS = ("dtype_used", "weights", "kv_cache")
 RUN_RECORDS = (CALIBRATION_KEY,)  # what the run itself writes into config.json: measured, not a setting
 RESTARTED_FILES = ("samples.jsonl", "results.jsonl", "summary.json", "elapsed.json")  # removed by --overwrite
 
@@ -46,7 +48,7 @@ def release_run_dirs() -> None:
 def with_unrecorded_settings(previous: dict) -> dict:
     """An older run directory's settings with what its version ran without recording it: the GGUF weights ran
     float32 KV caches (before bfloat16 ones were their default)."""
-    if "kv_cache" not in previous and previous.get("weights") in ("gguf", "gguf-int8"):
+    if "kv_cache" not in previous and previous.get("weights") in GGUF_WEIGHTS:
         return {**previous, "kv_cache": "float32"}
     return previous
 
