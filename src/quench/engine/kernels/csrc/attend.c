@@ -163,6 +163,10 @@ static inline void axpy_fixed(float* acc, float p, const float* row, int D) {
     for (; d < D; d++) acc[d] = fmaf(p, row[d], acc[d]);
 }
 
+/* Every cache line of the `bytes` bytes at p, fetched towards the level HINT names. */
+#define PREFETCH_BYTES(p, bytes, HINT) \
+    for (int line_ = 0; line_ < (bytes); line_ += 64) _mm_prefetch((const char*)(p) + line_, HINT)
+
 #define KEYS_AHEAD 32    /* keys: 32 ahead of the block being computed */
 #define VALUES_AHEAD 16  /* value rows ahead */
 
@@ -183,8 +187,8 @@ static inline __m512 reduce16x16(const __m512* a) {
 }
 
 /* scores[m][t] = dot_fixed(q_m, k_t) * scale for the M queries (q: M x D floats) and keys 0 .. keys - 1 (kb: the
-   cache's rows; bfloat16 ones widened once per block for every query), 16 keys at a time, the values of keys ahead (vb) fetched towards L2 as
-   they go (two streams from memory at once, faster than one); query m's keys past first + m / G are computed or not,
+   cache's rows; bfloat16 ones widened once per block for every query), 16 keys at a time, the values of keys
+   ahead (vb) fetched towards L2 as they go (two streams from memory at once, faster than one); query m's keys past first + m / G are computed or not,
    never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
    in key order, for QB consecutive queries from m0, each value row read once for the QB queries; as the first block
    reads them, the keys of the pair the thread likely takes next (kn) are fetched towards L2, so memory streams
@@ -231,20 +235,17 @@ static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* sco
     }                                                                                                \
     for (int t = 0; t < least; t++) { /* keys every query of the block sees */                      \
         if (m0 == 0 && t + VALUES_AHEAD < most) /* a later value row, on the first pass over them */ \
-            for (int l = 0; l < D * (int)sizeof(T); l += 64)                                        \
-                _mm_prefetch((const char*)(vb + (int64_t)(t + VALUES_AHEAD) * D) + l, _MM_HINT_T0); \
+            PREFETCH_BYTES(vb + (int64_t)(t + VALUES_AHEAD) * D, D * (int)sizeof(T), _MM_HINT_T0);     \
         if (m0 == 0 && t < kn_keys) /* the next pair's key row t towards L2: memory busy while this sums */ \
-            for (int l = 0; l < D * (int)sizeof(T); l += 64)                                        \
-                _mm_prefetch((const char*)(kn + (int64_t)t * D) + l, _MM_HINT_T1);                  \
+            PREFETCH_BYTES(kn + (int64_t)t * D, D * (int)sizeof(T), _MM_HINT_T1);                      \
         for (int c = 0; c < D / 16; c++) {                                                           \
             __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
             for (int i = 0; i < QB; i++)                                                             \
                 acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]), v, acc[i][c]); \
         }                                                                                            \
     }                                                                                                \
-    for (int t = least; m0 == 0 && t < kn_keys; t++) /* the next pair's remaining key rows */        \
-        for (int l = 0; l < D * (int)sizeof(T); l += 64)                                            \
-            _mm_prefetch((const char*)(kn + (int64_t)t * D) + l, _MM_HINT_T1);                      \
+    if (m0 == 0 && kn_keys > least) /* the next pair's remaining key rows */                          \
+        PREFETCH_BYTES(kn + (int64_t)least * D, (kn_keys - least) * D * (int)sizeof(T), _MM_HINT_T1);   \
     for (int t = least; t < most; t++)                                                               \
         for (int c = 0; c < D / 16; c++) {                                                           \
             __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
@@ -339,8 +340,7 @@ static inline __attribute__((always_inline)) void pv8_##SUFFIX(const float* p, i
             __m256 pt = _mm256_set1_ps(p[t]);                                                        \
             const T* v = vb + (int64_t)t * D + d0;                                                   \
             if (d0 == 0 && t < kn_keys) /* the next pair's key row t towards L2 (pv16) */            \
-                for (int l = 0; l < D * (int)sizeof(T); l += 64)                                    \
-                    _mm_prefetch((const char*)(kn + (int64_t)t * D) + l, _MM_HINT_T1);              \
+                PREFETCH_BYTES(kn + (int64_t)t * D, D * (int)sizeof(T), _MM_HINT_T1);                  \
             if (chunks == 8) /* a constant bound: the accumulators stay in registers */              \
                 for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(pt, LOAD8(v + 8 * c), acc[c]);  \
             else                                                                                     \
@@ -442,7 +442,8 @@ static int NAME(const T* qkv, C* kc, C* vc, const T* cos, const T* sin_signed, c
         const C* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
         if (PAIR_KERNEL(D)) {                                                                     \
             int next = pair + 1, bn = next / Hkv; /* the pair this thread likely takes next */    \
-            int kn_keys = next < B * Hkv && offsets[bn + 1] > offsets[bn] ? (int)(start[bn] + offsets[bn + 1] - offsets[bn]) : 0; \
+            int kn_keys = next < B * Hkv && offsets[bn + 1] > offsets[bn]                          \
+                              ? (int)(start[bn] + offsets[bn + 1] - offsets[bn]) : 0;             \
             const C* kn = kn_keys ? kc + ((int64_t)bn * Hkv + next % Hkv) * Tmax * D : kb;       \
             attend_pair_##CSUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, kn, kn_keys, scores, acc); \
             goto store;                                                                           \
