@@ -138,6 +138,22 @@ def hostile_x(rng: np.random.Generator, M: int, K: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("M", [24, 70, 129])
+def test_many_rows_give_the_written_definition_whatever_chunks_they_run_in(qtype, M):
+    """A prefill's or a large batch's rows: the packed product takes them a chunk at a time (its activations' bytes
+    over K), so K = 1536 runs 16-row chunks and a short last one; every output keeps its own steps."""
+    values = GGML_QUANT_SIZES[qtype][0]
+    rng = np.random.default_rng(M)
+    data = random_blocks(qtype, rows=37, blocks=1536 // values, seed=M, hostile=True)
+    x = hostile_x(rng, M, 1536)
+    weight = weight_of(qtype, data)
+    want = gemm_reference(x, qtype, data)
+    for product in (weight, quant.packed([weight])):
+        if product is not None:
+            assert same_floats(quant.gemm_x8(torch.from_numpy(x), [product]).numpy(), want), (qtype.name, M)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("case", range(4))
 def test_the_integer_product_equals_the_written_definition_bit_for_bit(qtype, case):
     values = GGML_QUANT_SIZES[qtype][0]
@@ -267,7 +283,8 @@ def test_the_scalar_avx2_avx512_and_vnni_builds_give_the_same_bits(tmp_path):
     for qtype in TYPES:
         values = GGML_QUANT_SIZES[qtype][0]
         for hostile in (False, True):
-            for M, N in ((11, 29), (1, 149), (2, 149)):  # one or two rows: groups of W rows read side by side
+            # one or two rows: groups of W rows read side by side; 70 rows: the packed product's row chunks
+            for M, N in ((11, 29), (1, 149), (2, 149), (70, 29)):
                 data = np.ascontiguousarray(random_blocks(qtype, rows=N, blocks=3 if values == 256 else 13, seed=int(qtype), hostile=hostile))
                 K = data.shape[1] // GGML_QUANT_SIZES[qtype][1] * values
                 x = hostile_x(rng, M, K) if hostile else rng.standard_normal((M, K)).astype(np.float32)

@@ -36,6 +36,8 @@
 #define BYTES (6 * GROUP)   /* Q8_0: the first run */
 #define RUN (4 * GROUP)     /* bytes per run */
 #define STREAMS 4           /* groups read side by side at one or two rows (groups()) */
+#define CHUNK_BYTES 24576   /* activation bytes (rows x K) that stay in L1 while every group passes over them (groups()) */
+#define CHUNK_RECORD_BYTES (4 << 20) /* at most this many bytes of records are read again for each chunk (from cache) */
 
 static int record_bytes(int type) {
     return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 ? 20 * GROUP : type == GGML_TYPE_Q8_0 ? 38 * GROUP : 0;
@@ -71,8 +73,9 @@ int qpack(const uint8_t* w, uint8_t* out, int N, int K, int type) {
     return 0;
 }
 
-/* A call's quantized x (qdot.c's quantize_x8_sums): q (M, K), d (M, K / 32), s (M, K / 16) the sums of 16 q. */
-typedef struct { const int8_t* q; const float* d; const int32_t* s; } acts;
+/* A call's quantized x (qdot.c's quantize_x8_sums): q (M, K), d (M, K / 32), s (M, K / 16) the sums of 16 q; on
+   VNNI for Q8_0 also u (M, K) = q + 128 as unsigned bytes, made once per call rather than once per tile. */
+typedef struct { const int8_t* q; const float* d; const int32_t* s; const uint8_t* u; } acts;
 
 ALWAYS int32_t block_sum(const acts* a, int64_t at) { return a->s[2 * at] + a->s[2 * at + 1]; }  /* sum of q, block at */
 
@@ -99,7 +102,7 @@ ALWAYS void group_tile(int type, const uint8_t* const* wps, const int* nrs, cons
             for (int j = 0; j < 8; j++) {
                 __m512i w = _mm512_loadu_si512(r + BYTES + RUN * j);
                 for (int i = 0; i < mt; i++)  /* (q + 128) as u8 times w; 128 wsum taken off below */
-                    isum[i] = _mm512_dpbusd_epi32(isum[i], _mm512_xor_si512(bcast4(x[i] + 4 * j), _mm512_set1_epi8((char)0x80)), w);
+                    isum[i] = _mm512_dpbusd_epi32(isum[i], bcast4((const int8_t*)a->u + (x[i] - a->q) + 4 * j), w);
             }
             __m512i wsum = _mm512_slli_epi32(_mm512_loadu_si512(r + MINS), 7);
             for (int i = 0; i < mt; i++) isum[i] = _mm512_sub_epi32(isum[i], wsum);
@@ -164,7 +167,7 @@ ALWAYS void group_tile(int type, const uint8_t* const* wps, const int* nrs, cons
                 __m256i w = _mm256_loadu_si256((const __m256i*)(r + BYTES + RUN * j));
 #if defined(QPACK_VNNI)
                 for (int i = 0; i < mt; i++)  /* (q + 128) as u8 times w; 128 wsum taken off below */
-                    isum[i] = _mm256_dpbusd_epi32(isum[i], _mm256_xor_si256(bcast4(x[i] + 4 * j), _mm256_set1_epi8((char)0x80)), w);
+                    isum[i] = _mm256_dpbusd_epi32(isum[i], bcast4((const int8_t*)a->u + (x[i] - a->q) + 4 * j), w);
 #else
                 __m256i aw = _mm256_abs_epi8(w);
                 for (int i = 0; i < mt; i++) isum[i] = dp(isum[i], aw, _mm256_sign_epi8(bcast4(x[i] + 4 * j), w));
@@ -271,8 +274,10 @@ ALWAYS void locate(int g, int k, const uint8_t* wp, int64_t group_bytes, int N, 
 /* Groups g0 .. g1 - 1 for every row. Up to XROWS rows (a decode step's few rows) the products wait on the weights'
    bytes, and one core fetches several streams from memory faster than one: the range is cut into ng parts read
    side by side, block by block (ng = STREAMS, for one or two rows; at more, reading them side by side costs more
-   than it gains; tile() takes a short last set one group at a time). More rows: each group's records are read
-   once from memory and then from cache for every tile of XROWS rows. Every output's steps are the same either way. */
+   than it gains; tile() takes a short last set one group at a time). More rows: CHUNK_BYTES of activations at a
+   time, which stay in L1 while every group passes over them, each group's records read once per chunk and then
+   from cache for every tile of XROWS rows (all rows in one chunk where the range's records are too many to read
+   again from cache: the LM head). Every output's steps are the same either way. */
 ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t ldy, int M, int g0, int g1, int N, int K) {
     int64_t group_bytes = (int64_t)(K / 32) * record_bytes(type);
     const uint8_t* p[STREAMS];
@@ -286,9 +291,14 @@ ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t
         }
         return;
     }
-    for (int g = g0; g < g1; g++) {
-        locate(g, 0, wp, group_bytes, N, p, nr, n);
-        for (int m0 = 0; m0 < M; m0 += XROWS) tile(type, p, nr, n, 1, a, m0, M - m0 < XROWS ? M - m0 : XROWS, K, y, ldy);
+    int chunk = CHUNK_BYTES / K / XROWS * XROWS;  /* all rows at once where the range's records are too many to reread */
+    chunk = (g1 - g0) * group_bytes > CHUNK_RECORD_BYTES ? M : chunk < XROWS ? XROWS : chunk;
+    for (int c0 = 0; c0 < M; c0 += chunk) {
+        int c1 = M - c0 < chunk ? M : c0 + chunk;
+        for (int g = g0; g < g1; g++) {
+            locate(g, 0, wp, group_bytes, N, p, nr, n);
+            for (int m0 = c0; m0 < c1; m0 += XROWS) tile(type, p, nr, n, 1, a, m0, c1 - m0 < XROWS ? c1 - m0 : XROWS, K, y, ldy);
+        }
     }
 }
 
@@ -301,13 +311,22 @@ QPACK_TYPE(Q4_0) QPACK_TYPE(Q4_1) QPACK_TYPE(Q8_0)
 int quant_gemm_x8_packed_quantized(const int8_t* q, const float* d, const int32_t* s, const uint8_t* wp, float* y,
                                    int64_t ldy, int M, int N, int K, int type, int threads) {
     if (qpack_bytes(type, N, K) < 0 || M < 0 || ldy < N) return 1;
-    acts a = {q, d, s};
+    uint8_t* u = NULL;
+#if defined(QPACK_VNNI)
+    if (type == GGML_TYPE_Q8_0) {
+        u = malloc((size_t)M * (size_t)K + 1);
+        if (!u) return 2;
+        for (int64_t i = 0; i < (int64_t)M * K; i++) u[i] = (uint8_t)(q[i] ^ 0x80);
+    }
+#endif
+    acts a = {q, d, s, u};
     void (*run)(const acts*, const uint8_t*, float*, int64_t, int, int, int, int, int) =
         type == GGML_TYPE_Q4_0 ? groups_Q4_0 : type == GGML_TYPE_Q4_1 ? groups_Q4_1 : groups_Q8_0;
     int count = (N + GROUP - 1) / GROUP, parts = threads < count ? threads : count;  /* threads split N: a range of groups each */
     parts = parts < 1 ? 1 : parts;
     #pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
     for (int t = 0; t < parts; t++) run(&a, wp, y, ldy, M, (int)((int64_t)count * t / parts), (int)((int64_t)count * (t + 1) / parts), N, K);
+    free(u);
     return 0;
 }
 
