@@ -57,7 +57,7 @@ def kernel_rates(gguf_weights, repeats: int = 50) -> None:
     print("| product | rows | gguf CPU us / call | gguf-int8 CPU us / call | gguf / gguf-int8 |")
     print("|---|---:|---:|---:|---:|")
     for case, weights in cases.items():
-        for rows in (1, 8, 16):
+        for rows in (1, 8, 16, 64, 128):  # 64 and 128: a large batch's and a prefill's rows
             x = torch.randn(rows, weights[0].in_features, generator=torch.Generator().manual_seed(0))
             calls = max(3, repeats * 1536 // sum(w.out_features for w in weights))
             products = {"gguf": QuantLinear(weights, every_row=True, mode="gguf"), "gguf-int8": QuantLinear(weights, mode="gguf-int8")}
