@@ -331,8 +331,8 @@ def layers_f32(
     addresses of the input and post-attention norms, then each of qkv, o, gate_up and down as a count of parts and
     that many (kind, address, ggml type, out features) (`F32_PARTS`; quench_native.h); caches: each layer's key and
     value cache (B, Hkv, T, 64), all float32 or all bfloat16; start (B,) and offsets (B + 1,) int64 as `rope_attend`
-    takes them. The same kernels in the same order as the Python loop over `invariant`'s norm and SiLU, `rope_attend(fixed=True)` and the
-    projections' own calls, so the same bits."""
+    takes them. The same kernels in the same order as the Python loop over `invariant`'s norm and SiLU,
+    `rope_attend(fixed=True)` and the projections' own calls, so the same bits."""
     rows, width = x.shape
     batch, _, max_len, _ = caches[0].shape
     assert x.dtype == final_norm.dtype == cos.dtype == sin_signed.dtype == torch.float32 and x.is_contiguous()
@@ -347,8 +347,8 @@ def layers_f32(
     status = library.layers_f32(
         x.data_ptr(), out.data_ptr(), ctypes.cast(table, ctypes.c_void_p), len(table), ctypes.cast(addresses, ctypes.c_void_p),
         int(cache_dtype == torch.bfloat16), len(caches) // 2, final_norm.data_ptr(), rows, width, shape.heads,
-        shape.kv_heads, shape.inner, cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(), offsets.data_ptr(), batch, max_len, shape.scale, shape.eps,
-        torch.get_num_threads(),
+        shape.kv_heads, shape.inner, cos.data_ptr(), sin_signed.data_ptr(), start.data_ptr(), offsets.data_ptr(),
+        batch, max_len, shape.scale, shape.eps, torch.get_num_threads(),
     )
     if status == 2:
         raise MemoryError("the float32 layer loop could not allocate its buffers")

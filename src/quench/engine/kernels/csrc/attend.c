@@ -188,8 +188,8 @@ static inline __m512 reduce16x16(const __m512* a) {
 
 /* scores[m][t] = dot_fixed(q_m, k_t) * scale for the M queries (q: M x D floats) and keys 0 .. keys - 1 (kb: the
    cache's rows; bfloat16 ones widened once per block for every query), 16 keys at a time, the values of keys
-   ahead (vb) fetched towards L2 as they go (two streams from memory at once, faster than one); query m's keys past first + m / G are computed or not,
-   never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
+   ahead (vb) fetched towards L2 as they go (two streams from memory at once, faster than one); query m's keys
+   past first + m / G are computed or not, never read. pv16: acc_i (D floats) = the sum over keys t < seen_i of p_i[t] v_t, one fused multiply-add per key
    in key order, for QB consecutive queries from m0, each value row read once for the QB queries; as the first block
    reads them, the keys of the pair the thread likely takes next (kn) are fetched towards L2, so memory streams
    while the sums run in both phases. D a multiple of 16, at most 256. */

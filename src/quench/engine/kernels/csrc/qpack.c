@@ -291,8 +291,9 @@ ALWAYS void groups(int type, const acts* a, const uint8_t* wp, float* y, int64_t
         }
         return;
     }
-    int chunk = CHUNK_BYTES / K / XROWS * XROWS;  /* all rows at once where the range's records are too many to reread */
-    chunk = (g1 - g0) * group_bytes > CHUNK_RECORD_BYTES ? M : chunk < XROWS ? XROWS : chunk;
+    int chunk = CHUNK_BYTES / K / XROWS * XROWS;  /* rows whose activations fit in L1, one tile at least */
+    if (chunk < XROWS) chunk = XROWS;
+    if ((g1 - g0) * group_bytes > CHUNK_RECORD_BYTES) chunk = M;  /* records too many to read again: all rows at once */
     for (int c0 = 0; c0 < M; c0 += chunk) {
         int c1 = M - c0 < chunk ? M : c0 + chunk;
         for (int g = g0; g < g1; g++) {
