@@ -3,8 +3,10 @@ references pass their own inputs, and samples that lie or reach for the judge fa
 
 from __future__ import annotations
 
+import ast
 import pickle
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -16,7 +18,7 @@ from quench.datasets.mbppplus import plus_task, raw_records
 from quench.execution import Outcome, SandboxLimits, SandboxPool
 from quench.execution.plus import (FACTOR, MIN_LIMIT_S, PlusPool, oracle_for, plus_program, prepare_oracles,
                                    sandbox_limits, time_limits)
-from quench.execution.plus_oracle import DIGEST_BYTES
+from quench.execution.plus_oracle import DIGEST_BYTES, oracle_script
 from quench.execution.program_build import program_for
 
 WRONG_ORDER = "  return tuple(sorted(set(test_tup1) & set(test_tup2)))\n"  # Mbpp/2: a set-compared task
@@ -212,6 +214,22 @@ def references_pass(task_ids: list[str]) -> None:
         results = dict(PlusPool(pool).imap((p.task_id, program_for(p, p.canonical_solution)) for p in problems))
     failing = {t: r.plus.detail for t, r in results.items() if not (r.base.passed and r.plus.passed)}
     assert not failing
+
+
+def test_oracles_are_computed_in_threads_that_parse_no_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPython 3.11's parser is not safe in two threads at once: every parse happens before they start."""
+    parsers: set[str] = set()
+    parse = ast.parse
+
+    def recording_parse(*args: object, **kwargs: object) -> ast.AST:
+        parsers.add(threading.current_thread().name)
+        return parse(*args, **kwargs)  # type: ignore[arg-type]
+
+    oracle_script.cache_clear()
+    monkeypatch.setattr(ast, "parse", recording_parse)
+    prepare_oracles(["Mbpp/2", "Mbpp/3", "Mbpp/4"], workers=2, directory=tmp_path)
+    assert len(list(tmp_path.glob("*.pkl"))) == 3
+    assert parsers == {threading.current_thread().name}
 
 
 def test_sampled_references_pass_their_plus_inputs(cache: Path) -> None:

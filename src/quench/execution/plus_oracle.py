@@ -16,6 +16,7 @@ so the oracle runs in a separate interpreter (`-s`, no user site) under the sand
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
@@ -112,6 +113,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (size, size))
 
 
+@functools.cache
 def oracle_script() -> str:
     """ORACLE_SCRIPT after the helpers it uses (plus_values.py, plus_rules.py, `entry`)."""
     here = Path(__file__).parent
@@ -135,11 +137,18 @@ def compute_oracle(task: PlusTask) -> Oracle:
 
 def prepare_oracles(task_ids: Sequence[str], workers: int = 1, on_done: Callable[[str], None] | None = None,
                     directory: Path | None = None) -> None:
-    """Compute the oracles the cache lacks, `workers` at a time (the slowest reference takes a minute)."""
-    def one(task_id: str) -> None:
-        oracle_for(plus_task(task_id), directory)
+    """Compute the oracles the cache lacks, `workers` at a time (the slowest reference takes a minute).
+
+    Every source is parsed here, before the threads start: CPython 3.11's parser keeps a recursion
+    depth shared by threads, so two threads parsing at once can fail with SystemError.
+    """
+    tasks = [plus_task(task_id) for task_id in task_ids]
+    oracle_script()
+
+    def one(task: PlusTask) -> None:
+        oracle_for(task, directory)
         if on_done:
-            on_done(task_id)
+            on_done(task.task_id)
 
     with ThreadPoolExecutor(max(1, workers)) as threads:
-        list(threads.map(one, task_ids))
+        list(threads.map(one, tasks))
