@@ -87,6 +87,29 @@ def test_the_encoder_gives_the_stored_scores_and_rejects_moment_to_minute() -> N
 
 @pytest.mark.slow
 @encoder_needed
+def test_a_score_at_the_threshold_is_decided_alike_whatever_the_batch() -> None:
+    """A float32 score moves with its batch's padding (as it does between CPUs): where it lies at the
+    threshold, the decision is the float64 score's, which the batch cannot move."""
+    rows = labelled()[:16]
+    originals, variants = [r["original"] for r in rows], [r["perturbed"] for r in rows]
+    encoder = meaning.encoder()
+    batched = encoder.similarity(originals, variants)
+    alone = [encoder.similarity([o], [v])[0] for o, v in zip(originals, variants)]
+    moved = [i for i in range(len(rows)) if batched[i] != alone[i]]
+    assert moved  # padding changes float32 bits
+    i = moved[0]
+    threshold = (batched[i] + alone[i]) / 2  # float32 alone would keep the variant in one batch, drop it in the other
+    assert meaning.keeps_meaning(batched[i], threshold) != meaning.keeps_meaning(alone[i], threshold)
+    in_batch = encoder.decisive_similarity(originals, variants, threshold)
+    by_itself = encoder.decisive_similarity([originals[i]], [variants[i]], threshold)
+    assert in_batch[i] == by_itself[0] == encoder.exact_similarity(originals[i], variants[i])
+    assert in_batch[i] == pytest.approx(batched[i], abs=1e-5)
+    far = [j for j in range(len(rows)) if abs(batched[j] - threshold) >= meaning.MARGIN]
+    assert far and all(in_batch[j] == batched[j] for j in far)  # far from the threshold float32 decides
+
+
+@pytest.mark.slow
+@encoder_needed
 def test_the_meaning_check_counts_what_it_drops(runner) -> None:  # noqa: ANN001 - conftest's LocalRunner
     problem = Problem("t/1", 'def f(x):\n    """It computes the account balance and detects when it falls below zero.\n'
                       '    >>> f(1)\n    1\n    """\n', "    return x\n", "def check(c):\n    assert c(1) == 1\n", "f")
