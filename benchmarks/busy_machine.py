@@ -24,8 +24,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from quench.threads import prepare_openmp
+
 TRANSFORMS = "FuncRenameCamelCase,new_line_afterdoc"  # deterministic: one variant per problem each
 SPIN = "while True:\n    pass\n"
+OPENMP_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # each run sets its own
 KERNELS = """
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
@@ -66,7 +69,7 @@ def timed_run(args: argparse.Namespace, setting: Setting, scratch: Path) -> floa
     out = scratch / f"run-{time.monotonic_ns()}"
     command = job(args, out)
     command[3:3] = list(setting.flags)  # global flags go before the subcommand
-    env = {key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    env = {key: value for key, value in os.environ.items() if key not in OPENMP_VARS}
     env.update(setting.env)
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -98,13 +101,16 @@ def print_table(quiet: dict[str, float], loaded: dict[str, float], loads: tuple[
 def time_kernels(loaded: bool) -> dict[str, float]:
     """Seconds of the KERNELS loop per (wait policy, threads), alone or next to one spinning process."""
     cpus = len(os.sched_getaffinity(0))
-    chosen = {f"active, {cpus} threads": ("ACTIVE", cpus), f"passive, {cpus} threads": ("PASSIVE", cpus),
-              "1 thread": ("PASSIVE", 1)}
+    quench = {}
+    prepare_openmp(quench)
+    chosen = {f"active, {cpus} threads": ({"OMP_WAIT_POLICY": "ACTIVE"}, cpus),
+              f"passive, {cpus} threads": ({"OMP_WAIT_POLICY": "PASSIVE"}, cpus),
+              f"quench's, {cpus} threads": (quench, cpus), "1 thread": ({"OMP_WAIT_POLICY": "PASSIVE"}, 1)}
     competitor = subprocess.Popen([sys.executable, "-c", SPIN]) if loaded else None
     try:
         times = {}
         for name, (policy, threads) in chosen.items():
-            env = {**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, "OMP_WAIT_POLICY": policy}
+            env = {**{k: v for k, v in os.environ.items() if k not in OPENMP_VARS}, **policy}
             done = subprocess.run([sys.executable, "-c", KERNELS, str(threads)], env=env, capture_output=True,
                                   text=True, check=True)
             times[name] = float(done.stdout.split()[-1])

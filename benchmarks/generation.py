@@ -72,8 +72,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
+import peer_client
+from quench.threads import prepare_openmp
+
+# quench's rows run under the OpenMP wait `quench` sets before torch loads; the peers' workers under their own.
+peer_client.QUENCH_ONLY.update(prepare_openmp())
+
+import torch  # noqa: E402 - after the wait policy is set
+from torch import nn  # noqa: E402
 
 from quench.datasets import load_benchmark
 from quench.engine.backend import QuenchBackend

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from peer_client import WorkerBackend
+from peer_client import WorkerBackend, peer_environment
 
 HERE = Path(__file__).resolve().parent
 OPENVINO_ENV = "QUENCH_OPENVINO_PYTHON"  # the openvino-genai environment's interpreter, where --openvino-python is not given
@@ -89,7 +89,7 @@ def parse_batched_bench(stdout: str, batch: int, prompt: int, new: int) -> Decod
 
 def batched_bench(setup: PeerSetup, threads: int, batch: int, prompt: int, new: int) -> DecodeOnly:
     command = batched_bench_command(setup.batched_bench(), setup.gguf, threads, batch, prompt, new)
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=peer_environment())
     return parse_batched_bench(done.stdout, batch, prompt, new)
 
 

@@ -37,6 +37,14 @@ def check_python(path: str | None, flag: str, environment: str) -> Path | None:
     return python
 
 
+QUENCH_ONLY: set[str] = set()  # variables set for quench's own process (its OpenMP wait), not the peers'
+
+
+def peer_environment() -> dict[str, str]:
+    """This process's environment without what was set for quench alone: each peer keeps its own defaults."""
+    return {name: value for name, value in os.environ.items() if name not in QUENCH_ONLY}
+
+
 class WorkerBackend:
     """generate(requests, sampling) like quench's backends; the call's wall and CPU time in `last_times`."""
 
@@ -46,7 +54,7 @@ class WorkerBackend:
         self.last_times = CallTimes()
         self._log = tempfile.NamedTemporaryFile("w+", prefix=f"{name}-worker-", suffix=".log", delete=False)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                        text=True, env=os.environ | (env or {}))
+                                        text=True, env=peer_environment() | (env or {}))
         self._answer()  # {"ready": true} once the model is loaded
 
     @property

@@ -3,11 +3,14 @@
 Torch's default, one OpenMP thread per core with spin-waiting, collapses as soon as another
 process takes a core: at every parallel region the running threads spin until the descheduled
 one gets its turn. quench instead (benchmarks/busy_machine.py measures it):
-- lets waiting OpenMP threads sleep (OMP_WAIT_POLICY=PASSIVE), so a spinning thread never holds
-  a core that a descheduled sibling or another process needs;
+- lets a waiting OpenMP thread spin only briefly before it sleeps (OMP_WAIT_POLICY=PASSIVE with
+  GOMP_SPINCOUNT=SPIN_COUNT, microseconds), so a spinning thread never holds a core for long that a
+  descheduled sibling or another process needs, while on quiet cores the next parallel region of a
+  step finds its threads still awake: waking a sleeping thread at each of a small step's parallel
+  regions costs more than their work (docs/benchmarks.md, "A busy machine");
 - starts one thread per CPU it may use (affinity and cgroup quota) that is not already busy.
 Both are environment variables read when torch loads, so `prepare_openmp` runs before any heavy
-import; an explicit --threads, OMP_WAIT_POLICY or OMP_NUM_THREADS always wins.
+import; an explicit --threads, OMP_WAIT_POLICY, GOMP_SPINCOUNT or OMP_NUM_THREADS always wins.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from quench.errors import QuenchError
 log = logging.getLogger(__name__)
 
 SAMPLE_S = 0.1  # how long the CPUs' load is watched before choosing
+SPIN_COUNT = 1_000  # libgomp's busy-wait iterations before a waiting thread sleeps (its default: 300,000)
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,17 @@ class ThreadChoice:
     reason: str  # for the log: where the number comes from
 
 
-def prepare_openmp(environ: MutableMapping[str, str] = os.environ) -> None:
-    """Before torch (or any OpenMP library) loads: waiting threads sleep instead of spinning."""
-    environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+def prepare_openmp(environ: MutableMapping[str, str] = os.environ) -> list[str]:
+    """Before torch (or any OpenMP library) loads: waiting threads spin briefly, then sleep.
+
+    A wait policy the caller chose is left as it is, spin count included. Returns the variables it set."""
+    if "OMP_WAIT_POLICY" in environ:
+        return []
+    chosen = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": str(SPIN_COUNT)}
+    added = [name for name in chosen if name not in environ]
+    for name in added:
+        environ[name] = chosen[name]
+    return added
 
 
 def usable_cpus() -> list[int]:
@@ -102,6 +114,6 @@ def configure_threads(requested: int | None, environ: MutableMapping[str, str] =
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(choice.threads)
-    log.info("torch CPU threads: %d (%s), OpenMP wait policy %s", choice.threads, choice.reason,
-             environ.get("OMP_WAIT_POLICY", "default"))
+    log.info("torch CPU threads: %d (%s), OpenMP wait policy %s, spin count %s", choice.threads, choice.reason,
+             environ.get("OMP_WAIT_POLICY", "default"), environ.get("GOMP_SPINCOUNT", "default"))
     return choice

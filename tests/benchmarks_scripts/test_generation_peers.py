@@ -34,10 +34,31 @@ def load_script(name: str) -> ModuleType:
 
 @pytest.fixture(scope="module")
 def generation() -> ModuleType:
-    module = load_script("generation")
+    environ = dict(os.environ)
+    module = load_script("generation")  # sets quench's OpenMP wait for this process, as the script does
     yield module
+    os.environ.clear()
+    os.environ.update(environ)
     sys.modules.pop(module.__name__, None)
     sys.path.remove(str(BENCHMARKS))
+
+
+def test_quench_runs_under_the_clis_openmp_wait_and_the_peers_under_their_own(
+        generation: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    import peer_client
+
+    from quench.threads import prepare_openmp
+
+    expected: dict[str, str] = {}
+    prepare_openmp(expected)
+    assert peer_client.QUENCH_ONLY <= set(expected)
+    assert all(os.environ[name] == expected[name] for name in peer_client.QUENCH_ONLY)
+    monkeypatch.setattr(peer_client, "QUENCH_ONLY", {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    peer = peer_client.peer_environment()
+    assert "OMP_WAIT_POLICY" not in peer and "GOMP_SPINCOUNT" not in peer and peer["OMP_NUM_THREADS"] == "2"
 
 
 def arguments(generation: ModuleType, *extra: str) -> argparse.Namespace:
