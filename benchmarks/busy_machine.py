@@ -7,15 +7,20 @@ times and the ratios: loaded / quiet per setting (target <= 1.6), and default / 
 condition (target <= 1.0). `--torch-default` adds torch's own default (one thread per CPU,
 OpenMP threads spin while they wait) for reference. `--kernels` instead times decode-sized
 matrix products (batch 8, SmolLM2-135M's widths) under each OpenMP wait policy, in seconds.
+`--decode` times `quench --threads N run` (HumanEval's first 16 prompts, 128 new tokens, one engine) at batch 1
+and 8 under each wait policy (sleeping at once, quench's default, spinning), alone and next to one CPU-bound
+process: generation tokens per second (the samples' tokens over the last one's finish).
 
 Usage: python benchmarks/busy_machine.py [--tasks 0-3] [--max-new-tokens 32] [--torch-default] [--warm-up]
        python benchmarks/busy_machine.py --kernels
+       python benchmarks/busy_machine.py --decode [--threads 2]
 A machine that other jobs already share is not quiet: the printed load says how busy it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -133,6 +138,50 @@ def print_kernels() -> None:
               f"{loaded[name] / loaded['1 thread']:>20.2f}x")
 
 
+DECODE_POLICIES = {  # name -> the OpenMP variables of the run (quench's default: none set, the CLI chooses)
+    "sleep at once": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0"},
+    "quench's default": {},
+    "spin (ACTIVE)": {"OMP_WAIT_POLICY": "ACTIVE"},
+}
+
+
+def decode_rate(threads: int, batch_size: int, policy: dict[str, str], out: Path) -> float:
+    """Generation tokens per second of one fresh `quench run` under `policy`."""
+    command = [sys.executable, "-m", "quench.cli.main", "--threads", str(threads), "run", "--benchmark", "humaneval",
+               "--limit", "16", "--batch-size", str(batch_size), "--engines", "1", "--max-new-tokens", "128",
+               "--out", str(out), "--overwrite"]
+    env = {key: value for key, value in os.environ.items() if key not in OPENMP_VARS} | policy
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    return sum(s["num_tokens"] for s in samples) / max(s["finish_s"] for s in samples)
+
+
+def print_decode(threads: int) -> None:
+    rates: dict[tuple[str, int, bool], float] = {}
+    loads = []
+    with tempfile.TemporaryDirectory(prefix="quench-busy-") as scratch:
+        for loaded in (False, True):
+            loads.append(load_average())
+            competitor = subprocess.Popen([sys.executable, "-c", SPIN]) if loaded else None
+            try:
+                for name, policy in DECODE_POLICIES.items():
+                    for batch_size in (1, 8):
+                        rates[name, batch_size, loaded] = decode_rate(threads, batch_size, policy, Path(scratch) / "run")
+            finally:
+                if competitor is not None:
+                    competitor.kill()
+                    competitor.wait()
+    print(f"quench --threads {threads} run, HumanEval/0-15, 128 new tokens; tokens/s; load average before: "
+          f"quiet {loads[0]}, loaded {loads[1]}")
+    print("| wait | batch 1 quiet | batch 8 quiet | batch 1 loaded | batch 8 loaded |")
+    print("|---|---:|---:|---:|---:|")
+    for name in DECODE_POLICIES:
+        cells = [rates[name, b, loaded] for loaded in (False, True) for b in (1, 8)]
+        print(f"| {name} | " + " | ".join(f"{rate:.1f}" for rate in cells) + " |")
+
+
 def load_average() -> str:
     return " ".join(open("/proc/loadavg", encoding="ascii").read().split()[:3])
 
@@ -144,9 +193,14 @@ def main() -> None:
     parser.add_argument("--warm-up", action="store_true", help="one untimed run first (cold file cache, kernel build)")
     parser.add_argument("--torch-default", action="store_true", help="also time torch's own thread default")
     parser.add_argument("--kernels", action="store_true", help="time matrix products per OpenMP wait policy instead")
+    parser.add_argument("--decode", action="store_true", help="time `quench run` per OpenMP wait policy instead")
+    parser.add_argument("--threads", type=int, default=2, help="--decode: the runs' --threads")
     args = parser.parse_args()
     if args.kernels:
         print_kernels()
+        return
+    if args.decode:
+        print_decode(args.threads)
         return
     chosen = settings(args.torch_default)
     with tempfile.TemporaryDirectory(prefix="quench-busy-") as scratch:
