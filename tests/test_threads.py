@@ -60,7 +60,8 @@ print(json.dumps({"chosen": choice.threads, "torch": torch.get_num_threads(), "w
 
 @pytest.mark.parametrize("requested", [None, 1])
 def test_the_choice_reaches_torch_loaded_afterwards(requested: int | None) -> None:
-    env = {key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    openmp = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+    env = {key: value for key, value in os.environ.items() if key not in openmp}
     argv = [] if requested is None else [str(requested)]
     done = subprocess.run([sys.executable, "-c", CHILD, *argv], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

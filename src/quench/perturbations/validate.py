@@ -145,7 +145,8 @@ def check_wording(pairs: Sequence[tuple[Problem, Problem, str]], verdicts: list[
             and variant.meta("perturbation") in meaning.WORD_LEVEL]
     if not todo or meaning.encoder() is None:
         return verdicts
-    scores = meaning.encoder().decisive_similarity([prose(pairs[i][0]) for i in todo], [prose(pairs[i][1]) for i in todo])
+    originals, variants = [prose(pairs[i][0]) for i in todo], [prose(pairs[i][1]) for i in todo]
+    scores = meaning.encoder().decisive_similarity(originals, variants)
     out = list(verdicts)
     for i, score in zip(todo, scores):
         if not meaning.keeps_meaning(score):
