@@ -2,10 +2,11 @@
 
     python benchmarks/engines.py                                   # 2 threads: 1x2 vs 2x1, batch 8 and 32
     python benchmarks/engines.py --prompts 128 --batch-sizes 8 16 32 --rounds 3
+    python benchmarks/engines.py --prompts 128 --batch-sizes 64 --max-new-tokens 256   # `quench robustness`'s batch
 
 The prompts are what `quench robustness` generates for: HumanEval prompts and their ReCode
-variants (every non-model transformation, seed 0), in the run's order, greedy, the default model,
-up to --max-new-tokens. Each configuration generates the same prompts; rounds alternate the order
+variants (every non-model transformation, seed 0), in the run's order, greedy, the default model
+with the CLI's weights (`--weights auto`) and OpenMP wait, up to --max-new-tokens. Each configuration generates the same prompts; rounds alternate the order
 of the configurations, so a shared machine's load falls on all alike. Printed per configuration
 and round: wall seconds, generated tokens per second, and the ratio to the first configuration of
 the same round; then the median ratio over rounds. The configurations' answers are compared with
@@ -19,16 +20,21 @@ import os
 import statistics
 import time
 
-from quench.datasets.loading import load_humaneval
-from quench.distributed import ModelSpec
-from quench.distributed.local import LocalEngines
-from quench.engine.config import EngineConfig
-from quench.engine.types import GenerationRequest, SamplingParams
-from quench.models import encode_prompt, format_prompt, load_model
-from quench.perturbations.catalog import names
-from quench.perturbations.pipeline import perturb_problems
-from quench.robustness.pipeline import build_units, unique_prompts
-from quench.runs.backends import BackendOptions, make_backend
+from quench.threads import prepare_openmp
+
+prepare_openmp()  # the OpenMP wait `quench` sets before torch loads; the engine processes inherit it
+
+from quench.cli.builders import weights_of  # noqa: E402 - after the wait policy is set
+from quench.datasets.loading import load_humaneval  # noqa: E402
+from quench.distributed import ModelSpec  # noqa: E402
+from quench.distributed.local import LocalEngines  # noqa: E402
+from quench.engine.config import EngineConfig  # noqa: E402
+from quench.engine.types import GenerationRequest, SamplingParams  # noqa: E402
+from quench.models import encode_prompt, format_prompt, load_model  # noqa: E402
+from quench.perturbations.catalog import names  # noqa: E402
+from quench.perturbations.pipeline import perturb_problems  # noqa: E402
+from quench.robustness.pipeline import build_units, unique_prompts  # noqa: E402
+from quench.runs.backends import BackendOptions, make_backend  # noqa: E402
 
 
 def robustness_prompts(loaded, count: int) -> list[GenerationRequest]:
@@ -51,6 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--weights", default="auto", help="a GGUF model's weights, as `quench --weights` (default auto)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 32])
@@ -62,18 +69,19 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, args.dtype)
+    loaded = load_model(args.model, args.dtype, weights=args.weights)
     requests = robustness_prompts(loaded, args.prompts)
     sampling = SamplingParams(0.0, 1.0, 0, args.max_new_tokens, 0)
     configs: dict[str, object] = {}
     for batch in args.batch_sizes:
         options = BackendOptions(engine=EngineConfig(batch_size=batch, batch_invariant=args.batch_invariant))
         configs[f"1 engine x {args.threads} threads, batch {batch}"] = make_backend(loaded, options)
-        engines = LocalEngines(ModelSpec(args.model, args.dtype, prompt_format=loaded.prompt_format, backend=options),
-                               args.threads, 1)
+        spec = ModelSpec(args.model, args.dtype, prompt_format=loaded.prompt_format, backend=options,
+                         weights=weights_of(loaded))
+        engines = LocalEngines(spec, args.threads, 1)
         engines.wait_ready()
         configs[f"{args.threads} engines x 1 thread, batch {batch}"] = engines
-    print(f"{len(requests)} prompts, greedy, up to {args.max_new_tokens} new tokens, {loaded.dtype}, "
+    print(f"{len(requests)} prompts, greedy, up to {args.max_new_tokens} new tokens, {loaded.dtype}, {weights_of(loaded)}, "
           f"{'batch-invariant' if args.batch_invariant else 'default'} kernels, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     names_ = list(configs)
