@@ -20,6 +20,7 @@ A machine that other jobs already share is not quiet: the printed load says how 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from quench.threads import prepare_openmp
 
@@ -74,8 +76,7 @@ def timed_run(args: argparse.Namespace, setting: Setting, scratch: Path) -> floa
     out = scratch / f"run-{time.monotonic_ns()}"
     command = job(args, out)
     command[3:3] = list(setting.flags)  # global flags go before the subcommand
-    env = {key: value for key, value in os.environ.items() if key not in OPENMP_VARS}
-    env.update(setting.env)
+    env = run_environment(dict(setting.env))
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - started
@@ -84,14 +85,26 @@ def timed_run(args: argparse.Namespace, setting: Setting, scratch: Path) -> floa
     return seconds
 
 
-def run_condition(args: argparse.Namespace, chosen: list[Setting], scratch: Path, loaded: bool) -> dict[str, float]:
+def run_environment(openmp: dict[str, str]) -> dict[str, str]:
+    """This process's environment with `openmp` in place of its OpenMP variables."""
+    return {key: value for key, value in os.environ.items() if key not in OPENMP_VARS} | openmp
+
+
+@contextlib.contextmanager
+def competing(loaded: bool) -> Iterator[None]:
+    """`loaded`: one CPU-bound process runs beside the body, and is killed after it."""
     competitor = subprocess.Popen([sys.executable, "-c", SPIN]) if loaded else None
     try:
-        return {setting.name: timed_run(args, setting, scratch) for setting in chosen}
+        yield
     finally:
         if competitor is not None:
             competitor.kill()
             competitor.wait()
+
+
+def run_condition(args: argparse.Namespace, chosen: list[Setting], scratch: Path, loaded: bool) -> dict[str, float]:
+    with competing(loaded):
+        return {setting.name: timed_run(args, setting, scratch) for setting in chosen}
 
 
 def print_table(quiet: dict[str, float], loaded: dict[str, float], loads: tuple[str, str]) -> None:
@@ -111,19 +124,13 @@ def time_kernels(loaded: bool) -> dict[str, float]:
     chosen = {f"active, {cpus} threads": ({"OMP_WAIT_POLICY": "ACTIVE"}, cpus),
               f"passive, {cpus} threads": ({"OMP_WAIT_POLICY": "PASSIVE"}, cpus),
               f"quench's, {cpus} threads": (quench, cpus), "1 thread": ({"OMP_WAIT_POLICY": "PASSIVE"}, 1)}
-    competitor = subprocess.Popen([sys.executable, "-c", SPIN]) if loaded else None
-    try:
-        times = {}
+    times = {}
+    with competing(loaded):
         for name, (policy, threads) in chosen.items():
-            env = {**{k: v for k, v in os.environ.items() if k not in OPENMP_VARS}, **policy}
-            done = subprocess.run([sys.executable, "-c", KERNELS, str(threads)], env=env, capture_output=True,
-                                  text=True, check=True)
+            done = subprocess.run([sys.executable, "-c", KERNELS, str(threads)], env=run_environment(policy),
+                                  capture_output=True, text=True, check=True)
             times[name] = float(done.stdout.split()[-1])
-        return times
-    finally:
-        if competitor is not None:
-            competitor.kill()
-            competitor.wait()
+    return times
 
 
 def print_kernels() -> None:
@@ -150,8 +157,7 @@ def decode_rate(threads: int, batch_size: int, policy: dict[str, str], out: Path
     command = [sys.executable, "-m", "quench.cli.main", "--threads", str(threads), "run", "--benchmark", "humaneval",
                "--limit", "16", "--batch-size", str(batch_size), "--engines", "1", "--max-new-tokens", "128",
                "--out", str(out), "--overwrite"]
-    env = {key: value for key, value in os.environ.items() if key not in OPENMP_VARS} | policy
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, env=run_environment(policy), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(command)} failed:\n{done.stderr[-2000:]}")
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -164,15 +170,10 @@ def print_decode(threads: int) -> None:
     with tempfile.TemporaryDirectory(prefix="quench-busy-") as scratch:
         for loaded in (False, True):
             loads.append(load_average())
-            competitor = subprocess.Popen([sys.executable, "-c", SPIN]) if loaded else None
-            try:
+            with competing(loaded):
                 for name, policy in DECODE_POLICIES.items():
                     for batch_size in (1, 8):
                         rates[name, batch_size, loaded] = decode_rate(threads, batch_size, policy, Path(scratch) / "run")
-            finally:
-                if competitor is not None:
-                    competitor.kill()
-                    competitor.wait()
     print(f"quench --threads {threads} run, HumanEval/0-15, 128 new tokens; tokens/s; load average before: "
           f"quiet {loads[0]}, loaded {loads[1]}")
     print("| wait | batch 1 quiet | batch 8 quiet | batch 1 loaded | batch 8 loaded |")

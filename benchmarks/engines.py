@@ -6,11 +6,11 @@
 
 The prompts are what `quench robustness` generates for: HumanEval prompts and their ReCode
 variants (every non-model transformation, seed 0), in the run's order, greedy, the default model
-with the CLI's weights (`--weights auto`) and OpenMP wait, up to --max-new-tokens. Each configuration generates the same prompts; rounds alternate the order
-of the configurations, so a shared machine's load falls on all alike. Printed per configuration
-and round: wall seconds, generated tokens per second, and the ratio to the first configuration of
-the same round; then the median ratio over rounds. The configurations' answers are compared with
-the first's (identical text counts).
+with the CLI's weights (`--weights auto`) and OpenMP wait, up to --max-new-tokens. Each configuration
+generates the same prompts; rounds alternate the order of the configurations, so a shared machine's
+load falls on all alike. Printed per configuration and round: wall seconds, generated tokens per
+second, and the ratio to the first configuration of the same round; then the median ratio over
+rounds. The configurations' answers are compared with the first's (identical text counts).
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def main() -> None:
         engines = LocalEngines(spec, args.threads, 1)
         engines.wait_ready()
         configs[f"{args.threads} engines x 1 thread, batch {batch}"] = engines
-    print(f"{len(requests)} prompts, greedy, up to {args.max_new_tokens} new tokens, {loaded.dtype}, {weights_of(loaded)}, "
+    print(f"{len(requests)} prompts, greedy, up to {args.max_new_tokens} new tokens, {loaded.dtype}, "
+          f"{weights_of(loaded)}, "
           f"{'batch-invariant' if args.batch_invariant else 'default'} kernels, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     names_ = list(configs)

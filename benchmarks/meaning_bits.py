@@ -3,9 +3,9 @@
 Each setting runs in a process of its own (PyTorch reads ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA at
 start): the float32 scores of every changed word-level docstring variant of HumanEval (the model-free
 transformations, `--seeds` seeds), batched as the meaning check batches them, and the float64 scores of
-every `--every`-th pair encoded alone. Printed beside the first setting: the largest difference of
-each, how many float32 scores differ in some bit, and how many variants `decisive_similarity` decides
-otherwise (none, where it holds).
+every `--every`-th pair encoded alone. Printed: how many float32 scores lie within `MARGIN` of the
+threshold (where `decisive_similarity` takes the float64 score), then beside the first setting the
+largest difference of each and how many float32 scores differ in some bit.
 
     python benchmarks/meaning_bits.py --seeds 5
 """
