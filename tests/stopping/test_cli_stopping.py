@@ -41,7 +41,7 @@ def samples(out: Path) -> dict[str, dict]:
 
 @pytest.mark.parametrize("backend", ["quench", "hf"])
 def test_function_rule_from_the_cli(bench: Path, tmp_path: Path, backend: str) -> None:
-    assert generate(bench, tmp_path / "full", "--backend", backend) == 0
+    assert generate(bench, tmp_path / "full", "--backend", backend, "--stop-rule", "none") == 0
     assert generate(bench, tmp_path / "rule", "--backend", backend, "--stop-rule", "function") == 0
     full, rule = samples(tmp_path / "full"), samples(tmp_path / "rule")
     for key in COMPLETION:

@@ -13,17 +13,36 @@ from quench.engine.hf_backend import HFBackend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.runs.samples import GenerateConfig, generate_samples
 from quench.stopping import LoopRule, LoopScanner, RuleHook, rules_for
+from quench.stopping.loop_rule import EXACT_LOOP_RULE, LOOP_RULE, shape
 from stopping.scripted import Script
 
-SMALL = LoopRule(span=24, max_period=10, probe=4)
+SMALL = LoopRule(span=24, max_period=10, probe=4, numbers_span=0)
+SMALL_NUMBERS = LoopRule(span=40, max_period=10, probe=4, numbers_span=16, numbers_repeats=3)
+
+
+def exact_repeat_at(text: str, end: int, rule: LoopRule) -> bool:
+    return any(end - rule.span - period >= 0 and text[end - rule.span : end] == text[end - rule.span - period : end - period]
+               for period in range(1, rule.max_period + 1))
+
+
+def numbers_repeat_at(text: str, end: int, rule: LoopRule) -> bool:
+    """The numbers part by its definition, on text[:end] (which must not end in a digit)."""
+    if not rule.numbers_span or text[end - 1].isdigit():
+        return False
+    form = shape(text[:end])
+    for period in range(1, rule.max_period + 1):
+        span = max(rule.numbers_span, (rule.numbers_repeats - 1) * period)
+        last = form[len(form) - period :]
+        if len(form) - span - period >= 0 and form[-span:] == form[-span - period : -period] and any(c.isalpha() for c in last):
+            return True
+    return False
 
 
 def first_repeat(text: str, rule: LoopRule) -> int | None:
-    """The rule by its definition: the first end whose last span characters equal those one period earlier."""
+    """The rule by its definition: the first end where the exact part or the numbers part holds."""
     for end in range(1, len(text) + 1):
-        for period in range(1, rule.max_period + 1):
-            if end - rule.span - period >= 0 and text[end - rule.span : end] == text[end - rule.span - period : end - period]:
-                return end
+        if exact_repeat_at(text, end, rule) or numbers_repeat_at(text, end, rule):
+            return end
     return None
 
 
@@ -56,16 +75,68 @@ def test_scanner_stops_where_the_definition_says_whatever_the_pieces():
     assert 100 < fired < 500  # both kinds of text were tried
 
 
+def planted_count(rng: random.Random) -> str:
+    """Random text with a stretch that repeats a unit holding a number that changes (or a name's digits)."""
+    noise = lambda n: "".join(rng.choice("ab c\n12") for _ in range(n))  # noqa: E731
+    head, tail = noise(rng.randint(1, 5)), noise(rng.randint(0, 5))
+    glue = rng.choice(["", "x", "_", " "])  # "x" and "_": the digits belong to a name and keep their own
+    start = rng.randint(0, 20)
+    stretch = "".join(f"{head}{glue}{start + 7 * i}{tail}" for i in range(rng.randint(1, 9)))
+    return noise(rng.randint(0, 30)) + stretch + noise(rng.randint(0, 30))
+
+
+def test_the_numbers_part_stops_where_the_definition_says_whatever_the_pieces():
+    rng = random.Random(1)
+    fired = 0
+    for _ in range(500):
+        text = planted_count(rng)
+        expected = first_repeat(text, SMALL_NUMBERS)
+        assert LoopScanner(SMALL_NUMBERS).feed(text) == expected, text
+        assert fed_in_pieces(text, SMALL_NUMBERS, rng) == expected, text
+        fired += expected is not None and first_repeat(text, LoopRule(**{**SMALL_NUMBERS.settings(), "numbers_span": 0})) != expected
+    assert 50 < fired < 450  # the numbers part stopped texts the exact part does not, and missed others
+
+
+def test_a_shape_keeps_the_digits_of_names():
+    assert shape("Example 12: x1 = a_2[30] + 4.5e10") == "Example 0: x1 = a_2[0] + 0.0e10"
+
+
+def test_a_count_is_a_loop_and_data_is_not():
+    count = "".join(f"    {i}. The date should be in the format: MM-DD-YYYY\n" for i in range(1, 30))
+    stop = LoopScanner().feed(count)
+    assert stop is not None and count[:stop].count("\n") < 10 and LoopScanner(EXACT_LOOP_RULE).feed(count) is None
+    ladder = "".join(f"    elif n == {i}:\n        return {i * i}\n" for i in range(40))
+    assert LoopScanner().feed(ladder) is not None
+    table = "PRIMES = [" + ", ".join(str(p) for p in range(2, 2000) if all(p % d for d in range(2, p))) + "]\n"
+    assert LoopScanner().feed(table) is None  # no letter in the period
+    names = "".join(f"    p{i}x = start + {i} * w\n" for i in range(30))  # names that differ: not one shape
+    assert LoopScanner().feed(names) is None
+
+
 def test_a_period_longer_than_max_period_or_a_repeat_shorter_than_span_is_no_loop():
     unit = "x = compute(1)\n"  # 15 characters
-    assert LoopScanner(LoopRule(span=60, max_period=14, probe=8)).feed(unit * 10) is None
-    assert LoopScanner(LoopRule(span=60, max_period=15, probe=8)).feed(unit * 10) == 75  # 60 after one period
-    assert LoopScanner(LoopRule(span=60, max_period=15, probe=8)).feed(unit * 4 + "y") is None  # 61 characters: too short
+    assert LoopScanner(LoopRule(span=60, max_period=14, probe=8, numbers_span=0)).feed(unit * 10) is None
+    assert LoopScanner(LoopRule(span=60, max_period=15, probe=8, numbers_span=0)).feed(unit * 10) == 75  # 60 after one period
+    assert LoopScanner(LoopRule(span=60, max_period=15, probe=8, numbers_span=0)).feed(unit * 4 + "y") is None  # too short
+    many = LoopRule(span=400, max_period=15, probe=8, numbers_span=20, numbers_repeats=6)  # 5 periods past the first
+    assert LoopScanner(many).feed(unit * 10) == 90
 
 
-def test_humaneval_solutions_are_not_loops():
+@pytest.mark.parametrize("benchmark", ["humaneval", "mbpp"])
+def test_prompts_and_solutions_are_not_loops(benchmark):
+    """What an answer holds: the prompt's text (a chat answer often repeats it) and a solution."""
+    for problem in load_benchmark(benchmark, split="all") if benchmark == "mbpp" else load_benchmark(benchmark):
+        assert LoopScanner().feed(problem.prompt + problem.canonical_solution) is None, problem.task_id
+
+
+def test_humaneval_tests_are_not_exact_loops():
+    """Test code counts in shape only: asserts that differ in their numbers (a sanitizer drops test code)."""
     for problem in load_benchmark("humaneval"):
-        assert LoopScanner().feed(problem.prompt + problem.canonical_solution + problem.test) is None, problem.task_id
+        assert LoopScanner(EXACT_LOOP_RULE).feed(problem.prompt + problem.canonical_solution + problem.test) is None
+
+
+def test_the_rule_records_its_definition():
+    assert LoopRule(**LOOP_RULE.settings()) == LOOP_RULE and EXACT_LOOP_RULE.numbers_span == 0
 
 
 def test_the_rule_is_checked():
@@ -73,6 +144,10 @@ def test_the_rule_is_checked():
         LoopRule(span=8, probe=16)
     with pytest.raises(ValueError, match="max_period"):
         LoopRule(max_period=0)
+    with pytest.raises(ValueError, match="numbers_span"):
+        LoopRule(numbers_span=8)
+    with pytest.raises(ValueError, match="numbers_repeats"):
+        LoopRule(numbers_repeats=1)
 
 
 # A chat answer whose body repeats one line; another that ends before any repeat is long enough.
@@ -109,11 +184,10 @@ def test_engine_stops_a_looping_row_where_the_text_says(drafter):
 
 
 @pytest.mark.parametrize("rule", ["loop", "function,loop"])
-def test_generate_samples_with_the_loop_rule_gives_the_same_text_on_every_backend(tmp_path, rule, monkeypatch):
-    monkeypatch.setattr("quench.runs.samples.LoopRule", lambda: RULE)  # the answers here are short
+def test_generate_samples_with_the_loop_rule_gives_the_same_text_on_every_backend(tmp_path, rule):
     problems = [problem(k) for k in CHAT]
     encode = lambda text: SCRIPT.ids([text])  # noqa: E731
-    config = GenerateConfig(1, SAMPLING, (), "chat", stop_rule=rule)
+    config = GenerateConfig(1, SAMPLING, (), "chat", stop_rule=rule, loop_rule=RULE)  # the answers here are short
     quench = QuenchBackend(SCRIPT.model, SCRIPT.tokenizer, EngineConfig(batch_size=2))
     hf = HFBackend(SCRIPT.model, SCRIPT.tokenizer, batch_size=2)
     ours = {r.task_id: r for r in generate_samples(problems, quench, encode, config, tmp_path / "q.jsonl")}

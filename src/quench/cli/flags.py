@@ -170,10 +170,10 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-rule", default=AUTO_STOP_RULE, choices=(AUTO_STOP_RULE, *STOP_RULES), metavar="RULE",
                         help=f"auto or one of {', '.join(STOP_RULES)} (default %(default)s). function: stop an answer "
                         "once its function is complete; loop: once it only repeats itself (its last 300 characters "
-                        "equal those one period earlier); function,loop: either (docs/stopping.md); auto: loop for "
-                        "greedy answers (one that only repeats itself would repeat to the token limit), none for "
-                        "sampled ones, and a resumed run's own rule; the hf backend cuts the text after generation "
-                        "instead")
+                        "equal those one period earlier, or its last 200 over 4 periods do but for their numbers); "
+                        "function,loop: either (docs/stopping.md); auto: loop for greedy answers (one that only "
+                        "repeats itself would repeat to the token limit), none for sampled ones, and a resumed run's "
+                        "own rule; the hf backend cuts the text after generation instead")
     parser.add_argument("--seed", type=int, default=SAMPLING_DEFAULTS.seed, help="sampling seed (default %(default)s)")
 
 

@@ -60,7 +60,8 @@ def settings_before_load(args: argparse.Namespace, problems: list[Problem]) -> d
 
 def stopping_config(args: argparse.Namespace) -> dict:
     """Early stopping settings for config.json; None when off, so runs made before these flags resume."""
-    return {"guard": args.guard, "stop_rule": None if args.stop_rule == "none" else args.stop_rule}
+    loop_rule = settings.loop_rule_of(args).settings() if "loop" in args.stop_rule.split(",") else None
+    return {"guard": args.guard, "stop_rule": None if args.stop_rule == "none" else args.stop_rule, "loop_rule": loop_rule}
 
 
 def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) -> list[SampleRecord]:
@@ -77,7 +78,7 @@ def generate_into(args: argparse.Namespace, problems: list[Problem], out: Path) 
     stops = settings.stops_from_args(args, loaded.prompt_format)
     backend = builders.backend_from_args(args, loaded, len(problems) * args.samples)  # a missing draft or guard fails
     rundir.prepare_run_dir(out, run_config(args, problems, loaded, stops), args.overwrite)
-    config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule)
+    config = GenerateConfig(args.samples, sampling, stops, loaded.prompt_format, args.stop_rule, settings.loop_rule_of(args))
     samples_path = out / "samples.jsonl"
     already = len(resume_samples(samples_path))
     bar = console.bar(total=len(problems) * args.samples, initial=already, desc="generate", unit="sample")

@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     loaded = builders.load_model_from_args(args)  # seconds: after the checks that need no model
     stops = settings.stops_from_args(args, loaded.prompt_format)
     config = RobustnessConfig(transforms, args.seeds, args.samples, ks, sampling, stops,
-                              loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule, profile=args.profile,
+                              loaded.prompt_format, args.perturbed_dir, stop_rule=args.stop_rule,
+                              loop_rule=settings.loop_rule_of(args), profile=args.profile,
                               nominal_partial=args.nominal_partial, order_seed=args.seed,
                               time_limits=settings.time_limit_rule(args))
     recorded = {**known, "dtype": str(loaded.dtype).removeprefix("torch."),  # what "auto" chose

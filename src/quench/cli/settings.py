@@ -17,6 +17,7 @@ from quench.runs.backends import BackendOptions
 from quench.runs import rundir
 from quench.runs.calibration import TimeLimitRule
 from quench.stopping import default_stop_sequences
+from quench.stopping.loop_rule import LOOP_RULE, LoopRule
 
 def check_sandbox(args: argparse.Namespace) -> None:
     """Before any work: refuse a command that would run programs unconfined without --unsafe-unconfined."""
@@ -53,17 +54,25 @@ def resolve_run_defaults(args: argparse.Namespace, out: Path) -> None:
     """--stop-rule auto, --weights auto and --kv-cache auto (in `args`) as a resumed run in `out` was started: its
     own rule, weights and KV caches (runs recorded before these defaults: none, dequantized, and float32 caches under
     GGUF weights); for a new run, the stop rule loop for greedy answers and none for sampled ones (the weights and
-    caches resolve when the model loads)."""
+    caches resolve when the model loads). The loop rule's definition (`args.loop_rule`) is the resumed run's own, else
+    quench's (`loop_rule_of`)."""
     recorded = recorded_config(out, args)
     if args.stop_rule == AUTO_STOP_RULE:
         if recorded is not None:
             args.stop_rule = recorded.get("stop_rule") or "none"
         else:
             args.stop_rule = "loop" if args.temperature == 0 else "none"
+    loop_settings = rundir.with_unrecorded_settings(recorded).get("loop_rule") if recorded is not None else None
+    args.loop_rule = LoopRule(**loop_settings) if isinstance(loop_settings, dict) else LOOP_RULE
     if getattr(args, "weights", None) == "auto" and recorded is not None:
         args.weights = recorded.get("weights") or "dequantized"
     if getattr(args, "kv_cache", None) == "auto" and recorded is not None:
         args.kv_cache = rundir.with_unrecorded_settings(recorded).get("kv_cache") or "auto"
+
+
+def loop_rule_of(args: argparse.Namespace) -> LoopRule:
+    """The loop rule `resolve_run_defaults` chose: a resumed run's own definition, else quench's."""
+    return getattr(args, "loop_rule", LOOP_RULE)
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:

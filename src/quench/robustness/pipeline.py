@@ -36,6 +36,7 @@ from quench.robustness.examples import Example
 from quench.robustness.groups import PARTIAL, GroupKey
 from quench.robustness.metrics import RobustnessMetrics, RobustnessRun, VariantOutcomes, robustness_metrics
 from quench.robustness.regressions import regressions
+from quench.stopping.loop_rule import LOOP_RULE, LoopRule
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class RobustnessConfig:
     profile: str = "quench"  # "recode": ReCode's own transformations and partial split (docs/perturbations.md)
     nominal_partial: Path | None = None  # the partial-code baseline file (ReCode's nominal/*_partial.jsonl)
     stop_rule: str = "none"  # a text rule beyond stop sequences: "function", "loop" or both (STOP_RULES; docs/stopping.md)
+    loop_rule: LoopRule = LOOP_RULE  # what "loop" counts as a loop
     examples_per_category: int = 3
     order_seed: int | None = 0  # generation order: tasks shuffled with this seed, each task's prompts together (None: as built)
     time_limits: TimeLimitRule | None = None  # each task's limit (runs/calibration.py); None: the pool's for every program
@@ -350,7 +352,7 @@ def run_robustness(
     # Requests are keyed by prompt id and each prompt's problem keeps its entry point, so the rule
     # hook generate_samples builds from `prompts` finds every request's rules.
     generate_config = GenerateConfig(config.n, config.sampling, config.stop_sequences, config.prompt_format,
-                                     config.stop_rule)
+                                     config.stop_rule, config.loop_rule)
     reporting = StartReporting(backend, progress.planned, progress.started)
     labels = prompt_labels(units)
     order = generation_order(prompts, config.order_seed, {key: label.task_id for key, label in labels.items()})

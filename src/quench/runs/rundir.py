@@ -14,11 +14,12 @@ from pathlib import Path
 from quench.errors import QuenchError
 from quench.models.loading import GGUF_WEIGHTS
 from quench.runs.calibration import CONFIG_KEY as CALIBRATION_KEY
+from quench.stopping.loop_rule import EXACT_LOOP_RULE
 
 log = logging.getLogger(__name__)
 
 # recorded since a later version: absent from older run directories
-ADDED_SETTINGS = ("dtype_used", "weights", "kv_cache")
+ADDED_SETTINGS = ("dtype_used", "weights", "kv_cache", "loop_rule")
 RUN_RECORDS = (CALIBRATION_KEY,)  # what the run itself writes into config.json: measured, not a setting
 RESTARTED_FILES = ("samples.jsonl", "results.jsonl", "summary.json", "elapsed.json")  # removed by --overwrite
 
@@ -47,9 +48,11 @@ def release_run_dirs() -> None:
 
 def with_unrecorded_settings(previous: dict) -> dict:
     """An older run directory's settings with what its version ran without recording it: the GGUF weights ran
-    float32 KV caches (before bfloat16 ones were their default)."""
+    float32 KV caches (before bfloat16 ones were their default), and the loop rule had no numbers part."""
     if "kv_cache" not in previous and previous.get("weights") in GGUF_WEIGHTS:
-        return {**previous, "kv_cache": "float32"}
+        previous = {**previous, "kv_cache": "float32"}
+    if "loop_rule" not in previous and "loop" in str(previous.get("stop_rule") or "").split(","):
+        previous = {**previous, "loop_rule": EXACT_LOOP_RULE.settings()}
     return previous
 
 

@@ -25,7 +25,7 @@ from quench.execution.sanitize import sanitize
 from quench.engine.types import Backend, GenerationRequest, GenerationResult, SamplingParams
 from quench.runs.records import SAMPLE_FIELDS, SampleLabels, SampleRecord
 from quench.stopping.criteria import RuleHook, rules_for
-from quench.stopping.loop_rule import LoopRule
+from quench.stopping.loop_rule import LOOP_RULE, LoopRule
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class GenerateConfig:
     stop_sequences: tuple[str, ...] = ()
     prompt_format: str = "chat"
     stop_rule: str = "none"  # "function": stop when the entry point is complete; "loop": in a repetition loop; or both
+    loop_rule: LoopRule = LOOP_RULE  # what "loop" counts as a loop
 
     def __post_init__(self) -> None:
         if self.stop_rule not in STOP_RULES:
@@ -227,7 +228,7 @@ def stop_hook_for(problems: Iterable[Problem], config: GenerateConfig) -> RuleHo
     if config.stop_rule == "none":
         return None
     rules = set(config.stop_rule.split(","))
-    loop = LoopRule() if "loop" in rules else None
+    loop = config.loop_rule if "loop" in rules else None
     return RuleHook({p.task_id: rules_for(p, config.prompt_format, function_complete="function" in rules, loop=loop)
                      for p in problems})
 
