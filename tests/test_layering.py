@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "perturbations": {"errors", "datasets", "execution", "models"},
     "runs": {"errors", "datasets", "engine", "execution", "models", "stopping", "stats"},
     "training": {"errors", "datasets", "engine", "models", "perturbations"},
-    "robustness": {"errors", "datasets", "engine", "execution", "perturbations", "runs", "stats"},
+    "robustness": {"errors", "datasets", "engine", "execution", "perturbations", "runs", "stats", "stopping"},
     "distributed": {"errors", "engine", "execution", "models", "runs"},
     "serve": {"errors", "engine", "models", "runs", "distributed"},  # distributed: --ray replicas
     "cli": {"errors", "threads", "native_target", "datasets", "models", "engine", "execution", "stopping", "perturbations", "runs",
