@@ -179,6 +179,22 @@ def test_run_eta_adds_the_execute_stage():
     assert left.generate == pytest.approx(4.0) and left.execute == pytest.approx(0.2)
 
 
+def test_run_eta_executes_each_distinct_answer_once():
+    """Variants of a task often get the same answer, and the pipeline runs each program once: the execute stage
+    counts the distinct answers' share of the samples finished so far."""
+    now = [0.0]
+    run = RunEta(512, ExecutePace(seconds_per_program=0.1, workers=1, timeout_s=10.0, timeout_rate=0.0), clock=lambda: now[0])
+    run.plan(samples=8, programs=8)
+    for index, (task, completion) in enumerate([("t", "return 1"), ("t", "return 1"), ("u", "return 1"), ("t", "return 2")]):
+        run.started((f"p{index}", 0))
+        now[0] += 1.0
+        run.finished(SampleRecord(task, 0, completion, raw="", finish_reason="stop", num_tokens=8, seconds=1.0,
+                                  prompt_id=f"p{index}"))
+    left = run.left(now[0])
+    assert left is not None and run.distinct_programs() == 6  # 3 distinct of 4 finished, of 8
+    assert left.execute == pytest.approx(0.6)
+
+
 def test_the_engine_reports_each_sample_taking_a_slot_before_it_finishes():
     from helpers import char_requests, char_tokenizer, tiny_llama
     from quench.engine.config import EngineConfig

@@ -171,7 +171,7 @@ class ExecutePace:
     seconds_per_program: float = 0.01  # wall seconds per program through the pool (measured on the meaning check)
     workers: int = 1  # sandbox workers: timeouts run side by side
     timeout_s: float = SandboxLimits.timeout_s  # a program that loops costs this much of one worker
-    timeout_rate: float = 0.01  # share of generated programs that time out (a prior above recorded HumanEval runs')
+    timeout_rate: float = 0.01  # share of programs that time out (a prior above recorded HumanEval runs')
 
     def seconds(self, programs: int) -> float:
         return programs * (self.seconds_per_program + self.timeout_rate * self.timeout_s / max(self.workers, 1))
@@ -199,17 +199,29 @@ class RunEta:
         self.clock = clock
         self.generation: GenerationEta | None = None
         self.programs = 0
+        self.answers: set[int] = set()  # hashes of the distinct (task, completion, solution) finished
+        self.answered = 0  # samples finished
 
     def plan(self, samples: int, programs: int) -> None:
         """A generate call begins: `samples` to generate, then at most `programs` to execute."""
         self.generation = GenerationEta(EtaConfig(samples, self.max_new_tokens), self.clock)
         self.programs = programs
+        self.answers, self.answered = set(), 0
+
+    def distinct_programs(self) -> int:
+        """The programs to execute: one per distinct answer of a task (answers repeat across variants), at the
+        share of distinct answers among the samples finished so far."""
+        if not self.answered:
+            return self.programs
+        return round(self.programs * len(self.answers) / self.answered)
 
     def started(self, sample: SampleId) -> None:
         if self.generation is not None:
             self.generation.started(sample)
 
     def finished(self, record: SampleRecord) -> None:
+        self.answers.add(hash((record.task_id, record.completion or "", record.solution or "")))
+        self.answered += 1
         if self.generation is not None:
             self.generation.finished(record.generation_key, record.seconds or 0.0, record.num_tokens or 0,
                                      record.finish_reason or "")
@@ -225,7 +237,7 @@ class RunEta:
         generate = self.generation.remaining(now) if self.generation is not None else None
         if generate is None:
             return None
-        return RunLeft(generate, self.execute.seconds(self.programs), self.done())
+        return RunLeft(generate, self.execute.seconds(self.distinct_programs()), self.done())
 
 
 class StartReporting:
