@@ -97,7 +97,9 @@ def test_an_old_robustness_run_reports_the_same_metrics_from_its_records(tmp_pat
     timing = ("seconds", *MACHINE)  # wall time, summed over resumed runs
     assert metrics["run_info"]["weights"] == "dequantized"  # recorded since: what the old run ran
     assert metrics["run_info"]["kv_cache"] == "bfloat16"  # recorded since: its bfloat16 model's own caches
-    assert without(metrics["run_info"], (*timing, "weights", "kv_cache")) == without(expected["run_info"], timing)
+    assert metrics["run_info"]["loop_rule"] is None  # recorded since: the old run stopped no loop
+    since = ("weights", "kv_cache", "loop_rule")
+    assert without(metrics["run_info"], (*timing, *since)) == without(expected["run_info"], timing)
 
 
 def test_an_old_robustness_runs_samples_evaluate_to_the_verdicts_it_recorded(tmp_path, capsys):
