@@ -63,15 +63,19 @@ def planted_loop(rng: random.Random) -> str:
     return noise(rng.randint(0, 40)) + unit * rng.randint(1, 6) + noise(rng.randint(0, 40))
 
 
+def checked_stop(text: str, rule: LoopRule, rng: random.Random) -> int | None:
+    """The definition's stop, after checking that the scanner gives it fed whole and in random pieces."""
+    expected = first_repeat(text, rule)
+    assert LoopScanner(rule).feed(text) == expected, text
+    assert fed_in_pieces(text, rule, rng) == expected, text
+    return expected
+
+
 def test_scanner_stops_where_the_definition_says_whatever_the_pieces():
     rng = random.Random(0)
     fired = 0
     for _ in range(600):
-        text = planted_loop(rng)
-        expected = first_repeat(text, SMALL)
-        assert LoopScanner(SMALL).feed(text) == expected, text
-        assert fed_in_pieces(text, SMALL, rng) == expected, text
-        fired += expected is not None
+        fired += checked_stop(planted_loop(rng), SMALL, rng) is not None
     assert 100 < fired < 500  # both kinds of text were tried
 
 
@@ -90,9 +94,7 @@ def test_the_numbers_part_stops_where_the_definition_says_whatever_the_pieces():
     fired = 0
     for _ in range(500):
         text = planted_count(rng)
-        expected = first_repeat(text, SMALL_NUMBERS)
-        assert LoopScanner(SMALL_NUMBERS).feed(text) == expected, text
-        assert fed_in_pieces(text, SMALL_NUMBERS, rng) == expected, text
+        expected = checked_stop(text, SMALL_NUMBERS, rng)
         fired += expected is not None and first_repeat(text, LoopRule(**{**SMALL_NUMBERS.settings(), "numbers_span": 0})) != expected
     assert 50 < fired < 450  # the numbers part stopped texts the exact part does not, and missed others
 

@@ -62,12 +62,12 @@ def resolve_run_defaults(args: argparse.Namespace, out: Path) -> None:
             args.stop_rule = recorded.get("stop_rule") or "none"
         else:
             args.stop_rule = "loop" if args.temperature == 0 else "none"
-    loop_settings = rundir.with_unrecorded_settings(recorded).get("loop_rule") if recorded is not None else None
-    args.loop_rule = LoopRule(**loop_settings) if isinstance(loop_settings, dict) else LOOP_RULE
+    ran = rundir.with_unrecorded_settings(recorded) if recorded is not None else {}
+    args.loop_rule = LoopRule(**ran["loop_rule"]) if isinstance(ran.get("loop_rule"), dict) else LOOP_RULE
     if getattr(args, "weights", None) == "auto" and recorded is not None:
         args.weights = recorded.get("weights") or "dequantized"
     if getattr(args, "kv_cache", None) == "auto" and recorded is not None:
-        args.kv_cache = rundir.with_unrecorded_settings(recorded).get("kv_cache") or "auto"
+        args.kv_cache = ran.get("kv_cache") or "auto"
 
 
 def loop_rule_of(args: argparse.Namespace) -> LoopRule:

@@ -60,39 +60,35 @@ LOOP_RULE = LoopRule()
 EXACT_LOOP_RULE = LoopRule(numbers_span=0)  # the rule before its numbers part (older run directories)
 
 
-def repeats_at(text: str, end: int, rule: LoopRule) -> bool:
-    """Whether text[end - span : end] equals the span one period earlier, for some period <= max_period."""
-    span, probe = rule.span, rule.probe
-    if end < span + 1:
+def periodic_at(text: str, end: int, probe: int, max_period: int, least_span: int, periods: int = 1,
+                letter: bool = False) -> bool:
+    """Whether, for some period p <= max_period, text[end - span : end] equals the span one period earlier, with
+    span = max(least_span, (periods - 1) p) (and, with `letter`, the last period holding a letter)."""
+    if end < least_span + 1:
         return False
     suffix = text[end - probe : end]
-    low = max(0, end - probe - rule.max_period)
+    low = max(0, end - probe - max_period)
     found = text.rfind(suffix, low, end - 1)  # the nearest earlier occurrence: the shortest period first
     while found >= 0:
         period = end - probe - found
-        if end - span - period >= 0 and text[end - span : end] == text[end - span - period : end - period]:
+        span = max(least_span, (periods - 1) * period)
+        if (end - span - period >= 0 and text[end - span : end] == text[end - span - period : end - period]
+                and (not letter or any(c.isalpha() for c in text[end - period : end]))):
             return True
         found = text.rfind(suffix, low, found + probe - 1)
     return False
 
 
+def repeats_at(text: str, end: int, rule: LoopRule) -> bool:
+    """The exact part: text[end - span : end] equals the span one period earlier, for some period <= max_period."""
+    return periodic_at(text, end, rule.probe, rule.max_period, rule.span)
+
+
 def shape_repeats_at(shape: str, end: int, rule: LoopRule) -> bool:
     """The numbers part on a shape: for some period p <= max_period holding a letter, its last
     max(numbers_span, (numbers_repeats - 1) p) characters equal those one period earlier."""
-    probe = rule.probe
-    if rule.numbers_span == 0 or end < rule.numbers_span + 1:
-        return False
-    suffix = shape[end - probe : end]
-    low = max(0, end - probe - rule.max_period)
-    found = shape.rfind(suffix, low, end - 1)
-    while found >= 0:
-        period = end - probe - found
-        span = max(rule.numbers_span, (rule.numbers_repeats - 1) * period)
-        if (end - span - period >= 0 and shape[end - span : end] == shape[end - span - period : end - period]
-                and any(c.isalpha() for c in shape[end - period : end])):
-            return True
-        found = shape.rfind(suffix, low, found + probe - 1)
-    return False
+    return rule.numbers_span > 0 and periodic_at(shape, end, rule.probe, rule.max_period, rule.numbers_span,
+                                                  rule.numbers_repeats, letter=True)
 
 
 class Shaper:
@@ -140,13 +136,10 @@ class LoopScanner:
     def feed(self, new_text: str) -> int | None:
         window = self.window + new_text
         base, first = self.fed - len(self.window), len(self.window) + 1  # window[0]'s offset; the first new end
+        self.fed += len(new_text)
         self.window = window[max(0, len(window) - self.rule.span - self.rule.max_period) :]
-        for end in range(first, len(window) + 1):
-            if self._numbers_hold(window[end - 1]) or repeats_at(window, end, self.rule):
-                self.fed = base + end
-                return base + end
-        self.fed = base + len(window)
-        return None
+        return next((base + end for end in range(first, len(window) + 1)
+                     if self._numbers_hold(window[end - 1]) or repeats_at(window, end, self.rule)), None)
 
     def _numbers_hold(self, c: str) -> bool:
         """Add one character to the shape; whether the numbers part holds where it ends."""
