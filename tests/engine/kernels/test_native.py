@@ -232,6 +232,33 @@ def test_kernels_give_the_same_bits_on_one_thread_and_on_several(kernels, dtype)
     assert all(torch.equal(a, b) for a, b in zip(keys_one + values_one, keys_several + values_several))
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+def test_the_fixed_attention_cuts_a_prompt_long_feed_into_spans_without_changing_a_bit(cache_dtype):
+    """At batch 1 a prompt's (row, kv head) pairs are fewer than the threads can share, so the fixed attention cuts
+    each pair's queries into spans of the feed: one thread, two and three give the same bits, and each query the
+    bits it gets fed one token at a time (a decode step per position, which no span cuts)."""
+    g = torch.Generator().manual_seed(7)
+    heads, kv_heads, head, tokens = 6, 2, 64, 97
+    qkv = torch.randn(tokens, heads + 2 * kv_heads, head, generator=g) * 3  # (N, H + 2 Hkv, D)
+    cos, sin = (torch.rand(tokens, head, generator=g) for _ in range(2))
+
+    def prefill(threads: int, feeds: list[int]):
+        keys, values = (torch.zeros(1, kv_heads, tokens, head, dtype=cache_dtype) for _ in range(2))
+        outs, fed = [], 0
+        with torch_threads(threads):
+            for n in feeds:
+                start, offsets = torch.tensor([fed]), torch.tensor([0, n])
+                outs.append(native.rope_attend(qkv[fed:fed + n].contiguous(), keys, values, cos, sin, start, offsets,
+                                               heads, head ** -0.5, amx=False, fixed=True))
+                fed += n
+        return torch.cat(outs), keys, values
+
+    whole = [prefill(threads, [tokens]) for threads in (1, 2, 3)]
+    stepwise = prefill(1, [1] * tokens)
+    for out, keys, values in whole[1:] + [stepwise]:
+        assert torch.equal(out, whole[0][0]) and torch.equal(keys, whole[0][1]) and torch.equal(values, whole[0][2])
+
+
 @needs_small_gemm
 @pytest.mark.parametrize("rows", [7, 40])  # 40: past 8 rows W goes in chunks (and AMX takes it where on)
 def test_small_gemm_gives_the_same_bits_on_one_thread_and_on_several(rows, kernels):

@@ -379,6 +379,22 @@ PAIR_STUB(float, f32)
 /* Whether a head size runs on the build's pair kernel (AVX-512 or AVX2); else the loops of the written order. */
 #define PAIR_KERNEL(D) (HAVE_PAIR_KERNEL && (D) % 16 == 0 && (D) <= 256)
 
+/* Tokens per unit of work: a row's feed is cut into spans of this many tokens where its (row, kv head) pairs alone
+   are too few to keep every thread busy (a prompt's prefill at batch 1), else taken whole (a decode step reads each
+   pair's keys and values once). Each query's arithmetic is its own, so the spans change no bit. */
+#define SPAN_TOKENS 16  /* the shortest span: below it each span's pass over the keys costs more than it spreads */
+static int feed_span(const int64_t* offsets, int B, int Hkv, int threads) {
+    int64_t most = 0, pairs = 0;
+    for (int b = 0; b < B; b++) {
+        int64_t n = offsets[b + 1] - offsets[b];
+        most = n > most ? n : most;
+        pairs += n > 0 ? Hkv : 0;
+    }
+    if (threads < 2 || pairs >= 4 * threads || most < 2 * SPAN_TOKENS) return most > 0 ? (int)most : 1;
+    int64_t cuts = (4 * threads + pairs - 1) / (pairs > 0 ? pairs : 1), span = (most + cuts - 1) / cuts;
+    return (int)(span < SPAN_TOKENS ? SPAN_TOKENS : span);
+}
+
 /* NAME: activations (qkv, the RoPE tables, out) of type T, caches of type C; a new key (RoPE's float output) and
    value are stored as C. Packed ragged rows: row b's new tokens are qkv[offsets[b] .. offsets[b+1]) with layout
    (N, H + 2 Hkv, D);
@@ -386,90 +402,103 @@ PAIR_STUB(float, f32)
    cos, sin_signed (positions, D); out (N, H D). A query's softmax and weighted sum run over its own keys
    only, in loops whose bounds depend on its position alone: its bits are the same in a decode step, a
    verification pass or a prefill, whatever other queries the call holds. Threads split the (row, kv head)
-   pairs, each computed whole by one thread with buffers of its own: the bits do not depend on the threads. */
+   pairs, each pair's queries whole or, where the pairs are too few for the threads, in spans of its feed
+   (`feed_span`); each unit is computed by one thread with buffers of its own: the bits do not depend on the
+   threads. */
 #define ATTEND(T, SUFFIX, C, CSUFFIX, NAME)                                                         \
 static int NAME(const T* qkv, C* kc, C* vc, const T* cos, const T* sin_signed, const int64_t* start, \
                 const int64_t* offsets, T* out, int B, int H, int Hkv, int D, int Tmax, float scale, \
-                int threads) {                                                                    \
-    int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                  \
-    for (int b = 0; b < B; b++) {                                                                 \
-        int n = (int)(offsets[b + 1] - offsets[b]);                                               \
-        if (n > most) most = n;                                                                   \
-        if (n && start[b] + n > longest) longest = (int)(start[b] + n);                           \
-    }                                                                                             \
-    if (threads < 1) threads = 1;                                                                 \
-    if (threads > B * Hkv) threads = B * Hkv > 0 ? B * Hkv : 1;                                   \
-    size_t q_size = (size_t)(most * G + 1) * D, scores_size = (size_t)most * G * longest + 1;      \
-    float* q_all = malloc(sizeof(float) * q_size * threads);                                      \
-    float* scores_all = malloc(sizeof(float) * scores_size * threads);                            \
-    float* acc_all = malloc(sizeof(float) * q_size * threads);                                    \
-    float* row_all = malloc(sizeof(float) * (size_t)D * threads);                                 \
-    if (!q_all || !scores_all || !acc_all || !row_all) {                                          \
-        free(q_all); free(scores_all); free(acc_all); free(row_all); return 1;                    \
-    }                                                                                             \
-    for (int b = 0; b < B; b++) {  /* the new tokens' keys (RoPE) and values into the caches */   \
-        for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++) {                            \
-            int64_t pos = start[b] + s;                                                           \
-            const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
-            for (int j = 0; j < Hkv; j++) {                                                       \
-                int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                          \
+                int threads) {                                                                      \
+    int G = H / Hkv, width = H + 2 * Hkv, most = 0, longest = 0;                                    \
+    for (int b = 0; b < B; b++) {                                                                   \
+        int n = (int)(offsets[b + 1] - offsets[b]);                                                 \
+        if (n > most) most = n;                                                                     \
+        if (n && start[b] + n > longest) longest = (int)(start[b] + n);                             \
+    }                                                                                               \
+    if (threads < 1) threads = 1;                                                                   \
+    int span = feed_span(offsets, B, Hkv, threads), units = 0;                                      \
+    for (int b = 0; b < B; b++) units += Hkv * (int)((offsets[b + 1] - offsets[b] + span - 1) / span); \
+    if (threads > units) threads = units > 0 ? units : 1;                                           \
+    int* unit_row = malloc(sizeof(int) * (size_t)(units + B + 1)), *row_first = unit_row + units;  \
+    int widest = most < span ? most : span;  /* the most tokens a unit holds */                   \
+    size_t q_size = (size_t)(widest * G + 1) * D, scores_size = (size_t)widest * G * longest + 1;    \
+    float* q_all = malloc(sizeof(float) * q_size * threads);                                        \
+    float* scores_all = malloc(sizeof(float) * scores_size * threads);                              \
+    float* acc_all = malloc(sizeof(float) * q_size * threads);                                      \
+    float* row_all = malloc(sizeof(float) * (size_t)D * threads);                                   \
+    if (!unit_row || !q_all || !scores_all || !acc_all || !row_all) {                               \
+        free(unit_row); free(q_all); free(scores_all); free(acc_all); free(row_all); return 1;      \
+    }                                                                                               \
+    for (int b = 0, u = 0; b < B; b++)  /* each row's units: Hkv pairs times its feed's spans, pair-major */ \
+        for (int n = Hkv * (int)((offsets[b + 1] - offsets[b] + span - 1) / span), f = row_first[b] = u; \
+             u < f + n;)                                                                            \
+            unit_row[u++] = b;                                                                      \
+    for (int b = 0; b < B; b++) {  /* the new tokens' keys (RoPE) and values into the caches */     \
+        for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++) {                              \
+            int64_t pos = start[b] + s;                                                             \
+            const T* tok = qkv + (offsets[b] + s) * width * D;                                      \
+            for (int j = 0; j < Hkv; j++) {                                                         \
+                int64_t at = (((int64_t)b * Hkv + j) * Tmax + pos) * D;                             \
                 rope_##SUFFIX(tok + (H + j) * D, cos + pos * D, sin_signed + pos * D, D, row_all, 0); \
-                for (int d = 0; d < D; d++) kc[at + d] = store_##CSUFFIX(row_all[d]);             \
+                for (int d = 0; d < D; d++) kc[at + d] = store_##CSUFFIX(row_all[d]);               \
                 if (sizeof(C) == sizeof(T)) memcpy(vc + at, tok + (H + Hkv + j) * D, sizeof(T) * D); \
-                else for (int d = 0; d < D; d++)                                                  \
-                    vc[at + d] = store_##CSUFFIX(load_##SUFFIX(tok[(H + Hkv + j) * D + d]));      \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    _Pragma("omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)")        \
-    for (int pair = 0; pair < B * Hkv; pair++) {                                                  \
-        int b = pair / Hkv, j = pair % Hkv, worker = 0;                                           \
-        int S = (int)(offsets[b + 1] - offsets[b]), M = S * G, keys = (int)start[b] + S;          \
-        if (S == 0) continue;                                                                     \
-        SET_WORKER(worker);                                                                       \
-        float* q = q_all + q_size * worker;                                                       \
-        float* scores = scores_all + scores_size * worker;                                        \
-        float* acc = acc_all + q_size * worker;                                                   \
-        float* row = row_all + (size_t)D * worker;                                                \
-        for (int s = 0; s < S; s++) {                                                             \
-            int64_t pos = start[b] + s;                                                           \
-            const T* tok = qkv + (offsets[b] + s) * width * D;                                    \
-            for (int g = 0; g < G; g++)                                                           \
-                rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,      \
-                              q + (s * G + g) * D, 0);                                           \
-        }                                                                                         \
-        const C* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
-        const C* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                     \
-        if (PAIR_KERNEL(D)) {                                                                     \
-            int next = pair + 1, bn = next / Hkv; /* the pair this thread likely takes next */    \
-            int kn_keys = next < B * Hkv && offsets[bn + 1] > offsets[bn]                          \
-                              ? (int)(start[bn] + offsets[bn + 1] - offsets[bn]) : 0;             \
-            const C* kn = kn_keys ? kc + ((int64_t)bn * Hkv + next % Hkv) * Tmax * D : kb;       \
-            attend_pair_##CSUFFIX(q, M, kb, vb, keys, start[b], G, D, scale, kn, kn_keys, scores, acc); \
-            goto store;                                                                           \
-        }                                                                                         \
-        for (int t = 0; t < keys; t++) {                                                          \
-            for (int d = 0; d < D; d++) row[d] = load_##CSUFFIX(kb[(int64_t)t * D + d]);         \
-            for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++)                \
-                scores[(int64_t)m * keys + t] = dot_fixed(q + m * D, row, D) * scale;            \
-        }                                                                                         \
-        for (int m = 0; m < M; m++)  /* only the query's own keys: its bits whatever follows */   \
-            softmax_fixed(scores + (int64_t)m * keys, (int)start[b] + m / G + 1);                 \
-        memset(acc, 0, sizeof(float) * M * D);                                                    \
-        for (int t = 0; t < keys; t++) {                                                          \
-            for (int d = 0; d < D; d++) row[d] = load_##CSUFFIX(vb[(int64_t)t * D + d]);         \
-            for (int m = t > start[b] ? (int)(t - start[b]) * G : 0; m < M; m++)                \
-                axpy_fixed(acc + m * D, scores[(int64_t)m * keys + t], row, D);                   \
-        }                                                                                         \
-    store:                                                                                        \
-        for (int s = 0; s < S; s++)                                                               \
-            for (int g = 0; g < G; g++) {                                                         \
-                T* o = out + (offsets[b] + s) * H * D + (j * G + g) * D;                          \
-                for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);      \
-            }                                                                                     \
-    }                                                                                             \
-    free(q_all); free(scores_all); free(acc_all); free(row_all);                                  \
-    return 0;                                                                                     \
+                else for (int d = 0; d < D; d++)                                                    \
+                    vc[at + d] = store_##CSUFFIX(load_##SUFFIX(tok[(H + Hkv + j) * D + d]));        \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    _Pragma("omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)")          \
+    for (int unit = 0; unit < units; unit++) {                                                      \
+        int b = unit_row[unit], worker = 0, first_unit = row_first[b], fed = (int)(offsets[b + 1] - offsets[b]); \
+        int spans = (fed + span - 1) / span, j = (unit - first_unit) / spans, s0 = (unit - first_unit) % spans * span; \
+        int S = fed - s0 < span ? fed - s0 : span, M = S * G;                                       \
+        int64_t first = start[b] + s0;  /* the span's first position: its query m sees keys 0 .. first + m / G */ \
+        int keys = (int)first + S;                                                                  \
+        SET_WORKER(worker);                                                                         \
+        float* q = q_all + q_size * worker;                                                         \
+        float* scores = scores_all + scores_size * worker;                                          \
+        float* acc = acc_all + q_size * worker;                                                     \
+        float* row = row_all + (size_t)D * worker;                                                  \
+        for (int s = 0; s < S; s++) {                                                               \
+            int64_t pos = first + s;                                                                \
+            const T* tok = qkv + (offsets[b] + s0 + s) * width * D;                                 \
+            for (int g = 0; g < G; g++)                                                             \
+                rope_##SUFFIX(tok + (j * G + g) * D, cos + pos * D, sin_signed + pos * D, D,        \
+                              q + (s * G + g) * D, 0);                                              \
+        }                                                                                           \
+        const C* kb = kc + ((int64_t)b * Hkv + j) * Tmax * D;                                       \
+        const C* vb = vc + ((int64_t)b * Hkv + j) * Tmax * D;                                       \
+        if (PAIR_KERNEL(D)) {                                                                       \
+            int next = unit + 1, bn = next < units ? unit_row[next] : 0;  /* the unit this thread likely takes next */ \
+            int next_fed = (int)(offsets[bn + 1] - offsets[bn]), jn = bn != b ? 0 : j + 1;  /* its pair's first span */ \
+            int kn_keys = next < units && (bn != b || (next - first_unit) / spans != j)             \
+                              ? (int)start[bn] + (next_fed < span ? next_fed : span) : 0;  /* 0: this pair again */ \
+            const C* kn = kn_keys ? kc + ((int64_t)bn * Hkv + jn) * Tmax * D : kb;                  \
+            attend_pair_##CSUFFIX(q, M, kb, vb, keys, first, G, D, scale, kn, kn_keys, scores, acc); \
+            goto store;                                                                             \
+        }                                                                                           \
+        for (int t = 0; t < keys; t++) {                                                            \
+            for (int d = 0; d < D; d++) row[d] = load_##CSUFFIX(kb[(int64_t)t * D + d]);            \
+            for (int m = t > first ? (int)(t - first) * G : 0; m < M; m++)                          \
+                scores[(int64_t)m * keys + t] = dot_fixed(q + m * D, row, D) * scale;               \
+        }                                                                                           \
+        for (int m = 0; m < M; m++)  /* only the query's own keys: its bits whatever follows */     \
+            softmax_fixed(scores + (int64_t)m * keys, (int)first + m / G + 1);                      \
+        memset(acc, 0, sizeof(float) * M * D);                                                      \
+        for (int t = 0; t < keys; t++) {                                                            \
+            for (int d = 0; d < D; d++) row[d] = load_##CSUFFIX(vb[(int64_t)t * D + d]);            \
+            for (int m = t > first ? (int)(t - first) * G : 0; m < M; m++)                          \
+                axpy_fixed(acc + m * D, scores[(int64_t)m * keys + t], row, D);                     \
+        }                                                                                           \
+    store:                                                                                          \
+        for (int s = 0; s < S; s++)                                                                 \
+            for (int g = 0; g < G; g++) {                                                           \
+                T* o = out + (offsets[b] + s0 + s) * H * D + (j * G + g) * D;                       \
+                for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);        \
+            }                                                                                       \
+    }                                                                                               \
+    free(unit_row); free(q_all); free(scores_all); free(acc_all); free(row_all);                    \
+    return 0;                                                                                       \
 }
 ATTEND(bf16, bf16, bf16, bf16, attend_fixed_bf16)
 ATTEND(float, f32, float, f32, attend_fixed_f32)
