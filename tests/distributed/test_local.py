@@ -14,7 +14,7 @@ import torch
 
 from helpers import save_tiny_model
 from quench.distributed import ModelSpec
-from quench.distributed.local import LocalEngines, deal
+from quench.distributed.local import LocalEngines, deal, hands_out_on_demand
 from quench.engine.config import EngineConfig
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.errors import QuenchError
@@ -66,6 +66,31 @@ def test_two_engines_give_the_samples_of_one(tiny: Path, two_engines: LocalEngin
                                        on_start=lambda key, sample: starts.append((key, sample))))
     assert some == {key: ids for key, ids in one.items() if key[0] in ("p0", "p1", "p2")}
     assert sorted(starts) == sorted(some)  # each sample said when it took a slot, once
+
+
+def test_engines_on_batch_invariant_kernels_take_blocks_as_they_ask_and_the_rest_are_dealt(
+        two_engines: LocalEngines) -> None:
+    """Greedy rows, or sampled ones without drafts, on batch-invariant kernels do not depend on the rows beside them:
+    blocks go to whichever engine runs out first. Sampled rows with drafts would: those are dealt before the start."""
+    two_engines.wait_ready()
+    assert all(two_engines._ready.values())  # the tiny model runs on batch-invariant kernels
+    greedy, sampled = SamplingParams(0.0, 1.0, 0, 12, 0), SamplingParams(0.9, 1.0, 0, 12, 3)
+    assert hands_out_on_demand(OPTIONS, [True, True], greedy) and hands_out_on_demand(OPTIONS, [True, True], sampled)
+    drafting = BackendOptions(engine=EngineConfig(batch_size=2, drafter="ngram"))
+    assert hands_out_on_demand(drafting, [True, True], greedy) and not hands_out_on_demand(drafting, [True, True], sampled)
+    assert not hands_out_on_demand(OPTIONS, [True, False], greedy)
+
+
+def test_a_call_left_half_read_leaves_no_engine_waiting_for_the_next(tiny: Path, two_engines: LocalEngines) -> None:
+    """A caller that stops reading leaves engines that will ask for more work: the next call answers those asks
+    with nothing, so they finish the old call's rows, and then runs in full."""
+    loaded = load_model(str(tiny), "float32")
+    sampling = SamplingParams(0.0, 1.0, 0, 12, 0)
+    one = by_key(make_backend(loaded, OPTIONS).generate(requests(loaded.tokenizer, 2), sampling))
+    first = two_engines.generate(requests(loaded.tokenizer, 2), sampling)
+    next(first)
+    first.close()
+    assert by_key(two_engines.generate(requests(loaded.tokenizer, 2), sampling)) == one
 
 
 def test_an_engine_that_dies_ends_the_run_with_a_clear_error(tiny: Path) -> None:

@@ -10,7 +10,8 @@ from quench.engine.config import EngineConfig
 from quench.engine.runners.forward_plan import plan_forward
 from quench.engine.runners.llama import LlamaRunner
 from quench.engine.scheduler import (
-    MIN_SHARED_TOKENS, PartialPrefill, PrefixStore, WorkItem, common_length, prefill, prefill_after, splits_exactly,
+    MIN_SHARED_TOKENS, PartialPrefill, PrefixStore, WorkItem, WorkQueue, common_length, prefill, prefill_after,
+    splits_exactly,
 )
 from quench.engine.types import GenerationRequest, SamplingParams
 
@@ -177,3 +178,46 @@ def test_a_prompt_is_not_split_where_the_runner_promises_nothing():
     assert runner.prefill_kernel(40) is None and not splits_exactly(runner, 40)
     with pytest.raises(ValueError, match="still to feed"):
         PartialPrefill(runner, [5, 6, 7]).entry()
+
+
+def test_a_work_queue_asks_for_more_once_its_requests_run_out_and_stops_when_none_come():
+    blocks = [[GenerationRequest("c", (5,), n=1)], [GenerationRequest("d", (6,), n=2)], []]
+    asked = []
+
+    def more():
+        asked.append(len(asked))
+        return blocks[len(asked) - 1]
+
+    queue = WorkQueue([GenerationRequest("a", (3,), n=2), GenerationRequest("b", (4,), n=1)], more=more)
+    started = []
+    while (item := queue.pop()) is not None:
+        started.append((item.request.key, item.sample_index))
+        assert len(asked) == {"a": 0, "b": 0, "c": 1, "d": 2}[item.request.key]  # only once the requests ran out
+    assert started == [("a", 0), ("a", 1), ("b", 0), ("c", 0), ("d", 0), ("d", 1)]
+    assert asked == [0, 1, 2] and queue.pop() is None and len(asked) == 3  # nothing came: asked no more
+    with pytest.raises(ValueError, match="no more requests"):
+        WorkQueue([GenerationRequest("a", (3,), n=1)], unbounded=True, more=more)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_requests_that_come_while_a_call_runs_get_the_samples_they_get_in_the_call_itself(temperature):
+    """An engine that takes its requests a block at a time (`more`) starts them in the same continuous batch, in
+    the same order, so every sample gets the bits it gets with all requests given at once; a later request longer
+    than the call was sized for is refused."""
+    tokenizer = char_tokenizer()
+    model = tiny_llama()
+    texts = ["def f(x):\n", "x = [1, 2]\n", "import os\n", "# sort\n", "for i in range(3):\n"]
+    reqs = [GenerationRequest(f"t/{i}", tuple(tokenizer(p, add_special_tokens=False)["input_ids"]), n=2)
+            for i, p in enumerate(texts)]
+    sampling = SamplingParams(temperature=temperature, max_new_tokens=10, seed=3)
+    config = EngineConfig(batch_size=2)
+    whole = {(r.key, r.sample_index): r.token_ids for r in QuenchBackend(model, tokenizer, config).generate(reqs, sampling)}
+    blocks = [reqs[2:4], reqs[4:], []]
+    longest = max(reqs, key=lambda r: len(r.prompt_ids))
+    backend = QuenchBackend(model, tokenizer, config)
+    fed = {(r.key, r.sample_index): r.token_ids
+           for r in backend.generate(reqs[:2], sampling, more=lambda: blocks.pop(0), longest=longest)}
+    assert fed == whole and len(fed) == 10 and not blocks
+    too_long = GenerationRequest("long", longest.prompt_ids + (5,), n=1)
+    with pytest.raises(ValueError, match="more than the .* the call was sized for"):
+        list(backend.generate(reqs[:1], sampling, more=lambda: [too_long], longest=longest))

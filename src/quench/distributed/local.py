@@ -4,13 +4,16 @@ On a CPU, one engine with T threads decodes less than T engines with one thread 
 step's matrix products are small (a row per live sample), and splitting them over threads costs
 more than it saves. `LocalEngines` starts N processes (spawned, so nothing of the parent's torch
 state is shared), each loading the model itself from a `ModelSpec` with `threads` torch threads.
-`generate` deals the requests out in blocks of one batch, round-robin (so each engine gets
-neighbouring prompts, whose beginnings it can share, and a fair share of the whole), and yields
-samples as the engines finish them. Each engine runs its whole share in one continuous batch, so
-no engine idles between chunks.
+`generate` hands the requests out in blocks of one batch (so each engine gets neighbouring prompts,
+whose beginnings it can share) and yields samples as the engines finish them. Each engine runs its
+work in one continuous batch, so no engine idles between blocks.
 
-What each engine generates depends only on its share and the settings: a run is deterministic
-for a given number of engines. The parent writes every file, so resume works as with one engine.
+Where a sample does not depend on the rows beside it (every engine's kernels batch-invariant, and
+greedy rows, or sampled rows without drafts), each engine starts with one block and asks for the
+next as its own run out (`WorkQueue.more`): the engines finish together, whatever their answers'
+lengths. Elsewhere the blocks are dealt round-robin before anything starts, so that what each engine
+generates depends only on its share: a run is deterministic for a given number of engines. Either
+way the parent writes every file, so resume works as with one engine.
 A worker that dies (killed, out of memory) ends the run with a `QuenchError`; what finished
 before is kept by the caller.
 """
@@ -30,6 +33,7 @@ from typing import Callable, Iterable, Iterator
 from quench.distributed.config import ModelSpec, worker_env
 from quench.engine.types import GenerationRequest, GenerationResult, SamplingParams
 from quench.errors import QuenchError
+from quench.runs.backends import BackendOptions
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +51,43 @@ class EngineTask:
     sampling: SamplingParams
     stop_hook: object | None  # a picklable `StopHook`, or None for the engine's own
     report_starts: bool = False  # send a message as each sample takes a slot (progress estimates)
+    on_demand: bool = False  # ask the parent for another block whenever the requests run out
+    longest: GenerationRequest | None = None  # on demand: the call's longest prompt (checked and sized for first)
 
 
-def serve(index: int, spec: ModelSpec, threads: int, tasks, results) -> None:  # runs in the engine process
+@dataclass(frozen=True)
+class Block:
+    """The parent's answer to an engine's request for more work in call `call`: nothing ends its queue."""
+
+    call: int
+    requests: tuple[GenerationRequest, ...]
+
+
+def next_block(index: int, call: int, results, blocks) -> list[GenerationRequest]:  # runs in the engine process
+    """Ask the parent for call `call`'s next block and wait for it; answers to earlier calls' asks are skipped, and
+    the parent closing (None) ends the queue."""
+    results.put(("more", index, call, None))
+    while (block := blocks.get()) is not None:
+        if block.call == call:
+            return list(block.requests)
+    return []
+
+
+def hands_out_on_demand(options: BackendOptions, invariant: Iterable[bool], sampling: SamplingParams) -> bool:
+    """Whether blocks go to the engines as they ask (module docstring): every engine batch-invariant (`invariant`,
+    one flag per engine), and greedy rows or no drafts."""
+    drafts = options.name == "quench" and options.engine.drafter != "none"
+    return all(invariant) and (sampling.greedy or not drafts)
+
+
+def batch_invariant(backend: object) -> bool:
+    """Whether a backend's rows get the same bits whatever rows share their steps (quench's engine on
+    batch-invariant kernels)."""
+    plan = getattr(getattr(backend, "runner", None), "plan", None)
+    return bool(getattr(plan, "batch_invariant", False))
+
+
+def serve(index: int, spec: ModelSpec, threads: int, tasks, blocks, results) -> None:  # runs in the engine process
     """Load the model, say so, then run each task and send its samples back one by one."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # and if the parent is killed, we die with it
@@ -62,12 +100,15 @@ def serve(index: int, spec: ModelSpec, threads: int, tasks, results) -> None:  #
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
         results.put(("error", index, 0, f"{type(exc).__name__}: {exc}"))
         return
-    results.put(("ready", index, 0, None))
+    results.put(("ready", index, 0, {"invariant": batch_invariant(backend)}))
     while (task := tasks.get()) is not None:
         try:
             options: dict[str, object] = {"stop_hook": task.stop_hook} if task.stop_hook is not None else {}
             if task.report_starts:
                 options["on_start"] = lambda key, sample, call=task.call: results.put(("start", index, call, (key, sample)))
+            if task.on_demand:
+                options["more"] = lambda call=task.call: next_block(index, call, results, blocks)
+                options["longest"] = task.longest
             for result in backend.generate(task.requests, task.sampling, **options):
                 results.put(("sample", index, task.call, result))
             results.put(("done", index, task.call, None))
@@ -108,14 +149,15 @@ class LocalEngines:
         context = multiprocessing.get_context("spawn")
         self._results = context.Queue()
         self._tasks = [context.Queue() for _ in range(engines)]
+        self._blocks = [context.Queue() for _ in range(engines)]  # answers to an engine's asks for more work
         self._processes = [
-            context.Process(target=serve, args=(i, self.spec, self.threads, self._tasks[i], self._results),
-                            name=f"quench-engine-{i}", daemon=True)
+            context.Process(target=serve, name=f"quench-engine-{i}", daemon=True,
+                            args=(i, self.spec, self.threads, self._tasks[i], self._blocks[i], self._results))
             for i in range(engines)
         ]
         for process in self._processes:
             process.start()
-        self._ready: set[int] = set()
+        self._ready: dict[int, bool] = {}  # engine -> whether its samples ignore the rows beside them
         self._calls = 0
 
     def wait_ready(self) -> None:
@@ -124,7 +166,7 @@ class LocalEngines:
             kind, index, _, payload = self._next(START_TIMEOUT_S)
             if kind != "ready":
                 raise QuenchError(f"engine {index}: unexpected {kind!r} while loading")
-            self._ready.add(index)
+            self._ready[index] = bool(payload["invariant"])
         log.info("%d engine processes ready, %d torch thread(s) each", self.engines, self.threads)
 
     def generate(self, requests: Iterable[GenerationRequest], sampling: SamplingParams,
@@ -138,12 +180,23 @@ class LocalEngines:
         self.wait_ready()
         self._calls += 1
         call, busy = self._calls, set()
-        for index, share in enumerate(deal(requests, self.engines, self.block)):
+        on_demand = hands_out_on_demand(self.spec.backend, self._ready.values(), sampling)
+        blocks = [requests[start:start + self.block] for start in range(0, len(requests), self.block)]
+        shares = blocks[:self.engines] if on_demand else deal(requests, self.engines, self.block)
+        longest = max(requests, key=lambda r: len(r.prompt_ids)) if on_demand else None
+        for index, share in enumerate(shares):
             if share:
-                self._tasks[index].put(EngineTask(call, tuple(share), sampling, stop_hook, on_start is not None))
+                self._tasks[index].put(EngineTask(call, tuple(share), sampling, stop_hook, on_start is not None,
+                                                  on_demand, longest))
                 busy.add(index)
+        handed = len(shares)
         while busy:
             kind, index, of_call, payload = self._next(None)
+            if kind == "more":  # every ask is answered, an earlier call's with nothing, so no engine waits
+                block = blocks[handed] if on_demand and of_call == call and handed < len(blocks) else []
+                handed += bool(block)
+                self._blocks[index].put(Block(of_call, tuple(block)))
+                continue
             if of_call != call:
                 continue  # left over from a call whose caller stopped reading
             if kind == "sample":
@@ -176,9 +229,10 @@ class LocalEngines:
             return message
 
     def close(self) -> None:
-        for tasks, process in zip(self._tasks, self._processes):
+        for tasks, blocks, process in zip(self._tasks, self._blocks, self._processes):
             if process.is_alive():
                 tasks.put(None)
+                blocks.put(None)
         for process in self._processes:
             process.join(timeout=5)
             if process.is_alive():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -63,8 +63,9 @@ def check_prompt_lengths(requests: Iterable[GenerationRequest], limits: dict[str
 class StartReportingQueue(WorkQueue):
     """The work queue, calling `on_start(request key, sample index)` as each sample takes a slot (progress estimates)."""
 
-    def __init__(self, requests: list[GenerationRequest], unbounded: bool, on_start: Callable[[str, int], None]) -> None:
-        super().__init__(requests, unbounded=unbounded)
+    def __init__(self, requests: list[GenerationRequest], unbounded: bool, on_start: Callable[[str, int], None],
+                 more: Callable[[], Sequence[GenerationRequest]] | None = None) -> None:
+        super().__init__(requests, unbounded=unbounded, more=more)
         self.on_start = on_start
 
     def pop(self) -> WorkItem | None:
@@ -116,6 +117,8 @@ class QuenchBackend:
         stop_hook: StopHook | None = None,
         on_start: Callable[[str, int], None] | None = None,
         listeners: Iterable[LoopListener] = (),
+        more: Callable[[], Sequence[GenerationRequest]] | None = None,
+        longest: GenerationRequest | None = None,
     ) -> Iterator[GenerationResult]:
         """Yield each sample when it finishes (order not guaranteed).
 
@@ -125,14 +128,20 @@ class QuenchBackend:
         instead of the backend's own (e.g. a `quench.stopping.RuleHook` keyed by these requests).
         on_start: called with (request key, sample index) when a sample takes a slot, before its prefill.
         listeners: told each token, step and finished sample (`quench.engine.observers.LoopListener`).
+        more: called once the requests run out, for more to start in the same batch (nothing: the call ends once its
+        rows do); longest: the longest prompt `more` may give, checked and sized for before anything starts.
         """
         requests = list(requests)
         if not requests:
             return
-        check_prompt_lengths(requests, self.position_limits)
+        sized = requests + [longest] if longest is not None else requests
+        check_prompt_lengths(sized, self.position_limits)
+        if more is not None:
+            more = self._checked(more, max(len(r.prompt_ids) for r in sized))
         loop = DecodeLoop(
-            self.loop_parts(self._max_len(requests, sampling), fitted=self.config.max_len is None),
-            StartReportingQueue(requests, unbounded, on_start) if on_start else WorkQueue(requests, unbounded=unbounded),
+            self.loop_parts(self._max_len(sized, sampling), fitted=self.config.max_len is None),
+            StartReportingQueue(requests, unbounded, on_start, more) if on_start
+            else WorkQueue(requests, unbounded=unbounded, more=more),
             StopRules(self.tokenizer, self.eos_ids, sampling.max_new_tokens, stop_hook or self.stop_hook,
                       sampling.ignore_eos),
             sampling,
@@ -143,6 +152,20 @@ class QuenchBackend:
         begin = time.perf_counter()
         yield from loop.run()
         log.debug("generate: %s in %.2fs", loop.stats, time.perf_counter() - begin)
+
+    @staticmethod
+    def _checked(more: Callable[[], Sequence[GenerationRequest]], longest: int) -> Callable[[], list[GenerationRequest]]:
+        """`more`, refusing a prompt longer than the `longest` the call was sized for."""
+
+        def checked() -> list[GenerationRequest]:
+            added = list(more())
+            for request in added:
+                if len(request.prompt_ids) > longest:
+                    raise ValueError(f"request {request.key!r}: {len(request.prompt_ids)} prompt tokens, more than the "
+                                     f"{longest} the call was sized for")
+            return added
+
+        return checked
 
     def _max_len(self, requests: list[GenerationRequest], sampling: SamplingParams) -> int:
         longest = max(len(r.prompt_ids) for r in requests)

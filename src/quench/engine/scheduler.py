@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -21,11 +21,18 @@ class WorkItem:
 
 
 class WorkQueue:
-    """The samples still to start: request after request, or round-robin without end (time budgets)."""
+    """The samples still to start: request after request, or round-robin without end (time budgets).
 
-    def __init__(self, requests: Sequence[GenerationRequest], unbounded: bool = False) -> None:
+    more: called once the requests run out, for the next ones to append (an engine process asks its parent for
+    another block); nothing returned ends the queue."""
+
+    def __init__(self, requests: Sequence[GenerationRequest], unbounded: bool = False,
+                 more: Callable[[], Sequence[GenerationRequest]] | None = None) -> None:
+        if unbounded and more is not None:
+            raise ValueError("a queue without end takes no more requests")
         self.requests = list(requests)
         self.unbounded = unbounded
+        self.more = more
         self._request = 0
         self._started = [0] * len(self.requests)  # samples started per request
         self.closed = False
@@ -39,6 +46,8 @@ class WorkQueue:
         else:
             while self._request < len(self.requests) and self._started[self._request] >= self.requests[self._request].n:
                 self._request += 1
+                if self._request == len(self.requests):
+                    self._extend()
             if self._request >= len(self.requests):
                 return None
             index = self._request
@@ -52,6 +61,16 @@ class WorkQueue:
         if self.closed:
             return False
         return self.unbounded or self._started[request_index] < self.requests[request_index].n
+
+    def _extend(self) -> None:
+        """Append what `more` gives; once it gives nothing, ask no more."""
+        if self.closed or self.more is None:
+            return
+        added = list(self.more())
+        if not added:
+            self.more = None
+        self.requests += added
+        self._started += [0] * len(added)
 
 
 # A prompt that shares at least this many leading tokens with one prefilled before copies their keys/values
