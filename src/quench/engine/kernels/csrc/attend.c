@@ -416,23 +416,25 @@ static int NAME(const T* qkv, C* kc, C* vc, const T* cos, const T* sin_signed, c
         if (n && start[b] + n > longest) longest = (int)(start[b] + n);                             \
     }                                                                                               \
     if (threads < 1) threads = 1;                                                                   \
-    int span = feed_span(offsets, B, Hkv, threads), units = 0;                                      \
-    for (int b = 0; b < B; b++) units += Hkv * (int)((offsets[b + 1] - offsets[b] + span - 1) / span); \
+    int span = feed_span(offsets, B, Hkv, threads);                                                 \
+    int* row_first = malloc(sizeof(int) * (size_t)(B + 1));  /* row b's units: row_first[b] .. row_first[b + 1] */ \
+    if (!row_first) return 1;                                                                       \
+    row_first[0] = 0;  /* Hkv pairs times the feed's spans, pair-major */                           \
+    for (int b = 0; b < B; b++) row_first[b + 1] = row_first[b] + Hkv * (int)((offsets[b + 1] - offsets[b] + span - 1) / span); \
+    int units = row_first[B];                                                                       \
     if (threads > units) threads = units > 0 ? units : 1;                                           \
-    int* unit_row = malloc(sizeof(int) * (size_t)(units + B + 1)), *row_first = unit_row + units;  \
-    int widest = most < span ? most : span;  /* the most tokens a unit holds */                   \
-    size_t q_size = (size_t)(widest * G + 1) * D, scores_size = (size_t)widest * G * longest + 1;    \
+    int* unit_row = malloc(sizeof(int) * (size_t)(units + 1));                                      \
+    int widest = most < span ? most : span;  /* the most tokens a unit holds */                     \
+    size_t q_size = (size_t)(widest * G + 1) * D, scores_size = (size_t)widest * G * longest + 1;   \
     float* q_all = malloc(sizeof(float) * q_size * threads);                                        \
     float* scores_all = malloc(sizeof(float) * scores_size * threads);                              \
     float* acc_all = malloc(sizeof(float) * q_size * threads);                                      \
     float* row_all = malloc(sizeof(float) * (size_t)D * threads);                                   \
     if (!unit_row || !q_all || !scores_all || !acc_all || !row_all) {                               \
-        free(unit_row); free(q_all); free(scores_all); free(acc_all); free(row_all); return 1;      \
+        free(row_first); free(unit_row); free(q_all); free(scores_all); free(acc_all); free(row_all); return 1; \
     }                                                                                               \
-    for (int b = 0, u = 0; b < B; b++)  /* each row's units: Hkv pairs times its feed's spans, pair-major */ \
-        for (int n = Hkv * (int)((offsets[b + 1] - offsets[b] + span - 1) / span), f = row_first[b] = u; \
-             u < f + n;)                                                                            \
-            unit_row[u++] = b;                                                                      \
+    for (int b = 0; b < B; b++)                                                                     \
+        for (int u = row_first[b]; u < row_first[b + 1]; u++) unit_row[u] = b;                      \
     for (int b = 0; b < B; b++) {  /* the new tokens' keys (RoPE) and values into the caches */     \
         for (int s = 0; s < (int)(offsets[b + 1] - offsets[b]); s++) {                              \
             int64_t pos = start[b] + s;                                                             \
@@ -450,7 +452,8 @@ static int NAME(const T* qkv, C* kc, C* vc, const T* cos, const T* sin_signed, c
     _Pragma("omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)")          \
     for (int unit = 0; unit < units; unit++) {                                                      \
         int b = unit_row[unit], worker = 0, first_unit = row_first[b], fed = (int)(offsets[b + 1] - offsets[b]); \
-        int spans = (fed + span - 1) / span, j = (unit - first_unit) / spans, s0 = (unit - first_unit) % spans * span; \
+        int spans = (row_first[b + 1] - first_unit) / Hkv, j = (unit - first_unit) / spans;         \
+        int s0 = (unit - first_unit) % spans * span;                                                \
         int S = fed - s0 < span ? fed - s0 : span, M = S * G;                                       \
         int64_t first = start[b] + s0;  /* the span's first position: its query m sees keys 0 .. first + m / G */ \
         int keys = (int)first + S;                                                                  \
@@ -497,7 +500,7 @@ static int NAME(const T* qkv, C* kc, C* vc, const T* cos, const T* sin_signed, c
                 for (int d = 0; d < D; d++) o[d] = store_##SUFFIX(acc[(s * G + g) * D + d]);        \
             }                                                                                       \
     }                                                                                               \
-    free(unit_row); free(q_all); free(scores_all); free(acc_all); free(row_all);                    \
+    free(row_first); free(unit_row); free(q_all); free(scores_all); free(acc_all); free(row_all);   \
     return 0;                                                                                       \
 }
 ATTEND(bf16, bf16, bf16, bf16, attend_fixed_bf16)
