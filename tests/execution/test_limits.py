@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import Iterator
 
 import pytest
@@ -13,6 +14,7 @@ from sandbox_helpers import open_pool, skip_reason
 
 from quench.datasets import Problem, load_humaneval
 from quench.execution import Outcome, SandboxLimits, SandboxPool
+from quench.execution.outcomes import ran_unhindered
 from quench.execution.limits import FACTOR, Calibration, calibrate, calibrated_timeout, limit_for
 
 LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=512)
@@ -20,6 +22,8 @@ LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=512)
 SLOW = Problem("slow/0", "def work(n):\n", "    return sum(i * i for i in range(n))\n",
                "def check(f):\n    assert f(3_000_000) == sum(i * i for i in range(3_000_000))\n", "work")
 FOREVER = "while True:\n    pass\n"
+ASLEEP = "import time\ntime.sleep(30)\n"
+SPINNERS = "import os\nfor _ in range(7):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n"
 
 
 class CountingPool:
@@ -80,12 +84,26 @@ def test_a_timeout_is_rerun_once_and_a_pass_the_second_time_is_flaky(pool: Sandb
     until = time.time() + 0.6
     flaky = f"import time\nif time.time() < {until}:\n    time.sleep(30)\n"
     start = time.monotonic()
-    flaky_result, stuck = pool.run_many([flaky, FOREVER])
+    flaky_result, stuck = pool.run_many([flaky, ASLEEP])
     assert (flaky_result.outcome, flaky_result.flaky_timeout) == (Outcome.passed, True), flaky_result
     assert flaky_result.to_json()["flaky_timeout"] is True
     assert (stuck.outcome, stuck.flaky_timeout) == (Outcome.timeout, False), stuck
+    assert stuck.cpu_seconds is not None and stuck.cpu_seconds < 0.5 * LIMITS.timeout_s, stuck
     assert time.monotonic() - start >= 2 * LIMITS.timeout_s  # the stuck one ran twice
-    assert "flaky_timeout" not in stuck.to_json()
+    assert "flaky_timeout" not in stuck.to_json() and "cpu_seconds" not in stuck.to_json()
+
+
+def test_a_timeout_that_had_the_cpu_through_its_limit_is_not_run_again(pool: SandboxPool) -> None:
+    # Eight processes spinning: on a busy machine too, they hold more than one core for the whole limit.
+    start = time.monotonic()
+    spun, = pool.run_many([SPINNERS])
+    took = time.monotonic() - start
+    assert spun.outcome is Outcome.timeout and not spun.flaky_timeout, spun
+    assert spun.cpu_seconds is not None and spun.cpu_seconds >= LIMITS.timeout_s, spun
+    assert took < 2 * LIMITS.timeout_s, took  # one run: a second would end the same way
+    assert ran_unhindered(spun, LIMITS.timeout_s)
+    assert not ran_unhindered(replace(spun, cpu_seconds=0.9 * LIMITS.timeout_s), LIMITS.timeout_s)
+    assert not ran_unhindered(replace(spun, cpu_seconds=None), LIMITS.timeout_s)  # not known: run again
 
 
 def test_each_program_runs_under_its_own_limit(pool: SandboxPool) -> None:

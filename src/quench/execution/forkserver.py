@@ -158,6 +158,7 @@ class ForkServer:
         if self.config["run_uid"] is not None:
             os.chown(self.workdir, self.config["run_uid"], self.config["run_uid"])
         nonce = os.urandom(16).hex().encode()
+        cpu_before = children_cpu_s()
         result_r, result_w = os.pipe()
         out_r, out_w = os.pipe()
         pid = os.fork()
@@ -181,12 +182,13 @@ class ForkServer:
             os.close(result_r)
             os.close(out_r)
             unhealthy = self.clean_up(pid, synced=host_fds is not None)
+        cpu_s = children_cpu_s() - cpu_before  # every process of the program is reaped by now (not the host)
         kind, detail = parse_record(record, nonce)
         tail = output.decode("utf-8", "replace").strip()[-DETAIL_CHARS:]
         report = {"record": kind, "detail": detail, "status": status, "stopped": stopped, "output": tail}
         if unhealthy is not None:  # the verdict stands; this worker must not run another program
             report["unhealthy"] = unhealthy
-        return {**report, "seconds": seconds, "timeout_s": timeout_s}
+        return {**report, "seconds": seconds, "cpu_s": round(cpu_s, 4), "timeout_s": timeout_s}
 
     def supervise(self, pid, result_r, out_r, start, timeout_s):
         """Collect the record and an output tail until the child exits; kill it at the deadline."""
@@ -299,6 +301,12 @@ class ForkServer:
                 force_remove(self.base)
         except Exception:  # noqa: BLE001 - the pool removes the scratch directory of a server that could not
             pass
+
+
+def children_cpu_s():
+    """User and system CPU seconds of every process this server has reaped (the subreaper's, orphans included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def private_shm(size_mb):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Mapping
 
@@ -34,6 +34,9 @@ class ExecutionResult:
     detail: str = ""
     seconds: float = 0.0  # wall-clock time of the program's process
     flaky_timeout: bool = False  # it timed out once, and re-run with the same limit it did not
+    # CPU seconds of the program's processes, where the fork server reaped them all (None: not known, e.g. a
+    # JavaScript program run by the warm host); not part of the verdict.
+    cpu_seconds: float | None = field(default=None, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -52,6 +55,7 @@ LAUNCHER_OUTCOMES = {COMPILE_ERROR: "compile_error", PROGRAM_FAILED: "failed", E
 # What a Python program's judge raises for a returned value that is not a plain value, and for a program that
 # does not compile (quench.datasets.judge).
 LYING_VALUE, PROGRAM_SYNTAX_ERROR = "LyingValue: ", "ProgramSyntaxError: "
+UNHINDERED_SHARE = 0.95  # CPU seconds over the wall limit from which a timeout is the program's own
 SANDBOX_EXIT = 125  # exit status of a child that could not set itself up (as in node_host.py)
 RECORD_KINDS = {  # the letter after the nonce in a child's completion record
     "P": Outcome.passed,
@@ -67,8 +71,20 @@ def classify(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionRe
     """Turn a fork server's report into a result: the child's own record wins, else how it ended.
 
     Report fields: record (kind letter or None), detail, status (wait status), stopped
-    ("timeout" / "processes" when the server killed it), output (tail), seconds.
+    ("timeout" / "processes" when the server killed it), output (tail), seconds, cpu_s.
     """
+    result = _verdict(report, limits)
+    cpu = report.get("cpu_s")
+    return replace(result, cpu_seconds=float(cpu)) if isinstance(cpu, (int, float)) else result
+
+
+def ran_unhindered(result: ExecutionResult, timeout_s: float) -> bool:
+    """Whether a program's processes had the CPU for nearly all of its limit: it timed out on its own work, so a
+    second run would end the same way (a busy machine slows a program by taking its CPU, not by spending it)."""
+    return result.cpu_seconds is not None and result.cpu_seconds >= UNHINDERED_SHARE * timeout_s
+
+
+def _verdict(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionResult:
     kind, detail = report.get("record"), str(report.get("detail", ""))
     seconds = float(report.get("seconds", 0.0))  # type: ignore[arg-type]
     if isinstance(kind, str) and kind in RECORD_KINDS:

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from quench.errors import QuenchError
-from quench.execution.outcomes import ExecutionResult, Outcome, classify
+from quench.execution.outcomes import ExecutionResult, Outcome, classify, ran_unhindered
 from quench.execution.sandbox import (
     Isolation,
     SandboxLimits,
@@ -154,7 +154,8 @@ class SandboxPool:
         """Yield `(key, result)` as programs finish (unordered); `timeouts` maps a key to its own limit.
 
         A program that times out runs once more with the same limit (limits.timeout_retries): if it
-        then ends in time, that result stands, marked flaky_timeout.
+        then ends in time, that result stands, marked flaky_timeout. Not one whose processes had the CPU
+        for nearly all of its limit (`ran_unhindered`): no load slowed it, and a second run ends the same way.
         """
         self.start()
         source = iter(items)
@@ -186,7 +187,9 @@ class SandboxPool:
                         again = self._job(job.key, job.program, None, job.timeout_s, retry=job.retry)
                         retries.append(replace(again, rerun=True))
                         continue
-                    if result.outcome is Outcome.timeout and not job.retry and self.limits.timeout_retries:
+                    limit = job.timeout_s or self.limits.timeout_s
+                    if (result.outcome is Outcome.timeout and not job.retry and self.limits.timeout_retries
+                            and not ran_unhindered(result, limit)):
                         retries.append(self._job(job.key, job.program, None, job.timeout_s, retry=True))
                         continue
                     if job.retry and result.outcome is not Outcome.timeout:
