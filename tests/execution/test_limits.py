@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,8 +15,10 @@ from sandbox_helpers import open_pool, skip_reason
 
 from quench.datasets import Problem, load_humaneval
 from quench.execution import Outcome, SandboxLimits, SandboxPool
-from quench.execution.outcomes import ran_unhindered
+from quench.execution import pool as pool_module
 from quench.execution.limits import FACTOR, Calibration, calibrate, calibrated_timeout, limit_for
+from quench.execution.outcomes import ExecutionResult, ran_unhindered
+from quench.execution.pressure import cpu_stall_us, stall_share
 
 LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=512)
 # A reference that takes a few hundred ms of CPU: its limit is k times that, above the base.
@@ -93,17 +96,46 @@ def test_a_timeout_is_rerun_once_and_a_pass_the_second_time_is_flaky(pool: Sandb
     assert "flaky_timeout" not in stuck.to_json() and "cpu_seconds" not in stuck.to_json()
 
 
-def test_a_timeout_that_had_the_cpu_through_its_limit_is_not_run_again(pool: SandboxPool) -> None:
-    # Eight processes spinning: on a busy machine too, they hold more than one core for the whole limit.
+def test_a_timeout_that_had_the_cpu_through_its_limit_while_no_task_waited_is_not_run_again(
+        pool: SandboxPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool_module, "cpu_stall_us", lambda: 0)  # the machine's count: no task ever waited
     start = time.monotonic()
-    spun, = pool.run_many([SPINNERS])
+    spun, = pool.run_many([SPINNERS])  # eight processes: more than one core for the whole limit
     took = time.monotonic() - start
     assert spun.outcome is Outcome.timeout and not spun.flaky_timeout, spun
     assert spun.cpu_seconds is not None and spun.cpu_seconds >= LIMITS.timeout_s, spun
     assert took < 2 * LIMITS.timeout_s, took  # one run: a second would end the same way
-    assert ran_unhindered(spun, LIMITS.timeout_s)
-    assert not ran_unhindered(replace(spun, cpu_seconds=0.9 * LIMITS.timeout_s), LIMITS.timeout_s)
-    assert not ran_unhindered(replace(spun, cpu_seconds=None), LIMITS.timeout_s)  # not known: run again
+
+
+def test_a_timeout_while_tasks_waited_for_a_cpu_is_run_again(pool: SandboxPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    waited = iter(range(0, 10**12, 10**6))  # each reading a second more: some task always waits
+    monkeypatch.setattr(pool_module, "cpu_stall_us", lambda: next(waited))
+    start = time.monotonic()
+    spun, = pool.run_many([SPINNERS])
+    assert spun.outcome is Outcome.timeout and spun.cpu_seconds is not None and spun.cpu_seconds >= LIMITS.timeout_s
+    assert time.monotonic() - start >= 2 * LIMITS.timeout_s  # its processes may each have waited: run again
+
+
+def test_only_a_run_on_the_cpu_with_no_task_waiting_is_unhindered() -> None:
+    spun = ExecutionResult(Outcome.timeout, cpu_seconds=0.96)
+    assert ran_unhindered(spun, 1.0, 0.0) and ran_unhindered(spun, 1.0, 0.05)
+    assert not ran_unhindered(spun, 1.0, 0.06)  # some task waited for a CPU
+    assert not ran_unhindered(spun, 1.0, None)  # the kernel keeps no count here
+    assert not ran_unhindered(replace(spun, cpu_seconds=0.9), 1.0, 0.0)  # it slept or waited on something
+    assert not ran_unhindered(replace(spun, cpu_seconds=None), 1.0, 0.0)  # its CPU time is not known
+
+
+def test_the_machines_cpu_stall_count_grows_while_more_processes_spin_than_there_are_cores(tmp_path) -> None:
+    before = cpu_stall_us()
+    if before is None:
+        pytest.skip("this kernel keeps no CPU pressure count (/proc/pressure/cpu)")
+    load = burners(2 * (os.cpu_count() or 1) + 1, seconds=1.0)
+    for process in load:
+        process.wait()
+    share = stall_share(before, cpu_stall_us(), 1.0)
+    assert share is not None and share > 0.1, share
+    (tmp_path / "pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=1234\nfull total=0\n")
+    assert cpu_stall_us(str(tmp_path / "pressure")) == 1234 and cpu_stall_us(str(tmp_path / "none")) is None
 
 
 def test_each_program_runs_under_its_own_limit(pool: SandboxPool) -> None:

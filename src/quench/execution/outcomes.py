@@ -55,7 +55,8 @@ LAUNCHER_OUTCOMES = {COMPILE_ERROR: "compile_error", PROGRAM_FAILED: "failed", E
 # What a Python program's judge raises for a returned value that is not a plain value, and for a program that
 # does not compile (quench.datasets.judge).
 LYING_VALUE, PROGRAM_SYNTAX_ERROR = "LyingValue: ", "ProgramSyntaxError: "
-UNHINDERED_SHARE = 0.95  # CPU seconds over the wall limit from which a timeout is the program's own
+UNHINDERED_SHARE = 0.95  # CPU seconds over the wall limit from which a timeout may be the program's own ...
+STALLED_SHARE = 0.05  # ... where some task waited for a CPU for at most this share of its run
 SANDBOX_EXIT = 125  # exit status of a child that could not set itself up (as in node_host.py)
 RECORD_KINDS = {  # the letter after the nonce in a child's completion record
     "P": Outcome.passed,
@@ -78,10 +79,13 @@ def classify(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionRe
     return replace(result, cpu_seconds=float(cpu)) if isinstance(cpu, (int, float)) else result
 
 
-def ran_unhindered(result: ExecutionResult, timeout_s: float) -> bool:
-    """Whether a program's processes had the CPU for nearly all of its limit: it timed out on its own work, so a
-    second run would end the same way (a busy machine slows a program by taking its CPU, not by spending it)."""
-    return result.cpu_seconds is not None and result.cpu_seconds >= UNHINDERED_SHARE * timeout_s
+def ran_unhindered(result: ExecutionResult, timeout_s: float, stalled: float | None) -> bool:
+    """Whether a program that ran out of time did so on its own work: its processes spent nearly all of its limit
+    on the CPU, and no task on the machine waited for a CPU meanwhile (`stalled`: that share of its run, None where
+    unknown). A second run would end the same way; a busy machine slows a program by taking its CPU, and a
+    program with several threads can spend its limit's worth of CPU while each of them waits."""
+    return (result.cpu_seconds is not None and result.cpu_seconds >= UNHINDERED_SHARE * timeout_s
+            and stalled is not None and stalled <= STALLED_SHARE)
 
 
 def _verdict(report: Mapping[str, object], limits: SandboxLimits) -> ExecutionResult:

@@ -22,6 +22,7 @@ from typing import Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from quench.errors import QuenchError
 from quench.execution.outcomes import ExecutionResult, Outcome, classify, ran_unhindered
+from quench.execution.pressure import cpu_stall_us, stall_share
 from quench.execution.sandbox import (
     Isolation,
     SandboxLimits,
@@ -46,6 +47,7 @@ class _Job:
     timeout_s: float | None = None  # None: the pool's limit
     retry: bool = False  # this run repeats one that timed out
     rerun: bool = False  # this run repeats one that failed in the harness (sandbox_error)
+    stall_us: int | None = None  # the machine's CPU stall count when it was sent (pressure.cpu_stall_us)
 
 
 class SandboxPool:
@@ -155,7 +157,8 @@ class SandboxPool:
 
         A program that times out runs once more with the same limit (limits.timeout_retries): if it
         then ends in time, that result stands, marked flaky_timeout. Not one whose processes had the CPU
-        for nearly all of its limit (`ran_unhindered`): no load slowed it, and a second run ends the same way.
+        for nearly all of its limit while no task waited for one (`ran_unhindered`): no load slowed it, and a
+        second run ends the same way.
         """
         self.start()
         source = iter(items)
@@ -188,10 +191,14 @@ class SandboxPool:
                         retries.append(replace(again, rerun=True))
                         continue
                     limit = job.timeout_s or self.limits.timeout_s
+                    stalled = stall_share(job.stall_us, cpu_stall_us(), time.monotonic() - job.started)
                     if (result.outcome is Outcome.timeout and not job.retry and self.limits.timeout_retries
-                            and not ran_unhindered(result, limit)):
+                            and not ran_unhindered(result, limit, stalled)):
                         retries.append(self._job(job.key, job.program, None, job.timeout_s, retry=True))
                         continue
+                    if result.outcome is Outcome.timeout and not job.retry:
+                        log.debug("a timeout not run again: %s s of CPU in its %g s, some task waiting %s of it",
+                                  result.cpu_seconds, limit, stalled)
                     if job.retry and result.outcome is not Outcome.timeout:
                         result = replace(result, flaky_timeout=True)
                     yield job.key, result  # type: ignore[misc]
@@ -204,7 +211,8 @@ class SandboxPool:
         if timeouts is not None:
             timeout_s = timeouts.get(key)
         now = time.monotonic()
-        return _Job(key, now, now + answer_within(timeout_s or self.limits.timeout_s), program, timeout_s, retry)
+        return _Job(key, now, now + answer_within(timeout_s or self.limits.timeout_s), program, timeout_s, retry,
+                    stall_us=cpu_stall_us())
 
     def _dispatch(self, worker: Worker, program: str, timeout_s: float | None = None) -> bool:
         """Send a program, restarting the worker once if it had died while idle."""

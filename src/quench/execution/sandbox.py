@@ -97,7 +97,7 @@ class SandboxLimits:
     scratch_mb: int = 256  # size of the tmpfs scratch space in "bwrap" mode
     # A program that times out is run once more with the same limit before it is called a timeout:
     # a busy machine must not turn a pass into a timeout (its result then says flaky_timeout). One that had the
-    # CPU for nearly all of its limit is not (outcomes.ran_unhindered): no load slowed it.
+    # CPU for nearly all of its limit while no task waited for one is not (outcomes.ran_unhindered).
     timeout_retries: int = 1
 
     def __post_init__(self) -> None:
