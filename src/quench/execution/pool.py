@@ -190,13 +190,12 @@ class SandboxPool:
                         again = self._job(job.key, job.program, None, job.timeout_s, retry=job.retry)
                         retries.append(replace(again, rerun=True))
                         continue
-                    limit = job.timeout_s or self.limits.timeout_s
-                    stalled = stall_share(job.stall_us, cpu_stall_us(), time.monotonic() - job.started)
-                    if (result.outcome is Outcome.timeout and not job.retry and self.limits.timeout_retries
-                            and not ran_unhindered(result, limit, stalled)):
-                        retries.append(self._job(job.key, job.program, None, job.timeout_s, retry=True))
-                        continue
-                    if result.outcome is Outcome.timeout and not job.retry:
+                    if result.outcome is Outcome.timeout and not job.retry and self.limits.timeout_retries:
+                        limit = job.timeout_s or self.limits.timeout_s
+                        stalled = stall_share(job.stall_us, cpu_stall_us(), time.monotonic() - job.started)
+                        if not ran_unhindered(result, limit, stalled):
+                            retries.append(self._job(job.key, job.program, None, job.timeout_s, retry=True))
+                            continue
                         log.debug("a timeout not run again: %s s of CPU in its %g s, some task waiting %s of it",
                                   result.cpu_seconds, limit, stalled)
                     if job.retry and result.outcome is not Outcome.timeout:
