@@ -1,6 +1,7 @@
 """A loop rule replayed on a finished greedy robustness run: the tokens it saves and the verdicts it changes.
 
-    python benchmarks/loop_rule_replay.py RUN_DIR [--numbers-span 200] [--numbers-repeats 4] [--span 300]
+    python benchmarks/loop_rule_replay.py RUN_DIR [--span 150] [--max-period 1024] [--numbers-span 200]
+        [--numbers-repeats 4] [--no-exemptions]
 
 A greedy answer's text up to any point is the same whether or not a rule stops it there (with a batch-invariant
 engine, at any batch), so feeding each answer the run kept to another rule gives the answer that rule gives,
@@ -38,15 +39,20 @@ def main() -> None:
     parser.add_argument("--span", type=int, default=LOOP_RULE.span)
     parser.add_argument("--numbers-span", type=int, default=LOOP_RULE.numbers_span)
     parser.add_argument("--numbers-repeats", type=int, default=LOOP_RULE.numbers_repeats)
+    parser.add_argument("--max-period", type=int, default=LOOP_RULE.max_period)
+    parser.add_argument("--no-exemptions", action="store_true", help="the exact part counts whitespace and the prompt's text too")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    rule = LoopRule(span=args.span, numbers_span=args.numbers_span, numbers_repeats=args.numbers_repeats)
+    rule = LoopRule(span=args.span, max_period=args.max_period, numbers_span=args.numbers_span,
+                    numbers_repeats=args.numbers_repeats, exempt_spans=not args.no_exemptions)
     table, prompt_format = run_problems(args.run_dir)
     samples = [json.loads(line) for line in (args.run_dir / SAMPLES_FILE).read_text().splitlines()]
-    cut, saved, pairs = collections.Counter(), collections.Counter(), []
+    cut, saved, pairs, unknown = collections.Counter(), collections.Counter(), [], 0
     for sample in samples:
         raw, problem = sample["raw"], table[(sample["task_id"], sample["variant"])]
-        stop = LoopScanner(rule).feed(raw)
+        stop = LoopScanner(rule, problem.prompt).feed(raw)
+        if stop is None and sample["finish_reason"] == "hook":
+            unknown += 1
         if stop is None or stop >= len(raw):
             continue
         reason = sample["finish_reason"]
@@ -63,6 +69,7 @@ def main() -> None:
     for reason in sorted(cut):
         print(f"  ended by {reason}: {cut[reason]} cut, {saved[reason]:.0f} tokens saved")
     print(f"tokens saved: {sum(saved.values()):.0f} ({100 * sum(saved.values()) / total:.1f}%)")
+    print(f"answers the run's rule stopped and this one does not (their rest is unknown, counted as unchanged): {unknown}")
     with SandboxPool(workers=args.workers) as pool:
         old = pool.run_many([p[1] for p in pairs])
         new = pool.run_many([p[2] for p in pairs])

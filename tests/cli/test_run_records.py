@@ -107,8 +107,9 @@ def test_a_gguf_run_records_its_kv_caches_and_an_older_one_resumes_with_float32_
 
 def test_a_greedy_run_records_its_loop_rule_and_an_older_one_resumes_with_the_exact_rule(tiny_model_dir, tmp_path):
     """Greedy runs stop loops (`--stop-rule auto`) and record the rule's definition; a run directory written before
-    the rule had its numbers part (stop_rule loop, no loop_rule) resumes with the rule it ran."""
-    from quench.stopping.loop_rule import EXACT_LOOP_RULE, LOOP_RULE
+    the rule had its numbers part (stop_rule loop, no loop_rule), or before its exact part left the prompt's text
+    alone (no exempt_spans), resumes with the rule it ran."""
+    from quench.stopping.loop_rule import EXACT_LOOP_RULE, LOOP_RULE, UNEXEMPT_LOOP_RULE
 
     out = tmp_path / "run"
     assert main(run_argv(tiny_model_dir, out)) == 0
@@ -119,6 +120,11 @@ def test_a_greedy_run_records_its_loop_rule_and_an_older_one_resumes_with_the_ex
     (out / "samples.jsonl").write_text("")
     assert main(run_argv(tiny_model_dir, out)) == 0
     assert read(out / "config.json") == {**config, "loop_rule": EXACT_LOOP_RULE.settings()}
+    blind = {k: v for k, v in UNEXEMPT_LOOP_RULE.settings().items() if k != "exempt_spans"}
+    (out / "config.json").write_text(json.dumps({**config, "loop_rule": blind}, indent=2, sort_keys=True) + "\n")
+    (out / "samples.jsonl").write_text("")
+    assert main(run_argv(tiny_model_dir, out)) == 0  # recorded before `exempt_spans`: it ran without it
+    assert read(out / "config.json") == {**config, "loop_rule": UNEXEMPT_LOOP_RULE.settings()}
     sampled = tmp_path / "sampled"
     assert main([*run_argv(tiny_model_dir, sampled), "--temperature", "0.8"]) == 0
     assert (read(sampled / "config.json")["stop_rule"], read(sampled / "config.json")["loop_rule"]) == (None, None)

@@ -13,7 +13,7 @@ from quench.engine.hf_backend import HFBackend
 from quench.engine.types import GenerationRequest, SamplingParams
 from quench.runs.samples import GenerateConfig, generate_samples
 from quench.stopping import LoopRule, LoopScanner, RuleHook, rules_for
-from quench.stopping.loop_rule import EXACT_LOOP_RULE, LOOP_RULE, shape
+from quench.stopping.loop_rule import EXACT_LOOP_RULE, LOOP_RULE, UNEXEMPT_LOOP_RULE, recorded_loop_rule, shape
 from stopping.scripted import Script
 
 SMALL = LoopRule(span=24, max_period=10, probe=4, numbers_span=0)
@@ -128,7 +128,40 @@ def test_a_period_longer_than_max_period_or_a_repeat_shorter_than_span_is_no_loo
 def test_prompts_and_solutions_are_not_loops(benchmark):
     """What an answer holds: the prompt's text (a chat answer often repeats it) and a solution."""
     for problem in load_benchmark(benchmark, split="all") if benchmark == "mbpp" else load_benchmark(benchmark):
-        assert LoopScanner().feed(problem.prompt + problem.canonical_solution) is None, problem.task_id
+        assert LoopScanner(LOOP_RULE, problem.prompt).feed(problem.prompt + problem.canonical_solution) is None, problem.task_id
+        assert LoopScanner(UNEXEMPT_LOOP_RULE).feed(problem.prompt + problem.canonical_solution) is None, problem.task_id
+
+
+def test_a_span_the_prompt_holds_is_no_loop_and_a_loop_past_it_is():
+    """MBPP/37's prompt holds three identical doctest examples: restated, they go on (at 150 characters they would
+    be a loop without the prompt); written again and again, the numbers part stops them."""
+    problem = next(p for p in load_benchmark("mbpp", split="all") if p.task_id == "MBPP/37")
+    example = ("    >>> sort_mixed_list([19,'red',12,'green','blue', 10,'white','green',1])\n"
+               "    [1, 10, 12, 19, 'blue', 'green', 'green', 'red', 'white']\n")
+    assert problem.prompt.count(example) == 3
+    answer = "```python\n" + problem.prompt
+    assert LoopScanner(LOOP_RULE).feed(answer) is not None  # without its prompt
+    assert LoopScanner(LOOP_RULE, problem.prompt).feed(answer) is None
+    assert LoopScanner(UNEXEMPT_LOOP_RULE, problem.prompt).feed(answer) is None  # 300 characters: too short
+    looping = answer + "\n" + example * 8  # every span of it the prompt holds: the numbers part's 4 periods stop it
+    stop = LoopScanner(LOOP_RULE, problem.prompt).feed(looping)
+    assert stop is not None and len(answer) < stop < len(looping)
+    exact_only = LoopRule(**{**LOOP_RULE.settings(), "numbers_span": 0})
+    assert LoopScanner(exact_only, problem.prompt).feed(looping) is None
+    for pieces in (1, 3, 7):
+        scanner = LoopScanner(LOOP_RULE, problem.prompt)
+        stops = [scanner.feed(looping[i : i + pieces]) for i in range(0, len(looping), pieces)]
+        assert next(s for s in stops if s is not None) == stop
+
+
+def test_a_long_period_is_a_loop():
+    """A function written again and again under a new number, its docstring and all: a period of some 270
+    characters, one shape."""
+    doc = '    """\n    Given a string text, replace all spaces in it with underscores,\n    and if a string has more than 2 consecutive spaces,\n    then replace all consecutive spaces with -\n    """\n\n'
+    text = "".join(f"def fix_spaces_{i}(text):\n{doc}" for i in range(2, 12))
+    stop = LoopScanner(LOOP_RULE).feed(text)
+    assert stop is not None and stop < len(text) // 2
+    assert LoopScanner(UNEXEMPT_LOOP_RULE).feed(text) is None
 
 
 def test_humaneval_tests_are_not_exact_loops():
@@ -139,6 +172,9 @@ def test_humaneval_tests_are_not_exact_loops():
 
 def test_the_rule_records_its_definition():
     assert LoopRule(**LOOP_RULE.settings()) == LOOP_RULE and EXACT_LOOP_RULE.numbers_span == 0
+    assert recorded_loop_rule(LOOP_RULE.settings()) == LOOP_RULE
+    older = {k: v for k, v in UNEXEMPT_LOOP_RULE.settings().items() if k != "exempt_spans"}
+    assert recorded_loop_rule(older) == UNEXEMPT_LOOP_RULE
 
 
 def test_the_rule_is_checked():

@@ -14,7 +14,7 @@ from pathlib import Path
 from quench.errors import QuenchError
 from quench.models.loading import GGUF_WEIGHTS
 from quench.runs.calibration import CONFIG_KEY as CALIBRATION_KEY
-from quench.stopping.loop_rule import EXACT_LOOP_RULE
+from quench.stopping.loop_rule import EXACT_LOOP_RULE, recorded_loop_rule
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +48,14 @@ def release_run_dirs() -> None:
 
 def with_unrecorded_settings(previous: dict) -> dict:
     """An older run directory's settings with what its version ran without recording it: the GGUF weights ran
-    float32 KV caches (before bfloat16 ones were their default), and the loop rule had no numbers part."""
+    float32 KV caches (before bfloat16 ones were their default), the loop rule had no numbers part, and later
+    counted a span the prompt holds (`recorded_loop_rule`)."""
     if "kv_cache" not in previous and previous.get("weights") in GGUF_WEIGHTS:
         previous = {**previous, "kv_cache": "float32"}
     if "loop_rule" not in previous and "loop" in str(previous.get("stop_rule") or "").split(","):
         previous = {**previous, "loop_rule": EXACT_LOOP_RULE.settings()}
+    if isinstance(previous.get("loop_rule"), dict):
+        previous = {**previous, "loop_rule": recorded_loop_rule(previous["loop_rule"]).settings()}
     return previous
 
 
@@ -90,8 +93,8 @@ def prepare_run_dir(out: Path, config: dict, overwrite: bool = False) -> None:
         previous = json.loads(config_path.read_text())
         refuse_changed_settings(out, changed_settings(previous, config))
         log.info("resuming the run in %s", out)
-        if previous != config:  # an older run directory: record what it lacked
-            config_path.write_text(json.dumps({**config, **previous}, indent=2, sort_keys=True) + "\n")
+        if previous != config:  # an older run directory: record what it lacked, and what its version ran
+            config_path.write_text(json.dumps({**config, **with_unrecorded_settings(previous)}, indent=2, sort_keys=True) + "\n")
         return
     if overwrite:
         for name in RESTARTED_FILES:

@@ -98,12 +98,12 @@ class RowRules:
 
     stop_sequences: tuple[str, ...] = ()
     function: FunctionRule | None = None
-    prompt: str = ""  # the benchmark prompt (a completion continues it; the rule reads its `def`)
+    prompt: str = ""  # the benchmark prompt (a completion continues it; the function rule reads its `def`, the loop rule its text)
     loop: LoopRule | None = None
 
     def start(self) -> TextStops:
         function = function_scanner(self.function, self.prompt) if self.function is not None else None
-        return TextStops(self.stop_sequences, function, LoopScanner(self.loop) if self.loop is not None else None)
+        return TextStops(self.stop_sequences, function, LoopScanner(self.loop, self.prompt) if self.loop is not None else None)
 
     def cut(self, text: str) -> tuple[str, TextStop | None]:
         """The text up to the first stop, and that stop (one pass over the whole text)."""

@@ -5,7 +5,10 @@ same `elif` branch, one bracket after another) and runs to the token limit. The 
 at the first character where either part holds; the output keeps the text up to that character.
 
 - Exact: its last `span` characters equal the `span` characters one period earlier, for a period of
-  at most `max_period` characters: from there on the text only repeats itself.
+  at most `max_period` characters: from there on the text only repeats itself. With `exempt_spans`,
+  not where those `span` characters are whitespace alone (a reference solution holds a line of 150
+  spaces) or the prompt holds them: an answer that restates its prompt (three identical doctest
+  examples) repeats what it was given, and goes on.
 - Numbers (`numbers_span` > 0): the same on the text's shape, where each number counts as one sign
   (`shape`: a run of digits not preceded by a letter, digit or underscore, so `p1x` and `x_2` keep
   theirs), over at least `numbers_span` characters and `numbers_repeats` periods, a period that holds a
@@ -32,11 +35,12 @@ DIGITS = frozenset("0123456789")
 class LoopRule:
     """When an answer counts as looping (characters)."""
 
-    span: int = 300  # this many characters equal those one period earlier
-    max_period: int = 256  # the longest period looked for
+    span: int = 150  # this many characters equal those one period earlier
+    max_period: int = 1024  # the longest period looked for
     probe: int = 16  # the suffix whose earlier occurrences give the candidate periods
     numbers_span: int = 200  # the numbers part: this many characters of the shape repeat (0: off)
     numbers_repeats: int = 4  # ... over at least this many periods
+    exempt_spans: bool = True  # the exact part does not count a span of whitespace alone or one the prompt holds
 
     def __post_init__(self) -> None:
         if not 1 <= self.probe <= self.span:
@@ -48,7 +52,7 @@ class LoopRule:
         if self.numbers_repeats < 2:
             raise ValueError(f"LoopRule: numbers_repeats must be at least 2, got {self.numbers_repeats}")
 
-    def settings(self) -> dict[str, int]:
+    def settings(self) -> dict[str, int | bool]:
         return asdict(self)
 
     def numbers_window(self) -> int:
@@ -57,7 +61,15 @@ class LoopRule:
 
 
 LOOP_RULE = LoopRule()
-EXACT_LOOP_RULE = LoopRule(numbers_span=0)  # the rule before its numbers part (older run directories)
+# The rule as older run directories ran it (they record no `exempt_spans`): 300 characters over periods of at most
+# 256, every span counting; the oldest had no numbers part.
+UNEXEMPT_LOOP_RULE = LoopRule(span=300, max_period=256, exempt_spans=False)
+EXACT_LOOP_RULE = LoopRule(span=300, max_period=256, numbers_span=0, exempt_spans=False)
+
+
+def recorded_loop_rule(settings: dict) -> LoopRule:
+    """The rule a run directory recorded; one recorded before `exempt_spans` ran without it."""
+    return LoopRule(**{"exempt_spans": False, **settings})
 
 
 def periodic_at(text: str, end: int, probe: int, max_period: int, least_span: int, periods: int = 1,
@@ -82,6 +94,11 @@ def periodic_at(text: str, end: int, probe: int, max_period: int, least_span: in
 def repeats_at(text: str, end: int, rule: LoopRule) -> bool:
     """The exact part: text[end - span : end] equals the span one period earlier, for some period <= max_period."""
     return periodic_at(text, end, rule.probe, rule.max_period, rule.span)
+
+
+def exempt(span: str, prompt: str) -> bool:
+    """A repeating span that is no loop: whitespace alone, or text the prompt holds."""
+    return span.isspace() or (bool(prompt) and span in prompt)
 
 
 def shape_repeats_at(shape: str, end: int, rule: LoopRule) -> bool:
@@ -125,10 +142,12 @@ def shape(text: str) -> str:
 
 
 class LoopScanner:
-    """One row's loop rule over streamed text: `feed(new)` -> the offset where the answer stops, or None."""
+    """One row's loop rule over streamed text: `feed(new)` -> the offset where the answer stops, or None.
+    `prompt`: the text the row was asked about (the benchmark prompt), read where `rule.exempt_spans`."""
 
-    def __init__(self, rule: LoopRule = LOOP_RULE) -> None:
+    def __init__(self, rule: LoopRule = LOOP_RULE, prompt: str = "") -> None:
         self.rule = rule
+        self.prompt = prompt
         self.window = ""  # the last span + max_period characters fed: all an exact check reads
         self.fed = 0  # characters fed so far
         self.shaper = Shaper()  # the shape's last characters: all a numbers check reads
@@ -139,7 +158,11 @@ class LoopScanner:
         self.fed += len(new_text)
         self.window = window[max(0, len(window) - self.rule.span - self.rule.max_period) :]
         return next((base + end for end in range(first, len(window) + 1)
-                     if self._numbers_hold(window[end - 1]) or repeats_at(window, end, self.rule)), None)
+                     if self._numbers_hold(window[end - 1]) or self._repeats(window, end)), None)
+
+    def _repeats(self, window: str, end: int) -> bool:
+        """The exact part where `window[:end]` ends, exempt spans (`LoopRule.exempt_spans`) not counting."""
+        return repeats_at(window, end, self.rule) and not (self.rule.exempt_spans and exempt(window[end - self.rule.span : end], self.prompt))
 
     def _numbers_hold(self, c: str) -> bool:
         """Add one character to the shape; whether the numbers part holds where it ends."""
