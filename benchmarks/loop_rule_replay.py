@@ -1,6 +1,6 @@
 """A loop rule replayed on a finished greedy robustness run: the tokens it saves and the verdicts it changes.
 
-    python benchmarks/loop_rule_replay.py RUN_DIR [--span 150] [--max-period 1024] [--numbers-span 200]
+    python benchmarks/loop_rule_replay.py RUN_DIR [--span 300] [--max-period 1024] [--numbers-span 200]
         [--numbers-repeats 4] [--no-exemptions]
 
 A greedy answer's text up to any point is the same whether or not a rule stops it there (with a batch-invariant

@@ -132,36 +132,38 @@ def test_prompts_and_solutions_are_not_loops(benchmark):
         assert LoopScanner(UNEXEMPT_LOOP_RULE).feed(problem.prompt + problem.canonical_solution) is None, problem.task_id
 
 
-def test_a_span_the_prompt_holds_is_no_loop_and_a_loop_past_it_is():
-    """MBPP/37's prompt holds three identical doctest examples: restated, they go on (at 150 characters they would
-    be a loop without the prompt); written again and again, the numbers part stops them."""
+def test_a_span_the_prompt_holds_or_of_whitespace_alone_is_no_loop():
+    """MBPP/37's prompt holds three identical doctest examples, a loop over 150 characters: restated, they go on
+    where the rule has the prompt; written again and again, the numbers part stops them. A long line of spaces
+    goes on too."""
     problem = next(p for p in load_benchmark("mbpp", split="all") if p.task_id == "MBPP/37")
     example = ("    >>> sort_mixed_list([19,'red',12,'green','blue', 10,'white','green',1])\n"
                "    [1, 10, 12, 19, 'blue', 'green', 'green', 'red', 'white']\n")
     assert problem.prompt.count(example) == 3
+    short = LoopRule(**{**LOOP_RULE.settings(), "span": 150})
     answer = "```python\n" + problem.prompt
-    assert LoopScanner(LOOP_RULE).feed(answer) is not None  # without its prompt
-    assert LoopScanner(LOOP_RULE, problem.prompt).feed(answer) is None
-    assert LoopScanner(UNEXEMPT_LOOP_RULE, problem.prompt).feed(answer) is None  # 300 characters: too short
-    looping = answer + "\n" + example * 8  # every span of it the prompt holds: the numbers part's 4 periods stop it
-    stop = LoopScanner(LOOP_RULE, problem.prompt).feed(looping)
-    assert stop is not None and len(answer) < stop < len(looping)
-    exact_only = LoopRule(**{**LOOP_RULE.settings(), "numbers_span": 0})
-    assert LoopScanner(exact_only, problem.prompt).feed(looping) is None
+    assert LoopScanner(short).feed(answer) is not None  # without its prompt
+    assert LoopScanner(LoopRule(**{**short.settings(), "exempt_spans": False}), problem.prompt).feed(answer) is not None
+    assert LoopScanner(short, problem.prompt).feed(answer) is None
     for pieces in (1, 3, 7):
-        scanner = LoopScanner(LOOP_RULE, problem.prompt)
-        stops = [scanner.feed(looping[i : i + pieces]) for i in range(0, len(looping), pieces)]
-        assert next(s for s in stops if s is not None) == stop
+        scanner = LoopScanner(short, problem.prompt)
+        assert all(scanner.feed(answer[i : i + pieces]) is None for i in range(0, len(answer), pieces))
+    looping = answer + "\n" + example * 8  # every span of it the prompt holds: the numbers part's 4 periods stop it
+    stop = LoopScanner(short, problem.prompt).feed(looping)
+    assert stop is not None and len(answer) < stop < len(looping)
+    assert LoopScanner(LoopRule(**{**short.settings(), "numbers_span": 0}), problem.prompt).feed(looping) is None
+    spaces = "def f(x):\n" + " " * 1000 + "\n    return x\n"
+    assert LoopScanner(LOOP_RULE).feed(spaces) is None
+    assert LoopScanner(UNEXEMPT_LOOP_RULE).feed(spaces) == len("def f(x):\n") + LOOP_RULE.span + 1
 
 
 def test_a_long_period_is_a_loop():
-    """A function written again and again under a new number, its docstring and all: a period of some 270
-    characters, one shape."""
-    doc = '    """\n    Given a string text, replace all spaces in it with underscores,\n    and if a string has more than 2 consecutive spaces,\n    then replace all consecutive spaces with -\n    """\n\n'
-    text = "".join(f"def fix_spaces_{i}(text):\n{doc}" for i in range(2, 12))
-    stop = LoopScanner(LOOP_RULE).feed(text)
-    assert stop is not None and stop < len(text) // 2
-    assert LoopScanner(UNEXEMPT_LOOP_RULE).feed(text) is None
+    """A function written again and again, its docstring and all: a period of some 280 characters."""
+    doc = '    """\n    Given a string text, replace all spaces in it with underscores,\n    and if a string has more than 2 consecutive spaces,\n    then replace all consecutive spaces with -\n    fix_spaces("Example 1") == "Example_1"\n    """\n    return text\n\n'
+    text = "def fix_spaces(text):\n" + doc
+    assert 256 < len(text) < LOOP_RULE.max_period
+    assert LoopScanner(LOOP_RULE).feed(text * 6) == len(text) + LOOP_RULE.span
+    assert LoopScanner(UNEXEMPT_LOOP_RULE).feed(text * 6) is None
 
 
 def test_humaneval_tests_are_not_exact_loops():

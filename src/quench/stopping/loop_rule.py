@@ -6,9 +6,8 @@ at the first character where either part holds; the output keeps the text up to 
 
 - Exact: its last `span` characters equal the `span` characters one period earlier, for a period of
   at most `max_period` characters: from there on the text only repeats itself. With `exempt_spans`,
-  not where those `span` characters are whitespace alone (a reference solution holds a line of 150
-  spaces) or the prompt holds them: an answer that restates its prompt (three identical doctest
-  examples) repeats what it was given, and goes on.
+  not where those `span` characters are whitespace alone or the prompt holds them: an answer that
+  restates its prompt repeats what it was given, and goes on.
 - Numbers (`numbers_span` > 0): the same on the text's shape, where each number counts as one sign
   (`shape`: a run of digits not preceded by a letter, digit or underscore, so `p1x` and `x_2` keep
   theirs), over at least `numbers_span` characters and `numbers_repeats` periods, a period that holds a
@@ -35,7 +34,7 @@ DIGITS = frozenset("0123456789")
 class LoopRule:
     """When an answer counts as looping (characters)."""
 
-    span: int = 150  # this many characters equal those one period earlier
+    span: int = 300  # this many characters equal those one period earlier
     max_period: int = 1024  # the longest period looked for
     probe: int = 16  # the suffix whose earlier occurrences give the candidate periods
     numbers_span: int = 200  # the numbers part: this many characters of the shape repeat (0: off)
@@ -61,10 +60,10 @@ class LoopRule:
 
 
 LOOP_RULE = LoopRule()
-# The rule as older run directories ran it (they record no `exempt_spans`): 300 characters over periods of at most
-# 256, every span counting; the oldest had no numbers part.
-UNEXEMPT_LOOP_RULE = LoopRule(span=300, max_period=256, exempt_spans=False)
-EXACT_LOOP_RULE = LoopRule(span=300, max_period=256, numbers_span=0, exempt_spans=False)
+# The rule as older run directories ran it (they record no `exempt_spans`): periods of at most 256 characters, every
+# span counting; the oldest had no numbers part.
+UNEXEMPT_LOOP_RULE = LoopRule(max_period=256, exempt_spans=False)
+EXACT_LOOP_RULE = LoopRule(max_period=256, numbers_span=0, exempt_spans=False)
 
 
 def recorded_loop_rule(settings: dict) -> LoopRule:
