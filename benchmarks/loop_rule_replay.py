@@ -1,7 +1,7 @@
 """A loop rule replayed on a finished greedy robustness run: the tokens it saves and the verdicts it changes.
 
     python benchmarks/loop_rule_replay.py RUN_DIR [--span 300] [--max-period 1024] [--numbers-span 200]
-        [--numbers-repeats 4] [--no-exemptions]
+        [--numbers-repeats 4] [--count-prompt-spans]
 
 A greedy answer's text up to any point is the same whether or not a rule stops it there (with a batch-invariant
 engine, at any batch), so feeding each answer the run kept to another rule gives the answer that rule gives,
@@ -40,11 +40,11 @@ def main() -> None:
     parser.add_argument("--numbers-span", type=int, default=LOOP_RULE.numbers_span)
     parser.add_argument("--numbers-repeats", type=int, default=LOOP_RULE.numbers_repeats)
     parser.add_argument("--max-period", type=int, default=LOOP_RULE.max_period)
-    parser.add_argument("--no-exemptions", action="store_true", help="the exact part counts whitespace and the prompt's text too")
+    parser.add_argument("--count-prompt-spans", action="store_true", help="the exact part counts a span the prompt holds too")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     rule = LoopRule(span=args.span, max_period=args.max_period, numbers_span=args.numbers_span,
-                    numbers_repeats=args.numbers_repeats, exempt_spans=not args.no_exemptions)
+                    numbers_repeats=args.numbers_repeats, exempt_spans=not args.count_prompt_spans)
     table, prompt_format = run_problems(args.run_dir)
     samples = [json.loads(line) for line in (args.run_dir / SAMPLES_FILE).read_text().splitlines()]
     cut, saved, pairs, unknown = collections.Counter(), collections.Counter(), [], 0

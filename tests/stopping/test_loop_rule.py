@@ -132,10 +132,9 @@ def test_prompts_and_solutions_are_not_loops(benchmark):
         assert LoopScanner(UNEXEMPT_LOOP_RULE).feed(problem.prompt + problem.canonical_solution) is None, problem.task_id
 
 
-def test_a_span_the_prompt_holds_or_of_whitespace_alone_is_no_loop():
+def test_a_span_the_prompt_holds_is_no_loop():
     """MBPP/37's prompt holds three identical doctest examples, a loop over 150 characters: restated, they go on
-    where the rule has the prompt; written again and again, the numbers part stops them. A long line of spaces
-    goes on too."""
+    where the rule has the prompt; written again and again, the numbers part stops them."""
     problem = next(p for p in load_benchmark("mbpp", split="all") if p.task_id == "MBPP/37")
     example = ("    >>> sort_mixed_list([19,'red',12,'green','blue', 10,'white','green',1])\n"
                "    [1, 10, 12, 19, 'blue', 'green', 'green', 'red', 'white']\n")
@@ -152,9 +151,6 @@ def test_a_span_the_prompt_holds_or_of_whitespace_alone_is_no_loop():
     stop = LoopScanner(short, problem.prompt).feed(looping)
     assert stop is not None and len(answer) < stop < len(looping)
     assert LoopScanner(LoopRule(**{**short.settings(), "numbers_span": 0}), problem.prompt).feed(looping) is None
-    spaces = "def f(x):\n" + " " * 1000 + "\n    return x\n"
-    assert LoopScanner(LOOP_RULE).feed(spaces) is None
-    assert LoopScanner(UNEXEMPT_LOOP_RULE).feed(spaces) == len("def f(x):\n") + LOOP_RULE.span + 1
 
 
 def test_a_long_period_is_a_loop():

@@ -48,8 +48,8 @@ def release_run_dirs() -> None:
 
 def with_unrecorded_settings(previous: dict) -> dict:
     """An older run directory's settings with what its version ran without recording it: the GGUF weights ran
-    float32 KV caches (before bfloat16 ones were their default), the loop rule had no numbers part, and later
-    counted a span the prompt holds (`recorded_loop_rule`)."""
+    float32 KV caches (before bfloat16 ones were their default), the loop rule had no numbers part, and before
+    `exempt_spans` it counted every span (`recorded_loop_rule`)."""
     if "kv_cache" not in previous and previous.get("weights") in GGUF_WEIGHTS:
         previous = {**previous, "kv_cache": "float32"}
     if "loop_rule" not in previous and "loop" in str(previous.get("stop_rule") or "").split(","):

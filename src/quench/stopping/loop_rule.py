@@ -6,8 +6,8 @@ at the first character where either part holds; the output keeps the text up to 
 
 - Exact: its last `span` characters equal the `span` characters one period earlier, for a period of
   at most `max_period` characters: from there on the text only repeats itself. With `exempt_spans`,
-  not where those `span` characters are whitespace alone or the prompt holds them: an answer that
-  restates its prompt repeats what it was given, and goes on.
+  not where the prompt holds those `span` characters: an answer that restates its prompt repeats what
+  it was given, and goes on.
 - Numbers (`numbers_span` > 0): the same on the text's shape, where each number counts as one sign
   (`shape`: a run of digits not preceded by a letter, digit or underscore, so `p1x` and `x_2` keep
   theirs), over at least `numbers_span` characters and `numbers_repeats` periods, a period that holds a
@@ -39,7 +39,7 @@ class LoopRule:
     probe: int = 16  # the suffix whose earlier occurrences give the candidate periods
     numbers_span: int = 200  # the numbers part: this many characters of the shape repeat (0: off)
     numbers_repeats: int = 4  # ... over at least this many periods
-    exempt_spans: bool = True  # the exact part does not count a span of whitespace alone or one the prompt holds
+    exempt_spans: bool = True  # the exact part does not count a span the prompt holds
 
     def __post_init__(self) -> None:
         if not 1 <= self.probe <= self.span:
@@ -96,8 +96,8 @@ def repeats_at(text: str, end: int, rule: LoopRule) -> bool:
 
 
 def exempt(span: str, prompt: str) -> bool:
-    """A repeating span that is no loop: whitespace alone, or text the prompt holds."""
-    return span.isspace() or (bool(prompt) and span in prompt)
+    """A repeating span that is no loop: text the prompt holds."""
+    return bool(prompt) and span in prompt
 
 
 def shape_repeats_at(shape: str, end: int, rule: LoopRule) -> bool:
