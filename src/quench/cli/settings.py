@@ -17,7 +17,7 @@ from quench.runs.backends import BackendOptions
 from quench.runs import rundir
 from quench.runs.calibration import TimeLimitRule
 from quench.stopping import default_stop_sequences
-from quench.stopping.loop_rule import LOOP_RULE, LoopRule, recorded_loop_rule
+from quench.stopping.loop_rule import LOOP_RULE, LoopRule
 
 def check_sandbox(args: argparse.Namespace) -> None:
     """Before any work: refuse a command that would run programs unconfined without --unsafe-unconfined."""
@@ -63,7 +63,7 @@ def resolve_run_defaults(args: argparse.Namespace, out: Path) -> None:
         else:
             args.stop_rule = "loop" if args.temperature == 0 else "none"
     ran = rundir.with_unrecorded_settings(recorded) if recorded is not None else {}
-    args.loop_rule = recorded_loop_rule(ran["loop_rule"]) if isinstance(ran.get("loop_rule"), dict) else LOOP_RULE
+    args.loop_rule = LoopRule(**ran["loop_rule"]) if isinstance(ran.get("loop_rule"), dict) else LOOP_RULE
     if getattr(args, "weights", None) == "auto" and recorded is not None:
         args.weights = recorded.get("weights") or "dequantized"
     if getattr(args, "kv_cache", None) == "auto" and recorded is not None:

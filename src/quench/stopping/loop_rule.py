@@ -95,11 +95,6 @@ def repeats_at(text: str, end: int, rule: LoopRule) -> bool:
     return periodic_at(text, end, rule.probe, rule.max_period, rule.span)
 
 
-def exempt(span: str, prompt: str) -> bool:
-    """A repeating span that is no loop: text the prompt holds."""
-    return bool(prompt) and span in prompt
-
-
 def shape_repeats_at(shape: str, end: int, rule: LoopRule) -> bool:
     """The numbers part on a shape: for some period p <= max_period holding a letter, its last
     max(numbers_span, (numbers_repeats - 1) p) characters equal those one period earlier."""
@@ -160,8 +155,9 @@ class LoopScanner:
                      if self._numbers_hold(window[end - 1]) or self._repeats(window, end)), None)
 
     def _repeats(self, window: str, end: int) -> bool:
-        """The exact part where `window[:end]` ends, exempt spans (`LoopRule.exempt_spans`) not counting."""
-        return repeats_at(window, end, self.rule) and not (self.rule.exempt_spans and exempt(window[end - self.rule.span : end], self.prompt))
+        """The exact part where `window[:end]` ends; with `exempt_spans`, a span the prompt holds does not count."""
+        return repeats_at(window, end, self.rule) and not (
+            self.rule.exempt_spans and window[end - self.rule.span : end] in self.prompt)
 
     def _numbers_hold(self, c: str) -> bool:
         """Add one character to the shape; whether the numbers part holds where it ends."""
