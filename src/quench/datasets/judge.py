@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 
 VALUES = r'''
 import builtins, os, sys
@@ -300,10 +301,16 @@ judge()
 
 def free_names(test: str, entry_point: str) -> list[str]:
     """Names the test reads but neither defines nor gets from builtins, and the entry point."""
+    return list(_free_names(test, entry_point))
+
+
+@functools.lru_cache(maxsize=4096)
+def _free_names(test: str, entry_point: str) -> tuple[str, ...]:
+    """free_names, kept per test: every sample of a problem, and every variant of it, runs the same test."""
     try:
         tree = ast.parse(test)
     except SyntaxError:
-        return [entry_point]
+        return (entry_point,)
     read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
     bound = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)}
     for node in ast.walk(tree):
@@ -313,7 +320,7 @@ def free_names(test: str, entry_point: str) -> list[str]:
             bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
         elif isinstance(node, ast.arg):
             bound.add(node.arg)
-    return sorted((read - bound - set(dir(builtins))) | {entry_point})
+    return tuple(sorted((read - bound - set(dir(builtins))) | {entry_point}))
 
 
 def judge_program(program: str, test: str, entry_point: str) -> str:

@@ -68,8 +68,9 @@ class Encoder:
         return self.torch.cat(out) if out else self.torch.zeros(0, 384)
 
     def similarity(self, originals: Sequence[str], variants: Sequence[str]) -> list[float]:
-        """Cosine of each (original, variant) pair; each distinct text is embedded once."""
-        texts = list(dict.fromkeys([*originals, *variants]))
+        """Cosine of each (original, variant) pair; each distinct text is embedded once, in batches of texts of
+        about one length (shortest first), so that little of a batch is padding."""
+        texts = sorted(dict.fromkeys([*originals, *variants]), key=len)
         where = {text: i for i, text in enumerate(texts)}
         vectors = self.embed(texts)  # (U, 384), unit length
         a = vectors[[where[t] for t in originals]]

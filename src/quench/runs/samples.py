@@ -196,10 +196,12 @@ def pending_requests(
     config: GenerateConfig,
     encode: Callable[[str], tuple[int, ...]],
 ) -> list[GenerationRequest]:
+    done_by_task: dict[str, set[int]] = {}
+    for task, index in done:
+        done_by_task.setdefault(task, set()).add(index)
     requests = []
     for problem in problems:
-        done_here = {index for task, index in done if task == problem.task_id}
-        for first, count in missing_ranges(done_here, config.n):
+        for first, count in missing_ranges(done_by_task.get(problem.task_id, set()), config.n):
             requests.append(
                 GenerationRequest(problem.task_id, encode(problem.prompt), count, config.stop_sequences, first)
             )
