@@ -215,8 +215,12 @@ static inline __attribute__((always_inline)) void scores16_##SUFFIX(const float*
             for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();                               \
             for (int c = 0; c < D; c += 16) {                                                        \
                 __m512 qc = _mm512_loadu_ps(q + m * D + c);                                          \
-                for (int i = 0; i < count; i++)                                                      \
-                    acc[i] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(kf + i * D + c), acc[i]);           \
+                if (count == 16) /* a constant bound: no test per key */                             \
+                    for (int i = 0; i < 16; i++)                                                     \
+                        acc[i] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(kf + i * D + c), acc[i]);       \
+                else                                                                                 \
+                    for (int i = 0; i < count; i++)                                                  \
+                        acc[i] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(kf + i * D + c), acc[i]);       \
             }                                                                                        \
             __m512 dots = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                    \
             _mm512_mask_storeu_ps(scores + (int64_t)m * keys + t0, live, dots);                      \
@@ -227,33 +231,52 @@ static inline __attribute__((always_inline)) void pv16_##SUFFIX(const float* sco
         int QB, int64_t first, int G, const int D, const T* kn, int kn_keys, float* out) {           \
     __m512 acc[4][16];                                                                               \
     int seen[4], least = keys, most = 0;                                                             \
+    /* bfloat16 rows 32 values at a time: each half of a 64-byte load widened by one unpack with zeros, */ \
+    /* the lanes in the unpack's order (undone at the store); each output's sum is the same either way */ \
+    const int pairs = sizeof(T) == 2 && D % 32 == 0;                                                 \
     for (int i = 0; i < QB; i++) {                                                                   \
         seen[i] = (int)(first + (m0 + i) / G + 1);                                                   \
         most = seen[i] > most ? seen[i] : most;                                                      \
         least = seen[i] < least ? seen[i] : least;                                                   \
         for (int c = 0; c < D / 16; c++) acc[i][c] = _mm512_setzero_ps();                            \
     }                                                                                                \
-    for (int t = 0; t < least; t++) { /* keys every query of the block sees */                      \
+    for (int t = 0; t < most; t++) {                                                                 \
         if (m0 == 0 && t + VALUES_AHEAD < most) /* a later value row, on the first pass over them */ \
             PREFETCH_BYTES(vb + (int64_t)(t + VALUES_AHEAD) * D, D * (int)sizeof(T), _MM_HINT_T0);     \
         if (m0 == 0 && t < kn_keys) /* the next pair's key row t towards L2: memory busy while this sums */ \
             PREFETCH_BYTES(kn + (int64_t)t * D, D * (int)sizeof(T), _MM_HINT_T1);                      \
-        for (int c = 0; c < D / 16; c++) {                                                           \
-            __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
+        const int all = t < least; /* every query of the block sees key t */                         \
+        for (int c = 0; c < D / 16; c += 1 + pairs) {                                                \
+            __m512 v, w = _mm512_setzero_ps();                                                       \
+            if (pairs) {                                                                             \
+                __m512i x = _mm512_loadu_si512((const void*)(vb + (int64_t)t * D + 16 * c));         \
+                v = _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), x));           \
+                w = _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), x));           \
+            } else {                                                                                 \
+                v = LOAD16(vb + (int64_t)t * D + 16 * c);                                            \
+            }                                                                                        \
             for (int i = 0; i < QB; i++)                                                             \
-                acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]), v, acc[i][c]); \
+                if (all || t < seen[i]) {                                                            \
+                    __m512 p = _mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]);                 \
+                    acc[i][c] = _mm512_fmadd_ps(p, v, acc[i][c]);                                    \
+                    if (pairs) acc[i][c + 1] = _mm512_fmadd_ps(p, w, acc[i][c + 1]);                 \
+                }                                                                                    \
         }                                                                                            \
     }                                                                                                \
-    if (m0 == 0 && kn_keys > least) /* the next pair's remaining key rows */                          \
-        PREFETCH_BYTES(kn + (int64_t)least * D, (kn_keys - least) * D * (int)sizeof(T), _MM_HINT_T1);   \
-    for (int t = least; t < most; t++)                                                               \
-        for (int c = 0; c < D / 16; c++) {                                                           \
-            __m512 v = LOAD16(vb + (int64_t)t * D + 16 * c);                                         \
-            for (int i = 0; i < QB; i++)                                                             \
-                if (t < seen[i]) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(int64_t)(m0 + i) * keys + t]), v, acc[i][c]); \
-        }                                                                                            \
+    if (m0 == 0 && kn_keys > most) /* the next pair's remaining key rows */                           \
+        PREFETCH_BYTES(kn + (int64_t)most * D, (kn_keys - most) * D * (int)sizeof(T), _MM_HINT_T1);     \
+    const __m512i first16 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23); \
+    const __m512i second16 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31); \
     for (int i = 0; i < QB; i++)                                                                     \
-        for (int c = 0; c < D / 16; c++) _mm512_storeu_ps(out + (int64_t)(m0 + i) * D + 16 * c, acc[i][c]); \
+        for (int c = 0; c < D / 16; c += 1 + pairs) {                                                \
+            float* o = out + (int64_t)(m0 + i) * D + 16 * c;                                         \
+            if (pairs) {                                                                             \
+                _mm512_storeu_ps(o, _mm512_permutex2var_ps(acc[i][c], first16, acc[i][c + 1]));      \
+                _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(acc[i][c], second16, acc[i][c + 1])); \
+            } else {                                                                                 \
+                _mm512_storeu_ps(o, acc[i][c]);                                                      \
+            }                                                                                        \
+        }                                                                                            \
 }                                                                                                    \
 /* One (row, kv head) pair's attention on AVX-512: the fixed kernel's bits (tested against its written order). */ \
 static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb, int keys, int64_t first, int G, \
@@ -265,7 +288,9 @@ static void attend_pair_##SUFFIX(const float* q, int M, const T* kb, const T* vb
     int block = D <= 64 ? 4 : D <= 128 ? 2 : 1;                                                      \
     for (int m0 = 0; m0 < M; m0 += block) {                                                          \
         int QB = M - m0 < block ? M - m0 : block;                                                    \
-        if (D == 64) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 64, kn, kn_keys, acc);       \
+        if (D == 64 && QB == 4) pv16_##SUFFIX(scores, keys, vb, m0, 4, first, G, 64, kn, kn_keys, acc); \
+        else if (D == 64 && QB == 3) pv16_##SUFFIX(scores, keys, vb, m0, 3, first, G, 64, kn, kn_keys, acc); \
+        else if (D == 64) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 64, kn, kn_keys, acc);  \
         else if (D == 128) pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, 128, kn, kn_keys, acc); \
         else pv16_##SUFFIX(scores, keys, vb, m0, QB, first, G, D, kn, kn_keys, acc);                \
     }                                                                                                \
