@@ -17,7 +17,7 @@ import torch
 from quench.engine.kernels import native
 
 HEADS, KV_HEADS, HEAD_DIM, MAX_LEN = 9, 3, 64, 1024  # SmolLM2-135M's attention
-CASES = ((1, 1, 300), (8, 1, 300), (16, 1, 300), (8, 1, 1000), (1, 200, 0))  # rows, new tokens, keys already cached
+CASES = ((1, 1, 300), (8, 1, 300), (16, 1, 300), (64, 1, 300), (8, 1, 1000), (1, 200, 0))  # rows, new tokens, keys already cached
 
 
 def best_ms(rows: int, new: int, cached: int, fixed: bool, repeats: int) -> float:
